@@ -1,0 +1,52 @@
+# Thin wrapper over CMake. `make test` and `make demo` set up everything on a fresh Debian 12.
+JOBS      ?= $(shell nproc)
+BUILD     ?= build
+ASAN      ?= build-asan
+FUZZB     ?= build-fuzz
+CMAKE_ARGS ?=
+FUZZ_SECONDS ?= 60
+
+.PHONY: all deps test test-release test-asan demo fuzz bench clean
+
+all: deps
+	cmake -S . -B $(BUILD) -DSL_WERROR=ON $(CMAKE_ARGS) >/dev/null
+	cmake --build $(BUILD) -j $(JOBS)
+
+deps:
+	@scripts/deps.sh build
+
+# Release build tests, then every unit test and the fuzz corpus replay again under ASan+UBSan.
+test:
+	@scripts/deps.sh test
+	$(MAKE) --no-print-directory test-release test-asan
+
+test-release: all
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+test-asan:
+	CC=clang cmake -S . -B $(ASAN) -DSL_WERROR=ON -DSL_SANITIZE=address,undefined \
+	  -DCMAKE_BUILD_TYPE=Debug $(CMAKE_ARGS) >/dev/null
+	cmake --build $(ASAN) -j $(JOBS)
+	cd $(ASAN) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  ctest --output-on-failure -j $(JOBS) -E '^oracle_'
+
+demo: all
+	$(BUILD)/shardload demo
+
+# Real libFuzzer runs (FUZZ_SECONDS each); new inputs are added to fuzz/corpus/<target>.
+fuzz:
+	@scripts/deps.sh test
+	CC=clang cmake -S . -B $(FUZZB) -DSL_BUILD_FUZZ=ON -DSL_SANITIZE=address,undefined \
+	  -DCMAKE_C_FLAGS=-fsanitize=fuzzer-no-link >/dev/null
+	cmake --build $(FUZZB) -j $(JOBS)
+	for t in $$(cd fuzz && ls fuzz_*.c | sed 's/\.c$$//'); do \
+	  mkdir -p fuzz/corpus/$$t && \
+	  $(FUZZB)/fuzz/$$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 fuzz/corpus/$$t || exit 1; \
+	done
+
+bench: all
+	@scripts/deps.sh bench
+	bash bench/run.sh
+
+clean:
+	rm -rf $(BUILD) $(ASAN) $(FUZZB)

@@ -1,0 +1,39 @@
+/* cli.h - shared pieces of the shardload command-line tool. The CLI sees only the public header;
+ * it owns exit codes and everything printed. */
+#ifndef SL_CLI_H
+#define SL_CLI_H
+
+#include "shardload.h"
+
+#include <stdint.h>
+
+enum { CLI_EXIT_OK = 0, CLI_EXIT_FAIL = 1, CLI_EXIT_USAGE = 2 };
+
+#if defined(__GNUC__)
+#define CLI_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define CLI_PRINTF(f, a)
+#endif
+
+/* Prints "shardload: error: <msg>" on stderr and returns CLI_EXIT_FAIL. */
+int cli_fail(const char *fmt, ...) CLI_PRINTF(1, 2);
+/* Prints "shardload <cmd>: <msg>" and a hint to --help on stderr; returns CLI_EXIT_USAGE. */
+int cli_usage_error(const char *cmd, const char *fmt, ...) CLI_PRINTF(2, 3);
+/* Parses "123", "64K", "16M", "5G", "5GB", "2GiB" (powers of 1000 for KB/MB/GB, 1024 for K/M/G,
+ * KiB/MiB/GiB). Returns 0 on success. */
+int cli_parse_size(const char *s, uint64_t *out);
+/* Parses a non-negative decimal integer in [lo, hi]. Returns 0 on success. */
+int cli_parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out);
+/* Parses bf16|f16|f32 (any case, also bfloat16/float16/float32) into an sl_dtype. */
+int cli_parse_dtype(const char *s, sl_dtype *out);
+/* "1,234,567" into buf. */
+const char *cli_commas(uint64_t v, char *buf, size_t len);
+
+int cli_inspect(int argc, char **argv);
+int cli_plan(int argc, char **argv);
+int cli_load(int argc, char **argv);
+int cli_reshard(int argc, char **argv);
+int cli_synth(int argc, char **argv);
+int cli_demo(int argc, char **argv);
+
+#endif /* SL_CLI_H */

@@ -1,0 +1,108 @@
+/* cli_util.c - error printing and option parsing shared by the subcommands. */
+#include "cli.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+int cli_fail(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("shardload: error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return CLI_EXIT_FAIL;
+}
+
+int cli_usage_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "shardload %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\nTry 'shardload %s --help'.\n", cmd);
+    va_end(ap);
+    return CLI_EXIT_USAGE;
+}
+
+int cli_parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out)
+{
+    if (!s || !isdigit((unsigned char)s[0]))
+        return -1;
+    errno = 0;
+    char *end = NULL;
+    const long long v = strtoll(s, &end, 10);
+    if (errno || *end || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static const struct {
+    const char *suffix;
+    uint64_t mult;
+} cli_units[] = {
+    {"", 1},          {"B", 1},
+    {"K", 1ull << 10}, {"KiB", 1ull << 10}, {"KB", 1000ull},
+    {"M", 1ull << 20}, {"MiB", 1ull << 20}, {"MB", 1000000ull},
+    {"G", 1ull << 30}, {"GiB", 1ull << 30}, {"GB", 1000000000ull},
+    {"T", 1ull << 40}, {"TiB", 1ull << 40}, {"TB", 1000000000000ull},
+};
+
+int cli_parse_size(const char *s, uint64_t *out)
+{
+    if (!s || !isdigit((unsigned char)s[0]))
+        return -1;
+    errno = 0;
+    char *end = NULL;
+    const unsigned long long v = strtoull(s, &end, 10);
+    if (errno)
+        return -1;
+    for (size_t i = 0; i < sizeof(cli_units) / sizeof(cli_units[0]); i++) {
+        if (strcasecmp(end, cli_units[i].suffix) == 0) {
+            if (v > UINT64_MAX / cli_units[i].mult)
+                return -1;
+            *out = v * cli_units[i].mult;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+int cli_parse_dtype(const char *s, sl_dtype *out)
+{
+    static const struct {
+        const char *name;
+        sl_dtype dt;
+    } names[] = {{"bf16", SL_DTYPE_BF16}, {"bfloat16", SL_DTYPE_BF16}, {"f16", SL_DTYPE_F16},
+                 {"float16", SL_DTYPE_F16}, {"fp16", SL_DTYPE_F16},    {"half", SL_DTYPE_F16},
+                 {"f32", SL_DTYPE_F32},     {"float32", SL_DTYPE_F32}, {"fp32", SL_DTYPE_F32},
+                 {"float", SL_DTYPE_F32}};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        if (strcasecmp(s, names[i].name) == 0) {
+            *out = names[i].dt;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+const char *cli_commas(uint64_t v, char *buf, size_t len)
+{
+    char digits[32];
+    const int n = snprintf(digits, sizeof(digits), "%llu", (unsigned long long)v);
+    size_t o = 0;
+    for (int i = 0; i < n && o + 2 < len; i++) {
+        if (i > 0 && (n - i) % 3 == 0)
+            buf[o++] = ',';
+        buf[o++] = digits[i];
+    }
+    buf[o] = '\0';
+    return buf;
+}

@@ -1,0 +1,46 @@
+/* sl_main.c - entry point of the shardload CLI: dispatches to one subcommand per file. */
+#include "cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} cli_commands[] = {
+    {"inspect", cli_inspect, "validate a checkpoint and list its files and tensors"},
+    {"plan", cli_plan, "show what each device of a mesh holds (from a checkpoint or a config)"},
+    {"load", cli_load, "load a checkpoint onto a mesh of devices and report speed and memory"},
+    {"reshard", cli_reshard, "write per-device pre-sharded safetensors files"},
+    {"synth", cli_synth, "write a synthetic checkpoint of a config's shapes"},
+    {"demo", cli_demo, "synthesize a small model, plan and load it at TP=2"},
+};
+
+static void main_help(FILE *out)
+{
+    fprintf(out, "usage: shardload COMMAND [OPTIONS]\n\n"
+                 "Loads safetensors checkpoints into per-device tensor-parallel / pipeline-parallel /\n"
+                 "SPMD shards, reading each byte once under a fixed host-memory budget.\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof(cli_commands) / sizeof(cli_commands[0]); i++)
+        fprintf(out, "  %-9s %s\n", cli_commands[i].name, cli_commands[i].summary);
+    fprintf(out, "\n`shardload COMMAND --help` describes a command's options.\n"
+                 "Exit status: 0 success, 1 failure (one line on stderr), 2 usage error.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2)
+        return main_help(stderr), CLI_EXIT_USAGE;
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help"))
+        return main_help(stdout), CLI_EXIT_OK;
+    if (!strcmp(argv[1], "--version"))
+        return printf("shardload %s\n", SL_VERSION_STRING), CLI_EXIT_OK;
+    for (size_t i = 0; i < sizeof(cli_commands) / sizeof(cli_commands[0]); i++) {
+        if (!strcmp(argv[1], cli_commands[i].name))
+            return cli_commands[i].run(argc - 1, argv + 1);
+    }
+    fprintf(stderr, "shardload: unknown command '%s'\n", argv[1]);
+    main_help(stderr);
+    return CLI_EXIT_USAGE;
+}

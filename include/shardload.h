@@ -1,0 +1,299 @@
+/* shardload.h - the one public header of libshardload.
+ *
+ * shardload loads safetensors checkpoints (Hugging Face layout) straight into the memory of a mesh of
+ * devices, each device getting exactly its tensor-parallel / pipeline-parallel / SPMD shard.
+ *
+ * The flow is: open a checkpoint (sl_checkpoint_open) -> build a plan for a mesh (sl_plan_build)
+ * -> execute it (sl_load). Each step hands back an opaque handle.
+ *
+ * Conventions
+ * - Every fallible call returns sl_status (0 = SL_OK). Results go through out-parameters.
+ * - Constructors hand back a handle even when they fail (unless out of memory), so that the detailed
+ *   message can be read with the handle's *_errmsg() getter. The message is owned by the handle and
+ *   stays valid until the next call on it. Destructors accept NULL.
+ * - The library never prints, aborts or exits. Strings returned by getters are borrowed from the handle.
+ */
+#ifndef SHARDLOAD_H
+#define SHARDLOAD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SL_VERSION_MAJOR 0
+#define SL_VERSION_MINOR 1
+#define SL_VERSION_PATCH 0
+#define SL_VERSION_STRING "0.1.0"
+
+/* ---- status ------------------------------------------------------------------------------------- */
+
+/* Values are stable: never renumber, only append. docs/errors.md lists them. */
+typedef enum sl_status {
+    SL_OK = 0,
+    /* safetensors format: one per reference error class (SAFETENSORS.md section 2) */
+    SL_E_HEADER_TOO_SMALL = 1,      /* file shorter than 8 bytes */
+    SL_E_HEADER_TOO_LARGE = 2,      /* N > 100,000,000 */
+    SL_E_HEADER_LENGTH = 3,         /* 8 + N beyond the end of the file */
+    SL_E_HEADER_UTF8 = 4,           /* header bytes are not valid UTF-8 */
+    SL_E_HEADER_JSON = 5,           /* syntax, type, missing field, unknown dtype, bad number, depth */
+    SL_E_INVALID_OFFSET = 6,        /* hole, overlap, reversed range, first tensor not at 0 */
+    SL_E_OVERFLOW = 7,              /* shape product or bit count overflows u64 */
+    SL_E_MISALIGNED = 8,            /* numel * bits not a multiple of 8 */
+    SL_E_TENSOR_INFO = 9,           /* data_offsets length disagrees with dtype and shape */
+    SL_E_INCOMPLETE = 10,           /* data buffer not exactly covered (short file, trailing bytes) */
+    SL_E_POLICY = 11,               /* accepted by the reference, rejected by shardload on purpose */
+    /* checkpoints */
+    SL_E_INDEX = 20,                /* model.safetensors.index.json breaks rules I1-I7 */
+    SL_E_NOT_FOUND = 21,            /* a file or a tensor that should exist does not */
+    SL_E_DUPLICATE = 22,            /* one tensor name in two files */
+    /* system */
+    SL_E_IO = 30,                   /* open/read/write failed; errno is in the message */
+    SL_E_NOMEM = 31,
+    SL_E_INVALID_ARG = 32,          /* caller error: bad option, out-of-range index */
+    SL_E_UNSUPPORTED = 33,          /* feature not built in or not available here (CUDA, io_uring) */
+    /* planning */
+    SL_E_CONFIG = 40,               /* config.json or rule table unreadable or inconsistent */
+    SL_E_SHAPE = 41,                /* checkpoint tensor shape differs from the config's */
+    SL_E_DIVISIBILITY = 42,         /* a dimension does not divide over the mesh */
+    SL_E_UNCLAIMED = 43,            /* checkpoint tensor that no rule claims */
+    SL_E_MISSING = 44,              /* parameters not initialized from the checkpoint */
+    /* loading */
+    SL_E_CHANGED = 50,              /* a file changed between planning and reading (size, short read) */
+    SL_E_DEVICE = 51                /* device backend failure */
+} sl_status;
+
+/* Stable name of a status, e.g. "SL_E_HEADER_JSON". Never NULL. */
+const char *sl_status_str(sl_status st);
+
+/* ---- dtypes ------------------------------------------------------------------------------------- */
+
+/* In the reference's enum order, which is also the writer's serialization order. */
+typedef enum sl_dtype {
+    SL_DTYPE_BOOL = 0,
+    SL_DTYPE_F4,
+    SL_DTYPE_F6_E2M3,
+    SL_DTYPE_F6_E3M2,
+    SL_DTYPE_U8,
+    SL_DTYPE_I8,
+    SL_DTYPE_F8_E5M2,
+    SL_DTYPE_F8_E4M3,
+    SL_DTYPE_F8_E8M0,
+    SL_DTYPE_F8_E4M3FNUZ,
+    SL_DTYPE_F8_E5M2FNUZ,
+    SL_DTYPE_I16,
+    SL_DTYPE_U16,
+    SL_DTYPE_F16,
+    SL_DTYPE_BF16,
+    SL_DTYPE_I32,
+    SL_DTYPE_U32,
+    SL_DTYPE_F32,
+    SL_DTYPE_C64,
+    SL_DTYPE_F64,
+    SL_DTYPE_I64,
+    SL_DTYPE_U64,
+    SL_DTYPE_COUNT
+} sl_dtype;
+
+/* The safetensors name ("BF16"), or NULL for an out-of-range value. */
+const char *sl_dtype_name(sl_dtype dt);
+/* Size of one element in bits (4, 6, 8, 16, 32 or 64); 0 for an out-of-range value. */
+unsigned sl_dtype_bits(sl_dtype dt);
+/* Exact, case-sensitive look-up of a safetensors name of len bytes. Returns -1 when unknown. */
+int sl_dtype_from_name(const char *name, size_t len, sl_dtype *out);
+
+/* ---- checkpoints (reader) ----------------------------------------------------------------------- */
+
+typedef struct sl_checkpoint sl_checkpoint;
+
+typedef struct sl_tensor_info {
+    const char *name;        /* borrowed, NUL-terminated (names with U+0000 are rejected) */
+    sl_dtype dtype;
+    uint32_t ndim;
+    const uint64_t *shape;   /* borrowed, ndim entries */
+    int32_t file;            /* index into the checkpoint's files */
+    uint64_t offset;         /* absolute byte offset of the data in that file */
+    uint64_t nbytes;
+} sl_tensor_info;
+
+/* Opens a .safetensors file, or a directory: with model.safetensors.index.json only the files its
+ * weight_map names, without one every *.safetensors in it (sorted by name). Every header is read
+ * and fully validated. On failure *out still holds a handle (unless SL_E_NOMEM) whose errmsg reads
+ * "<file>: <what is wrong>". */
+sl_status sl_checkpoint_open(const char *path, sl_checkpoint **out);
+void sl_checkpoint_close(sl_checkpoint *ck);
+const char *sl_checkpoint_errmsg(const sl_checkpoint *ck);
+
+/* The directory holding the checkpoint (the path itself for a directory). Borrowed. */
+const char *sl_checkpoint_dir(const sl_checkpoint *ck);
+int64_t sl_checkpoint_file_count(const sl_checkpoint *ck);
+const char *sl_checkpoint_file_path(const sl_checkpoint *ck, int64_t file);     /* borrowed */
+uint64_t sl_checkpoint_file_size(const sl_checkpoint *ck, int64_t file);
+/* Byte offset where a file's data buffer starts (8 + N). */
+uint64_t sl_checkpoint_file_data_start(const sl_checkpoint *ck, int64_t file);
+/* __metadata__ entries of one file. */
+int64_t sl_checkpoint_metadata_count(const sl_checkpoint *ck, int64_t file);
+sl_status sl_checkpoint_metadata(const sl_checkpoint *ck, int64_t file, int64_t i,
+                                 const char **key, const char **value);
+
+/* Tensors of all files, ordered by (file, offset). */
+int64_t sl_checkpoint_tensor_count(const sl_checkpoint *ck);
+sl_status sl_checkpoint_tensor(const sl_checkpoint *ck, int64_t i, sl_tensor_info *out);
+/* O(log n) look-up by name; -1 when absent. */
+int64_t sl_checkpoint_find_tensor(const sl_checkpoint *ck, const char *name);
+/* Sum of data-buffer bytes over all files. */
+uint64_t sl_checkpoint_total_bytes(const sl_checkpoint *ck);
+
+/* Validates a whole safetensors file held in memory, with the same rules as sl_checkpoint_open.
+ * `name` is used in the message written to err (errlen bytes, may be 0). For fuzzing and tests. */
+sl_status sl_validate_buffer(const void *buf, size_t len, const char *name, char *err, size_t errlen);
+
+/* Validates a model.safetensors.index.json held in memory (rules I1-I3; I4-I7 need the shards). */
+sl_status sl_validate_index_buffer(const void *buf, size_t len, char *err, size_t errlen);
+
+/* ---- safetensors writer ------------------------------------------------------------------------- */
+
+typedef struct sl_writer sl_writer;
+
+/* Writing goes in three steps: declare every tensor with sl_writer_add, then sl_writer_begin writes
+ * the header (padded with spaces so data starts at a multiple of 8; tensors ordered by dtype
+ * descending then name, as the reference writer does), then the data of each tensor is written,
+ * in any order and in pieces, with sl_writer_write. sl_writer_finish checks that every byte was
+ * written and syncs. Memory use is independent of the data size. */
+sl_status sl_writer_open(const char *path, sl_writer **out);
+sl_status sl_writer_set_metadata(sl_writer *w, const char *key, const char *value);
+/* Returns the tensor's writer index in *idx (may be NULL). */
+sl_status sl_writer_add(sl_writer *w, const char *name, sl_dtype dt, uint32_t ndim,
+                        const uint64_t *shape, int64_t *idx);
+sl_status sl_writer_begin(sl_writer *w);
+sl_status sl_writer_write(sl_writer *w, int64_t idx, uint64_t offset, const void *data, size_t n);
+sl_status sl_writer_finish(sl_writer *w);
+/* Frees the writer; a file not finished is removed. */
+void sl_writer_free(sl_writer *w);
+const char *sl_writer_errmsg(const sl_writer *w);
+
+/* ---- placement plans ---------------------------------------------------------------------------- */
+
+typedef struct sl_plan sl_plan;
+
+typedef enum sl_layout { SL_LAYOUT_TP = 0, SL_LAYOUT_SPMD = 1 } sl_layout;
+
+typedef struct sl_plan_opts {
+    int32_t tp;               /* tensor-parallel size T (spmd: mesh size N); default 1 */
+    int32_t pp;               /* pipeline-parallel size P; default 1; must be 1 for spmd */
+    sl_layout layout;         /* default SL_LAYOUT_TP */
+    int32_t dtype;            /* target sl_dtype (F32, F16, BF16), or -1 for the config's torch_dtype */
+    const char *config_path;  /* config.json; NULL: <checkpoint dir>/config.json */
+    const char *rules_path;   /* user rule table; NULL: built-in table for architectures[0] */
+} sl_plan_opts;
+
+void sl_plan_opts_init(sl_plan_opts *o);
+
+/* Builds the plan. ck may be NULL: the plan then comes from the config alone (no copy operations,
+ * read_bytes unknown). With a checkpoint every strictness rule of SHARDING.md is enforced. */
+sl_status sl_plan_build(const sl_checkpoint *ck, const sl_plan_opts *o, sl_plan **out);
+void sl_plan_free(sl_plan *p);
+const char *sl_plan_errmsg(const sl_plan *p);
+
+typedef struct sl_param_info {
+    const char *name;         /* borrowed */
+    sl_dtype dtype;
+    uint32_t ndim;
+    const uint64_t *shape;    /* borrowed */
+    uint64_t nbytes;
+    uint64_t offset;          /* byte offset inside the device's buffer: parameters are packed with no
+                                 gaps, so the buffer is exactly sl_plan_device_bytes long */
+} sl_param_info;
+
+sl_layout sl_plan_layout(const sl_plan *p);
+int32_t sl_plan_tp(const sl_plan *p);
+int32_t sl_plan_pp(const sl_plan *p);
+sl_dtype sl_plan_dtype(const sl_plan *p);
+int32_t sl_plan_device_count(const sl_plan *p);
+int64_t sl_plan_param_count(const sl_plan *p, int32_t dev);
+sl_status sl_plan_param(const sl_plan *p, int32_t dev, int64_t i, sl_param_info *out);
+/* Sum of the parameter bytes of one device (what the device must hold). */
+uint64_t sl_plan_device_bytes(const sl_plan *p, int32_t dev);
+uint64_t sl_plan_total_bytes(const sl_plan *p);
+/* Checkpoint bytes to read when each byte is read once; UINT64_MAX without a checkpoint. */
+uint64_t sl_plan_read_bytes(const sl_plan *p);
+/* Bytes device dev needs from checkpoint file f. */
+uint64_t sl_plan_device_file_bytes(const sl_plan *p, int32_t dev, int64_t file);
+
+/* ---- loading ------------------------------------------------------------------------------------ */
+
+typedef struct sl_model sl_model;
+
+typedef enum sl_io_mode { SL_IO_AUTO = 0, SL_IO_DIRECT = 1, SL_IO_BUFFERED = 2 } sl_io_mode;
+
+typedef void (*sl_progress_fn)(void *user, uint64_t done_bytes, uint64_t total_bytes);
+
+typedef struct sl_load_opts {
+    const char *device;        /* "cpu" (default) or "cuda" */
+    sl_io_mode io;
+    int32_t threads;           /* I/O threads / queue depth; 0: automatic */
+    uint64_t staging_bytes;    /* host staging budget; default 64 MiB */
+    uint64_t request_bytes;    /* size of one read request; default 16 MiB */
+    int32_t dummy;             /* 1: fill per SHARDING.md's dummy rule, read no file */
+    uint64_t seed;             /* dummy seed; default 1234 */
+    int32_t numa;              /* cpu backend: bind device d to NUMA node d % nodes; 0: off */
+    const int32_t *gpus;       /* cuda backend: GPU of each device; NULL: d % count */
+    int32_t n_gpus;
+    sl_progress_fn progress;   /* may be NULL; called from the loading thread */
+    void *progress_user;
+} sl_load_opts;
+
+void sl_load_opts_init(sl_load_opts *o);
+
+/* Executes plan p (built from ck, which may be NULL when o->dummy) on the devices. On failure every
+ * device allocation is freed and *out's errmsg names the file and offset involved. */
+sl_status sl_load(const sl_checkpoint *ck, const sl_plan *p, const sl_load_opts *o, sl_model **out);
+void sl_model_free(sl_model *m);
+const char *sl_model_errmsg(const sl_model *m);
+
+typedef struct sl_load_stats {
+    double seconds;
+    uint64_t bytes_read;        /* checkpoint bytes read from files */
+    uint64_t checkpoint_bytes;  /* data bytes of the checkpoint's files */
+    const char *io;             /* "direct", "buffered", "mixed", "none" (dummy) */
+    const char *engine;         /* "io_uring", "pread" */
+    uint64_t staging_peak;      /* host staging bytes in use at the worst moment */
+} sl_load_stats;
+
+sl_status sl_model_stats(const sl_model *m, sl_load_stats *out);
+int32_t sl_model_device_count(const sl_model *m);
+/* Bytes the backend allocated for device dev. */
+uint64_t sl_model_device_allocated(const sl_model *m, int32_t dev);
+/* Copies nbytes of parameter i of device dev, from byte off, into host memory dst (works for every
+ * backend; for cuda it is a device-to-host copy). */
+sl_status sl_model_read_param(const sl_model *m, int32_t dev, int64_t i, uint64_t off, void *dst,
+                              uint64_t nbytes);
+/* Host pointer of a parameter for the cpu backend; NULL for others. */
+const void *sl_model_param_host_ptr(const sl_model *m, int32_t dev, int64_t i);
+/* XXH3-64 of one parameter's bytes. */
+sl_status sl_model_param_xxh3(const sl_model *m, int32_t dev, int64_t i, uint64_t *out);
+
+/* ---- resharding and synthesis ------------------------------------------------------------------- */
+
+/* Writes SHARDING.md's pre-sharded output for plan p into outdir (created if needed), with the same
+ * staging bound as sl_load. max_part_bytes: 0 means 5 GB. */
+sl_status sl_reshard(const sl_checkpoint *ck, const sl_plan *p, const sl_load_opts *o,
+                     const char *outdir, uint64_t max_part_bytes, char *err, size_t errlen);
+
+/* Writes a synthetic Hugging Face checkpoint (index, shards, config.json) of config_path's shapes,
+ * random values from seed, in dtype (-1: the config's), shards of at most max_shard_bytes (0: 5 GB). */
+sl_status sl_synth(const char *config_path, const char *rules_path, const char *outdir, int32_t dtype,
+                   uint64_t seed, uint64_t max_shard_bytes, char *err, size_t errlen);
+
+/* ---- utilities ---------------------------------------------------------------------------------- */
+
+/* XXH3-64 of a buffer (the checksum used by --checksums). */
+uint64_t sl_xxh3(const void *data, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SHARDLOAD_H */

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs (as root, with apt-get) or names the Debian 12 packages shardload needs.
+#   scripts/deps.sh build   - compiler, cmake, jansson, xxhash, liburing
+#   scripts/deps.sh test    - build + python3-numpy (oracle) + clang (fuzz replay under sanitizers)
+#   scripts/deps.sh bench   - test + fio, gnuplot, python3-torch (optional)
+set -euo pipefail
+what=${1:-build}
+
+need_build=(gcc:gcc cmake:cmake pkg-config:pkg-config make:make)
+need_pkgs=(libjansson-dev liburing-dev libxxhash-dev)
+missing=()
+
+for pair in "${need_build[@]}"; do
+  cmd=${pair%%:*}; pkg=${pair##*:}
+  command -v "$cmd" >/dev/null 2>&1 || missing+=("$pkg")
+done
+for pkg in "${need_pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [[ $what == test || $what == bench ]]; then
+  /usr/bin/python3 -c 'import numpy' >/dev/null 2>&1 || missing+=(python3-numpy)
+  command -v clang >/dev/null 2>&1 || missing+=(clang)
+  command -v xxd >/dev/null 2>&1 || missing+=(xxd)
+fi
+if [[ $what == bench ]]; then
+  command -v fio >/dev/null 2>&1 || missing+=(fio)
+  command -v gnuplot >/dev/null 2>&1 || missing+=(gnuplot-nox)
+fi
+
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+if [[ $(id -u) -ne 0 ]]; then
+  echo "shardload: missing Debian packages: ${missing[*]}" >&2
+  echo "install them with: sudo apt-get install -y ${missing[*]}" >&2
+  exit 1
+fi
+echo "shardload: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq >/dev/null
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
