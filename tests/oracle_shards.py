@@ -1,0 +1,314 @@
+#!/usr/bin/python3
+"""Independent oracle for shard contents.
+
+Writes small multi-file checkpoints itself (its own safetensors writer, tensors shuffled across
+files, with an index), computes every device's parameters with numpy slicing straight from
+SHARDING.md, and compares them by XXH3-64 with `shardload load --checksums --json` for the four
+architectures, T in {1,2,4,8}, P in {1,2,3}, both layouts, and bf16<->f32 conversion. Nothing here
+uses shardload's code: the reference is numpy and the text of the spec.
+
+usage: oracle_shards.py path/to/shardload
+"""
+import ctypes
+import json
+import os
+import random
+import struct
+import subprocess
+import sys
+import tempfile
+
+try:
+    import numpy as np
+except ImportError:
+    print("numpy missing (Debian: python3-numpy for /usr/bin/python3): skipped")
+    sys.exit(77)
+
+try:
+    _xxh = ctypes.CDLL("libxxhash.so.0")
+    _xxh.XXH3_64bits.restype = ctypes.c_uint64
+    _xxh.XXH3_64bits.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+except OSError:
+    print("libxxhash.so.0 missing: skipped")
+    sys.exit(77)
+
+
+def xxh3(arr):
+    b = np.ascontiguousarray(arr).tobytes()
+    return "%016x" % _xxh.XXH3_64bits(b, len(b))
+
+
+# ---- numbers -----------------------------------------------------------------------------------
+
+def f32_to_bf16(x):
+    """Round-to-nearest-even f32 -> bf16 bits (uint16), on the bit pattern."""
+    u = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+    return rounded.astype(np.uint16)
+
+
+def bf16_to_f32(b):
+    return (np.asarray(b, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+NP_OF = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16}
+
+
+def convert(arr, src, dst):
+    """Elements of dtype src (bf16 as uint16 bits) to dtype dst, rounding to nearest even."""
+    if src == dst:
+        return arr
+    f = bf16_to_f32(arr) if src == "BF16" else arr.astype(np.float32)
+    if dst == "BF16":
+        return f32_to_bf16(f)
+    return f.astype(NP_OF[dst])
+
+
+# ---- a checkpoint writer of our own --------------------------------------------------------------
+
+def write_safetensors(path, tensors):
+    """tensors: list of (name, dtype, array). Unaligned header on purpose (readers must cope)."""
+    header, blobs, off = {}, [], 0
+    for name, dt, arr in tensors:
+        b = np.ascontiguousarray(arr).tobytes()
+        header[name] = {"dtype": dt, "shape": list(arr.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    header["__metadata__"] = {"format": "pt"}
+    h = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+
+
+def write_checkpoint(outdir, tensors, nfiles, rng):
+    """Shuffles tensors over nfiles shards and writes model.safetensors.index.json."""
+    order = list(tensors.items())
+    rng.shuffle(order)
+    files = [[] for _ in range(nfiles)]
+    for k, (name, (dt, arr)) in enumerate(order):
+        files[k % nfiles].append((name, dt, arr))
+    wmap = {}
+    for i, items in enumerate(files):
+        fname = "model-%05d-of-%05d.safetensors" % (i + 1, nfiles)
+        write_safetensors(os.path.join(outdir, fname), items)
+        for name, _, _ in items:
+            wmap[name] = fname
+    total = sum(a.nbytes for _, a in tensors.values())
+    with open(os.path.join(outdir, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": wmap}, f)
+
+
+# ---- models ------------------------------------------------------------------------------------
+
+ARCHS = {
+    # Small shapes that keep every feature: T > K replication, V not a multiple of 64,
+    # an explicit head_dim (Qwen3), q/k/v biases (Qwen2), tied embeddings (Qwen).
+    "llama": dict(architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=64,
+                  intermediate_size=96, num_attention_heads=8, num_key_value_heads=2,
+                  num_hidden_layers=5, vocab_size=300, tie_word_embeddings=False),
+    "mistral": dict(architectures=["MistralForCausalLM"], model_type="mistral", hidden_size=32,
+                    intermediate_size=64, num_attention_heads=8, num_key_value_heads=4,
+                    num_hidden_layers=5, vocab_size=200, tie_word_embeddings=False),
+    "qwen2": dict(architectures=["Qwen2ForCausalLM"], model_type="qwen2", hidden_size=48,
+                  intermediate_size=80, num_attention_heads=8, num_key_value_heads=2,
+                  num_hidden_layers=5, vocab_size=130, tie_word_embeddings=True),
+    "qwen3": dict(architectures=["Qwen3ForCausalLM"], model_type="qwen3", hidden_size=32,
+                  intermediate_size=64, num_attention_heads=8, num_key_value_heads=4,
+                  num_hidden_layers=5, vocab_size=100, tie_word_embeddings=True, head_dim=12),
+}
+
+
+def dims(cfg):
+    H, nh = cfg["hidden_size"], cfg["num_attention_heads"]
+    K = cfg.get("num_key_value_heads", nh)
+    D = cfg.get("head_dim", H // nh)
+    return H, nh, K, D, cfg["intermediate_size"], cfg["vocab_size"], cfg["num_hidden_layers"]
+
+
+def checkpoint_tensors(arch, cfg, dtype, rng):
+    """The Hugging Face tensors of a config, with random finite values."""
+    H, nh, K, D, I, V, L = dims(cfg)
+    shapes = {"model.embed_tokens.weight": (V, H), "model.norm.weight": (H,),
+              "lm_head.weight": (V, H)}   # tied models still ship lm_head: it must be skipped
+    for i in range(L):
+        p = "model.layers.%d." % i
+        shapes.update({p + "self_attn.q_proj.weight": (nh * D, H),
+                       p + "self_attn.k_proj.weight": (K * D, H),
+                       p + "self_attn.v_proj.weight": (K * D, H),
+                       p + "self_attn.o_proj.weight": (H, nh * D),
+                       p + "mlp.gate_proj.weight": (I, H), p + "mlp.up_proj.weight": (I, H),
+                       p + "mlp.down_proj.weight": (H, I),
+                       p + "input_layernorm.weight": (H,),
+                       p + "post_attention_layernorm.weight": (H,)})
+        if arch == "qwen2":
+            shapes.update({p + "self_attn.q_proj.bias": (nh * D,),
+                           p + "self_attn.k_proj.bias": (K * D,),
+                           p + "self_attn.v_proj.bias": (K * D,)})
+        if arch == "qwen3":
+            shapes.update({p + "self_attn.q_norm.weight": (D,), p + "self_attn.k_norm.weight": (D,)})
+    shapes["model.layers.0.self_attn.rotary_emb.inv_freq"] = (D // 2,)   # skipped by rule
+    out = {}
+    for name, shp in shapes.items():
+        f = rng.standard_normal(shp).astype(np.float32)
+        out[name] = ("F32", f) if dtype == "F32" else ("BF16", f32_to_bf16(f))
+    return out
+
+
+def pp_layers(L, P, s):
+    """vLLM get_pp_indices: L//P each, the remainder one each to stages P-2, P-3, ..."""
+    parts = [L // P] * P
+    for i in range(2, L % P + 2):
+        parts[-i] += 1
+    start = sum(parts[:s])
+    return range(start, start + parts[s])
+
+
+def vocab_shard(w, T, r):
+    V = w.shape[0]
+    Vp = -(-V // 64) * 64
+    n = Vp // T
+    a, b = min(r * n, V), min((r + 1) * n, V)
+    out = np.zeros((n,) + w.shape[1:], dtype=w.dtype)
+    out[: b - a] = w[a:b]
+    return out
+
+
+def expected_tp(arch, cfg, ck, T, P, d):
+    H, nh, K, D, I, V, L = dims(cfg)
+    s, r = divmod(d, T)
+    tied = cfg.get("tie_word_embeddings", False)
+    w = {k: v[1] for k, v in ck.items()}
+    nq, kl = nh // T, (K // T if T <= K else 1)
+    kb = r if T <= K else r // (T // K)
+    out = {}
+    if s == 0 or (tied and s == P - 1):
+        out["model.embed_tokens.weight"] = vocab_shard(w["model.embed_tokens.weight"], T, r)
+    for i in pp_layers(L, P, s):
+        p = "model.layers.%d." % i
+        q, k, v = (w[p + "self_attn.%s_proj.weight" % x] for x in "qkv")
+        out[p + "self_attn.qkv_proj.weight"] = np.concatenate(
+            [q[r * nq * D:(r + 1) * nq * D], k[kb * kl * D:(kb + 1) * kl * D],
+             v[kb * kl * D:(kb + 1) * kl * D]])
+        if arch == "qwen2":
+            qb, kb_, vb = (w[p + "self_attn.%s_proj.bias" % x] for x in "qkv")
+            out[p + "self_attn.qkv_proj.bias"] = np.concatenate(
+                [qb[r * nq * D:(r + 1) * nq * D], kb_[kb * kl * D:(kb + 1) * kl * D],
+                 vb[kb * kl * D:(kb + 1) * kl * D]])
+        c = nh * D // T
+        out[p + "self_attn.o_proj.weight"] = w[p + "self_attn.o_proj.weight"][:, r * c:(r + 1) * c]
+        m = I // T
+        out[p + "mlp.gate_up_proj.weight"] = np.concatenate(
+            [w[p + "mlp.gate_proj.weight"][r * m:(r + 1) * m], w[p + "mlp.up_proj.weight"][r * m:(r + 1) * m]])
+        out[p + "mlp.down_proj.weight"] = w[p + "mlp.down_proj.weight"][:, r * m:(r + 1) * m]
+        for n in ("input_layernorm.weight", "post_attention_layernorm.weight"):
+            out[p + n] = w[p + n]
+        if arch == "qwen3":
+            for n in ("self_attn.q_norm.weight", "self_attn.k_norm.weight"):
+                out[p + n] = w[p + n]
+    if s == P - 1:
+        out["model.norm.weight"] = w["model.norm.weight"]
+        if not tied:
+            out["lm_head.weight"] = vocab_shard(w["lm_head.weight"], T, r)
+    return out
+
+
+def tile(w, N, i, dim):
+    n = w.shape[dim]
+    c = -(-n // N)
+    a, b = min(i * c, n), min((i + 1) * c, n)
+    shape = list(w.shape)
+    shape[dim] = c
+    out = np.zeros(shape, dtype=w.dtype)
+    src = w[a:b] if dim == 0 else w[:, a:b]
+    if dim == 0:
+        out[: b - a] = src
+    else:
+        out[:, : b - a] = src
+    return out
+
+
+def expected_spmd(arch, cfg, ck, N, i):
+    tied = cfg.get("tie_word_embeddings", False)
+    out = {}
+    for name, (_, w) in ck.items():
+        if "rotary_emb" in name or (tied and name == "lm_head.weight"):
+            continue
+        if w.ndim == 1:
+            out[name] = w
+        else:
+            dim1 = name.endswith("o_proj.weight") or name.endswith("down_proj.weight")
+            out[name] = tile(w, N, i, 1 if dim1 else 0)
+    return out
+
+
+# ---- running shardload ---------------------------------------------------------------------------
+
+def run_load(exe, path, args):
+    cmd = [exe, "load", path, "--checksums", "--json"] + args
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise AssertionError("%s failed (%d): %s" % (" ".join(cmd), p.returncode, p.stderr.strip()))
+    return json.loads(p.stdout)
+
+
+def check(exe, path, arch, cfg, ck, layout, T, P, src_dt, dst_dt):
+    args = ["--tp", str(T), "--pp", str(P), "--layout", layout, "--dtype", dst_dt.lower()]
+    rep = run_load(exe, path, args)
+    ndev = T * P
+    assert len(rep["devices"]) == ndev, "devices: %d != %d" % (len(rep["devices"]), ndev)
+    for dev in rep["devices"]:
+        d = dev["index"]
+        exp = expected_tp(arch, cfg, ck, T, P, d) if layout == "tp" else expected_spmd(arch, cfg, ck, T, d)
+        got = {p["name"]: p["xxh3"] for p in dev["params"]}
+        if set(got) != set(exp):
+            raise AssertionError("%s %s T=%d P=%d dev %d: params differ: missing %s, extra %s" % (
+                arch, layout, T, P, d, sorted(set(exp) - set(got))[:5], sorted(set(got) - set(exp))[:5]))
+        nbytes = 0
+        for name, arr in exp.items():
+            want = convert(arr, src_dt, dst_dt)
+            nbytes += want.nbytes
+            if got[name] != xxh3(want):
+                raise AssertionError("%s %s T=%d P=%d %s->%s dev %d: %s differs" % (
+                    arch, layout, T, P, src_dt, dst_dt, d, name))
+        assert dev["allocated_bytes"] == nbytes, "dev %d allocated %d, oracle %d" % (
+            d, dev["allocated_bytes"], nbytes)
+
+
+def main():
+    exe = os.path.abspath(sys.argv[1])
+    rng = np.random.default_rng(20261129)
+    shuffle = random.Random(7)
+    passed = failed = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for arch, cfg in ARCHS.items():
+            for src_dt in ("BF16", "F32"):
+                path = os.path.join(tmp, "%s-%s" % (arch, src_dt))
+                os.mkdir(path)
+                c = dict(cfg, torch_dtype="bfloat16")
+                with open(os.path.join(path, "config.json"), "w") as f:
+                    json.dump(c, f)
+                ck = checkpoint_tensors(arch, c, src_dt, rng)
+                write_checkpoint(path, ck, 3, shuffle)
+                cases = [("tp", T, P) for T in (1, 2, 4, 8) for P in (1, 2, 3)]
+                cases += [("spmd", N, 1) for N in (1, 2, 4, 8)]
+                # bf16 checkpoints: bit copies and widening to f32; f32 checkpoints: rounding to bf16.
+                dsts = ("BF16", "F32") if src_dt == "BF16" else ("BF16",)
+                for dst_dt in dsts:
+                    for layout, T, P in cases:
+                        if dst_dt != src_dt and (T, P) not in ((1, 1), (4, 2), (8, 3)):
+                            continue
+                        try:
+                            check(exe, path, arch, c, ck, layout, T, P, src_dt, dst_dt)
+                            passed += 1
+                        except AssertionError as e:
+                            print("FAIL:", e)
+                            failed += 1
+    print("%d passed, %d failed" % (passed, failed))
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
