@@ -1,9 +1,146 @@
-/* cli_inspect.c - placeholder until the subcommand lands. */
+/* cli_inspect.c - `shardload inspect PATH [--json]`: validate a checkpoint (file or directory) and
+ * list its files, tensors, totals and __metadata__. Exit 0 valid, 1 invalid (one line on stderr),
+ * 2 usage error. */
 #include "cli.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+static void inspect_help(FILE *out)
+{
+    fprintf(out, "usage: shardload inspect PATH [--json]\n\n"
+                 "Validates a .safetensors file, or a directory of shards (with or without\n"
+                 "model.safetensors.index.json), and lists its files, tensors and metadata.\n\n"
+                 "  --json   machine-readable output: {\"files\":[...],\"tensors\":[...],\"total_bytes\":N,...}\n"
+                 "  --help   this text\n\n"
+                 "Exit status: 0 valid, 1 invalid (one line on stderr), 2 usage error.\n");
+}
+
+static void json_str(const char *s)
+{
+    putchar('"');
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            printf("\\%c", *p);
+        else if (*p < 0x20)
+            printf("\\u%04x", *p);
+        else
+            putchar(*p);
+    }
+    putchar('"');
+}
+
+static void print_shape(const sl_tensor_info *t, const char *sep)
+{
+    putchar('[');
+    for (uint32_t d = 0; d < t->ndim; d++)
+        printf("%s%" PRIu64, d ? sep : "", t->shape[d]);
+    putchar(']');
+}
+
+static void inspect_json_files(const sl_checkpoint *ck)
+{
+    printf("{\"files\":[");
+    for (int64_t f = 0; f < sl_checkpoint_file_count(ck); f++) {
+        printf(f ? "," : "");
+        json_str(sl_checkpoint_file_path(ck, f));
+    }
+    printf("],\"tensors\":[");
+    sl_tensor_info t;
+    for (int64_t i = 0; sl_checkpoint_tensor(ck, i, &t) == SL_OK; i++) {
+        printf("%s{\"name\":", i ? "," : "");
+        json_str(t.name);
+        printf(",\"dtype\":\"%s\",\"shape\":", sl_dtype_name(t.dtype));
+        print_shape(&t, ",");
+        printf(",\"file\":");
+        json_str(sl_checkpoint_file_path(ck, t.file));
+        printf(",\"offset\":%" PRIu64 ",\"nbytes\":%" PRIu64 "}", t.offset, t.nbytes);
+    }
+    printf("]");
+}
+
+static void inspect_json(const sl_checkpoint *ck)
+{
+    inspect_json_files(ck);
+    printf(",\"total_bytes\":%" PRIu64 ",\"metadata\":{", sl_checkpoint_total_bytes(ck));
+    for (int64_t f = 0; f < sl_checkpoint_file_count(ck); f++) {
+        printf(f ? "," : "");
+        json_str(sl_checkpoint_file_path(ck, f));
+        printf(":{");
+        const char *k, *v;
+        for (int64_t i = 0; sl_checkpoint_metadata(ck, f, i, &k, &v) == SL_OK; i++) {
+            printf(i ? "," : "");
+            json_str(k);
+            putchar(':');
+            json_str(v);
+        }
+        putchar('}');
+    }
+    printf("}}\n");
+}
+
+static void inspect_text(const sl_checkpoint *ck)
+{
+    char b1[40], b2[40];
+    const int64_t nf = sl_checkpoint_file_count(ck), nt = sl_checkpoint_tensor_count(ck);
+    printf("files (%" PRId64 "):\n", nf);
+    for (int64_t f = 0; f < nf; f++) {
+        int64_t count = 0;
+        sl_tensor_info t;
+        for (int64_t i = 0; sl_checkpoint_tensor(ck, i, &t) == SL_OK; i++)
+            count += t.file == f;
+        printf("  %s  %s bytes  %" PRId64 " tensors\n", sl_checkpoint_file_path(ck, f),
+               cli_commas(sl_checkpoint_file_size(ck, f), b1, sizeof b1), count);
+    }
+    printf("tensors (%" PRId64 "):\n", nt);
+    sl_tensor_info t;
+    for (int64_t i = 0; sl_checkpoint_tensor(ck, i, &t) == SL_OK; i++) {
+        printf("  %s  %s  ", t.name, sl_dtype_name(t.dtype));
+        print_shape(&t, ", ");
+        printf("  %s bytes  %s\n", cli_commas(t.nbytes, b1, sizeof b1), sl_checkpoint_file_path(ck, t.file));
+    }
+    printf("total: %" PRId64 " files, %" PRId64 " tensors, %s data bytes\n", nf, nt,
+           cli_commas(sl_checkpoint_total_bytes(ck), b2, sizeof b2));
+    for (int64_t f = 0; f < nf; f++) {
+        const char *k, *v;
+        for (int64_t i = 0; sl_checkpoint_metadata(ck, f, i, &k, &v) == SL_OK; i++) {
+            if (i == 0)
+                printf("__metadata__ of %s:\n", sl_checkpoint_file_path(ck, f));
+            printf("  %s = %s\n", k, v);
+        }
+    }
+}
 
 int cli_inspect(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    return cli_fail("'inspect' is not implemented yet");
+    const char *path = NULL;
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
+            return inspect_help(stdout), CLI_EXIT_OK;
+        if (!strcmp(argv[i], "--json"))
+            json = 1;
+        else if (argv[i][0] == '-' && argv[i][1] != '\0')
+            return cli_usage_error("inspect", "unknown option '%s'", argv[i]);
+        else if (path)
+            return cli_usage_error("inspect", "more than one PATH ('%s' and '%s')", path, argv[i]);
+        else
+            path = argv[i];
+    }
+    if (!path)
+        return cli_usage_error("inspect", "missing PATH");
+    sl_checkpoint *ck = NULL;
+    const sl_status st = sl_checkpoint_open(path, &ck);
+    if (st != SL_OK) {
+        const int rc = cli_fail("%s", ck ? sl_checkpoint_errmsg(ck) : "out of memory");
+        sl_checkpoint_close(ck);
+        return rc;
+    }
+    if (json)
+        inspect_json(ck);
+    else
+        inspect_text(ck);
+    sl_checkpoint_close(ck);
+    return CLI_EXIT_OK;
 }

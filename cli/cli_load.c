@@ -1,30 +1,336 @@
-/* cli_load.c - placeholder until the subcommands land. */
+/* cli_load.c - `shardload load PATH [options]`: open a checkpoint, plan it for a mesh, load it into
+ * the devices and report speed and memory. Exit 0 success, 1 failure (one line on stderr), 2 usage
+ * error. */
 #include "cli.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+typedef struct load_args {
+    const char *path;
+    sl_plan_opts po;
+    sl_load_opts lo;
+    int dummy, checksums, json;
+} load_args;
+
+static void load_help(FILE *out)
+{
+    fprintf(out,
+            "usage: shardload load PATH [--tp T] [--pp P] [--layout tp|spmd] [--dtype D]\n"
+            "                      [--device cpu|cuda] [--io auto|direct|buffered] [--threads N]\n"
+            "                      [--staging MiB] [--format auto|dummy] [--seed S] [--checksums]\n"
+            "                      [--json] [--config FILE] [--rules FILE]\n\n"
+            "Loads a safetensors checkpoint into a mesh of devices, each device getting exactly its\n"
+            "shard (SHARDING.md), reading each checkpoint byte once in large parallel requests under\n"
+            "a fixed host staging budget; then reports the time, throughput, bytes read, the bytes\n"
+            "allocated on each device (equal to the plan's) and the peak resident memory.\n\n"
+            "  PATH            a .safetensors file or a checkpoint directory (may be omitted with\n"
+            "                  --format dummy and --config)\n"
+            "  --tp T          tensor-parallel size (layout spmd: the mesh size N); default 1\n"
+            "  --pp P          pipeline-parallel size; default 1 (layout tp only)\n"
+            "  --layout L      tp (vLLM tensor parallel, default) or spmd (XLA/GSPMD 1-D mesh)\n"
+            "  --dtype D       target dtype bf16, f16 or f32 (converted while loading, round to\n"
+            "                  nearest even); default the config's torch_dtype\n"
+            "  --device D      cpu (default: one host allocation per device) or cuda\n"
+            "  --io M          auto (default: buffered when the file is mostly in the page cache,\n"
+            "                  else O_DIRECT), direct or buffered\n"
+            "  --threads N     I/O threads / requests in flight; default automatic\n"
+            "  --staging MiB   host staging budget in MiB (or a size such as 256M); default 64\n"
+            "  --format F      auto (read the checkpoint, default) or dummy (no file is read: values\n"
+            "                  uniform in [-1e-3, 1e-3) from --seed, padding zero)\n"
+            "  --seed S        dummy seed; default 1234\n"
+            "  --checksums     print the XXH3-64 of every parameter of every device\n"
+            "  --json          machine-readable output: {\"seconds\",\"bytes_read\",\"gbps\",\n"
+            "                  \"peak_rss_bytes\",\"io\",\"devices\":[{\"index\",\"allocated_bytes\",\n"
+            "                  \"params\":[{\"name\",\"xxh3\"}]}]} (params only with --checksums)\n"
+            "  --config FILE   the model's config.json; default PATH's directory/config.json\n"
+            "  --rules FILE    rule table for the architecture instead of the built-in one\n"
+            "  --help          this text\n\n"
+            "Environment: SL_IO_ENGINE=pread|uring forces the read engine (default io_uring when\n"
+            "available, else a pread thread pool).\n"
+            "Exit status: 0 success, 1 failure (one line on stderr), 2 usage error.\n");
+}
+
+/* ---- options ---------------------------------------------------------------------------------- */
+
+static int load_int_opt(const char *name, const char *v, int64_t lo, int64_t hi, int64_t *out)
+{
+    if (cli_parse_int(v, lo, hi, out) != 0)
+        return cli_usage_error("load", "%s needs an integer in [%" PRId64 ", %" PRId64 "]", name, lo, hi);
+    return CLI_EXIT_OK;
+}
+
+/* A plain number is MiB; a number with a unit is a size. */
+static int load_staging(const char *v, uint64_t *out)
+{
+    int64_t mib = 0;
+    if (cli_parse_int(v, 1, 1 << 20, &mib) == 0) {
+        *out = (uint64_t)mib << 20;
+        return CLI_EXIT_OK;
+    }
+    if (cli_parse_size(v, out) == 0 && *out >= 4096)
+        return CLI_EXIT_OK;
+    return cli_usage_error("load", "--staging needs MiB (e.g. 64) or a size (e.g. 256M)");
+}
+
+static int load_opt_enum(load_args *a, const char *opt, const char *v)
+{
+    sl_dtype dt;
+    if (!strcmp(opt, "--dtype") && cli_parse_dtype(v, &dt) == 0)
+        a->po.dtype = (int32_t)dt;
+    else if (!strcmp(opt, "--layout") && (!strcmp(v, "tp") || !strcmp(v, "spmd")))
+        a->po.layout = !strcmp(v, "tp") ? SL_LAYOUT_TP : SL_LAYOUT_SPMD;
+    else if (!strcmp(opt, "--device") && (!strcmp(v, "cpu") || !strcmp(v, "cuda")))
+        a->lo.device = v;
+    else if (!strcmp(opt, "--io") && !strcmp(v, "auto"))
+        a->lo.io = SL_IO_AUTO;
+    else if (!strcmp(opt, "--io") && !strcmp(v, "direct"))
+        a->lo.io = SL_IO_DIRECT;
+    else if (!strcmp(opt, "--io") && !strcmp(v, "buffered"))
+        a->lo.io = SL_IO_BUFFERED;
+    else if (!strcmp(opt, "--format") && (!strcmp(v, "auto") || !strcmp(v, "dummy")))
+        a->dummy = !strcmp(v, "dummy");
+    else
+        return cli_usage_error("load", "bad value '%s' for %s", v, opt);
+    return CLI_EXIT_OK;
+}
+
+static int load_opt_value(load_args *a, const char *opt, const char *v)
+{
+    int64_t x = 0;
+    int rc = CLI_EXIT_OK;
+    if (v == NULL)
+        return cli_usage_error("load", "%s needs a value", opt);
+    if (!strcmp(opt, "--tp") || !strcmp(opt, "--pp")) {
+        rc = load_int_opt(opt, v, 1, 65536, &x);
+        *(!strcmp(opt, "--tp") ? &a->po.tp : &a->po.pp) = (int32_t)x;
+    } else if (!strcmp(opt, "--threads")) {
+        rc = load_int_opt(opt, v, 1, 256, &x);
+        a->lo.threads = (int32_t)x;
+    } else if (!strcmp(opt, "--seed")) {
+        rc = load_int_opt(opt, v, 0, INT64_MAX, &x);
+        a->lo.seed = (uint64_t)x;
+    } else if (!strcmp(opt, "--staging")) {
+        rc = load_staging(v, &a->lo.staging_bytes);
+    } else if (!strcmp(opt, "--config")) {
+        a->po.config_path = v;
+    } else if (!strcmp(opt, "--rules")) {
+        a->po.rules_path = v;
+    } else {
+        rc = load_opt_enum(a, opt, v);
+    }
+    return rc;
+}
+
+static int load_is_valued(const char *s)
+{
+    static const char *const opts[] = {"--tp",      "--pp",      "--layout", "--dtype",
+                                       "--device",  "--io",      "--threads", "--staging",
+                                       "--format",  "--seed",    "--config", "--rules"};
+    for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++) {
+        if (!strcmp(s, opts[i]))
+            return 1;
+    }
+    return 0;
+}
+
+/* Returns -1 after --help, else an exit code (CLI_EXIT_OK to go on). */
+static int load_parse(int argc, char **argv, load_args *a)
+{
+    sl_plan_opts_init(&a->po);
+    sl_load_opts_init(&a->lo);
+    for (int i = 1; i < argc; i++) {
+        const char *s = argv[i];
+        int rc = CLI_EXIT_OK;
+        if (!strcmp(s, "--help") || !strcmp(s, "-h"))
+            return load_help(stdout), -1;
+        if (!strcmp(s, "--json"))
+            a->json = 1;
+        else if (!strcmp(s, "--checksums"))
+            a->checksums = 1;
+        else if (load_is_valued(s))
+            rc = load_opt_value(a, s, i + 1 < argc ? argv[++i] : NULL);
+        else if (s[0] == '-' && s[1])
+            rc = cli_usage_error("load", "unknown option '%s'", s);
+        else if (a->path)
+            rc = cli_usage_error("load", "more than one PATH ('%s', '%s')", a->path, s);
+        else
+            a->path = s;
+        if (rc != CLI_EXIT_OK)
+            return rc;
+    }
+    if (!a->path && !(a->dummy && a->po.config_path))
+        return cli_usage_error("load", "give a checkpoint PATH (or --format dummy with --config FILE)");
+    if (a->po.layout == SL_LAYOUT_SPMD && a->po.pp != 1)
+        return cli_usage_error("load", "--pp applies to layout tp only");
+    a->lo.dummy = a->dummy;
+    return CLI_EXIT_OK;
+}
+
+/* ---- progress and memory ---------------------------------------------------------------------- */
+
+static void load_progress(void *user, uint64_t done, uint64_t total)
+{
+    int *last = user;
+    const int pct = total ? (int)(done * 100 / total) : 100;
+    if (pct == *last)
+        return;
+    *last = pct;
+    char bar[41];
+    memset(bar, '#', (size_t)(pct * 40 / 100));
+    memset(bar + pct * 40 / 100, '.', (size_t)(40 - pct * 40 / 100));
+    bar[40] = '\0';
+    fprintf(stderr, "\rloading [%s] %3d%%", bar, pct);
+    if (done >= total)
+        fputc('\n', stderr);
+    fflush(stderr);
+}
+
+/* VmHWM from /proc (bytes), else ru_maxrss (KiB on Linux). */
+static uint64_t peak_rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    unsigned long long kb = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        if (sscanf(line, "VmHWM: %llu kB", &kb) == 1)
+            break;
+    }
+    if (f)
+        fclose(f);
+    if (kb)
+        return (uint64_t)kb * 1024;
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0)
+        return (uint64_t)ru.ru_maxrss * 1024;
+    return 0;
+}
+
+/* ---- output ----------------------------------------------------------------------------------- */
+
+static void json_str(const char *s)
+{
+    putchar('"');
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            printf("\\%c", *p);
+        else if (*p < 0x20)
+            printf("\\u%04x", *p);
+        else
+            putchar(*p);
+    }
+    putchar('"');
+}
+
+static int load_print_checksums(const sl_plan *p, const sl_model *m, int32_t d, int json)
+{
+    sl_param_info pi;
+    for (int64_t i = 0; sl_plan_param(p, d, i, &pi) == SL_OK; i++) {
+        uint64_t h = 0;
+        if (sl_model_param_xxh3(m, d, i, &h) != SL_OK)
+            return cli_fail("%s", sl_model_errmsg(m));
+        if (json) {
+            printf("%s{\"name\":", i ? "," : "");
+            json_str(pi.name);
+            printf(",\"xxh3\":\"%016" PRIx64 "\"}", h);
+        } else {
+            printf("    %016" PRIx64 "  %s\n", h, pi.name);
+        }
+    }
+    return CLI_EXIT_OK;
+}
+
+static double load_gbps(const sl_load_stats *s, uint64_t bytes)
+{
+    return s->seconds > 0 ? (double)bytes / s->seconds / 1e9 : 0.0;
+}
+
+static int load_print_json(const load_args *a, const sl_plan *p, const sl_model *m,
+                           const sl_load_stats *s, uint64_t placed)
+{
+    printf("{\"seconds\":%.6f,\"bytes_read\":%" PRIu64 ",\"gbps\":%.3f,\"peak_rss_bytes\":%" PRIu64
+           ",\"io\":\"%s\",\"engine\":\"%s\",\"staging_peak\":%" PRIu64 ",\"devices\":[",
+           s->seconds, s->bytes_read, load_gbps(s, a->dummy ? placed : s->bytes_read),
+           peak_rss_bytes(), s->io, s->engine, s->staging_peak);
+    for (int32_t d = 0; d < sl_model_device_count(m); d++) {
+        printf("%s{\"index\":%d,\"allocated_bytes\":%" PRIu64, d ? "," : "", (int)d,
+               sl_model_device_allocated(m, d));
+        if (a->checksums) {
+            printf(",\"params\":[");
+            if (load_print_checksums(p, m, d, 1) != CLI_EXIT_OK)
+                return CLI_EXIT_FAIL;
+            printf("]");
+        }
+        printf("}");
+    }
+    printf("]}\n");
+    return CLI_EXIT_OK;
+}
+
+static int load_print_text(const load_args *a, const sl_plan *p, const sl_model *m,
+                           const sl_load_stats *s, uint64_t placed)
+{
+    char b1[32], b2[32];
+    printf("Loading weights took %.3f s\n", s->seconds);
+    if (a->dummy)
+        printf("dummy weights: %s bytes placed (%.2f GB/s), seed %" PRIu64 "\n",
+               cli_commas(placed, b1, sizeof b1), load_gbps(s, placed), a->lo.seed);
+    else
+        printf("read %s of %s checkpoint bytes at %.2f GB/s (io %s, engine %s)\n",
+               cli_commas(s->bytes_read, b1, sizeof b1), cli_commas(s->checkpoint_bytes, b2, sizeof b2),
+               load_gbps(s, s->bytes_read), s->io, s->engine);
+    printf("staging peak %s bytes; peak RSS %s bytes\n", cli_commas(s->staging_peak, b1, sizeof b1),
+           cli_commas(peak_rss_bytes(), b2, sizeof b2));
+    for (int32_t d = 0; d < sl_model_device_count(m); d++) {
+        printf("device %d: %s bytes allocated (plan %s)\n", (int)d,
+               cli_commas(sl_model_device_allocated(m, d), b1, sizeof b1),
+               cli_commas(sl_plan_device_bytes(p, d), b2, sizeof b2));
+        if (a->checksums && load_print_checksums(p, m, d, 0) != CLI_EXIT_OK)
+            return CLI_EXIT_FAIL;
+    }
+    return CLI_EXIT_OK;
+}
+
+/* ---- command ---------------------------------------------------------------------------------- */
+
+static int load_open(const load_args *a, sl_checkpoint **ck, sl_plan **p)
+{
+    if (a->path && sl_checkpoint_open(a->path, ck) != SL_OK)
+        return cli_fail("%s", *ck ? sl_checkpoint_errmsg(*ck) : "out of memory");
+    if (sl_plan_build(*ck, &a->po, p) != SL_OK)
+        return cli_fail("%s", *p ? sl_plan_errmsg(*p) : "out of memory");
+    return CLI_EXIT_OK;
+}
 
 int cli_load(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    return cli_fail("'load' is not implemented yet");
-}
-
-int cli_reshard(int argc, char **argv)
-{
-    (void)argc;
-    (void)argv;
-    return cli_fail("'reshard' is not implemented yet");
-}
-
-int cli_synth(int argc, char **argv)
-{
-    (void)argc;
-    (void)argv;
-    return cli_fail("'synth' is not implemented yet");
-}
-
-int cli_demo(int argc, char **argv)
-{
-    (void)argc;
-    (void)argv;
-    return cli_fail("'demo' is not implemented yet");
+    load_args a = {0};
+    int rc = load_parse(argc, argv, &a);
+    if (rc != CLI_EXIT_OK)
+        return rc < 0 ? CLI_EXIT_OK : rc;
+    sl_checkpoint *ck = NULL;
+    sl_plan *p = NULL;
+    sl_model *m = NULL;
+    int last_pct = -1;
+    if (isatty(STDERR_FILENO)) {
+        a.lo.progress = load_progress;
+        a.lo.progress_user = &last_pct;
+    }
+    rc = load_open(&a, &ck, &p);
+    if (rc == CLI_EXIT_OK && sl_load(a.dummy ? NULL : ck, p, &a.lo, &m) != SL_OK)
+        rc = cli_fail("%s", m ? sl_model_errmsg(m) : "out of memory");
+    if (rc == CLI_EXIT_OK) {
+        sl_load_stats s;
+        sl_model_stats(m, &s);
+        const uint64_t placed = sl_plan_total_bytes(p);
+        rc = a.json ? load_print_json(&a, p, m, &s, placed) : load_print_text(&a, p, m, &s, placed);
+    }
+    sl_model_free(m);
+    sl_plan_free(p);
+    sl_checkpoint_close(ck);
+    return rc;
 }

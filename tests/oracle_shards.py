@@ -108,7 +108,7 @@ ARCHS = {
     # an explicit head_dim (Qwen3), q/k/v biases (Qwen2), tied embeddings (Qwen).
     "llama": dict(architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=64,
                   intermediate_size=96, num_attention_heads=8, num_key_value_heads=2,
-                  num_hidden_layers=5, vocab_size=300, tie_word_embeddings=False),
+                  num_hidden_layers=7, vocab_size=300, tie_word_embeddings=False),
     "mistral": dict(architectures=["MistralForCausalLM"], model_type="mistral", hidden_size=32,
                     intermediate_size=64, num_attention_heads=8, num_key_value_heads=4,
                     num_hidden_layers=5, vocab_size=200, tie_word_embeddings=False),

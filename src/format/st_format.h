@@ -17,6 +17,7 @@
 #define ST_FORMAT_H
 
 #include "sl_arena.h"
+#include "sl_bytes.h"
 #include "sl_err.h"
 
 #include <stdbool.h>

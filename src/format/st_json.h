@@ -10,6 +10,8 @@
 
 #include "st_format.h"
 
+#include <string.h>
+
 typedef struct st_lex {
     const unsigned char *base, *p, *end;
     sl_arena *arena;

@@ -50,11 +50,11 @@ typedef struct sl_plan_param {
     uint64_t shape[SL_PLAN_MAX_DIMS];
     uint64_t nbytes;
     uint64_t offset;         /* in the device buffer */
-} sl_plan_param;
+} sl_plan_param_t;           /* _t: the plain name is the public getter sl_plan_param() */
 
 typedef struct sl_plan_device {
     int32_t index, tp_rank, pp_rank;
-    sl_plan_param *params;
+    sl_plan_param_t *params;
     int64_t n_params;
     sl_op *ops;
     int64_t n_ops;
@@ -74,6 +74,7 @@ struct sl_plan {
     uint64_t total_bytes;    /* sum of device bytes */
     uint64_t read_bytes;     /* union of all COPY source bytes; UINT64_MAX without a checkpoint */
     int has_checkpoint;
+    int tied;                /* the config ties embeddings (reshard stores the shared tensor once) */
 };
 
 #endif /* SL_PLAN_INTERNAL_H */

@@ -1,0 +1,145 @@
+#!/usr/bin/python3
+"""Turns bench/results.jsonl into bench/RESULTS.md and a PNG chart (gnuplot).
+
+Leads with ratios computed per round (interleaved runs on a noisy machine: absolute times drift,
+per-round ratios hold), then memory figures, then the raw min/median/max table and the machine.
+usage: report.py results.jsonl RESULTS.md chart.png MODEL ALT_TP HAVE_TORCH
+"""
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections import defaultdict
+
+
+def load(path):
+    rows = [json.loads(line) for line in open(path) if line.strip()]
+    by = defaultdict(dict)            # (cache, name) -> round -> row
+    for r in rows:
+        by[(r["cache"], r["name"])][r["round"]] = r
+    return by
+
+
+def gbps(row):
+    res = row["result"]
+    if "gbps" in res:
+        return res["gbps"]
+    return res["bytes_read"] / res["seconds"] / 1e9
+
+
+def secs(row):
+    return row["result"]["seconds"]
+
+
+def mmm(vals):
+    return "%.3f / %.3f / %.3f" % (min(vals), statistics.median(vals), max(vals))
+
+
+def per_round_ratio(by, num, den, f):
+    """Median over rounds of f(num)/f(den); den may be a list (the best of them per round)."""
+    dens = den if isinstance(den, list) else [den]
+    out = []
+    for rnd, row in by.get(num, {}).items():
+        d = [f(by[k][rnd]) for k in dens if rnd in by.get(k, {})]
+        if d:
+            out.append(f(row) / max(d))
+    return out
+
+
+def machine():
+    cores = os.cpu_count()
+    mem = next((l.split()[1] for l in open("/proc/meminfo") if l.startswith("MemTotal")), "0")
+    df = subprocess.run(["df", "-h", "--output=source,fstype,size", "."], capture_output=True,
+                        text=True).stdout.strip().splitlines()[-1]
+    model = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
+                  if l.startswith("model name")), "unknown cpu")
+    return "%d cores (%s), %.1f GiB RAM, storage: %s" % (cores, model, int(mem) / 2**20, df)
+
+
+def chart(by, png):
+    if not shutil.which("gnuplot"):
+        return False
+    names = sorted(k for k in by if k[0] != "none")
+    with tempfile.NamedTemporaryFile("w", suffix=".dat", delete=False) as f:
+        for i, k in enumerate(names):
+            vals = [gbps(r) for r in by[k].values()]
+            f.write('%d "%s (%s)" %.4f\n' % (i, k[1], k[0], statistics.median(vals)))
+        dat = f.name
+    script = """set terminal pngcairo size 1100,600 noenhanced
+set output '%s'
+set style fill solid 0.8
+set boxwidth 0.7
+set ylabel 'GB/s (median of rounds)'
+set xtics rotate by -40 font ',9'
+set title 'shardload vs limits and alternatives'
+set grid ytics
+plot '%s' using 1:3:xtic(2) with boxes notitle
+""" % (png, dat)
+    ok = subprocess.run(["gnuplot"], input=script, text=True).returncode == 0
+    os.unlink(dat)
+    return ok
+
+
+def main():
+    src, out, png, model, alt_tp, have_torch = sys.argv[1:7]
+    by = load(src)
+    tps = sorted({int(k[1].split("-tp")[1].split("-")[0]) for k in by if k[1].startswith("shardload-tp")})
+    L = ["# Benchmark results", "",
+         "Model: synthetic `%s` (from `../shared/configs/%s.json`), written by `shardload synth`." % (model, model),
+         "Command: `make bench` (bench/run.sh). Runs interleaved, %d rounds; ratios are medians of per-round ratios." %
+         len(by.get(("hot", "seq"), {})), "", "## Ratios", "",
+         "| comparison | median ratio | per round |", "|---|---:|---|"]
+
+    def ratio_row(label, num, den, f=gbps):
+        rs = per_round_ratio(by, num, den, f)
+        if rs:
+            L.append("| %s | **%.2fx** | %s |" % (label, statistics.median(rs), ", ".join("%.2f" % x for x in rs)))
+
+    for t in tps:
+        ratio_row("hot, TP=%d: shardload / best of (sequential 16 MiB reads, mmap+copy)" % t,
+                  ("hot", "shardload-tp%d" % t), [("hot", "seq"), ("hot", "mmapcopy")])
+    for t in tps:
+        ratio_row("cold, TP=%d: shardload --io direct / sequential O_DIRECT reads" % t,
+                  ("cold", "shardload-tp%d-direct" % t), ("cold", "direct"))
+    inv = lambda row: 1.0 / secs(row)   # speed-up = their seconds / ours
+    ratio_row("hot, TP=%s: speed-up over numpy memmap + per-rank slice + copy" % alt_tp,
+              ("hot", "shardload-tp%s" % alt_tp), ("hot", "numpy-tp%s" % alt_tp), inv)
+    if have_torch == "1":
+        ratio_row("hot, TP=%s: speed-up over PyTorch whole-tensor-then-narrow per rank (vLLM default)" % alt_tp,
+                  ("hot", "shardload-tp%s" % alt_tp), ("hot", "torch-tp%s" % alt_tp), inv)
+    else:
+        L.append("| PyTorch alternative | not run | python3-torch did not install on this machine |")
+    ratio_row("hot: speed-up over mmap + copy per tensor (C rendition of the safetensors libraries, 1 rank)",
+              ("hot", "shardload-tp1"), ("hot", "mmapcopy"), inv)
+
+    L += ["", "## Memory", "",
+          "| run | device bytes | peak RSS | RSS - device bytes | page-cache growth |", "|---|---:|---:|---:|---:|"]
+    for k in sorted(by):
+        if not k[1].startswith("shardload"):
+            continue
+        for rnd, row in sorted(by[k].items())[:1]:
+            res = row["result"]
+            dev = sum(d["allocated_bytes"] for d in res.get("devices", []))
+            rss = res["peak_rss_bytes"]
+            L.append("| %s (%s) | %d | %d | %.1f MiB | %.1f MiB |" % (
+                k[1], k[0], dev, rss, (rss - dev) / 2**20, row["cache_growth"] / 2**20))
+    L += ["", "RSS - device bytes is host memory beyond the destination buffers (staging budget 64 MiB by default).",
+          "Page-cache growth: resident bytes of the checkpoint files after a cold run minus before (fincore).", "",
+          "## All runs (seconds: min / median / max; GB/s median)", "",
+          "| run | cache | seconds | GB/s | peak RSS (MiB) |", "|---|---|---|---:|---:|"]
+    for k in sorted(by):
+        rows = list(by[k].values())
+        L.append("| %s | %s | %s | %.3f | %.0f |" % (
+            k[1], k[0], mmm([secs(r) for r in rows]), statistics.median([gbps(r) for r in rows]),
+            max(r["result"].get("peak_rss_bytes", 0) for r in rows) / 2**20))
+    L += ["", "## Machine", "", machine(), ""]
+    if chart(by, png):
+        L += ["![throughput](chart.png)", ""]
+    open(out, "w").write("\n".join(L))
+
+
+if __name__ == "__main__":
+    main()

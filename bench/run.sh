@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# make bench: shardload against the machine's limits and the alternatives, on the same files, in
+# one run, interleaved (A B C A B C ...) so that drift on a shared machine hits every contender alike.
+# Writes bench/RESULTS.md, bench/results.jsonl and bench/chart.png.
+#
+# Knobs: BENCH_CONFIG (a name in ../shared/configs, default tinyllama-1.1b, about 2.2 GB in bf16),
+#        BENCH_SIZE (synthesize a larger model: a config name, overrides BENCH_CONFIG),
+#        BENCH_ROUNDS (default 3), BENCH_TP (TP sizes, default "1 2 4 8"),
+#        BENCH_ALT_TP (TP of the Python alternatives, default 4), BENCH_DIR (work dir).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SL=build/shardload
+BASE=build/bench/bench_baseline
+CONFIGS=${SL_CONFIGS:-../shared/configs}
+NAME=${BENCH_SIZE:-${BENCH_CONFIG:-tinyllama-1.1b}}
+ROUNDS=${BENCH_ROUNDS:-3}
+TPS=${BENCH_TP:-"1 2 4 8"}
+ALT_TP=${BENCH_ALT_TP:-4}
+WORK=${BENCH_DIR:-bench/work}
+CK=$WORK/$NAME
+OUT=bench/results.jsonl
+PY=/usr/bin/python3
+
+[[ -x $SL && -x $BASE ]] || { echo "bench: build first (make)" >&2; exit 1; }
+[[ -f $CONFIGS/$NAME.json ]] || { echo "bench: no config $CONFIGS/$NAME.json" >&2; exit 1; }
+
+if [[ ! -f $CK/.complete ]]; then
+  rm -rf "$CK"
+  echo "bench: synthesizing $NAME into $CK" >&2
+  $SL synth --config "$CONFIGS/$NAME.json" "$CK" --max-shard-size 1GB
+  touch "$CK/.complete"
+fi
+FILES=("$CK"/*.safetensors)
+
+have_torch=0
+$PY -c 'import torch' 2>/dev/null && have_torch=1
+have_numpy=0
+$PY -c 'import numpy' 2>/dev/null && have_numpy=1
+
+drop_caches() {
+  sync
+  if ! { echo 3 > /proc/sys/vm/drop_caches; } 2>/dev/null; then
+    $BASE dropcache "${FILES[@]}"
+  fi
+}
+warm() { cat "${FILES[@]}" > /dev/null; }
+resident() { fincore --bytes --noheadings --raw -o RES "${FILES[@]}" 2>/dev/null | awk '{s+=$1} END {print s+0}'; }
+
+# record ROUND TEMP NAME JSON: one line of results.jsonl, with page-cache growth for cold runs.
+record() {
+  printf '{"round":%s,"cache":"%s","name":"%s","cache_growth":%s,"result":%s}\n' "$1" "$2" "$3" "$4" "$5" >> "$OUT"
+}
+
+run_hot() {   # round name command...
+  local r=$1 n=$2; shift 2
+  warm
+  local j; j=$("$@") || { echo "bench: $n failed" >&2; return 1; }
+  record "$r" hot "$n" 0 "$(tail -n 1 <<<"$j")"
+}
+
+run_cold() {
+  local r=$1 n=$2; shift 2
+  drop_caches
+  local before after j
+  before=$(resident)
+  j=$("$@") || { echo "bench: $n failed" >&2; return 1; }
+  after=$(resident)
+  record "$r" cold "$n" "$((after - before))" "$(tail -n 1 <<<"$j")"
+}
+
+: > "$OUT"
+echo "bench: memcpy bandwidth" >&2
+record 0 none memcpy 0 "$($BASE memcpy 1024)"
+for r in $(seq 1 "$ROUNDS"); do
+  echo "bench: round $r/$ROUNDS (hot)" >&2
+  run_hot "$r" seq $BASE seq "${FILES[@]}"
+  run_hot "$r" mmapcopy $BASE mmapcopy "$CK"
+  for t in $TPS; do
+    run_hot "$r" "shardload-tp$t" $SL load "$CK" --tp "$t" --io buffered --json
+  done
+  ((have_numpy)) && run_hot "$r" "numpy-tp$ALT_TP" $PY bench/baseline_python.py numpy "$CK" "$ALT_TP"
+  ((have_torch)) && run_hot "$r" "torch-tp$ALT_TP" $PY bench/baseline_python.py torch "$CK" "$ALT_TP"
+  echo "bench: round $r/$ROUNDS (cold)" >&2
+  run_cold "$r" direct $BASE direct "${FILES[@]}"
+  for t in $TPS; do
+    run_cold "$r" "shardload-tp$t-direct" $SL load "$CK" --tp "$t" --io direct --json
+  done
+  run_cold "$r" "shardload-tp$ALT_TP-buffered" $SL load "$CK" --tp "$ALT_TP" --io buffered --json
+  run_cold "$r" mmapcopy $BASE mmapcopy "$CK"
+done
+
+$PY bench/report.py "$OUT" bench/RESULTS.md bench/chart.png "$NAME" "$ALT_TP" "$have_torch"
+echo "bench: wrote bench/RESULTS.md and bench/chart.png" >&2

@@ -1,0 +1,161 @@
+/* st_index.c - model.safetensors.index.json, rules I1-I3 of SAFETENSORS.md section 7.
+ *
+ *   {"metadata": {"total_size": 16060522496, ...}?, "weight_map": {"<tensor>": "<shard file>", ...}}
+ *
+ * jansson is used here (not the header parser): the file is small, has no u64 offsets, and
+ * JSON_REJECT_DUPLICATES compares keys after unescaping, which is rule I3. Without JSON_ALLOW_NUL
+ * jansson rejects "\u0000" in strings, which covers NUL in shard names. Rules I4-I7 need the shards
+ * and live in src/ckpt/. */
+#include "st_format.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *st_index_bad_shard_name(const char *s, size_t len)
+{
+    const size_t sl = sizeof(ST_SUFFIX) - 1;
+    if (len == 0)
+        return "is empty";
+    if (memchr(s, '\0', len))
+        return "contains NUL";
+    /* Parsed as a Windows path on every OS (huggingface_hub #4033): both separators count. */
+    if (memchr(s, '/', len) || memchr(s, '\\', len))
+        return "is not a bare file name (contains '/' or '\\')";
+    if (memchr(s, ':', len))
+        return "has a drive letter or ':'";
+    if ((len == 1 && s[0] == '.') || (len == 2 && s[0] == '.' && s[1] == '.'))
+        return "is '.' or '..'";
+    if (len <= sl || memcmp(s + len - sl, ST_SUFFIX, sl) != 0)
+        return "does not end in .safetensors";
+    return NULL;
+}
+
+static int cmp_entry(const void *a, const void *b)
+{
+    return strcmp(((const st_index_entry *)a)->tensor, ((const st_index_entry *)b)->tensor);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static sl_status index_metadata(const json_t *root, st_index *ix, sl_err *e)
+{
+    const json_t *md = json_object_get(root, "metadata");
+    if (!md)
+        return SL_OK;
+    SL_CHECK(json_is_object(md), e, SL_E_INDEX, "'metadata' is not an object");
+    const json_t *ts = json_object_get(md, "total_size");
+    if (!ts)
+        return SL_OK;
+    SL_CHECK(json_is_integer(ts) && json_integer_value(ts) >= 0, e, SL_E_INDEX,
+             "metadata.total_size is not a non-negative integer");
+    ix->has_total_size = true;
+    ix->total_size = (uint64_t)json_integer_value(ts);
+    return SL_OK;
+}
+
+static sl_status index_entry(st_index *ix, size_t i, const char *key, const json_t *val, sl_err *e)
+{
+    char nb[160];
+    SL_CHECK(json_is_string(val), e, SL_E_INDEX, "weight_map['%s'] is not a string",
+             st_display(key, strlen(key), nb, sizeof nb));
+    const char *shard = json_string_value(val);
+    const size_t len = json_string_length(val);
+    const char *why = st_index_bad_shard_name(shard, len);
+    SL_CHECK(!why, e, SL_E_INDEX, "weight_map['%s']: shard name '%s' %s",
+             st_display(key, strlen(key), nb, sizeof nb), shard, why);
+    ix->entries[i].tensor = sl_arena_strndup(&ix->arena, key, strlen(key));
+    ix->entries[i].shard = sl_arena_strndup(&ix->arena, shard, len);
+    SL_CHECK(ix->entries[i].tensor && ix->entries[i].shard, e, SL_E_NOMEM, "out of memory reading index");
+    return SL_OK;
+}
+
+/* Unique shard names, sorted; entries' shard pointers are redirected to them. */
+static sl_status index_shards(st_index *ix, sl_err *e)
+{
+    const char **v = sl_arena_alloc(&ix->arena, (ix->n_entries ? ix->n_entries : 1) * sizeof(*v));
+    SL_CHECK(v, e, SL_E_NOMEM, "out of memory reading index");
+    for (size_t i = 0; i < ix->n_entries; i++)
+        v[i] = ix->entries[i].shard;
+    qsort(v, ix->n_entries, sizeof(*v), cmp_str);
+    size_t k = 0;
+    for (size_t i = 0; i < ix->n_entries; i++) {
+        if (k == 0 || strcmp(v[k - 1], v[i]) != 0)
+            v[k++] = v[i];
+    }
+    ix->shards = v;
+    ix->n_shards = k;
+    for (size_t i = 0; i < ix->n_entries; i++) {
+        const char **s = bsearch(&ix->entries[i].shard, v, k, sizeof(*v), cmp_str);
+        ix->entries[i].shard = *s;
+    }
+    return SL_OK;
+}
+
+static sl_status index_weight_map(const json_t *root, st_index *ix, sl_err *e)
+{
+    const json_t *wm = json_object_get(root, "weight_map");
+    SL_CHECK(wm, e, SL_E_INDEX, "no 'weight_map'");
+    SL_CHECK(json_is_object(wm), e, SL_E_INDEX, "'weight_map' is not an object");
+    const size_t n = json_object_size(wm);
+    ix->entries = sl_arena_alloc(&ix->arena, (n ? n : 1) * sizeof(st_index_entry));
+    SL_CHECK(ix->entries, e, SL_E_NOMEM, "out of memory reading index");
+    const char *key;
+    const json_t *val;
+    size_t i = 0;
+    json_object_foreach((json_t *)(uintptr_t)wm, key, val) {
+        SL_TRY(index_entry(ix, i, key, val, e));
+        i++;
+    }
+    ix->n_entries = i;
+    qsort(ix->entries, ix->n_entries, sizeof(st_index_entry), cmp_entry);
+    return index_shards(ix, e);
+}
+
+sl_status st_index_parse(const char *buf, size_t len, st_index *ix, sl_err *e)
+{
+    memset(ix, 0, sizeof(*ix));
+    json_error_t je;
+    sl_status st = SL_OK;
+    json_t *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &je);
+    if (!root) {
+        st = sl_err_set(e, SL_E_INDEX, "invalid JSON at byte %d: %s", je.position, je.text);
+        goto out;
+    }
+    if (!json_is_object(root)) {
+        st = sl_err_set(e, SL_E_INDEX, "the root is not an object");
+        goto out;
+    }
+    st = index_metadata(root, ix, e);
+    if (st == SL_OK)
+        st = index_weight_map(root, ix, e);
+out:
+    json_decref(root);
+    if (st != SL_OK)
+        st_index_free(ix);
+    return st;
+}
+
+void st_index_free(st_index *ix)
+{
+    if (!ix)
+        return;
+    sl_arena_free(&ix->arena);
+    memset(ix, 0, sizeof(*ix));
+}
+
+sl_status sl_validate_index_buffer(const void *buf, size_t len, char *err, size_t errlen)
+{
+    sl_err e = {0};
+    st_index ix;
+    const sl_status st = st_index_parse(buf, len, &ix, &e);
+    if (st != SL_OK)
+        sl_err_prefix(&e, ST_INDEX_NAME);
+    sl_err_export(&e, err, errlen);
+    st_index_free(&ix);
+    sl_err_clear(&e);
+    return st;
+}

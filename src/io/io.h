@@ -1,0 +1,54 @@
+/* io.h - the read engines of the loading executor: an ops table plus a void *ctx (STYLE.md rule
+ * 11). The executor submits large positional reads into its staging buffers, at most `depth` in
+ * flight, and reaps them in any order. Engines: "io_uring" (io_uring.c, only with liburing) and
+ * "pread" (a small thread pool, always available). sl_io_open tries them in that order unless one
+ * is forced (argument or SL_IO_ENGINE=pread|uring in the environment).
+ *
+ * Short reads are the engine's business: a request completes when all `len` bytes arrived, when
+ * the file ended (result < len) or on an error (result = -errno). EINTR/EAGAIN are retried. */
+#ifndef SL_IO_H
+#define SL_IO_H
+
+#include "shardload.h"
+
+#include "sl_err.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct sl_io_req {
+    int fd;
+    uint64_t off;      /* file offset of byte 0 of buf */
+    size_t len;
+    void *buf;
+    int64_t result;    /* out: bytes read (< len only at end of file) or -errno */
+    size_t done;       /* engine-private: bytes already read */
+    void *user;        /* caller's tag */
+} sl_io_req;
+
+typedef struct sl_io_ops {
+    const char *name;
+    /* Queues r (owned by the caller until it comes back from wait). Never blocks on I/O. */
+    sl_status (*submit)(void *ctx, sl_io_req *r, sl_err *err);
+    /* Blocks until one submitted request completes and returns it in *done. */
+    sl_status (*wait)(void *ctx, sl_io_req **done, sl_err *err);
+    /* Waits for requests still in flight, then frees everything. Accepts NULL. */
+    void (*close)(void *ctx);
+} sl_io_ops;
+
+typedef struct sl_io {
+    const sl_io_ops *ops;
+    void *ctx;
+} sl_io;
+
+/* Opens an engine allowing `depth` requests in flight; `threads` caps the pread pool (0: up to
+ * depth, at most 16). force: NULL or "" for automatic, "pread" or "uring". The environment
+ * variable SL_IO_ENGINE=pread|uring overrides an automatic choice (tests use it). */
+sl_status sl_io_open(const char *force, unsigned depth, unsigned threads, sl_io *out, sl_err *err);
+void sl_io_close(sl_io *io);
+
+sl_status sl_io_pread_open(unsigned depth, unsigned threads, sl_io *out, sl_err *err);
+/* SL_E_UNSUPPORTED when built without liburing or when the kernel refuses io_uring. */
+sl_status sl_io_uring_open(unsigned depth, sl_io *out, sl_err *err);
+
+#endif /* SL_IO_H */

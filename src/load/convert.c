@@ -1,0 +1,137 @@
+/* convert.c - F32/F16/BF16 conversions. The f16 routines are the branch-light bit tricks of
+ * Maratyszcza's FP16 library: they use the FPU's own round-to-nearest-even, so the loops below
+ * vectorize. They assume the default rounding mode and no flush-to-zero, which is how a process
+ * starts and what the library never changes. */
+#include "load/convert.h"
+
+#include <string.h>
+
+static inline uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static inline float f32_from(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+uint16_t sl_f32_to_bf16(float f)
+{
+    uint32_t x = f32_bits(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((x >> 16) | 0x40u); /* quiet the NaN; truncation could make it inf */
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+
+float sl_bf16_to_f32(uint16_t h)
+{
+    return f32_from((uint32_t)h << 16);
+}
+
+/* Adding a power of two chosen from the input's exponent makes the FPU round the mantissa to
+ * exactly the 10 (or fewer, for subnormal results) bits f16 keeps. */
+uint16_t sl_f32_to_f16(float f)
+{
+    const float scale_to_inf = 0x1.0p+112f;
+    const float scale_to_zero = 0x1.0p-110f;
+    float base = (__builtin_fabsf(f) * scale_to_inf) * scale_to_zero;
+    const uint32_t w = f32_bits(f);
+    const uint32_t shl1_w = w + w;
+    const uint32_t sign = w & 0x80000000u;
+    uint32_t bias = shl1_w & 0xff000000u;
+    if (bias < 0x71000000u)
+        bias = 0x71000000u;
+    base = f32_from((bias >> 1) + 0x07800000u) + base;
+    const uint32_t bits = f32_bits(base);
+    const uint32_t exp_bits = (bits >> 13) & 0x00007c00u;
+    const uint32_t mantissa_bits = bits & 0x00000fffu;
+    const uint32_t nonsign = exp_bits + mantissa_bits;
+    return (uint16_t)((sign >> 16) | (shl1_w > 0xff000000u ? 0x7e00u : nonsign));
+}
+
+float sl_f16_to_f32(uint16_t h)
+{
+    const uint32_t w = (uint32_t)h << 16;
+    const uint32_t sign = w & 0x80000000u;
+    const uint32_t two_w = w + w;
+    const float normalized = f32_from((two_w >> 4) + (0xe0u << 23)) * 0x1.0p-112f;
+    const float denormalized = f32_from((two_w >> 17) | (126u << 23)) - 0.5f;
+    const uint32_t r = two_w < (1u << 27) ? f32_bits(denormalized) : f32_bits(normalized);
+    return f32_from(sign | r);
+}
+
+int sl_convert_supported(sl_dtype dst, sl_dtype src)
+{
+    if (dst == src)
+        return 1;
+    const int d_ok = dst == SL_DTYPE_F32 || dst == SL_DTYPE_F16 || dst == SL_DTYPE_BF16;
+    const int s_ok = src == SL_DTYPE_F32 || src == SL_DTYPE_F16 || src == SL_DTYPE_BF16;
+    return d_ok && s_ok;
+}
+
+static inline float load_f32(const unsigned char *p)
+{
+    float f;
+    memcpy(&f, p, 4);
+    return f;
+}
+
+static inline uint16_t load_u16(const unsigned char *p)
+{
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+
+static inline float load_elem(const unsigned char *p, sl_dtype dt)
+{
+    if (dt == SL_DTYPE_F32)
+        return load_f32(p);
+    if (dt == SL_DTYPE_F16)
+        return sl_f16_to_f32(load_u16(p));
+    return sl_bf16_to_f32(load_u16(p));
+}
+
+static inline void store_elem(unsigned char *p, sl_dtype dt, float f)
+{
+    if (dt == SL_DTYPE_F32) {
+        memcpy(p, &f, 4);
+        return;
+    }
+    uint16_t v = dt == SL_DTYPE_F16 ? sl_f32_to_f16(f) : sl_f32_to_bf16(f);
+    memcpy(p, &v, 2);
+}
+
+/* One loop per (src, dst) pair with constant dtypes after inlining, so each vectorizes. */
+#define CONVERT_LOOP(SD, DD, ss, ds)                                    \
+    for (size_t i = 0; i < n; i++)                                      \
+        store_elem(d + i * (ds), DD, load_elem(s + i * (ss), SD));
+
+void sl_convert(void *dst, sl_dtype dst_dt, const void *src, sl_dtype src_dt, size_t n)
+{
+    unsigned char *d = dst;
+    const unsigned char *s = src;
+    if (dst_dt == src_dt) {
+        memcpy(dst, src, n * (sl_dtype_bits(src_dt) / 8));
+        return;
+    }
+    if (src_dt == SL_DTYPE_F32 && dst_dt == SL_DTYPE_BF16) {
+        CONVERT_LOOP(SL_DTYPE_F32, SL_DTYPE_BF16, 4, 2)
+    } else if (src_dt == SL_DTYPE_F32 && dst_dt == SL_DTYPE_F16) {
+        CONVERT_LOOP(SL_DTYPE_F32, SL_DTYPE_F16, 4, 2)
+    } else if (src_dt == SL_DTYPE_BF16 && dst_dt == SL_DTYPE_F32) {
+        CONVERT_LOOP(SL_DTYPE_BF16, SL_DTYPE_F32, 2, 4)
+    } else if (src_dt == SL_DTYPE_F16 && dst_dt == SL_DTYPE_F32) {
+        CONVERT_LOOP(SL_DTYPE_F16, SL_DTYPE_F32, 2, 4)
+    } else if (src_dt == SL_DTYPE_F16 && dst_dt == SL_DTYPE_BF16) {
+        CONVERT_LOOP(SL_DTYPE_F16, SL_DTYPE_BF16, 2, 2)
+    } else if (src_dt == SL_DTYPE_BF16 && dst_dt == SL_DTYPE_F16) {
+        CONVERT_LOOP(SL_DTYPE_BF16, SL_DTYPE_F16, 2, 2)
+    }
+}

@@ -1,0 +1,24 @@
+/* convert.h - element conversion between F32, F16 and BF16 while scattering checkpoint bytes into
+ * device buffers. Rounding is IEEE round-to-nearest-even, as PyTorch's copy_ does; overflow goes to
+ * infinity, subnormals are kept, NaN stays NaN (quieted, payload not kept). Pointers may be
+ * unaligned. */
+#ifndef SL_CONVERT_H
+#define SL_CONVERT_H
+
+#include "shardload.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* 1 when sl_convert handles src -> dst (equal dtypes always; otherwise F32/F16/BF16 pairs). */
+int sl_convert_supported(sl_dtype dst, sl_dtype src);
+/* Converts n elements. The pair must be supported (equal dtypes are a memcpy). */
+void sl_convert(void *dst, sl_dtype dst_dt, const void *src, sl_dtype src_dt, size_t n);
+
+/* Scalar conversions, exposed for tests and for the dummy filler. */
+uint16_t sl_f32_to_bf16(float f);
+uint16_t sl_f32_to_f16(float f);
+float sl_bf16_to_f32(uint16_t h);
+float sl_f16_to_f32(uint16_t h);
+
+#endif /* SL_CONVERT_H */

@@ -1,0 +1,67 @@
+/* load_internal.h - the loading executor's internal entry points and the sl_model handle.
+ *
+ * sl_load (load.c) only translates a checkpoint into a list of files and calls sl_load_files, so
+ * the engine can be driven (and tested) with plain files and hand-built plans. */
+#ifndef SL_LOAD_INTERNAL_H
+#define SL_LOAD_INTERNAL_H
+
+#include "shardload.h"
+
+#include "device/device.h"
+#include "plan/plan_internal.h"
+#include "sl_err.h"
+
+#include <stdint.h>
+
+typedef struct sl_load_file {
+    const char *path;
+    uint64_t size;           /* size at planning time; a different size now is SL_E_CHANGED */
+} sl_load_file;
+
+typedef struct sl_model_dev {
+    sl_device dev;
+    int64_t n_params;
+    uint64_t *param_off;     /* n_params entries */
+    uint64_t *param_bytes;
+    uint64_t bytes;
+} sl_model_dev;
+
+struct sl_model {
+    sl_err err;
+    sl_err *errw;            /* == &err: const getters still record their message on the handle */
+    int32_t n_devices;       /* 0 after a failed load: nothing is allocated then */
+    sl_model_dev *devs;
+    sl_load_stats stats;
+};
+
+/* Executes plan p reading its files (p->n_files entries of files; may be NULL with o->dummy).
+ * Same contract as sl_load: *out holds a handle even on failure (unless SL_E_NOMEM). */
+sl_status sl_load_files(const sl_load_file *files, int64_t n_files, const sl_plan *p,
+                        const sl_load_opts *o, sl_model **out);
+
+/* Reads the plan's COPY operations once from the files and scatters them into devs. */
+sl_status sl_load_read(const sl_load_file *files, int64_t n_files, const sl_plan *p,
+                       const sl_model_dev *devs, const sl_load_opts *o, sl_load_stats *stats,
+                       sl_err *err);
+
+/* Fills every parameter with the dummy values of docs/engine.md ("Dummy weights"). */
+sl_status sl_load_dummy(const sl_plan *p, const sl_model_dev *devs, const sl_load_opts *o,
+                        sl_load_stats *stats, sl_err *err);
+
+/* Checks that the plan's operations stay inside their parameters and files (sizes as planned). */
+sl_status sl_load_check_plan(const sl_plan *p, const sl_load_file *files, int64_t n_files,
+                             int dummy, sl_err *err);
+
+/* MT19937 as in C++ std::mt19937 (and PyTorch's CPU generator). */
+typedef struct sl_mt19937 {
+    uint32_t mt[624];
+    int idx;
+} sl_mt19937;
+
+void sl_mt19937_seed(sl_mt19937 *g, uint32_t seed);
+uint32_t sl_mt19937_next(sl_mt19937 *g);
+
+/* Dummy value n elements starting at draw 0 of a freshly seeded generator, in dtype dt. */
+void sl_dummy_values(sl_mt19937 *g, sl_dtype dt, void *dst, size_t n);
+
+#endif /* SL_LOAD_INTERNAL_H */

@@ -1,0 +1,127 @@
+/* model.c - the sl_model handle: per-device buffers of a finished load, and their getters. */
+#include "load/load_internal.h"
+
+#include <stdlib.h>
+#include <xxhash.h>
+
+#include "sl_bytes.h"
+
+void sl_load_opts_init(sl_load_opts *o)
+{
+    if (!o)
+        return;
+    *o = (sl_load_opts){0};
+    o->device = "cpu";
+    o->io = SL_IO_AUTO;
+    o->staging_bytes = (uint64_t)64 << 20;
+    o->request_bytes = (uint64_t)16 << 20;
+    o->seed = 1234;
+}
+
+uint64_t sl_xxh3(const void *data, size_t n)
+{
+    return XXH3_64bits(data, n);
+}
+
+void sl_model_free(sl_model *m)
+{
+    if (!m)
+        return;
+    for (int32_t d = 0; d < m->n_devices; d++) {
+        sl_device_close(&m->devs[d].dev);
+        free(m->devs[d].param_off);
+        free(m->devs[d].param_bytes);
+    }
+    free(m->devs);
+    sl_err_clear(&m->err);
+    free(m);
+}
+
+const char *sl_model_errmsg(const sl_model *m)
+{
+    return m ? sl_err_msg(&m->err) : "no model";
+}
+
+sl_status sl_model_stats(const sl_model *m, sl_load_stats *out)
+{
+    if (!m || !out)
+        return SL_E_INVALID_ARG;
+    *out = m->stats;
+    return SL_OK;
+}
+
+int32_t sl_model_device_count(const sl_model *m)
+{
+    return m ? m->n_devices : 0;
+}
+
+uint64_t sl_model_device_allocated(const sl_model *m, int32_t dev)
+{
+    if (!m || dev < 0 || dev >= m->n_devices)
+        return 0;
+    const sl_device *d = &m->devs[dev].dev;
+    return d->ops->allocated(d->ctx);
+}
+
+static sl_status model_param(const sl_model *m, int32_t dev, int64_t i, const sl_model_dev **out)
+{
+    if (!m)
+        return SL_E_INVALID_ARG;
+    if (dev < 0 || dev >= m->n_devices || i < 0 || i >= m->devs[dev].n_params)
+        return sl_err_set(m->errw, SL_E_INVALID_ARG,
+                          "device %d parameter %lld out of range", dev, (long long)i);
+    *out = &m->devs[dev];
+    return SL_OK;
+}
+
+sl_status sl_model_read_param(const sl_model *m, int32_t dev, int64_t i, uint64_t off, void *dst,
+                              uint64_t nbytes)
+{
+    const sl_model_dev *md = NULL;
+    SL_TRY(model_param(m, dev, i, &md));
+    sl_err *err = m->errw;
+    SL_CHECK(off <= md->param_bytes[i] && nbytes <= md->param_bytes[i] - off && nbytes <= SIZE_MAX,
+             err, SL_E_INVALID_ARG, "read of [%llu, +%llu) outside parameter %lld (%llu bytes)",
+             (unsigned long long)off, (unsigned long long)nbytes, (long long)i,
+             (unsigned long long)md->param_bytes[i]);
+    return md->dev.ops->read(md->dev.ctx, md->param_off[i] + off, dst, (size_t)nbytes, err);
+}
+
+const void *sl_model_param_host_ptr(const sl_model *m, int32_t dev, int64_t i)
+{
+    if (!m || dev < 0 || dev >= m->n_devices || i < 0 || i >= m->devs[dev].n_params)
+        return NULL;
+    const sl_model_dev *md = &m->devs[dev];
+    const unsigned char *base = md->dev.ops->host_ptr(md->dev.ctx);
+    return base ? base + md->param_off[i] : NULL;
+}
+
+/* Host memory is hashed in place; other backends stream through a bounded bounce buffer. */
+sl_status sl_model_param_xxh3(const sl_model *m, int32_t dev, int64_t i, uint64_t *out)
+{
+    const sl_model_dev *md = NULL;
+    SL_TRY(model_param(m, dev, i, &md));
+    const unsigned char *base = md->dev.ops->host_ptr(md->dev.ctx);
+    if (base || md->param_bytes[i] == 0) {
+        *out = base ? XXH3_64bits(base + md->param_off[i], (size_t)md->param_bytes[i])
+                    : XXH3_64bits(NULL, 0);
+        return SL_OK;
+    }
+    XXH3_state_t *s = XXH3_createState();
+    const size_t chunk = (size_t)4 << 20;
+    void *buf = malloc(chunk);
+    sl_status st = SL_OK;
+    if (!s || !buf || XXH3_64bits_reset(s) != XXH_OK)
+        st = sl_err_set(m->errw, SL_E_NOMEM, "out of memory");
+    for (uint64_t off = 0; st == SL_OK && off < md->param_bytes[i]; off += chunk) {
+        size_t n = (size_t)sl_min_u64(chunk, md->param_bytes[i] - off);
+        st = sl_model_read_param(m, dev, i, off, buf, n);
+        if (st == SL_OK)
+            XXH3_64bits_update(s, buf, n);
+    }
+    if (st == SL_OK)
+        *out = XXH3_64bits_digest(s);
+    XXH3_freeState(s);
+    free(buf);
+    return st;
+}

@@ -1,0 +1,625 @@
+/* read.c - "read once, place everywhere": the checkpoint side of a load.
+ *
+ * 1. Gather every COPY operation of every device and sort them by (file, source offset).
+ * 2. Turn them into source spans (one per operation, or one per row when the rows are far apart),
+ *    sort and merge them into ranges; gaps under merge_gap are read rather than skipped, so that
+ *    requests stay large (the extra bytes count in bytes_read).
+ * 3. Cut the ranges into chunks of at most `request` bytes at 4096-aligned boundaries, so that
+ *    O_DIRECT reads of neighbouring chunks never overlap.
+ * 4. Read chunks into a fixed set of staging slots, several in flight, and scatter each completed
+ *    chunk into every operation (of any device) that intersects it, converting dtypes on the way.
+ *
+ * A chunk "owns" the source bytes [a, b); an element belongs to the chunk holding its first byte.
+ * When a file's elements may straddle a 4096 boundary (tensor data not aligned to the element
+ * size, which safetensors allows) each chunk reads up to `tail` bytes past b, so owned elements
+ * are whole. Host memory: the slots (staging budget) plus the metadata arrays. */
+#include "io/io.h"
+#include "load/convert.h"
+#include "load/load_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "sl_bytes.h"
+
+#define RD_ALIGN 4096u
+#define RD_SLOT_SLACK (3u * RD_ALIGN)      /* alignment below a and above b_ext, plus the tail */
+#define RD_MAX_SLOTS 64u
+#define RD_MAX_REQUEST ((uint64_t)256 << 20)
+#define RD_BOUNCE ((size_t)256 << 10)
+#define RD_CACHE_SAMPLES 64u
+
+typedef struct rd_file {
+    const char *path;
+    uint64_t size;
+    int fd;
+    int fd_direct_old;   /* direct fd kept open after an EINVAL fallback, until the end */
+    int direct;
+    int used;
+    unsigned tail;
+} rd_file;
+
+typedef struct rd_op {
+    const sl_op *op;
+    int32_t dev;
+    uint32_t ssize, dsize;
+    uint64_t src_end;
+    uint64_t max_end;    /* max src_end of the file's operations up to this one */
+} rd_op;
+
+typedef struct rd_span {
+    int32_t file;
+    uint64_t start, end;
+} rd_span;
+
+typedef struct rd_chunk {
+    int32_t file;
+    uint64_t a, b, b_ext;
+} rd_chunk;
+
+typedef struct rd_slot {
+    sl_io_req req;
+    unsigned char *buf;
+    int64_t chunk;
+} rd_slot;
+
+typedef struct rd_ctx {
+    const sl_plan *p;
+    const sl_model_dev *devs;
+    const sl_load_opts *o;
+    sl_err *err;
+    rd_file *files;
+    int64_t n_files;
+    rd_op *ops;
+    int64_t n_ops;
+    int64_t *file_first;          /* n_files + 1 */
+    rd_chunk *chunks;
+    int64_t n_chunks, cap_chunks;
+    unsigned char **host;         /* per device: host base or NULL */
+    uint64_t request, merge_gap, slot_size;
+    unsigned n_slots;
+    unsigned char *staging;
+    rd_slot *slots;
+    unsigned char *bounce;
+    sl_io io;
+    uint64_t bytes_read, done_bytes, total_bytes, staging_peak;
+} rd_ctx;
+
+/* ---- operations ----------------------------------------------------------------------------- */
+
+static int rd_op_cmp(const void *x, const void *y)
+{
+    const rd_op *a = x, *b = y;
+    if (a->op->file != b->op->file)
+        return a->op->file < b->op->file ? -1 : 1;
+    if (a->op->src_offset != b->op->src_offset)
+        return a->op->src_offset < b->op->src_offset ? -1 : 1;
+    return 0;
+}
+
+static int rd_is_copy(const sl_op *op)
+{
+    return op->kind == SL_OP_COPY && op->rows && op->row_elems;
+}
+
+/* Bounds were checked by sl_load_check_plan, so src_end cannot overflow here. */
+static void rd_op_init(rd_ctx *x, rd_op *r, const sl_op *op, int32_t dev)
+{
+    r->op = op;
+    r->dev = dev;
+    r->ssize = sl_dtype_bits(op->src_dtype) / 8;
+    r->dsize = sl_dtype_bits(x->p->dtype) / 8;
+    r->src_end = op->src_offset + (op->rows - 1) * op->src_stride + op->row_elems * r->ssize;
+    rd_file *f = &x->files[op->file];
+    f->used = 1;
+    if (op->src_offset % r->ssize || op->src_stride % r->ssize)
+        f->tail = r->ssize - 1 > f->tail ? r->ssize - 1 : f->tail;
+}
+
+static sl_status rd_collect_ops(rd_ctx *x)
+{
+    int64_t n = 0;
+    for (int32_t d = 0; d < x->p->n_devices; d++)
+        for (int64_t k = 0; k < x->p->devices[d].n_ops; k++)
+            n += rd_is_copy(&x->p->devices[d].ops[k]);
+    x->ops = calloc((size_t)n + 1, sizeof *x->ops);
+    x->file_first = calloc((size_t)x->n_files + 1, sizeof *x->file_first);
+    if (!x->ops || !x->file_first)
+        return sl_err_set(x->err, SL_E_NOMEM, "out of memory");
+    for (int32_t d = 0; d < x->p->n_devices; d++) {
+        const sl_plan_device *pd = &x->p->devices[d];
+        for (int64_t k = 0; k < pd->n_ops; k++)
+            if (rd_is_copy(&pd->ops[k]))
+                rd_op_init(x, &x->ops[x->n_ops++], &pd->ops[k], d);
+    }
+    qsort(x->ops, (size_t)x->n_ops, sizeof *x->ops, rd_op_cmp);
+    int64_t i = 0;
+    for (int64_t f = 0; f <= x->n_files; f++) {
+        x->file_first[f] = i;
+        uint64_t mx = 0;
+        for (; f < x->n_files && i < x->n_ops && x->ops[i].op->file == f; i++) {
+            mx = sl_max_u64(mx, x->ops[i].src_end);
+            x->ops[i].max_end = mx;
+        }
+    }
+    return SL_OK;
+}
+
+/* ---- spans, ranges and chunks --------------------------------------------------------------- */
+
+/* Rows closer than merge_gap are one span: the gap would be merged later anyway. */
+static int64_t rd_op_span_count(const rd_ctx *x, const rd_op *r)
+{
+    const uint64_t row_bytes = r->op->row_elems * r->ssize;
+    if (r->op->rows == 1 || r->op->src_stride - row_bytes < x->merge_gap)
+        return 1;
+    return (int64_t)r->op->rows;
+}
+
+static int rd_span_cmp(const void *x, const void *y)
+{
+    const rd_span *a = x, *b = y;
+    if (a->file != b->file)
+        return a->file < b->file ? -1 : 1;
+    return a->start < b->start ? -1 : a->start > b->start;
+}
+
+static int64_t rd_merge_spans(const rd_ctx *x, rd_span *s, int64_t n)
+{
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (m && s[m - 1].file == s[i].file && s[i].start <= s[m - 1].end + x->merge_gap) {
+            s[m - 1].end = sl_max_u64(s[m - 1].end, s[i].end);
+            continue;
+        }
+        s[m++] = s[i];
+    }
+    return m;
+}
+
+static sl_status rd_push_chunk(rd_ctx *x, const rd_chunk *c)
+{
+    if (x->n_chunks == x->cap_chunks) {
+        int64_t cap = x->cap_chunks ? 2 * x->cap_chunks : 64;
+        rd_chunk *n = realloc(x->chunks, (size_t)cap * sizeof *n);
+        if (!n)
+            return sl_err_set(x->err, SL_E_NOMEM, "out of memory");
+        x->chunks = n;
+        x->cap_chunks = cap;
+    }
+    x->chunks[x->n_chunks++] = *c;
+    return SL_OK;
+}
+
+static sl_status rd_cut_range(rd_ctx *x, const rd_span *r)
+{
+    for (uint64_t a = r->start; a < r->end;) {
+        rd_chunk c = {.file = r->file, .a = a};
+        c.b = sl_min_u64(r->end, a / RD_ALIGN * RD_ALIGN + x->request);
+        c.b_ext = sl_min_u64(r->end, c.b + x->files[r->file].tail);
+        SL_TRY(rd_push_chunk(x, &c));
+        x->total_bytes += c.b - c.a;
+        a = c.b;
+    }
+    return SL_OK;
+}
+
+static sl_status rd_build_chunks(rd_ctx *x)
+{
+    int64_t n = 0;
+    for (int64_t i = 0; i < x->n_ops; i++)
+        n += rd_op_span_count(x, &x->ops[i]);
+    rd_span *s = calloc((size_t)n + 1, sizeof *s);
+    if (!s)
+        return sl_err_set(x->err, SL_E_NOMEM, "out of memory");
+    int64_t k = 0;
+    for (int64_t i = 0; i < x->n_ops; i++) {
+        const rd_op *r = &x->ops[i];
+        const int64_t cnt = rd_op_span_count(x, r);
+        const uint64_t row_bytes = r->op->row_elems * r->ssize;
+        for (int64_t j = 0; j < cnt; j++) {
+            s[k].file = r->op->file;
+            s[k].start = r->op->src_offset + (uint64_t)j * r->op->src_stride;
+            s[k].end = cnt == 1 ? r->src_end : s[k].start + row_bytes;
+            k++;
+        }
+    }
+    qsort(s, (size_t)n, sizeof *s, rd_span_cmp);
+    n = rd_merge_spans(x, s, n);
+    sl_status st = SL_OK;
+    for (int64_t i = 0; i < n && st == SL_OK; i++)
+        st = rd_cut_range(x, &s[i]);
+    free(s);
+    return st;
+}
+
+/* ---- files ---------------------------------------------------------------------------------- */
+
+/* Samples page residency with mincore over a mapping that is never touched (so nothing is read).
+ * Returns 1 when at least half of the sampled pages are cached. */
+static int rd_mostly_cached(int fd, uint64_t size)
+{
+    if (size == 0 || size > SIZE_MAX)
+        return 1;
+    void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED)
+        return 0;
+    const uint64_t pages = (size + RD_ALIGN - 1) / RD_ALIGN;
+    const uint64_t samples = sl_min_u64(pages, RD_CACHE_SAMPLES);
+    uint64_t hit = 0;
+    for (uint64_t i = 0; i < samples; i++) {
+        unsigned char v = 0;
+        uint64_t page = i * pages / samples;
+        if (mincore((char *)m + page * RD_ALIGN, RD_ALIGN, &v) == 0 && (v & 1))
+            hit++;
+    }
+    munmap(m, (size_t)size);
+    return 2 * hit >= samples;
+}
+
+static sl_status rd_open_buffered(rd_ctx *x, rd_file *f)
+{
+    f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    if (f->fd < 0)
+        return sl_err_set(x->err, errno == ENOENT ? SL_E_NOT_FOUND : SL_E_IO, "%s: cannot open: %s",
+                          f->path, strerror(errno));
+    f->direct = 0;
+    return SL_OK;
+}
+
+/* Tries O_DIRECT; filesystems without it (tmpfs) answer EINVAL and get buffered reads. */
+static sl_status rd_open_file(rd_ctx *x, rd_file *f)
+{
+    SL_TRY(rd_open_buffered(x, f));
+    struct stat sb;
+    if (fstat(f->fd, &sb) != 0)
+        return sl_err_set(x->err, SL_E_IO, "%s: stat: %s", f->path, strerror(errno));
+    if ((uint64_t)sb.st_size != f->size)
+        return sl_err_set(x->err, SL_E_CHANGED,
+                          "%s: size is %llu bytes, planned %llu: short read at offset %llu (file "
+                          "changed since planning?)",
+                          f->path, (unsigned long long)sb.st_size, (unsigned long long)f->size,
+                          (unsigned long long)sl_min_u64((uint64_t)sb.st_size, f->size));
+    int want_direct = x->o->io == SL_IO_DIRECT ||
+                      (x->o->io == SL_IO_AUTO && !rd_mostly_cached(f->fd, f->size));
+    if (!want_direct)
+        return SL_OK;
+    int dfd = open(f->path, O_RDONLY | O_CLOEXEC | O_DIRECT);
+    if (dfd < 0 && errno != EINVAL)
+        return sl_err_set(x->err, SL_E_IO, "%s: cannot open with O_DIRECT: %s", f->path,
+                          strerror(errno));
+    if (dfd >= 0) {
+        close(f->fd);
+        f->fd = dfd;
+        f->direct = 1;
+    }
+    return SL_OK;
+}
+
+static sl_status rd_open_files(rd_ctx *x)
+{
+    for (int64_t i = 0; i < x->n_files; i++) {
+        if (x->files[i].used)
+            SL_TRY(rd_open_file(x, &x->files[i]));
+    }
+    return SL_OK;
+}
+
+static const char *rd_io_name(const rd_ctx *x)
+{
+    int direct = 0, buffered = 0;
+    for (int64_t i = 0; i < x->n_files; i++) {
+        if (x->files[i].used) {
+            direct += x->files[i].direct;
+            buffered += !x->files[i].direct;
+        }
+    }
+    if (!direct && !buffered)
+        return "none";
+    return direct && buffered ? "mixed" : direct ? "direct" : "buffered";
+}
+
+/* ---- scatter -------------------------------------------------------------------------------- */
+
+static uint64_t ceil_div(uint64_t a, uint64_t b)
+{
+    return a / b + (a % b != 0);
+}
+
+/* Writes n elements of src (in src_dt) to device offset dst_off, converting as needed. */
+static sl_status rd_put(rd_ctx *x, const rd_op *r, uint64_t dst_off, const unsigned char *src,
+                        uint64_t n)
+{
+    const sl_device *d = &x->devs[r->dev].dev;
+    const sl_dtype sdt = r->op->src_dtype, ddt = x->p->dtype;
+    if (x->host[r->dev]) {
+        sl_convert(x->host[r->dev] + dst_off, ddt, src, sdt, (size_t)n);
+        return SL_OK;
+    }
+    if (sdt == ddt)
+        return d->ops->write(d->ctx, dst_off, src, (size_t)(n * r->ssize), x->err);
+    const uint64_t per = RD_BOUNCE / 4;
+    for (uint64_t i = 0; i < n; i += per) {
+        const uint64_t m = sl_min_u64(per, n - i);
+        sl_convert(x->bounce, ddt, src + i * r->ssize, sdt, (size_t)m);
+        SL_TRY(d->ops->write(d->ctx, dst_off + i * r->dsize, x->bounce, (size_t)(m * r->dsize), x->err));
+    }
+    return SL_OK;
+}
+
+/* Copies the elements of op rows that chunk [a, b) owns; data holds file bytes from offset a. */
+static sl_status rd_scatter_op(rd_ctx *x, const rd_op *r, uint64_t a, uint64_t b,
+                               const unsigned char *data)
+{
+    const sl_op *op = r->op;
+    const uint64_t es = r->ssize, row_bytes = op->row_elems * es;
+    uint64_t k = 0;
+    if (a > op->src_offset && op->rows > 1) {
+        k = (a - op->src_offset) / op->src_stride;
+        if (op->src_offset + k * op->src_stride + row_bytes <= a)
+            k++;
+    }
+    for (; k < op->rows; k++) {
+        const uint64_t rs = op->src_offset + k * op->src_stride;
+        if (rs >= b)
+            break;
+        if (rs + row_bytes <= a)
+            continue;
+        const uint64_t j0 = rs >= a ? 0 : ceil_div(a - rs, es);
+        const uint64_t j1 = sl_min_u64(op->row_elems, ceil_div(b - rs, es));
+        if (j0 < j1)
+            SL_TRY(rd_put(x, r, op->dst_offset + k * op->dst_stride + j0 * r->dsize,
+                          data + (rs + j0 * es - a), j1 - j0));
+    }
+    return SL_OK;
+}
+
+/* Operations of the chunk's file are sorted by start; max_end is non-decreasing, so both ends of
+ * the candidates are binary searches. */
+static sl_status rd_scatter_chunk(rd_ctx *x, const rd_chunk *c, const unsigned char *data)
+{
+    int64_t lo = x->file_first[c->file], hi = x->file_first[c->file + 1];
+    int64_t l = lo, h = hi;
+    while (l < h) {
+        int64_t mid = l + (h - l) / 2;
+        if (x->ops[mid].op->src_offset < c->b)
+            l = mid + 1;
+        else
+            h = mid;
+    }
+    hi = l;
+    for (h = hi; lo < h;) {
+        int64_t mid = lo + (h - lo) / 2;
+        if (x->ops[mid].max_end > c->a)
+            h = mid;
+        else
+            lo = mid + 1;
+    }
+    for (int64_t i = lo; i < hi; i++) {
+        if (x->ops[i].src_end > c->a)
+            SL_TRY(rd_scatter_op(x, &x->ops[i], c->a, c->b, data));
+    }
+    return SL_OK;
+}
+
+/* ---- pipeline ------------------------------------------------------------------------------- */
+
+static sl_status rd_submit(rd_ctx *x, rd_slot *s, int64_t chunk)
+{
+    const rd_chunk *c = &x->chunks[chunk];
+    const rd_file *f = &x->files[c->file];
+    s->chunk = chunk;
+    s->req.fd = f->fd;
+    s->req.buf = s->buf;
+    s->req.user = s;
+    if (f->direct) {
+        s->req.off = c->a / RD_ALIGN * RD_ALIGN;
+        s->req.len = (size_t)(sl_align_up(c->b_ext, RD_ALIGN) - s->req.off);
+    } else {
+        s->req.off = c->a;
+        s->req.len = (size_t)(c->b_ext - c->a);
+    }
+    return x->io.ops->submit(x->io.ctx, &s->req, x->err);
+}
+
+/* Some filesystems accept O_DIRECT at open and refuse the reads: continue buffered. */
+static sl_status rd_direct_fallback(rd_ctx *x, rd_file *f)
+{
+    f->fd_direct_old = f->fd;
+    f->fd = -1;
+    return rd_open_buffered(x, f);
+}
+
+/* Checks a completed read. Returns SL_OK with *resubmitted set when it was sent again. */
+static sl_status rd_check(rd_ctx *x, rd_slot *s, int *resubmitted)
+{
+    const rd_chunk *c = &x->chunks[s->chunk];
+    rd_file *f = &x->files[c->file];
+    const int64_t res = s->req.result;
+    *resubmitted = 0;
+    if (res == -EINVAL && s->req.fd == f->fd && f->direct) {
+        SL_TRY(rd_direct_fallback(x, f));
+        *resubmitted = 1;
+        return rd_submit(x, s, s->chunk);
+    }
+    if (res == -EINVAL && s->req.fd != f->fd) {
+        *resubmitted = 1; /* issued before the fallback */
+        return rd_submit(x, s, s->chunk);
+    }
+    if (res < 0)
+        return sl_err_set(x->err, SL_E_IO, "%s: read error at offset %llu: %s", f->path,
+                          (unsigned long long)s->req.off, strerror((int)-res));
+    x->bytes_read += (uint64_t)res;
+    if (s->req.off + (uint64_t)res < c->b_ext)
+        return sl_err_set(x->err, SL_E_CHANGED,
+                          "%s: short read at offset %llu (file changed since planning?)", f->path,
+                          (unsigned long long)(s->req.off + (uint64_t)res));
+    return SL_OK;
+}
+
+static sl_status rd_complete(rd_ctx *x, rd_slot *s, int *resubmitted)
+{
+    SL_TRY(rd_check(x, s, resubmitted));
+    if (*resubmitted)
+        return SL_OK;
+    const rd_chunk *c = &x->chunks[s->chunk];
+    SL_TRY(rd_scatter_chunk(x, c, s->buf + (c->a - s->req.off)));
+    x->done_bytes += c->b - c->a;
+    if (x->o->progress)
+        x->o->progress(x->o->progress_user, x->done_bytes, x->total_bytes);
+    return SL_OK;
+}
+
+static sl_status rd_pipeline(rd_ctx *x)
+{
+    rd_slot **free_slots = calloc(x->n_slots, sizeof *free_slots);
+    if (!free_slots)
+        return sl_err_set(x->err, SL_E_NOMEM, "out of memory");
+    unsigned n_free = x->n_slots, busy = 0, peak = 0;
+    for (unsigned i = 0; i < x->n_slots; i++)
+        free_slots[i] = &x->slots[i];
+    sl_status st = SL_OK;
+    int64_t next = 0;
+    while (st == SL_OK && (next < x->n_chunks || busy)) {
+        while (st == SL_OK && next < x->n_chunks && n_free) {
+            st = rd_submit(x, free_slots[--n_free], next++);
+            busy++;
+            peak = busy > peak ? busy : peak;
+        }
+        sl_io_req *done = NULL;
+        if (st == SL_OK)
+            st = x->io.ops->wait(x->io.ctx, &done, x->err);
+        if (st != SL_OK)
+            break;
+        int again = 0;
+        st = rd_complete(x, done->user, &again);
+        if (!again) {
+            busy--;
+            free_slots[n_free++] = done->user;
+        }
+    }
+    x->staging_peak = (uint64_t)peak * x->slot_size;
+    free(free_slots);
+    return st;
+}
+
+/* ---- setup ---------------------------------------------------------------------------------- */
+
+/* Request size: multiple of 4096, and at least two slots fit in the staging budget when possible. */
+static void rd_size_requests(rd_ctx *x)
+{
+    uint64_t req = x->o->request_bytes ? x->o->request_bytes : (uint64_t)16 << 20;
+    uint64_t staging = x->o->staging_bytes ? x->o->staging_bytes : (uint64_t)64 << 20;
+    req = sl_min_u64(sl_max_u64(req / RD_ALIGN * RD_ALIGN, RD_ALIGN), RD_MAX_REQUEST);
+    if (staging < 2 * (req + RD_SLOT_SLACK) && staging / 2 > RD_SLOT_SLACK + RD_ALIGN)
+        req = (staging / 2 - RD_SLOT_SLACK) / RD_ALIGN * RD_ALIGN;
+    else if (staging < 2 * (req + RD_SLOT_SLACK))
+        req = RD_ALIGN;
+    x->request = req;
+    x->slot_size = req + RD_SLOT_SLACK;
+    uint64_t n = staging / x->slot_size;
+    x->n_slots = (unsigned)sl_max_u64(1, sl_min_u64(n, RD_MAX_SLOTS));
+    /* Gaps under 1 MiB (or a sixteenth of a small request) are cheaper to read than to skip. */
+    x->merge_gap = sl_min_u64((uint64_t)1 << 20, req / 16);
+}
+
+/* A small checkpoint does not need the whole budget: no more slots than chunks, and slots only
+ * as large as the largest chunk (plus alignment). */
+static void rd_fit_slots(rd_ctx *x)
+{
+    uint64_t largest = 0;
+    for (int64_t i = 0; i < x->n_chunks; i++)
+        largest = sl_max_u64(largest, x->chunks[i].b_ext - x->chunks[i].a);
+    x->slot_size = sl_min_u64(x->slot_size, sl_align_up(largest, RD_ALIGN) + 2 * RD_ALIGN);
+    x->n_slots = (unsigned)sl_min_u64(x->n_slots, (uint64_t)x->n_chunks);
+}
+
+static sl_status rd_alloc_buffers(rd_ctx *x)
+{
+    x->host = calloc((size_t)x->p->n_devices, sizeof *x->host);
+    if (!x->host)
+        return sl_err_set(x->err, SL_E_NOMEM, "out of memory");
+    int need_bounce = 0;
+    for (int32_t d = 0; d < x->p->n_devices; d++) {
+        x->host[d] = x->devs[d].dev.ops->host_ptr(x->devs[d].dev.ctx);
+        need_bounce |= x->host[d] == NULL && x->devs[d].bytes > 0;
+    }
+    if (need_bounce && !(x->bounce = malloc(RD_BOUNCE)))
+        return sl_err_set(x->err, SL_E_NOMEM, "out of memory");
+    x->slots = calloc(x->n_slots, sizeof *x->slots);
+    x->staging = aligned_alloc(RD_ALIGN, (size_t)(x->slot_size * x->n_slots));
+    if (!x->slots || !x->staging)
+        return sl_err_set(x->err, SL_E_NOMEM, "cannot allocate %llu bytes of staging",
+                          (unsigned long long)(x->slot_size * x->n_slots));
+    for (unsigned i = 0; i < x->n_slots; i++)
+        x->slots[i].buf = x->staging + (size_t)i * x->slot_size;
+    return SL_OK;
+}
+
+static sl_status rd_init_files(rd_ctx *x, const sl_load_file *files)
+{
+    x->files = calloc((size_t)x->n_files + 1, sizeof *x->files);
+    if (!x->files)
+        return sl_err_set(x->err, SL_E_NOMEM, "out of memory");
+    for (int64_t i = 0; i < x->n_files; i++) {
+        x->files[i] = (rd_file){.path = files[i].path, .size = files[i].size, .fd = -1,
+                                .fd_direct_old = -1};
+    }
+    return SL_OK;
+}
+
+static void rd_free(rd_ctx *x)
+{
+    sl_io_close(&x->io); /* first: no read may land in staging after it is freed */
+    for (int64_t i = 0; x->files && i < x->n_files; i++) {
+        if (x->files[i].fd >= 0)
+            close(x->files[i].fd);
+        if (x->files[i].fd_direct_old >= 0)
+            close(x->files[i].fd_direct_old);
+    }
+    free(x->files);
+    free(x->ops);
+    free(x->file_first);
+    free(x->chunks);
+    free(x->host);
+    free(x->slots);
+    free(x->staging);
+    free(x->bounce);
+}
+
+static sl_status rd_run(rd_ctx *x, const sl_load_file *files, sl_load_stats *stats)
+{
+    rd_size_requests(x);
+    SL_TRY(rd_init_files(x, files));
+    SL_TRY(rd_collect_ops(x));
+    SL_TRY(rd_build_chunks(x));
+    SL_TRY(rd_open_files(x));
+    stats->io = rd_io_name(x);
+    if (x->n_chunks == 0)
+        return SL_OK;
+    rd_fit_slots(x);
+    SL_TRY(rd_alloc_buffers(x));
+    const unsigned threads = x->o->threads > 0 ? (unsigned)x->o->threads : 0;
+    SL_TRY(sl_io_open(NULL, x->n_slots, threads, &x->io, x->err));
+    stats->engine = x->io.ops->name;
+    sl_status st = rd_pipeline(x);
+    stats->io = rd_io_name(x); /* after any EINVAL fallback */
+    return st;
+}
+
+sl_status sl_load_read(const sl_load_file *files, int64_t n_files, const sl_plan *p,
+                       const sl_model_dev *devs, const sl_load_opts *o, sl_load_stats *stats,
+                       sl_err *err)
+{
+    rd_ctx x = {.p = p, .devs = devs, .o = o, .err = err, .n_files = n_files};
+    sl_status st = rd_run(&x, files, stats);
+    stats->bytes_read = x.bytes_read;
+    stats->staging_peak = x.staging_peak + (x.bounce ? RD_BOUNCE : 0);
+    rd_free(&x);
+    return st;
+}

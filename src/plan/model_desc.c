@@ -1,0 +1,560 @@
+/* model_desc.c - config.json + rule table -> model description (see model_desc.h).
+ *
+ * Every number comes from a user file, so sizes are checked to be positive and every product is
+ * overflow-checked: a config with hidden_size 2^62 gives SL_E_CONFIG, never a wrapped size. */
+#include "model_desc.h"
+
+#include "rules_builtin.h"
+#include "sl_bytes.h"
+#include "sl_strbuf.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Far above any real model; keeps the tensor list and name formatting bounded. */
+#define SL_MAX_LAYERS 100000
+
+/* ---- config.json ------------------------------------------------------------------------------ */
+
+static sl_status cfg_int(sl_err *err, const json_t *root, const char *key, int64_t *out)
+{
+    const json_t *v = json_object_get(root, key);
+    SL_CHECK(v != NULL, err, SL_E_CONFIG, "config has no '%s'", key);
+    SL_CHECK(json_is_integer(v), err, SL_E_CONFIG, "config '%s' is not an integer", key);
+    const json_int_t x = json_integer_value(v);
+    SL_CHECK(x > 0, err, SL_E_CONFIG, "config '%s' is %lld; it must be positive", key, (long long)x);
+    *out = (int64_t)x;
+    return SL_OK;
+}
+
+static sl_status cfg_int_opt(sl_err *err, const json_t *root, const char *key, int64_t dflt,
+                             int64_t *out)
+{
+    const json_t *v = json_object_get(root, key);
+    if (v == NULL || json_is_null(v)) {
+        *out = dflt;
+        return SL_OK;
+    }
+    return cfg_int(err, root, key, out);
+}
+
+static sl_status cfg_dtype(sl_err *err, const json_t *root, int32_t *out)
+{
+    static const struct {
+        const char *name;
+        sl_dtype dt;
+    } names[] = {{"bfloat16", SL_DTYPE_BF16}, {"float16", SL_DTYPE_F16}, {"half", SL_DTYPE_F16},
+                 {"float32", SL_DTYPE_F32},   {"float", SL_DTYPE_F32}};
+    const json_t *v = json_object_get(root, "torch_dtype");
+    *out = -1;
+    if (v == NULL || json_is_null(v))
+        return SL_OK;
+    SL_CHECK(json_is_string(v), err, SL_E_CONFIG, "config 'torch_dtype' is not a string");
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        if (strcmp(json_string_value(v), names[i].name) == 0) {
+            *out = (int32_t)names[i].dt;
+            return SL_OK;
+        }
+    }
+    return sl_err_set(err, SL_E_CONFIG, "config torch_dtype '%s' is not supported (bfloat16, "
+                      "float16, float32)", json_string_value(v));
+}
+
+static sl_status cfg_arch(sl_err *err, sl_arena *a, const json_t *root, const char **out)
+{
+    const json_t *v = json_object_get(root, "architectures");
+    SL_CHECK(json_is_array(v) && json_array_size(v) > 0, err, SL_E_CONFIG,
+             "config has no 'architectures' list");
+    const json_t *s = json_array_get(v, 0);
+    SL_CHECK(json_is_string(s), err, SL_E_CONFIG, "config architectures[0] is not a string");
+    *out = sl_arena_strndup(a, json_string_value(s), json_string_length(s));
+    SL_CHECK(*out != NULL, err, SL_E_NOMEM, "out of memory");
+    return SL_OK;
+}
+
+static sl_status cfg_tied(sl_err *err, const json_t *root, int *out)
+{
+    const json_t *v = json_object_get(root, "tie_word_embeddings");
+    *out = 0;
+    if (v == NULL || json_is_null(v))
+        return SL_OK;
+    SL_CHECK(json_is_boolean(v), err, SL_E_CONFIG, "config 'tie_word_embeddings' is not a boolean");
+    *out = json_is_true(v);
+    return SL_OK;
+}
+
+static sl_status cfg_parse(sl_err *err, sl_arena *a, const json_t *root, sl_model_config *c)
+{
+    SL_CHECK(json_is_object(root), err, SL_E_CONFIG, "config is not a JSON object");
+    SL_TRY(cfg_arch(err, a, root, &c->architecture));
+    SL_TRY(cfg_int(err, root, "hidden_size", &c->H));
+    SL_TRY(cfg_int(err, root, "num_attention_heads", &c->nh));
+    SL_TRY(cfg_int_opt(err, root, "num_key_value_heads", c->nh, &c->K));
+    SL_TRY(cfg_int(err, root, "intermediate_size", &c->I));
+    SL_TRY(cfg_int(err, root, "vocab_size", &c->V));
+    SL_TRY(cfg_int(err, root, "num_hidden_layers", &c->L));
+    SL_CHECK(c->L <= SL_MAX_LAYERS, err, SL_E_CONFIG, "config num_hidden_layers %lld is above %d",
+             (long long)c->L, SL_MAX_LAYERS);
+    SL_CHECK(json_object_get(root, "head_dim") || c->H % c->nh == 0, err, SL_E_CONFIG,
+             "hidden_size %lld is not divisible by num_attention_heads %lld and the config has no "
+             "head_dim", (long long)c->H, (long long)c->nh);
+    SL_TRY(cfg_int_opt(err, root, "head_dim", c->H / c->nh, &c->D));
+    SL_TRY(cfg_tied(err, root, &c->tied));
+    return cfg_dtype(err, root, &c->dtype);
+}
+
+static sl_status cfg_load(sl_err *err, sl_arena *a, const char *path, sl_model_config *c)
+{
+    json_error_t jerr;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    if (root == NULL)
+        return sl_err_set(err, SL_E_CONFIG, "%s: %s (line %d)", path, jerr.text, jerr.line);
+    const sl_status st = cfg_parse(err, a, root, c);
+    json_decref(root);
+    if (st != SL_OK)
+        sl_err_prefix(err, path);
+    return st;
+}
+
+/* ---- shape expressions: "H", "nh*D", "2*I" ---------------------------------------------------- */
+
+static int sym_value(const sl_model_config *c, const char *s, size_t n, uint64_t *out)
+{
+    static const char *const names[] = {"H", "nh", "K", "D", "I", "V", "L"};
+    const int64_t vals[] = {c->H, c->nh, c->K, c->D, c->I, c->V, c->L};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        if (strlen(names[i]) == n && memcmp(names[i], s, n) == 0) {
+            *out = (uint64_t)vals[i];
+            return 0;
+        }
+    }
+    if (n == 0 || n > 18 || strspn(s, "0123456789") < n)
+        return -1;
+    *out = strtoull(s, NULL, 10);
+    return *out > 0 ? 0 : -1;
+}
+
+static sl_status shape_eval(sl_err *err, const sl_model_config *c, const char *expr,
+                            const char *tensor, uint64_t *out)
+{
+    uint64_t v = 1;
+    const char *p = expr;
+    for (;;) {
+        const size_t n = strcspn(p, "*");
+        uint64_t f = 0;
+        SL_CHECK(sym_value(c, p, n, &f) == 0, err, SL_E_CONFIG,
+                 "rule '%s': shape term '%.*s' is not one of H, nh, K, D, I, V, L or a positive "
+                 "integer", tensor, (int)n, p);
+        SL_CHECK(!sl_mul_overflow(v, f, &v), err, SL_E_CONFIG,
+                 "%s: shape %s overflows with this config", tensor, expr);
+        if (p[n] == '\0')
+            break;
+        p += n + 1;
+    }
+    *out = v;
+    return SL_OK;
+}
+
+/* ---- rule tables ------------------------------------------------------------------------------ */
+
+static const char *rule_str(const json_t *r, const char *key)
+{
+    const json_t *v = json_object_get(r, key);
+    return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+static sl_status rule_shard(sl_err *err, const json_t *r, const char *t, sl_rule *out)
+{
+    static const char *const kinds[] = {"replicated", "column", "row", "vocab", "qkv", "merged"};
+    const char *s = rule_str(r, "shard");
+    SL_CHECK(s != NULL, err, SL_E_CONFIG, "rule '%s' has no \"shard\" string", t);
+    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+        if (strcmp(s, kinds[i]) == 0) {
+            out->shard = (sl_shard_kind)i;
+            return SL_OK;
+        }
+    }
+    return sl_err_set(err, SL_E_CONFIG, "rule '%s': shard '%s' is not one of replicated, column, "
+                      "row, vocab, qkv, merged", t, s);
+}
+
+static sl_status rule_slot(sl_err *err, const json_t *r, const char *t, sl_rule *out)
+{
+    const json_t *v = json_object_get(r, "slot");
+    out->slot = 0;
+    if (out->shard == SL_SHARD_QKV) {
+        const char *s = json_is_string(v) ? json_string_value(v) : "";
+        const char *hit = strlen(s) == 1 ? strchr("qkv", s[0]) : NULL;
+        SL_CHECK(hit != NULL, err, SL_E_CONFIG, "rule '%s': qkv needs \"slot\": \"q\", \"k\" or \"v\"", t);
+        out->slot = (int32_t)(hit - "qkv");
+    } else if (out->shard == SL_SHARD_MERGED) {
+        SL_CHECK(json_is_integer(v) && json_integer_value(v) >= 0 &&
+                     json_integer_value(v) < SL_GROUP_MAX_SLOTS,
+                 err, SL_E_CONFIG, "rule '%s': merged needs an integer \"slot\" in [0, %d)", t,
+                 SL_GROUP_MAX_SLOTS);
+        out->slot = (int32_t)json_integer_value(v);
+    } else {
+        SL_CHECK(v == NULL, err, SL_E_CONFIG, "rule '%s': \"slot\" applies to qkv and merged only", t);
+    }
+    return SL_OK;
+}
+
+static sl_status rule_place(sl_err *err, const json_t *r, const char *t, sl_rule *out)
+{
+    const char *p = rule_str(r, "place");
+    const char *tied = rule_str(r, "tied");
+    const int layered = strstr(t, "{i}") != NULL;
+    if (p == NULL)
+        p = layered ? "layer" : "";
+    if (strcmp(p, "layer") == 0)
+        out->place = SL_PLACE_LAYER;
+    else if (strcmp(p, "first") == 0)
+        out->place = SL_PLACE_FIRST;
+    else if (strcmp(p, "last") == 0)
+        out->place = SL_PLACE_LAST;
+    else
+        return sl_err_set(err, SL_E_CONFIG, "rule '%s' needs \"place\": \"layer\", \"first\" or "
+                          "\"last\"", t);
+    SL_CHECK(layered == (out->place == SL_PLACE_LAYER), err, SL_E_CONFIG,
+             "rule '%s': a per-layer rule needs {i} in its name, and only it may have one", t);
+    SL_CHECK(tied == NULL || !strcmp(tied, "also_last") || !strcmp(tied, "skip"), err,
+             SL_E_CONFIG, "rule '%s': \"tied\" must be \"also_last\" or \"skip\"", t);
+    out->tied_also_last = tied && !strcmp(tied, "also_last");
+    out->tied_skip = tied && !strcmp(tied, "skip");
+    SL_CHECK(!out->tied_also_last || out->place == SL_PLACE_FIRST, err, SL_E_CONFIG,
+             "rule '%s': \"tied\": \"also_last\" needs \"place\": \"first\"", t);
+    return SL_OK;
+}
+
+static sl_status rule_shape(sl_err *err, sl_arena *a, const sl_model_config *c, const json_t *r,
+                            const char *t, sl_rule *out)
+{
+    const json_t *sh = json_object_get(r, "shape");
+    SL_CHECK(json_is_array(sh) && json_array_size(sh) >= 1 &&
+                 json_array_size(sh) <= SL_RULE_MAX_DIMS,
+             err, SL_E_CONFIG, "rule '%s' needs a \"shape\" list of 1 or 2 expressions", t);
+    out->ndim = (uint32_t)json_array_size(sh);
+    for (uint32_t d = 0; d < out->ndim; d++) {
+        const json_t *e = json_array_get(sh, d);
+        SL_CHECK(json_is_string(e), err, SL_E_CONFIG, "rule '%s': shape entries are strings", t);
+        out->dim_expr[d] = sl_arena_strndup(a, json_string_value(e), json_string_length(e));
+        SL_CHECK(out->dim_expr[d] != NULL, err, SL_E_NOMEM, "out of memory");
+        SL_TRY(shape_eval(err, c, out->dim_expr[d], t, &out->shape[d]));
+    }
+    /* The largest element is 4 bytes: then no byte count derived from this shape can wrap. */
+    uint64_t bytes = 4;
+    for (uint32_t d = 0; d < out->ndim; d++)
+        SL_CHECK(!sl_mul_overflow(bytes, out->shape[d] + 64, &bytes), err, SL_E_CONFIG,
+                 "%s: shape overflows with this config", t);
+    return SL_OK;
+}
+
+static sl_status rule_keys(sl_err *err, const json_t *r, const char *t)
+{
+    static const char *const keys[] = {"tensor", "param", "shape", "shard", "slot", "place",
+                                       "tied", "description"};
+    const char *key;
+    const json_t *v;
+    json_object_foreach((json_t *)(uintptr_t)r, key, v) {
+        size_t i = 0;
+        while (i < sizeof(keys) / sizeof(keys[0]) && strcmp(key, keys[i]) != 0)
+            i++;
+        SL_CHECK(i < sizeof(keys) / sizeof(keys[0]), err, SL_E_CONFIG,
+                 "rule '%s': unknown key \"%s\"", t, key);
+    }
+    return SL_OK;
+}
+
+static sl_status rule_parse(sl_err *err, sl_arena *a, const sl_model_config *c, const json_t *r,
+                            sl_rule *out)
+{
+    SL_CHECK(json_is_object(r), err, SL_E_CONFIG, "a rule is not a JSON object");
+    const char *t = rule_str(r, "tensor");
+    SL_CHECK(t != NULL && t[0], err, SL_E_CONFIG, "a rule has no \"tensor\" string");
+    SL_TRY(rule_keys(err, r, t));
+    const char *p = rule_str(r, "param");
+    out->tensor = sl_arena_strndup(a, t, strlen(t));
+    out->param = p ? sl_arena_strndup(a, p, strlen(p)) : out->tensor;
+    SL_CHECK(out->tensor && out->param, err, SL_E_NOMEM, "out of memory");
+    SL_TRY(rule_shard(err, r, t, out));
+    SL_TRY(rule_slot(err, r, t, out));
+    SL_TRY(rule_place(err, r, t, out));
+    SL_CHECK((strstr(out->param, "{i}") != NULL) == (out->place == SL_PLACE_LAYER), err,
+             SL_E_CONFIG, "rule '%s': param '%s' must have {i} exactly when the tensor has", t,
+             out->param);
+    return rule_shape(err, a, c, r, t, out);
+}
+
+/* ---- groups: rules that fill one tp parameter ------------------------------------------------- */
+
+static sl_status group_check_pair(sl_err *err, const sl_rule *a, const sl_rule *b)
+{
+    SL_CHECK(a->shard == b->shard && (a->shard == SL_SHARD_QKV || a->shard == SL_SHARD_MERGED),
+             err, SL_E_CONFIG, "rules '%s' and '%s' share param '%s' but are not slots of one qkv "
+             "or merged parameter", a->tensor, b->tensor, a->param);
+    SL_CHECK(a->place == b->place && a->ndim == b->ndim &&
+                 (a->ndim == 1 || a->shape[1] == b->shape[1]),
+             err, SL_E_CONFIG, "rules '%s' and '%s' fill param '%s' but differ in placement, rank "
+             "or row length", a->tensor, b->tensor, a->param);
+    SL_CHECK(a->slot != b->slot, err, SL_E_CONFIG, "rules '%s' and '%s' take the same slot of '%s'",
+             a->tensor, b->tensor, a->param);
+    return SL_OK;
+}
+
+static sl_status group_add(sl_err *err, sl_model_desc *m, int32_t ri)
+{
+    sl_rule *r = &m->rules[ri];
+    for (int32_t g = 0; g < m->n_groups; g++) {
+        sl_rule_group *gr = &m->groups[g];
+        const sl_rule *first = &m->rules[gr->rules[0]];
+        if (strcmp(first->param, r->param) != 0)
+            continue;
+        SL_TRY(group_check_pair(err, first, r));
+        SL_CHECK(gr->n_rules < SL_GROUP_MAX_SLOTS, err, SL_E_CONFIG, "param '%s' has too many slots",
+                 r->param);
+        for (int32_t k = 1; k < gr->n_rules; k++)
+            SL_TRY(group_check_pair(err, &m->rules[gr->rules[k]], r));
+        gr->rules[gr->n_rules++] = ri;
+        r->group = g;
+        return SL_OK;
+    }
+    m->groups[m->n_groups].n_rules = 1;
+    m->groups[m->n_groups].rules[0] = ri;
+    r->group = m->n_groups++;
+    return SL_OK;
+}
+
+static int rule_slot_cmp(const sl_model_desc *m, int32_t a, int32_t b)
+{
+    return m->rules[a].slot - m->rules[b].slot;
+}
+
+/* Slots in slot order, and complete: q, k, v all present; merged 0..n-1. The qkv math uses the
+ * config's head counts, so the slot shapes must be the ones it implies. */
+static sl_status group_finish(sl_err *err, sl_model_desc *m, sl_rule_group *g)
+{
+    for (int32_t i = 1; i < g->n_rules; i++) {
+        for (int32_t k = i; k > 0 && rule_slot_cmp(m, g->rules[k - 1], g->rules[k]) > 0; k--) {
+            const int32_t t = g->rules[k];
+            g->rules[k] = g->rules[k - 1];
+            g->rules[k - 1] = t;
+        }
+    }
+    const sl_rule *r0 = &m->rules[g->rules[0]];
+    const sl_model_config *c = &m->cfg;
+    for (int32_t i = 0; i < g->n_rules; i++) {
+        const sl_rule *r = &m->rules[g->rules[i]];
+        SL_CHECK(r->slot == i, err, SL_E_CONFIG, "param '%s' lacks slot %d", r0->param, (int)i);
+        const uint64_t want = (uint64_t)(r->slot == 0 ? c->nh : c->K) * (uint64_t)c->D;
+        SL_CHECK(r->shard != SL_SHARD_QKV || r->shape[0] == want, err, SL_E_CONFIG,
+                 "rule '%s': a qkv slot's dim 0 must be %s*D", r->tensor, r->slot ? "K" : "nh");
+    }
+    SL_CHECK(r0->shard != SL_SHARD_QKV || g->n_rules == 3, err, SL_E_CONFIG,
+             "param '%s' needs the q, k and v slots", r0->param);
+    return SL_OK;
+}
+
+static sl_status rules_arch_check(sl_err *err, const json_t *root, const char *arch, int *match)
+{
+    const json_t *archs = json_object_get(root, "architectures");
+    *match = archs == NULL;
+    SL_CHECK(archs == NULL || json_is_array(archs), err, SL_E_CONFIG,
+             "rule table 'architectures' is not a list");
+    for (size_t i = 0; i < json_array_size(archs); i++) {
+        const char *s = json_string_value(json_array_get(archs, i));
+        if (s && strcmp(s, arch) == 0)
+            *match = 1;
+    }
+    return SL_OK;
+}
+
+static sl_status rules_parse(sl_err *err, sl_model_desc *m, const json_t *root)
+{
+    const json_t *rules = json_object_get(root, "rules");
+    SL_CHECK(json_is_array(rules) && json_array_size(rules) > 0, err, SL_E_CONFIG,
+             "rule table has no \"rules\" list");
+    SL_CHECK(json_array_size(rules) < 4096, err, SL_E_CONFIG, "rule table has too many rules");
+    m->n_rules = (int32_t)json_array_size(rules);
+    m->rules = sl_arena_alloc(&m->arena, (size_t)m->n_rules * sizeof(*m->rules));
+    m->groups = sl_arena_alloc(&m->arena, (size_t)m->n_rules * sizeof(*m->groups));
+    SL_CHECK(m->rules && m->groups, err, SL_E_NOMEM, "out of memory");
+    memset(m->rules, 0, (size_t)m->n_rules * sizeof(*m->rules));
+    for (int32_t i = 0; i < m->n_rules; i++) {
+        sl_rule *r = &m->rules[i];
+        SL_TRY(rule_parse(err, &m->arena, &m->cfg, json_array_get(rules, (size_t)i), r));
+        for (int32_t k = 0; k < i; k++)
+            SL_CHECK(strcmp(m->rules[k].tensor, r->tensor) != 0, err, SL_E_CONFIG,
+                     "rule table lists '%s' twice", r->tensor);
+        int32_t *n = r->place == SL_PLACE_LAYER ? &m->n_layer
+                     : r->place == SL_PLACE_FIRST ? &m->n_first : &m->n_last;
+        r->ord = (*n)++;
+        SL_TRY(group_add(err, m, i));
+    }
+    for (int32_t g = 0; g < m->n_groups; g++)
+        SL_TRY(group_finish(err, m, &m->groups[g]));
+    return SL_OK;
+}
+
+static sl_status rules_from_json(sl_err *err, sl_model_desc *m, json_t *root, const char *what)
+{
+    int match = 0;
+    sl_status st = SL_OK;
+    if (!json_is_object(root))
+        st = sl_err_set(err, SL_E_CONFIG, "rule table is not a JSON object");
+    if (st == SL_OK)
+        st = rules_arch_check(err, root, m->cfg.architecture, &match);
+    if (st == SL_OK && !match)
+        st = sl_err_set(err, SL_E_CONFIG, "rule table does not list architecture '%s'",
+                        m->cfg.architecture);
+    if (st == SL_OK)
+        st = rules_parse(err, m, root);
+    if (st != SL_OK)
+        sl_err_prefix(err, what);
+    return st;
+}
+
+static sl_status rules_load_file(sl_err *err, sl_model_desc *m, const char *path)
+{
+    json_error_t jerr;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    if (root == NULL)
+        return sl_err_set(err, SL_E_CONFIG, "%s: %s (line %d)", path, jerr.text, jerr.line);
+    const sl_status st = rules_from_json(err, m, root, path);
+    json_decref(root);
+    return st;
+}
+
+static json_t *builtin_parse(const sl_builtin_rules *b)
+{
+    sl_strbuf text = {0};
+    for (size_t i = 0; b->lines[i] != NULL; i++)
+        sl_strbuf_puts(&text, b->lines[i]);
+    json_t *root = text.oom ? NULL : json_loads(sl_strbuf_str(&text), 0, NULL);
+    sl_strbuf_free(&text);
+    return root;
+}
+
+static sl_status rules_load_builtin(sl_err *err, sl_model_desc *m)
+{
+    for (const sl_builtin_rules *b = sl_builtin_rule_tables; b->name != NULL; b++) {
+        json_t *root = builtin_parse(b);
+        SL_CHECK(root != NULL, err, SL_E_NOMEM, "built-in rule table %s unreadable", b->name);
+        int match = 0;
+        rules_arch_check(err, root, m->cfg.architecture, &match);
+        sl_status st = SL_OK;
+        if (match) {
+            char what[64];
+            snprintf(what, sizeof(what), "built-in rules/%s.json", b->name);
+            st = rules_from_json(err, m, root, what);
+        }
+        json_decref(root);
+        if (match)
+            return st;
+    }
+    return sl_err_set(err, SL_E_CONFIG, "architecture '%s' has no built-in rule table (built in: "
+                      "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM); "
+                      "give one with --rules FILE", m->cfg.architecture);
+}
+
+/* ---- the tensor list -------------------------------------------------------------------------- */
+
+/* pattern with every "{i}" replaced by the layer number. */
+static const char *name_format(sl_arena *a, const char *pattern, int64_t layer)
+{
+    char num[24];
+    const int nlen = snprintf(num, sizeof(num), "%lld", (long long)layer);
+    size_t n = 0;
+    for (const char *p = pattern; *p; n++)
+        p += strncmp(p, "{i}", 3) == 0 ? 3 : 1;
+    char *out = sl_arena_alloc(a, strlen(pattern) + (size_t)nlen * n + 1);
+    if (out == NULL)
+        return NULL;
+    char *o = out;
+    for (const char *p = pattern; *p;) {
+        if (strncmp(p, "{i}", 3) == 0) {
+            memcpy(o, num, (size_t)nlen);
+            o += nlen;
+            p += 3;
+        } else {
+            *o++ = *p++;
+        }
+    }
+    *o = '\0';
+    return out;
+}
+
+const char *sl_model_name_format(sl_arena *a, const char *pattern, int64_t layer)
+{
+    return name_format(a, pattern, layer);
+}
+
+int64_t sl_model_desc_tensor_index(const sl_model_desc *m, int32_t rule, int64_t layer)
+{
+    const sl_rule *r = &m->rules[rule];
+    switch (r->place) {
+    case SL_PLACE_FIRST: return r->ord;
+    case SL_PLACE_LAYER: return m->n_first + layer * m->n_layer + r->ord;
+    case SL_PLACE_LAST: return m->n_first + m->cfg.L * m->n_layer + r->ord;
+    }
+    return -1;
+}
+
+static sl_status tensors_build(sl_err *err, sl_model_desc *m)
+{
+    SL_CHECK(m->cfg.L * m->n_layer <= 10000000, err, SL_E_CONFIG,
+             "%lld layers of %d tensors are too many", (long long)m->cfg.L, (int)m->n_layer);
+    m->n_tensors = m->n_first + m->cfg.L * m->n_layer + m->n_last;
+    m->tensors = sl_arena_alloc(&m->arena, (size_t)m->n_tensors * sizeof(*m->tensors));
+    SL_CHECK(m->tensors != NULL, err, SL_E_NOMEM, "out of memory");
+    for (int32_t ri = 0; ri < m->n_rules; ri++) {
+        const sl_rule *r = &m->rules[ri];
+        const int64_t nl = r->place == SL_PLACE_LAYER ? m->cfg.L : 1;
+        for (int64_t l = 0; l < nl; l++) {
+            sl_model_tensor *t = &m->tensors[sl_model_desc_tensor_index(m, ri, l)];
+            t->rule = ri;
+            t->layer = r->place == SL_PLACE_LAYER ? (int32_t)l : -1;
+            t->ndim = r->ndim;
+            t->shape = r->shape;
+            t->name = r->place == SL_PLACE_LAYER ? name_format(&m->arena, r->tensor, l) : r->tensor;
+            SL_CHECK(t->name != NULL, err, SL_E_NOMEM, "out of memory");
+        }
+    }
+    return SL_OK;
+}
+
+sl_status sl_model_desc_load(const char *config_path, const char *rules_path, sl_err *err,
+                             sl_model_desc **out)
+{
+    *out = NULL;
+    sl_model_desc *m = calloc(1, sizeof(*m));
+    SL_CHECK(m != NULL, err, SL_E_NOMEM, "out of memory");
+    sl_status st = cfg_load(err, &m->arena, config_path, &m->cfg);
+    if (st == SL_OK)
+        st = rules_path ? rules_load_file(err, m, rules_path) : rules_load_builtin(err, m);
+    if (st == SL_OK)
+        st = tensors_build(err, m);
+    if (st != SL_OK) {
+        sl_model_desc_free(m);
+        return st;
+    }
+    *out = m;
+    return SL_OK;
+}
+
+void sl_model_desc_free(sl_model_desc *m)
+{
+    if (m == NULL)
+        return;
+    sl_arena_free(&m->arena);
+    free(m);
+}
+
+void sl_model_desc_each_checkpoint_tensor(const sl_model_desc *m, sl_model_tensor_fn fn, void *user)
+{
+    for (int64_t i = 0; i < m->n_tensors; i++) {
+        if (!(m->cfg.tied && m->rules[m->tensors[i].rule].tied_skip))
+            fn(user, &m->tensors[i]);
+    }
+}

@@ -1,0 +1,83 @@
+/* plan_api.c - the public getters of a plan (shardload.h, "placement plans"). */
+#include "plan_internal.h"
+
+#include <string.h>
+
+const char *sl_plan_errmsg(const sl_plan *p)
+{
+    return p ? sl_err_msg(&p->err) : "out of memory";
+}
+
+sl_layout sl_plan_layout(const sl_plan *p)
+{
+    return p->layout;
+}
+
+int32_t sl_plan_tp(const sl_plan *p)
+{
+    return p->tp;
+}
+
+int32_t sl_plan_pp(const sl_plan *p)
+{
+    return p->pp;
+}
+
+sl_dtype sl_plan_dtype(const sl_plan *p)
+{
+    return p->dtype;
+}
+
+int32_t sl_plan_device_count(const sl_plan *p)
+{
+    return p->devices ? p->n_devices : 0;
+}
+
+static const sl_plan_device *plan_device(const sl_plan *p, int32_t dev)
+{
+    return p->devices && dev >= 0 && dev < p->n_devices ? &p->devices[dev] : NULL;
+}
+
+int64_t sl_plan_param_count(const sl_plan *p, int32_t dev)
+{
+    const sl_plan_device *d = plan_device(p, dev);
+    return d ? d->n_params : 0;
+}
+
+sl_status sl_plan_param(const sl_plan *p, int32_t dev, int64_t i, sl_param_info *out)
+{
+    const sl_plan_device *d = plan_device(p, dev);
+    if (d == NULL || i < 0 || i >= d->n_params)
+        return SL_E_INVALID_ARG;
+    const sl_plan_param_t *pp = &d->params[i];
+    memset(out, 0, sizeof(*out));
+    out->name = pp->name;
+    out->dtype = p->dtype;
+    out->ndim = pp->ndim;
+    out->shape = pp->shape;
+    out->nbytes = pp->nbytes;
+    out->offset = pp->offset;
+    return SL_OK;
+}
+
+uint64_t sl_plan_device_bytes(const sl_plan *p, int32_t dev)
+{
+    const sl_plan_device *d = plan_device(p, dev);
+    return d ? d->bytes : 0;
+}
+
+uint64_t sl_plan_total_bytes(const sl_plan *p)
+{
+    return p->total_bytes;
+}
+
+uint64_t sl_plan_read_bytes(const sl_plan *p)
+{
+    return p->read_bytes;
+}
+
+uint64_t sl_plan_device_file_bytes(const sl_plan *p, int32_t dev, int64_t file)
+{
+    const sl_plan_device *d = plan_device(p, dev);
+    return d && d->file_bytes && file >= 0 && file < p->n_files ? d->file_bytes[file] : 0;
+}

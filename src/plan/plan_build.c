@@ -1,0 +1,573 @@
+/* plan_build.c - sl_plan_build: for each device of the mesh, the parameters it holds (packed back to
+ * back) and the copy/zero operations that fill them, following SHARDING.md.
+ *
+ * The plan is built in two walks over the same code: the first counts parameters and operations
+ * per device, the second fills arrays allocated once at the exact size (STYLE.md rule 10). */
+#include "plan_ctx.h"
+
+#include "sl_bytes.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SL_PLAN_MAX_DEVICES 65536
+#define SL_VOCAB_PAD 64
+
+/* ---- mesh checks ------------------------------------------------------------------------------ */
+
+/* "intermediate_size 14336" for a one-symbol dimension, else "dim 1 of <tensor> (nh*D = 4096)". */
+static void dim_desc(const sl_rule *r, uint32_t d, char *buf, size_t len)
+{
+    static const char *const sym[] = {"H", "nh", "K", "D", "I", "V", "L"};
+    static const char *const field[] = {"hidden_size", "num_attention_heads", "num_key_value_heads",
+                                        "head_dim", "intermediate_size", "vocab_size",
+                                        "num_hidden_layers"};
+    for (size_t i = 0; i < sizeof(sym) / sizeof(sym[0]); i++) {
+        if (strcmp(r->dim_expr[d], sym[i]) == 0) {
+            snprintf(buf, len, "%s %llu", field[i], (unsigned long long)r->shape[d]);
+            return;
+        }
+    }
+    snprintf(buf, len, "dim %u of %s (%s = %llu)", d, r->tensor, r->dim_expr[d],
+             (unsigned long long)r->shape[d]);
+}
+
+static sl_status check_dim(sl_plan *p, const sl_rule *r, uint32_t d)
+{
+    char what[256];
+    if (r->shape[d] % (uint64_t)p->tp == 0)
+        return SL_OK;
+    dim_desc(r, d, what, sizeof(what));
+    return sl_err_set(&p->err, SL_E_DIVISIBILITY, "%s is not divisible by tp %d", what, (int)p->tp);
+}
+
+static uint64_t vocab_padded(uint64_t v)
+{
+    return (v + SL_VOCAB_PAD - 1) / SL_VOCAB_PAD * SL_VOCAB_PAD;
+}
+
+static sl_status check_rule_tp(sl_plan *p, const sl_model_config *cfg, const sl_rule *r)
+{
+    const int64_t T = p->tp;
+    switch (r->shard) {
+    case SL_SHARD_REPLICATED: return SL_OK;
+    case SL_SHARD_COLUMN:
+    case SL_SHARD_MERGED: return check_dim(p, r, 0);
+    case SL_SHARD_ROW: return r->ndim == 2 ? check_dim(p, r, 1) : SL_OK;
+    case SL_SHARD_VOCAB:
+        SL_CHECK(vocab_padded(r->shape[0]) % (uint64_t)T == 0, &p->err, SL_E_DIVISIBILITY,
+                 "padded vocab size %llu (%s %llu rounded up to a multiple of 64) is not divisible "
+                 "by tp %d", (unsigned long long)vocab_padded(r->shape[0]), r->dim_expr[0],
+                 (unsigned long long)r->shape[0], (int)T);
+        return SL_OK;
+    case SL_SHARD_QKV:
+        SL_CHECK(cfg->nh % T == 0, &p->err, SL_E_DIVISIBILITY,
+                 "num_attention_heads %lld is not divisible by tp %d", (long long)cfg->nh, (int)T);
+        SL_CHECK(cfg->K % T == 0 || T % cfg->K == 0, &p->err, SL_E_DIVISIBILITY,
+                 "num_key_value_heads %lld is not divisible by tp %d, nor tp %d by it",
+                 (long long)cfg->K, (int)T, (int)T);
+        return SL_OK;
+    }
+    return SL_OK;
+}
+
+static sl_status check_mesh(plan_ctx *c)
+{
+    sl_plan *p = c->p;
+    const sl_model_config *cfg = &c->m->cfg;
+    SL_CHECK(p->layout != SL_LAYOUT_SPMD || p->pp == 1, &p->err, SL_E_INVALID_ARG,
+             "layout spmd is a 1-D mesh: pp must be 1 (got %d)", (int)p->pp);
+    SL_CHECK(p->pp <= cfg->L, &p->err, SL_E_CONFIG,
+             "pp %d is larger than num_hidden_layers %lld", (int)p->pp, (long long)cfg->L);
+    if (p->layout != SL_LAYOUT_TP)
+        return SL_OK;
+    /* heads first: they are what a user tunes tp by, and they imply o_proj's split */
+    for (int pass = 0; pass < 2; pass++) {
+        for (int32_t i = 0; i < c->m->n_rules; i++) {
+            const sl_rule *r = &c->m->rules[i];
+            if ((r->shard == SL_SHARD_QKV) == (pass == 0))
+                SL_TRY(check_rule_tp(p, cfg, r));
+        }
+    }
+    return SL_OK;
+}
+
+/* ---- pipeline stages (vLLM get_pp_indices) ----------------------------------------------------- */
+
+/* Each stage gets L/P layers; the remainder adds one to stages P-2, P-3, ... (the last stage also
+ * holds the norm and lm_head, so it is spared). */
+static sl_status stages_split(plan_ctx *c)
+{
+    const int64_t L = c->m->cfg.L, P = c->p->pp;
+    int64_t *n = sl_arena_alloc(&c->p->arena, (size_t)(P + 1) * sizeof(int64_t) * 2);
+    SL_CHECK(n != NULL, &c->p->err, SL_E_NOMEM, "out of memory");
+    int64_t *count = n + P + 1;
+    for (int64_t s = 0; s < P; s++)
+        count[s] = L / P;
+    for (int64_t i = 2; i < L % P + 2; i++)
+        count[P - i]++;
+    n[0] = 0;
+    for (int64_t s = 0; s < P; s++)
+        n[s + 1] = n[s] + count[s];
+    c->stage_start = n;
+    return SL_OK;
+}
+
+/* ---- parameter templates and names ------------------------------------------------------------ */
+
+static void tmpl_from_rule(plan_tmpl *t, const sl_rule *r, const char *param)
+{
+    t->param = param;
+    t->place = r->place;
+    t->tied_also_last = r->tied_also_last;
+    t->tied_skip = r->tied_skip;
+}
+
+static sl_status tmpl_names(plan_ctx *c, plan_tmpl *t)
+{
+    const int64_t n = t->place == SL_PLACE_LAYER ? c->m->cfg.L : 1;
+    t->names = sl_arena_alloc(&c->p->arena, (size_t)n * sizeof(*t->names));
+    SL_CHECK(t->names != NULL, &c->p->err, SL_E_NOMEM, "out of memory");
+    for (int64_t l = 0; l < n; l++) {
+        /* copied even without {i}: the plan outlives the model description */
+        t->names[l] = sl_model_name_format(&c->p->arena, t->param, l);
+        SL_CHECK(t->names[l] != NULL, &c->p->err, SL_E_NOMEM, "out of memory");
+    }
+    return SL_OK;
+}
+
+static sl_status tmpl_build(plan_ctx *c)
+{
+    const sl_model_desc *m = c->m;
+    const int spmd = c->p->layout == SL_LAYOUT_SPMD;
+    c->n_tmpl = spmd ? m->n_rules : m->n_groups;
+    c->tmpl = sl_arena_alloc(&c->p->arena, (size_t)c->n_tmpl * sizeof(*c->tmpl));
+    SL_CHECK(c->tmpl != NULL, &c->p->err, SL_E_NOMEM, "out of memory");
+    for (int32_t i = 0; i < c->n_tmpl; i++) {
+        plan_tmpl *t = &c->tmpl[i];
+        memset(t, 0, sizeof(*t));
+        if (spmd) {
+            t->n_rules = 1;
+            t->rules[0] = i;
+            tmpl_from_rule(t, &m->rules[i], m->rules[i].tensor);
+        } else {
+            t->n_rules = m->groups[i].n_rules;
+            memcpy(t->rules, m->groups[i].rules, sizeof(t->rules));
+            tmpl_from_rule(t, &m->rules[t->rules[0]], m->rules[t->rules[0]].param);
+        }
+        SL_TRY(tmpl_names(c, t));
+    }
+    return SL_OK;
+}
+
+/* ---- shard math ------------------------------------------------------------------------------- */
+
+/* One rectangle of a source tensor viewed as [R, C] (1-D: [R, 1]) placed at row dst_row of a
+ * parameter viewed as [Pr, Pc], column 0. */
+typedef struct piece {
+    uint64_t R, C;
+    uint64_t r0, r1, c0, c1;
+    uint64_t dst_row;
+} piece;
+
+typedef struct param_ctx {
+    plan_ctx *c;
+    sl_plan_device *dev;
+    int64_t pidx;
+    uint64_t offset;              /* of the parameter in the device buffer */
+    uint64_t Pr, Pc;              /* parameter as a 2-D view */
+    const plan_tmpl *t;
+    int64_t layer;
+    int32_t rank, n;              /* tp rank (spmd: device) and tp size (spmd: N) */
+} param_ctx;
+
+static uint64_t dtype_size(sl_dtype dt)
+{
+    return sl_dtype_bits(dt) / 8;
+}
+
+static sl_op *op_next(param_ctx *pc)
+{
+    sl_plan_device *d = pc->dev;
+    sl_op *op = d->ops ? &d->ops[d->n_ops] : NULL;
+    d->n_ops++;
+    if (op) {
+        memset(op, 0, sizeof(*op));
+        op->param = pc->pidx;
+    }
+    return op;
+}
+
+static void emit_zero(param_ctx *pc, uint64_t dst_elem, uint64_t elems)
+{
+    if (elems == 0)
+        return;
+    sl_op *op = op_next(pc);
+    if (op == NULL)
+        return;
+    const uint64_t esz = dtype_size(pc->c->p->dtype);
+    op->kind = SL_OP_ZERO;
+    op->src_dtype = pc->c->p->dtype;
+    op->file = -1;
+    op->tensor = -1;
+    op->dst_offset = pc->offset + dst_elem * esz;
+    op->dst_stride = elems * esz;
+    op->rows = 1;
+    op->row_elems = elems;
+}
+
+static void emit_copy(param_ctx *pc, const plan_src *s, const piece *q)
+{
+    const uint64_t rows = q->r1 - q->r0, w = q->c1 - q->c0;
+    if (rows == 0 || w == 0)
+        return;
+    sl_op *op = op_next(pc);
+    if (op == NULL)
+        return;
+    const uint64_t es = dtype_size(s->dtype), ed = dtype_size(pc->c->p->dtype);
+    op->kind = SL_OP_COPY;
+    op->src_dtype = s->dtype;
+    op->file = s->file;
+    op->tensor = s->index;
+    op->src_offset = s->offset + (q->r0 * q->C + q->c0) * es;
+    op->dst_offset = pc->offset + q->dst_row * pc->Pc * ed;
+    if (w == q->C && w == pc->Pc) {   /* whole rows on both sides: one contiguous run */
+        op->rows = 1;
+        op->row_elems = rows * w;
+        op->src_stride = rows * w * es;
+        op->dst_stride = rows * w * ed;
+    } else {
+        op->rows = rows;
+        op->row_elems = w;
+        op->src_stride = q->C * es;
+        op->dst_stride = pc->Pc * ed;
+    }
+}
+
+static void rule_rc(const sl_rule *r, uint64_t *R, uint64_t *C)
+{
+    *R = r->shape[0];
+    *C = r->ndim == 2 ? r->shape[1] : 1;
+}
+
+/* Layout tp: rows of the parameter contributed by slot j, and where they start. */
+static uint64_t tp_slot_rows(const param_ctx *pc, const sl_rule *r, uint64_t *kv_block)
+{
+    const sl_model_config *cfg = &pc->c->m->cfg;
+    const uint64_t T = (uint64_t)pc->n, D = (uint64_t)cfg->D, K = (uint64_t)cfg->K;
+    const uint64_t kl = T <= K ? K / T : 1, rep = T <= K ? 1 : T / K;
+    *kv_block = (uint64_t)pc->rank;
+    switch (r->shard) {
+    case SL_SHARD_QKV:
+        if (r->slot == 0)
+            return (uint64_t)cfg->nh / T * D;
+        *kv_block = (uint64_t)pc->rank / rep;
+        return kl * D;
+    case SL_SHARD_COLUMN:
+    case SL_SHARD_MERGED: return r->shape[0] / T;
+    case SL_SHARD_VOCAB: return vocab_padded(r->shape[0]) / T;
+    case SL_SHARD_REPLICATED:
+    case SL_SHARD_ROW: return r->shape[0];
+    }
+    return 0;
+}
+
+static void tp_rule_ops(param_ctx *pc, const sl_rule *r, const plan_src *s, uint64_t dst_row)
+{
+    piece q = {0};
+    uint64_t block = 0;
+    const uint64_t n = tp_slot_rows(pc, r, &block);
+    rule_rc(r, &q.R, &q.C);
+    q.dst_row = dst_row;
+    q.c1 = q.C;
+    q.r1 = q.R;
+    if (r->shard == SL_SHARD_ROW && r->ndim == 2) {
+        const uint64_t w = q.C / (uint64_t)pc->n;
+        q.c0 = (uint64_t)pc->rank * w;
+        q.c1 = q.c0 + w;
+    } else if (r->shard == SL_SHARD_VOCAB) {
+        q.r0 = sl_min_u64((uint64_t)pc->rank * n, q.R);
+        q.r1 = sl_min_u64(((uint64_t)pc->rank + 1) * n, q.R);
+    } else if (r->shard != SL_SHARD_REPLICATED && r->shard != SL_SHARD_ROW) {
+        q.r0 = block * n;
+        q.r1 = q.r0 + n;
+    }
+    emit_copy(pc, s, &q);
+    if (r->shard == SL_SHARD_VOCAB)   /* padding rows are zero */
+        emit_zero(pc, (dst_row + q.r1 - q.r0) * pc->Pc, (n - (q.r1 - q.r0)) * pc->Pc);
+}
+
+/* Layout spmd: GSPMD tile of dim 0 or 1 of size ceil(dim/N), zero padded; 1-D and replicated
+ * tensors whole. */
+static int spmd_tile_dim(const sl_rule *r)
+{
+    if (r->ndim == 1 || r->shard == SL_SHARD_REPLICATED)
+        return -1;
+    return r->shard == SL_SHARD_ROW ? 1 : 0;
+}
+
+static void spmd_rule_ops(param_ctx *pc, const sl_rule *r, const plan_src *s)
+{
+    piece q = {0};
+    rule_rc(r, &q.R, &q.C);
+    q.r1 = q.R;
+    q.c1 = q.C;
+    const int dim = spmd_tile_dim(r);
+    const uint64_t i = (uint64_t)pc->rank, N = (uint64_t)pc->n;
+    if (dim == 0) {
+        const uint64_t t = (q.R + N - 1) / N;
+        q.r0 = sl_min_u64(i * t, q.R);
+        q.r1 = sl_min_u64((i + 1) * t, q.R);
+        emit_copy(pc, s, &q);
+        emit_zero(pc, (q.r1 - q.r0) * q.C, (t - (q.r1 - q.r0)) * q.C);
+    } else if (dim == 1) {
+        const uint64_t t = (q.C + N - 1) / N;
+        q.c0 = sl_min_u64(i * t, q.C);
+        q.c1 = sl_min_u64((i + 1) * t, q.C);
+        emit_copy(pc, s, &q);
+        const uint64_t w = q.c1 - q.c0;
+        for (uint64_t row = 0; row < q.R && w < t; row++)   /* the pad ends each row */
+            emit_zero(pc, row * t + w, t - w);
+    } else {
+        emit_copy(pc, s, &q);
+    }
+}
+
+/* The parameter's shape on this device. */
+static void param_shape(const param_ctx *pc, sl_plan_param_t *pp)
+{
+    const sl_rule *r0 = &pc->c->m->rules[pc->t->rules[0]];
+    pp->ndim = r0->ndim;
+    pp->shape[0] = r0->shape[0];
+    pp->shape[1] = r0->ndim == 2 ? r0->shape[1] : 0;
+    const uint64_t N = (uint64_t)pc->n;
+    if (pc->c->p->layout == SL_LAYOUT_SPMD) {
+        const int dim = spmd_tile_dim(r0);
+        if (dim >= 0)
+            pp->shape[dim] = (pp->shape[dim] + N - 1) / N;
+        return;
+    }
+    if (r0->shard == SL_SHARD_ROW && r0->ndim == 2) {
+        pp->shape[1] /= N;
+        return;
+    }
+    uint64_t rows = 0, block = 0;
+    for (int32_t k = 0; k < pc->t->n_rules; k++) {
+        const sl_rule *r = &pc->c->m->rules[pc->t->rules[k]];
+        rows += tp_slot_rows(pc, r, &block);
+    }
+    pp->shape[0] = rows;
+}
+
+static sl_status param_emit(param_ctx *pc)
+{
+    sl_plan *p = pc->c->p;
+    sl_plan_device *d = pc->dev;
+    sl_plan_param_t tmp, *pp = d->params ? &d->params[d->n_params] : &tmp;
+    memset(pp, 0, sizeof(*pp));
+    pp->name = pc->t->names[pc->layer < 0 ? 0 : pc->layer];
+    param_shape(pc, pp);
+    uint64_t nb = dtype_size(p->dtype);
+    for (uint32_t k = 0; k < pp->ndim; k++)
+        SL_CHECK(!sl_mul_overflow(nb, pp->shape[k], &nb), &p->err, SL_E_CONFIG,
+                 "%s: size overflows", pp->name);
+    pp->nbytes = nb;
+    pp->offset = d->bytes;
+    SL_CHECK(!sl_add_overflow(d->bytes, nb, &d->bytes), &p->err, SL_E_CONFIG,
+             "device %d: size overflows", (int)d->index);
+    pc->pidx = d->n_params++;
+    pc->offset = pp->offset;
+    pc->Pr = pp->shape[0];
+    pc->Pc = pp->ndim == 2 ? pp->shape[1] : 1;
+    uint64_t dst_row = 0, block = 0;
+    for (int32_t k = 0; k < pc->t->n_rules; k++) {
+        const int32_t ri = pc->t->rules[k];
+        const sl_rule *r = &pc->c->m->rules[ri];
+        const plan_src *s = &pc->c->src[sl_model_desc_tensor_index(pc->c->m, ri, pc->layer)];
+        if (p->layout == SL_LAYOUT_SPMD) {
+            spmd_rule_ops(pc, r, s);
+        } else {
+            tp_rule_ops(pc, r, s, dst_row);
+            dst_row += tp_slot_rows(pc, r, &block);
+        }
+    }
+    return SL_OK;
+}
+
+/* ---- devices ---------------------------------------------------------------------------------- */
+
+static int tmpl_on_stage(const plan_ctx *c, const plan_tmpl *t, int32_t stage)
+{
+    const int tied = c->m->cfg.tied;
+    const int32_t last = c->p->pp - 1;
+    if (tied && t->tied_skip)
+        return 0;
+    if (t->place == SL_PLACE_FIRST)
+        return stage == 0 || (stage == last && tied && t->tied_also_last);
+    return t->place == SL_PLACE_LAST && stage == last;
+}
+
+static sl_status device_walk(plan_ctx *c, sl_plan_device *d)
+{
+    param_ctx pc = {.c = c, .dev = d, .rank = d->tp_rank, .n = c->p->tp};
+    d->n_params = d->n_ops = 0;
+    d->bytes = 0;
+    for (int pass = 0; pass < 3; pass++) {
+        const sl_place place = pass == 0 ? SL_PLACE_FIRST : pass == 1 ? SL_PLACE_LAYER : SL_PLACE_LAST;
+        const int64_t l0 = pass == 1 ? c->stage_start[d->pp_rank] : -1;
+        const int64_t l1 = pass == 1 ? c->stage_start[d->pp_rank + 1] : 0;
+        for (int64_t l = l0; l < l1; l++) {
+            for (int32_t i = 0; i < c->n_tmpl; i++) {
+                pc.t = &c->tmpl[i];
+                pc.layer = l;
+                if (pc.t->place == place && (place == SL_PLACE_LAYER || tmpl_on_stage(c, pc.t, d->pp_rank)))
+                    SL_TRY(param_emit(&pc));
+            }
+        }
+    }
+    return SL_OK;
+}
+
+static sl_status devices_build(plan_ctx *c)
+{
+    sl_plan *p = c->p;
+    p->devices = sl_arena_alloc(&p->arena, (size_t)p->n_devices * sizeof(*p->devices));
+    SL_CHECK(p->devices != NULL, &p->err, SL_E_NOMEM, "out of memory");
+    memset(p->devices, 0, (size_t)p->n_devices * sizeof(*p->devices));
+    for (int32_t i = 0; i < p->n_devices; i++) {
+        sl_plan_device *d = &p->devices[i];
+        d->index = i;
+        d->tp_rank = i % p->tp;
+        d->pp_rank = i / p->tp;
+        SL_TRY(device_walk(c, d));   /* count */
+        d->params = sl_arena_alloc(&p->arena, (size_t)d->n_params * sizeof(*d->params) + 1);
+        d->ops = sl_arena_alloc(&p->arena, (size_t)d->n_ops * sizeof(*d->ops) + 1);
+        SL_CHECK(d->params && d->ops, &p->err, SL_E_NOMEM, "out of memory");
+        SL_TRY(device_walk(c, d));   /* fill */
+        SL_CHECK(!sl_add_overflow(p->total_bytes, d->bytes, &p->total_bytes), &p->err,
+                 SL_E_CONFIG, "total size overflows");
+    }
+    return SL_OK;
+}
+
+/* ---- options and entry point ------------------------------------------------------------------ */
+
+void sl_plan_opts_init(sl_plan_opts *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->tp = 1;
+    o->pp = 1;
+    o->layout = SL_LAYOUT_TP;
+    o->dtype = -1;
+}
+
+static sl_status opts_check(sl_plan *p, const sl_checkpoint *ck, const sl_plan_opts *o)
+{
+    SL_CHECK(o->tp >= 1 && o->pp >= 1, &p->err, SL_E_INVALID_ARG, "tp and pp must be at least 1");
+    SL_CHECK((int64_t)o->tp * o->pp <= SL_PLAN_MAX_DEVICES, &p->err, SL_E_INVALID_ARG,
+             "tp*pp is above %d devices", SL_PLAN_MAX_DEVICES);
+    SL_CHECK(o->layout == SL_LAYOUT_TP || o->layout == SL_LAYOUT_SPMD, &p->err, SL_E_INVALID_ARG,
+             "unknown layout %d", (int)o->layout);
+    SL_CHECK(o->dtype == -1 || o->dtype == SL_DTYPE_F32 || o->dtype == SL_DTYPE_F16 ||
+                 o->dtype == SL_DTYPE_BF16,
+             &p->err, SL_E_INVALID_ARG, "target dtype must be F32, F16 or BF16");
+    SL_CHECK(ck != NULL || o->config_path != NULL, &p->err, SL_E_INVALID_ARG,
+             "a plan needs a checkpoint or a config path");
+    p->layout = o->layout;
+    p->tp = o->tp;
+    p->pp = o->pp;
+    p->n_devices = o->tp * o->pp;
+    return SL_OK;
+}
+
+static sl_status desc_load(sl_plan *p, const sl_checkpoint *ck, const sl_plan_opts *o,
+                           sl_model_desc **m)
+{
+    char *path = NULL;
+    const char *cfg = o->config_path;
+    if (cfg == NULL) {
+        const char *dir = sl_checkpoint_dir(ck);
+        const size_t n = strlen(dir) + sizeof("/config.json");
+        path = malloc(n);
+        SL_CHECK(path != NULL, &p->err, SL_E_NOMEM, "out of memory");
+        snprintf(path, n, "%s/config.json", dir);
+        cfg = path;
+    }
+    const sl_status st = sl_model_desc_load(cfg, o->rules_path, &p->err, m);
+    free(path);
+    return st;
+}
+
+static sl_status plan_dtype(sl_plan *p, const sl_model_desc *m, const sl_plan_opts *o)
+{
+    const int32_t dt = o->dtype >= 0 ? o->dtype : m->cfg.dtype;
+    SL_CHECK(dt >= 0, &p->err, SL_E_CONFIG, "the config has no torch_dtype: choose a dtype");
+    p->dtype = (sl_dtype)dt;
+    return SL_OK;
+}
+
+static sl_status sources_init(plan_ctx *c)
+{
+    c->src = sl_arena_alloc(&c->p->arena, (size_t)c->m->n_tensors * sizeof(*c->src));
+    SL_CHECK(c->src != NULL, &c->p->err, SL_E_NOMEM, "out of memory");
+    for (int64_t i = 0; i < c->m->n_tensors; i++)
+        c->src[i] = (plan_src){.index = -1, .file = -1, .offset = 0, .dtype = c->p->dtype};
+    return SL_OK;
+}
+
+static sl_status plan_build_impl(sl_plan *p, const sl_checkpoint *ck, const sl_plan_opts *o)
+{
+    plan_ctx c = {.p = p, .ck = ck};
+    sl_model_desc *m = NULL;
+    sl_status st = opts_check(p, ck, o);
+    if (st == SL_OK)
+        st = desc_load(p, ck, o, &m);
+    c.m = m;
+    if (st == SL_OK) {
+        p->tied = m->cfg.tied;
+        st = plan_dtype(p, m, o);
+    }
+    if (st == SL_OK)
+        st = check_mesh(&c);
+    if (st == SL_OK)
+        st = stages_split(&c);
+    if (st == SL_OK)
+        st = sources_init(&c);
+    if (st == SL_OK)
+        st = tmpl_build(&c);
+    if (st == SL_OK && ck != NULL)
+        st = sl_plan_bind_checkpoint(&c);
+    if (st == SL_OK)
+        st = devices_build(&c);
+    if (st == SL_OK)
+        st = sl_plan_finish(&c);
+    sl_model_desc_free(m);
+    return st;
+}
+
+sl_status sl_plan_build(const sl_checkpoint *ck, const sl_plan_opts *o, sl_plan **out)
+{
+    sl_plan_opts dflt;
+    if (o == NULL) {
+        sl_plan_opts_init(&dflt);
+        o = &dflt;
+    }
+    *out = NULL;
+    sl_plan *p = calloc(1, sizeof(*p));
+    if (p == NULL)
+        return SL_E_NOMEM;
+    p->read_bytes = UINT64_MAX;
+    p->has_checkpoint = ck != NULL;
+    *out = p;
+    return plan_build_impl(p, ck, o);
+}
+
+void sl_plan_free(sl_plan *p)
+{
+    if (p == NULL)
+        return;
+    sl_err_clear(&p->err);
+    sl_arena_free(&p->arena);
+    free(p);
+}

@@ -1,0 +1,178 @@
+/* plan_ckpt.c - matching checkpoint tensors to the rule table, with SHARDING.md's strictness:
+ * unclaimed tensors, wrong shapes, unconvertible dtypes and missing parameters are errors. */
+#include "plan_ctx.h"
+
+#include "sl_strbuf.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Names vLLM's AutoWeightsLoader drops before any rule is consulted. */
+static const char *const skip_substrings[] = {"rotary_emb.inv_freq", "rotary_emb.cos_cached",
+                                              "rotary_emb.sin_cached"};
+
+/* ---- name -> model tensor: open addressing over the names the config implies ------------------ */
+
+typedef struct name_map {
+    int64_t *slots;   /* model tensor index, -1 empty */
+    uint64_t mask;
+} name_map;
+
+static uint64_t name_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;   /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+static sl_status map_build(plan_ctx *c, name_map *mp)
+{
+    uint64_t cap = 16;
+    while (cap < (uint64_t)c->m->n_tensors * 2)
+        cap *= 2;
+    mp->slots = malloc(cap * sizeof(*mp->slots));
+    SL_CHECK(mp->slots != NULL, &c->p->err, SL_E_NOMEM, "out of memory");
+    mp->mask = cap - 1;
+    memset(mp->slots, 0xff, cap * sizeof(*mp->slots));
+    for (int64_t i = 0; i < c->m->n_tensors; i++) {
+        uint64_t h = name_hash(c->m->tensors[i].name) & mp->mask;
+        while (mp->slots[h] >= 0)
+            h = (h + 1) & mp->mask;
+        mp->slots[h] = i;
+    }
+    return SL_OK;
+}
+
+static int64_t map_find(const plan_ctx *c, const name_map *mp, const char *name)
+{
+    for (uint64_t h = name_hash(name) & mp->mask; mp->slots[h] >= 0; h = (h + 1) & mp->mask) {
+        if (strcmp(c->m->tensors[mp->slots[h]].name, name) == 0)
+            return mp->slots[h];
+    }
+    return -1;
+}
+
+/* ---- per-tensor checks ------------------------------------------------------------------------ */
+
+static int skipped(const char *name)
+{
+    for (size_t i = 0; i < sizeof(skip_substrings) / sizeof(skip_substrings[0]); i++) {
+        if (strstr(name, skip_substrings[i]) != NULL)
+            return 1;
+    }
+    return 0;
+}
+
+static void shape_str(sl_strbuf *b, uint32_t ndim, const uint64_t *shape)
+{
+    sl_strbuf_puts(b, "[");
+    for (uint32_t i = 0; i < ndim; i++)
+        sl_strbuf_printf(b, "%s%llu", i ? ", " : "", (unsigned long long)shape[i]);
+    sl_strbuf_puts(b, "]");
+}
+
+static sl_status check_shape(plan_ctx *c, const sl_tensor_info *ti, const sl_model_tensor *mt)
+{
+    int same = ti->ndim == mt->ndim;
+    for (uint32_t i = 0; same && i < ti->ndim; i++)
+        same = ti->shape[i] == mt->shape[i];
+    if (same)
+        return SL_OK;
+    sl_strbuf a = {0}, b = {0};
+    shape_str(&a, ti->ndim, ti->shape);
+    shape_str(&b, mt->ndim, mt->shape);
+    sl_err_set(&c->p->err, SL_E_SHAPE, "checkpoint tensor '%s' has shape %s but the config implies "
+               "%s", ti->name, sl_strbuf_str(&a), sl_strbuf_str(&b));
+    sl_strbuf_free(&a);
+    sl_strbuf_free(&b);
+    return SL_E_SHAPE;
+}
+
+static int float_dtype(sl_dtype dt)
+{
+    return dt == SL_DTYPE_F32 || dt == SL_DTYPE_F16 || dt == SL_DTYPE_BF16;
+}
+
+static sl_status check_dtype(plan_ctx *c, const sl_tensor_info *ti)
+{
+    SL_CHECK(ti->dtype == c->p->dtype || float_dtype(ti->dtype), &c->p->err, SL_E_UNSUPPORTED,
+             "checkpoint tensor '%s' has dtype %s, which cannot be converted to %s", ti->name,
+             sl_dtype_name(ti->dtype) ? sl_dtype_name(ti->dtype) : "?", sl_dtype_name(c->p->dtype));
+    return SL_OK;
+}
+
+static sl_status bind_one(plan_ctx *c, const name_map *mp, int64_t i)
+{
+    sl_tensor_info ti;
+    sl_status st = sl_checkpoint_tensor(c->ck, i, &ti);
+    SL_CHECK(st == SL_OK, &c->p->err, st, "cannot read checkpoint tensor %lld", (long long)i);
+    if (skipped(ti.name))
+        return SL_OK;
+    const int64_t k = map_find(c, mp, ti.name);
+    SL_CHECK(k >= 0, &c->p->err, SL_E_UNCLAIMED,
+             "checkpoint tensor '%s' is not claimed by any rule of the %s table", ti.name,
+             c->m->cfg.architecture);
+    const sl_model_tensor *mt = &c->m->tensors[k];
+    if (c->m->cfg.tied && c->m->rules[mt->rule].tied_skip)
+        return SL_OK;   /* tied: the embedding serves as lm_head, as in vLLM */
+    SL_TRY(check_shape(c, &ti, mt));
+    SL_TRY(check_dtype(c, &ti));
+    c->src[k] = (plan_src){.index = i, .file = ti.file, .offset = ti.offset, .dtype = ti.dtype};
+    return SL_OK;
+}
+
+/* ---- completeness ----------------------------------------------------------------------------- */
+
+static int tmpl_complete(const plan_ctx *c, const plan_tmpl *t, int64_t layer)
+{
+    for (int32_t k = 0; k < t->n_rules; k++) {
+        if (c->src[sl_model_desc_tensor_index(c->m, t->rules[k], layer)].index < 0)
+            return 0;
+    }
+    return 1;
+}
+
+/* vLLM's message, with Python's set syntax; every parameter not fully initialized is listed. */
+static sl_status check_missing(plan_ctx *c)
+{
+    sl_strbuf b = {0};
+    int64_t n = 0;
+    for (int32_t i = 0; i < c->n_tmpl; i++) {
+        const plan_tmpl *t = &c->tmpl[i];
+        const int64_t layers = t->place == SL_PLACE_LAYER ? c->m->cfg.L : 1;
+        if (c->m->cfg.tied && t->tied_skip)
+            continue;
+        for (int64_t l = 0; l < layers; l++) {
+            if (tmpl_complete(c, t, l))
+                continue;
+            sl_strbuf_puts(&b, n++ ? ", '" : "'");
+            sl_strbuf_puts(&b, t->names[l]);
+            sl_strbuf_puts(&b, "'");
+        }
+    }
+    sl_status st = SL_OK;
+    if (n > 0)
+        st = sl_err_set(&c->p->err, SL_E_MISSING,
+                        "Following weights were not initialized from checkpoint: {%s}",
+                        sl_strbuf_str(&b));
+    sl_strbuf_free(&b);
+    return st;
+}
+
+sl_status sl_plan_bind_checkpoint(plan_ctx *c)
+{
+    name_map mp = {0};
+    sl_status st = map_build(c, &mp);
+    const int64_t n = sl_checkpoint_tensor_count(c->ck);
+    for (int64_t i = 0; st == SL_OK && i < n; i++)
+        st = bind_one(c, &mp, i);
+    free(mp.slots);
+    if (st == SL_OK)
+        st = check_missing(c);
+    if (st == SL_OK) {
+        c->p->n_files = sl_checkpoint_file_count(c->ck);
+        c->p->has_checkpoint = 1;
+    }
+    return st;
+}

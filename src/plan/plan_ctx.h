@@ -1,0 +1,44 @@
+/* plan_ctx.h - state shared by the planner's files while one plan is built (not part of the plan
+ * the loader sees). */
+#ifndef SL_PLAN_CTX_H
+#define SL_PLAN_CTX_H
+
+#include "model_desc.h"
+#include "plan_internal.h"
+
+/* A parameter of the layout: the rules (checkpoint tensors) that fill it. In layout tp a rule group;
+ * in layout spmd one rule each (no fusing). */
+typedef struct plan_tmpl {
+    int32_t n_rules;
+    int32_t rules[SL_GROUP_MAX_SLOTS];
+    const char *param;            /* name pattern */
+    sl_place place;
+    int tied_also_last, tied_skip;
+    const char **names;           /* per layer (1 entry for first/last), arena */
+} plan_tmpl;
+
+/* Where a model tensor lives in the checkpoint. Without a checkpoint: index -1, offset 0 (ops
+ * then carry offsets relative to the tensor), dtype the plan's. */
+typedef struct plan_src {
+    int64_t index;
+    int32_t file;
+    uint64_t offset;
+    sl_dtype dtype;
+} plan_src;
+
+typedef struct plan_ctx {
+    sl_plan *p;
+    const sl_model_desc *m;
+    const sl_checkpoint *ck;
+    plan_src *src;                /* per m->tensors entry */
+    plan_tmpl *tmpl;
+    int32_t n_tmpl;
+    int64_t *stage_start;         /* pp + 1 entries: stage s holds layers [start[s], start[s+1]) */
+} plan_ctx;
+
+/* plan_ckpt.c: binds checkpoint tensors to model tensors and enforces the strictness rules. */
+sl_status sl_plan_bind_checkpoint(plan_ctx *c);
+/* plan_totals.c: sorts each device's ops, fills file_bytes and read_bytes. */
+sl_status sl_plan_finish(plan_ctx *c);
+
+#endif /* SL_PLAN_CTX_H */

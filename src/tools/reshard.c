@@ -1,0 +1,341 @@
+/* reshard.c - pre-sharded output (SHARDING.md "Pre-sharded output"): each device's parameters,
+ * with exactly their device shapes, written to OUT/model-rank-{d}-part-{p}.safetensors.
+ *
+ * The loading engine does the work: every device is a "file device" whose writes land in its part
+ * files through the safetensors writer, so resharding reads each checkpoint byte once and keeps the
+ * same staging bound as a load; no device buffer is ever held in memory. */
+#include "shardload.h"
+
+#include "device/device.h"
+#include "load/load_internal.h"
+#include "plan/plan_internal.h"
+#include "sl_bytes.h"
+#include "sl_err.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define RESHARD_DEFAULT_PART 5000000000ull
+
+typedef struct file_dev {
+    const sl_plan *plan;
+    const sl_plan_device *pd;
+    sl_writer **parts;
+    int64_t n_parts;
+    int64_t *param_part;      /* part of each parameter */
+    int64_t *param_widx;      /* writer index of each parameter in its part */
+    pthread_mutex_t lock;     /* the engine may write from several threads */
+} file_dev;
+
+/* The last parameter whose offset is <= off (parameters are packed in offset order). */
+static int64_t file_dev_param_at(const file_dev *f, uint64_t off)
+{
+    int64_t lo = 0, hi = f->pd->n_params - 1;
+    while (lo < hi) {
+        const int64_t mid = lo + (hi - lo + 1) / 2;
+        if (f->pd->params[mid].offset <= off)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+static sl_status file_dev_alloc(void *ctx, uint64_t bytes, sl_err *err)
+{
+    const file_dev *f = ctx;
+    SL_CHECK(bytes == f->pd->bytes, err, SL_E_INVALID_ARG, "reshard: device %d size mismatch", f->pd->index);
+    return SL_OK;
+}
+
+static sl_status file_dev_write_locked(file_dev *f, uint64_t off, const unsigned char *src, size_t n,
+                                       sl_err *err)
+{
+    while (n > 0) {
+        const int64_t i = file_dev_param_at(f, off);
+        const sl_plan_param_t *pp = &f->pd->params[i];
+        const uint64_t in_param = off - pp->offset;
+        SL_CHECK(i >= 0 && in_param < pp->nbytes, err, SL_E_INVALID_ARG,
+                 "reshard: device %d write at %llu outside every parameter", f->pd->index,
+                 (unsigned long long)off);
+        const size_t k = (size_t)sl_min_u64(n, pp->nbytes - in_param);
+        sl_writer *w = f->parts[f->param_part[i]];
+        if (sl_writer_write(w, f->param_widx[i], in_param, src, k) != SL_OK)
+            return sl_err_set(err, SL_E_IO, "%s", sl_writer_errmsg(w));
+        off += k;
+        src += k;
+        n -= k;
+    }
+    return SL_OK;
+}
+
+static sl_status file_dev_write(void *ctx, uint64_t off, const void *src, size_t n, sl_err *err)
+{
+    file_dev *f = ctx;
+    pthread_mutex_lock(&f->lock);
+    const sl_status st = file_dev_write_locked(f, off, src, n, err);
+    pthread_mutex_unlock(&f->lock);
+    return st;
+}
+
+static sl_status file_dev_zero(void *ctx, uint64_t off, uint64_t n, sl_err *err)
+{
+    static const unsigned char zeros[64 * 1024];
+    while (n > 0) {
+        const size_t k = (size_t)sl_min_u64(n, sizeof(zeros));
+        SL_TRY(file_dev_write(ctx, off, zeros, k, err));
+        off += k;
+        n -= k;
+    }
+    return SL_OK;
+}
+
+static sl_status file_dev_read(void *ctx, uint64_t off, void *dst, size_t n, sl_err *err)
+{
+    (void)ctx, (void)off, (void)dst, (void)n;
+    return sl_err_set(err, SL_E_UNSUPPORTED, "reshard devices are write-only");
+}
+
+static uint64_t file_dev_allocated(const void *ctx)
+{
+    return ((const file_dev *)ctx)->pd->bytes;
+}
+
+static void file_dev_free(void *ctx)
+{
+    (void)ctx;   /* owned by the reshard run */
+}
+
+static const sl_device_ops file_dev_ops = {
+    .name = "file",
+    .alloc = file_dev_alloc,
+    .write = file_dev_write,
+    .zero = file_dev_zero,
+    .read = file_dev_read,
+    .prefault = NULL,
+    .host_ptr = NULL,
+    .allocated = file_dev_allocated,
+    .free = file_dev_free,
+};
+
+/* ---- one device's part files --------------------------------------------------------------- */
+
+typedef struct reshard {
+    const sl_plan *plan;
+    const char *outdir;
+    uint64_t max_part;
+    int tied;
+    file_dev *fdevs;
+    sl_model_dev *mdevs;
+    sl_err err;
+} reshard;
+
+/* With tied embeddings vLLM's sharded_state loader keeps, of tensors that share storage, the one
+ * whose name sorts lowest: lm_head.weight. That sharing exists where both modules live: on the
+ * last pipeline stage. */
+static const char *stored_name(const reshard *r, const sl_plan_device *pd, const char *name)
+{
+    if (r->tied && pd->pp_rank == r->plan->pp - 1 && !strcmp(name, "model.embed_tokens.weight"))
+        return "lm_head.weight";
+    return name;
+}
+
+static int64_t split_parts(const sl_plan_device *pd, uint64_t max_part, int64_t *param_part)
+{
+    int64_t n = 0;
+    uint64_t fill = 0;
+    for (int64_t i = 0; i < pd->n_params; i++) {
+        if (n == 0 || (fill > 0 && fill + pd->params[i].nbytes > max_part)) {
+            n++;
+            fill = 0;
+        }
+        param_part[i] = n - 1;
+        fill += pd->params[i].nbytes;
+    }
+    return n;
+}
+
+static sl_status part_open(reshard *r, file_dev *f, int64_t k)
+{
+    char path[4096], num[32];
+    snprintf(path, sizeof(path), "%s/model-rank-%d-part-%lld.safetensors", r->outdir, f->pd->index,
+             (long long)k);
+    sl_writer **w = &f->parts[k];
+    if (sl_writer_open(path, w) != SL_OK)
+        return sl_err_set(&r->err, SL_E_IO, "%s", sl_writer_errmsg(*w));
+    sl_status st = sl_writer_set_metadata(*w, "format", "pt");
+    if (st == SL_OK)
+        st = sl_writer_set_metadata(*w, "layout", r->plan->layout == SL_LAYOUT_SPMD ? "spmd" : "tp");
+    snprintf(num, sizeof(num), "%d", r->plan->tp);
+    if (st == SL_OK)
+        st = sl_writer_set_metadata(*w, "tp", num);
+    snprintf(num, sizeof(num), "%d", r->plan->pp);
+    if (st == SL_OK)
+        st = sl_writer_set_metadata(*w, "pp", num);
+    snprintf(num, sizeof(num), "%d", f->pd->index);
+    if (st == SL_OK)
+        st = sl_writer_set_metadata(*w, "device", num);
+    if (st != SL_OK)
+        return sl_err_set(&r->err, st, "%s", sl_writer_errmsg(*w));
+    return SL_OK;
+}
+
+static sl_status file_dev_init(reshard *r, file_dev *f, const sl_plan_device *pd)
+{
+    f->plan = r->plan;
+    f->pd = pd;
+    pthread_mutex_init(&f->lock, NULL);
+    const size_t np = (size_t)pd->n_params + 1;
+    f->param_part = calloc(np, sizeof(*f->param_part));
+    f->param_widx = calloc(np, sizeof(*f->param_widx));
+    f->parts = calloc(np, sizeof(*f->parts));
+    if (!f->param_part || !f->param_widx || !f->parts)
+        return sl_err_set(&r->err, SL_E_NOMEM, "out of memory");
+    f->n_parts = split_parts(pd, r->max_part, f->param_part);
+    for (int64_t k = 0; k < f->n_parts; k++)
+        SL_TRY(part_open(r, f, k));
+    for (int64_t i = 0; i < pd->n_params; i++) {
+        const sl_plan_param_t *pp = &pd->params[i];
+        sl_writer *w = f->parts[f->param_part[i]];
+        if (sl_writer_add(w, stored_name(r, pd, pp->name), r->plan->dtype, pp->ndim, pp->shape,
+                          &f->param_widx[i]) != SL_OK)
+            return sl_err_set(&r->err, SL_E_INVALID_ARG, "%s", sl_writer_errmsg(w));
+    }
+    for (int64_t k = 0; k < f->n_parts; k++) {
+        if (sl_writer_begin(f->parts[k]) != SL_OK)
+            return sl_err_set(&r->err, SL_E_IO, "%s", sl_writer_errmsg(f->parts[k]));
+    }
+    return SL_OK;
+}
+
+static void file_dev_destroy(file_dev *f)
+{
+    for (int64_t k = 0; f->parts && k < f->n_parts; k++)
+        sl_writer_free(f->parts[k]);   /* removes a part that was not finished */
+    free(f->parts);
+    free(f->param_part);
+    free(f->param_widx);
+    if (f->pd)
+        pthread_mutex_destroy(&f->lock);
+}
+
+/* ---- the run ------------------------------------------------------------------------------- */
+
+static sl_status reshard_zero_fill(reshard *r)
+{
+    const uint64_t es = sl_dtype_bits(r->plan->dtype) / 8;
+    for (int32_t d = 0; d < r->plan->n_devices; d++) {
+        const sl_plan_device *pd = &r->plan->devices[d];
+        for (int64_t k = 0; k < pd->n_ops; k++) {
+            const sl_op *op = &pd->ops[k];
+            if (op->kind == SL_OP_ZERO)
+                SL_TRY(file_dev_zero(&r->fdevs[d], op->dst_offset, op->rows * op->row_elems * es, &r->err));
+        }
+    }
+    return SL_OK;
+}
+
+static sl_status reshard_finish(reshard *r)
+{
+    for (int32_t d = 0; d < r->plan->n_devices; d++) {
+        file_dev *f = &r->fdevs[d];
+        for (int64_t k = 0; k < f->n_parts; k++) {
+            if (sl_writer_finish(f->parts[k]) != SL_OK)
+                return sl_err_set(&r->err, SL_E_IO, "%s", sl_writer_errmsg(f->parts[k]));
+        }
+    }
+    return SL_OK;
+}
+
+static sl_status reshard_copy_config(reshard *r, const sl_checkpoint *ck)
+{
+    char src[4096], dst[4096];
+    snprintf(src, sizeof(src), "%s/config.json", sl_checkpoint_dir(ck));
+    snprintf(dst, sizeof(dst), "%s/config.json", r->outdir);
+    json_error_t je;
+    json_t *cfg = json_load_file(src, 0, &je);
+    if (!cfg)
+        return SL_OK;   /* a single-file checkpoint planned with --config has none to copy */
+    const int rc = json_dump_file(cfg, dst, JSON_INDENT(2));
+    json_decref(cfg);
+    SL_CHECK(rc == 0, &r->err, SL_E_IO, "%s: cannot write", dst);
+    return SL_OK;
+}
+
+static sl_status reshard_devices(reshard *r)
+{
+    const int32_t n = r->plan->n_devices;
+    r->fdevs = calloc((size_t)n, sizeof(*r->fdevs));
+    r->mdevs = calloc((size_t)n, sizeof(*r->mdevs));
+    if (!r->fdevs || !r->mdevs)
+        return sl_err_set(&r->err, SL_E_NOMEM, "out of memory");
+    for (int32_t d = 0; d < n; d++) {
+        SL_TRY(file_dev_init(r, &r->fdevs[d], &r->plan->devices[d]));
+        r->mdevs[d].dev.ops = &file_dev_ops;
+        r->mdevs[d].dev.ctx = &r->fdevs[d];
+        r->mdevs[d].n_params = r->plan->devices[d].n_params;
+        r->mdevs[d].bytes = r->plan->devices[d].bytes;
+    }
+    return SL_OK;
+}
+
+static sl_status reshard_run(reshard *r, const sl_checkpoint *ck, const sl_load_opts *o)
+{
+    const int64_t nf = sl_checkpoint_file_count(ck);
+    sl_load_file *files = calloc((size_t)nf + 1, sizeof(*files));
+    if (!files)
+        return sl_err_set(&r->err, SL_E_NOMEM, "out of memory");
+    for (int64_t i = 0; i < nf; i++) {
+        files[i].path = sl_checkpoint_file_path(ck, i);
+        files[i].size = sl_checkpoint_file_size(ck, i);
+    }
+    sl_load_stats stats = {0};
+    sl_status st = sl_load_check_plan(r->plan, files, nf, 0, &r->err);
+    if (st == SL_OK)
+        st = reshard_devices(r);
+    if (st == SL_OK)
+        st = sl_load_read(files, nf, r->plan, r->mdevs, o, &stats, &r->err);
+    if (st == SL_OK)
+        st = reshard_zero_fill(r);
+    if (st == SL_OK)
+        st = reshard_finish(r);
+    if (st == SL_OK)
+        st = reshard_copy_config(r, ck);
+    free(files);
+    return st;
+}
+
+sl_status sl_reshard(const sl_checkpoint *ck, const sl_plan *p, const sl_load_opts *o,
+                     const char *outdir, uint64_t max_part_bytes, char *err, size_t errlen)
+{
+    reshard r = {0};
+    sl_load_opts defaults;
+    if (!o) {
+        sl_load_opts_init(&defaults);
+        o = &defaults;
+    }
+    r.plan = p;
+    r.outdir = outdir;
+    r.max_part = max_part_bytes ? max_part_bytes : RESHARD_DEFAULT_PART;
+    sl_status st = SL_OK;
+    if (!ck || !p || !outdir)
+        st = sl_err_set(&r.err, SL_E_INVALID_ARG, "reshard needs a checkpoint, a plan and an output directory");
+    else if (mkdir(outdir, 0755) != 0 && errno != EEXIST)
+        st = sl_err_set(&r.err, SL_E_IO, "%s: cannot create directory: %s", outdir, strerror(errno));
+    if (st == SL_OK) {
+        r.tied = p->tied;
+        st = reshard_run(&r, ck, o);
+    }
+    for (int32_t d = 0; r.fdevs && d < p->n_devices; d++)
+        file_dev_destroy(&r.fdevs[d]);
+    free(r.fdevs);
+    free(r.mdevs);
+    sl_err_export(&r.err, err, errlen);
+    sl_err_clear(&r.err);
+    return st;
+}

@@ -1,0 +1,248 @@
+/* synth.c - synthetic checkpoints in Hugging Face layout, for tests, benchmarks and the demo.
+ *
+ * The tensors are exactly those the config implies under its rule table (model_desc.h), filled
+ * with uniform values in [-0.05, 0.05) from a per-tensor generator seeded by (seed, name), so a
+ * file's bytes depend only on the config, the dtype and the seed. Shards follow huggingface_hub:
+ * tensors in order, a new shard when the next tensor would pass max_shard_bytes (a bigger tensor
+ * gets a shard of its own), names model-0000i-of-0000n.safetensors plus model.safetensors.index.json,
+ * or a single model.safetensors without index. Memory use is one fixed chunk buffer. */
+#include "shardload.h"
+
+#include "load/convert.h"
+#include "plan/model_desc.h"
+#include "sl_bytes.h"
+#include "sl_err.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define SYNTH_CHUNK_ELEMS (1u << 20)
+#define SYNTH_DEFAULT_SHARD 5000000000ull
+
+typedef struct synth_shard {
+    int64_t first, count;    /* range of desc tensors */
+} synth_shard;
+
+typedef struct synth {
+    const sl_model_desc *desc;
+    sl_dtype dtype;
+    uint64_t seed;
+    const char *outdir;
+    int64_t *tensors;        /* desc tensor indices that a checkpoint holds */
+    int64_t n_tensors;
+    synth_shard *shards;
+    int64_t n_shards;
+    void *chunk;             /* SYNTH_CHUNK_ELEMS elements of the widest dtype */
+    float *fchunk;
+    sl_err err;
+} synth;
+
+static uint64_t splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* FNV-1a of the name mixed with the seed: each tensor has its own stream. */
+static uint64_t tensor_seed(uint64_t seed, const char *name)
+{
+    uint64_t h = 0xcbf29ce484222325ull ^ seed;
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        h = (h ^ *p) * 0x100000001b3ull;
+    return h;
+}
+
+static uint64_t tensor_numel(const sl_model_tensor *t)
+{
+    uint64_t n = 1;
+    for (uint32_t d = 0; d < t->ndim; d++)
+        n *= t->shape[d];   /* shapes were checked against overflow by sl_model_desc_load */
+    return n;
+}
+
+static void collect_tensor(void *user, const sl_model_tensor *t)
+{
+    synth *s = user;
+    s->tensors[s->n_tensors++] = t - s->desc->tensors;
+}
+
+static sl_status synth_split(synth *s, uint64_t max_shard)
+{
+    const uint64_t esz = sl_dtype_bits(s->dtype) / 8;
+    s->shards = calloc((size_t)s->n_tensors + 1, sizeof(*s->shards));
+    if (!s->shards)
+        return sl_err_set(&s->err, SL_E_NOMEM, "out of memory");
+    uint64_t fill = 0;
+    for (int64_t i = 0; i < s->n_tensors; i++) {
+        const uint64_t nb = tensor_numel(&s->desc->tensors[s->tensors[i]]) * esz;
+        synth_shard *cur = s->n_shards ? &s->shards[s->n_shards - 1] : NULL;
+        if (!cur || (fill > 0 && fill + nb > max_shard)) {
+            cur = &s->shards[s->n_shards++];
+            cur->first = i;
+            fill = 0;
+        }
+        cur->count++;
+        fill += nb;
+    }
+    return SL_OK;
+}
+
+static void shard_name(const synth *s, int64_t k, char *buf, size_t len)
+{
+    if (s->n_shards == 1)
+        snprintf(buf, len, "model.safetensors");
+    else
+        snprintf(buf, len, "model-%05lld-of-%05lld.safetensors", (long long)k + 1, (long long)s->n_shards);
+}
+
+static sl_status synth_fill_tensor(synth *s, sl_writer *w, int64_t widx, const sl_model_tensor *t)
+{
+    const uint64_t numel = tensor_numel(t);
+    const size_t esz = sl_dtype_bits(s->dtype) / 8;
+    uint64_t state = tensor_seed(s->seed, t->name);
+    for (uint64_t done = 0; done < numel;) {
+        const size_t n = (size_t)sl_min_u64(numel - done, SYNTH_CHUNK_ELEMS);
+        for (size_t k = 0; k < n; k++) {
+            const uint64_t r = splitmix64(&state);
+            /* 24 random bits -> [0,1) exactly in f32, then scaled to [-0.05, 0.05). */
+            s->fchunk[k] = ((float)(r >> 40) * 0x1p-24f - 0.5f) * 0.1f;
+        }
+        sl_convert(s->chunk, s->dtype, s->fchunk, SL_DTYPE_F32, n);
+        if (sl_writer_write(w, widx, done * esz, s->chunk, n * esz) != SL_OK)
+            return sl_err_set(&s->err, SL_E_IO, "%s", sl_writer_errmsg(w));
+        done += n;
+    }
+    return SL_OK;
+}
+
+static sl_status synth_write_shard(synth *s, int64_t k, json_t *wmap)
+{
+    char name[64], path[4096];
+    shard_name(s, k, name, sizeof(name));
+    snprintf(path, sizeof(path), "%s/%s", s->outdir, name);
+    sl_writer *w = NULL;
+    sl_status st = sl_writer_open(path, &w);
+    const synth_shard *sh = &s->shards[k];
+    int64_t *widx = calloc((size_t)sh->count, sizeof(*widx));
+    if (st == SL_OK && !widx)
+        st = SL_E_NOMEM;
+    if (st == SL_OK)
+        st = sl_writer_set_metadata(w, "format", "pt");
+    for (int64_t i = 0; st == SL_OK && i < sh->count; i++) {
+        const sl_model_tensor *t = &s->desc->tensors[s->tensors[sh->first + i]];
+        st = sl_writer_add(w, t->name, s->dtype, t->ndim, t->shape, &widx[i]);
+        if (st == SL_OK && json_object_set_new(wmap, t->name, json_string(name)) != 0)
+            st = SL_E_NOMEM;
+    }
+    if (st == SL_OK)
+        st = sl_writer_begin(w);
+    for (int64_t i = 0; st == SL_OK && i < sh->count; i++)
+        st = synth_fill_tensor(s, w, widx[i], &s->desc->tensors[s->tensors[sh->first + i]]);
+    if (st == SL_OK)
+        st = sl_writer_finish(w);
+    if (st != SL_OK && s->err.st == SL_OK)
+        sl_err_set(&s->err, st, "%s", w ? sl_writer_errmsg(w) : "out of memory");
+    free(widx);
+    sl_writer_free(w);
+    return st;
+}
+
+static sl_status synth_write_index(synth *s, json_t *wmap)
+{
+    const uint64_t esz = sl_dtype_bits(s->dtype) / 8;
+    uint64_t total = 0;
+    for (int64_t i = 0; i < s->n_tensors; i++)
+        total += tensor_numel(&s->desc->tensors[s->tensors[i]]) * esz;
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/model.safetensors.index.json", s->outdir);
+    json_t *root = json_pack("{s:{s:I},s:O}", "metadata", "total_size", (json_int_t)total,
+                             "weight_map", wmap);
+    const int rc = root ? json_dump_file(root, path, JSON_INDENT(2) | JSON_SORT_KEYS) : -1;
+    json_decref(root);
+    if (rc != 0)
+        return sl_err_set(&s->err, SL_E_IO, "%s: cannot write the index", path);
+    return SL_OK;
+}
+
+static sl_status synth_copy_config(synth *s, const char *config_path)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/config.json", s->outdir);
+    json_error_t je;
+    json_t *cfg = json_load_file(config_path, 0, &je);
+    if (!cfg)
+        return sl_err_set(&s->err, SL_E_CONFIG, "%s: %s", config_path, je.text);
+    /* The checkpoint's dtype is what the files hold, so the copied config says so. */
+    const char *tname = s->dtype == SL_DTYPE_BF16 ? "bfloat16" : s->dtype == SL_DTYPE_F16 ? "float16" : "float32";
+    json_object_set_new(cfg, "torch_dtype", json_string(tname));
+    const int rc = json_dump_file(cfg, path, JSON_INDENT(2));
+    json_decref(cfg);
+    if (rc != 0)
+        return sl_err_set(&s->err, SL_E_IO, "%s: cannot write", path);
+    return SL_OK;
+}
+
+static sl_status synth_prepare(synth *s, const char *outdir, int32_t dtype)
+{
+    if (dtype < 0)
+        dtype = s->desc->cfg.dtype >= 0 ? s->desc->cfg.dtype : SL_DTYPE_BF16;
+    if (dtype != SL_DTYPE_BF16 && dtype != SL_DTYPE_F16 && dtype != SL_DTYPE_F32)
+        return sl_err_set(&s->err, SL_E_INVALID_ARG, "synth writes bf16, f16 or f32, not %s",
+                          sl_dtype_name((sl_dtype)dtype) ? sl_dtype_name((sl_dtype)dtype) : "?");
+    s->dtype = (sl_dtype)dtype;
+    if (mkdir(outdir, 0755) != 0 && errno != EEXIST)
+        return sl_err_set(&s->err, SL_E_IO, "%s: cannot create directory: %s", outdir, strerror(errno));
+    s->tensors = calloc((size_t)s->desc->n_tensors + 1, sizeof(*s->tensors));
+    s->chunk = malloc(SYNTH_CHUNK_ELEMS * 4);
+    s->fchunk = malloc(SYNTH_CHUNK_ELEMS * sizeof(float));
+    if (!s->tensors || !s->chunk || !s->fchunk)
+        return sl_err_set(&s->err, SL_E_NOMEM, "out of memory");
+    sl_model_desc_each_checkpoint_tensor(s->desc, collect_tensor, s);
+    return SL_OK;
+}
+
+static sl_status synth_run(synth *s, const char *config_path, uint64_t max_shard)
+{
+    SL_TRY(synth_split(s, max_shard));
+    json_t *wmap = json_object();
+    if (!wmap)
+        return sl_err_set(&s->err, SL_E_NOMEM, "out of memory");
+    sl_status st = SL_OK;
+    for (int64_t k = 0; st == SL_OK && k < s->n_shards; k++)
+        st = synth_write_shard(s, k, wmap);
+    if (st == SL_OK && s->n_shards > 1)
+        st = synth_write_index(s, wmap);
+    json_decref(wmap);
+    if (st == SL_OK)
+        st = synth_copy_config(s, config_path);
+    return st;
+}
+
+sl_status sl_synth(const char *config_path, const char *rules_path, const char *outdir, int32_t dtype,
+                   uint64_t seed, uint64_t max_shard_bytes, char *err, size_t errlen)
+{
+    synth s = {0};
+    sl_model_desc *desc = NULL;
+    s.seed = seed;
+    s.outdir = outdir;
+    sl_status st = sl_model_desc_load(config_path, rules_path, &s.err, &desc);
+    s.desc = desc;
+    if (st == SL_OK)
+        st = synth_prepare(&s, outdir, dtype);
+    if (st == SL_OK)
+        st = synth_run(&s, config_path, max_shard_bytes ? max_shard_bytes : SYNTH_DEFAULT_SHARD);
+    sl_err_export(&s.err, err, errlen);
+    sl_err_clear(&s.err);
+    free(s.tensors);
+    free(s.shards);
+    free(s.chunk);
+    free(s.fchunk);
+    sl_model_desc_free(desc);
+    return st;
+}

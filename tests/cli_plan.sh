@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# cli_plan.sh - end-to-end tests of `shardload plan`: text and JSON output, exit codes, --rules.
+# Usage: cli_plan.sh PATH/TO/shardload. Exit 0 pass, 1 fail.
+set -u
+SL="$1"
+CFG="${SL_SRC:-$(dirname "$0")/..}/../shared/configs"
+RULES="${SL_SRC:-$(dirname "$0")/..}/rules"
+fail=0
+check() { if ! eval "$2"; then echo "FAIL: $1" >&2; fail=1; fi; }
+
+out=$("$SL" plan --config "$CFG/llama-3-8b.json" --tp 8)
+check "text lists 8 devices of 2,008,031,232 bytes" '[ "$(grep -c " 2,008,031,232 " <<<"$out")" = 8 ]'
+out=$("$SL" plan --config "$CFG/llama-3-8b.json" --tp 8 --json)
+check "json read_bytes null" 'grep -q "\"read_bytes\":null}" <<<"$out"'
+check "json device bytes" '[ "$(grep -o "\"bytes\":2008031232," <<<"$out" | wc -l)" = 8 ]'
+if [ -x "${SL_PY:-/usr/bin/python3}" ]; then
+  check "json parses" '"${SL_PY:-/usr/bin/python3}" -c "import json,sys; d=json.load(sys.stdin); assert d[\"layout\"]==\"tp\" and d[\"tp\"]==8 and len(d[\"devices\"])==8 and d[\"devices\"][7][\"tp_rank\"]==7" <<<"$out"'
+fi
+out=$("$SL" plan --config "$CFG/qwen3-0.6b.json" --tp 2 --pp 3 --verbose)
+check "verbose lists params" 'grep -q "model.layers.27.self_attn.q_norm.weight" <<<"$out"'
+a=$("$SL" plan --config "$CFG/llama-3-8b.json" --tp 4 --pp 2 --json)
+b=$("$SL" plan --config "$CFG/llama-3-8b.json" --tp 4 --pp 2 --json --rules "$RULES/example-llama.json")
+check "--rules example-llama gives the built-in plan" '[ "$a" = "$b" ]'
+out=$("$SL" plan --config "$CFG/llama-3-8b.json" --tp 8 --layout spmd --dtype f32 --json)
+check "spmd f32" 'grep -q "\"layout\":\"spmd\",\"tp\":8,\"pp\":1,\"dtype\":\"F32\"" <<<"$out"'
+
+err=$("$SL" plan --config "$CFG/qwen2-0.5b.json" --tp 4 2>&1 >/dev/null); rc=$?
+check "divisibility exit 1" '[ $rc = 1 ]'
+check "divisibility message" '[ "$err" = "shardload: error: num_attention_heads 14 is not divisible by tp 4" ]'
+"$SL" plan --config "$CFG/llama-3-8b.json" --tp 0 >/dev/null 2>&1; rc=$?
+check "bad --tp exit 2" '[ $rc = 2 ]'
+"$SL" plan >/dev/null 2>&1; rc=$?
+check "no input exit 2" '[ $rc = 2 ]'
+"$SL" plan --config "$CFG/llama-3-8b.json" --layout spmd --pp 2 >/dev/null 2>&1; rc=$?
+check "spmd with pp exit 2" '[ $rc = 2 ]'
+"$SL" plan --config "$CFG/llama-3-8b.json" --bogus >/dev/null 2>&1; rc=$?
+check "unknown option exit 2" '[ $rc = 2 ]'
+"$SL" plan --help | grep -q -- "--layout" ; rc=$?
+check "--help" '[ $rc = 0 ]'
+"$SL" plan /nonexistent/ckpt >/dev/null 2>&1; rc=$?
+check "missing checkpoint exit 1" '[ $rc = 1 ]'
+exit $fail

@@ -1,0 +1,213 @@
+/* test_convert.c - F32/F16/BF16 conversions against bit-exact references: every 16-bit pattern
+ * widened and narrowed back, and f32 narrowing (ties, subnormals, overflow, NaN) against a slow
+ * integer reference of round-to-nearest-even. */
+#include "load/convert.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures;
+
+#define EXPECT(cond, ...)                                    \
+    do {                                                     \
+        if (!(cond)) {                                       \
+            fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);  \
+            fprintf(stderr, __VA_ARGS__);                    \
+            fputc('\n', stderr);                             \
+            if (++failures > 20)                             \
+                exit(1);                                     \
+        }                                                    \
+    } while (0)
+
+static uint32_t bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static float from_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Reference f16 decode with ldexp. */
+static float ref_f16_to_f32(uint16_t h)
+{
+    const int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+    float v;
+    if (e == 31)
+        v = m ? NAN : INFINITY;
+    else if (e == 0)
+        v = ldexpf((float)m, -24);
+    else
+        v = ldexpf((float)(m | 1024), e - 25);
+    return s ? -v : v;
+}
+
+/* Reference f32 -> f16: integer round-to-nearest-even on the exact value. */
+static uint16_t ref_f32_to_f16(float f)
+{
+    const uint32_t u = bits(f);
+    const uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
+    const int e = (int)((u >> 23) & 255);
+    uint32_t m = u & 0x7fffff;
+    if (e == 255)
+        return (uint16_t)(sign | (m ? 0x7e00 : 0x7c00));
+    if (e == 0)
+        return sign; /* f32 subnormals are far below f16's smallest subnormal */
+    m |= 0x800000;
+    /* value = m * 2^(e-150); f16 subnormal unit is 2^-24, so q = value / 2^-24 = m * 2^(e-126) */
+    int shift = 126 - e; /* right shift to get units of 2^-24 */
+    uint64_t q;
+    if (e >= 113) {
+        /* normal range: keep 11 significant bits */
+        int ee = e - 127 + 15;
+        if (ee >= 31)
+            return (uint16_t)(sign | 0x7c00);
+        uint32_t keep = m >> 13, rest = m & 0x1fff;
+        if (rest > 0x1000 || (rest == 0x1000 && (keep & 1)))
+            keep++;
+        uint32_t out = ((uint32_t)ee << 10) + (keep - 1024);
+        if (keep == 2048)
+            out = ((uint32_t)(ee + 1) << 10);
+        if (out >= 0x7c00)
+            return (uint16_t)(sign | 0x7c00);
+        return (uint16_t)(sign | out);
+    }
+    if (shift > 40)
+        return sign;
+    q = (uint64_t)m >> shift;
+    uint64_t rest = (uint64_t)m & ((1ull << shift) - 1), half = 1ull << (shift - 1);
+    if (rest > half || (rest == half && (q & 1)))
+        q++;
+    return (uint16_t)(sign | q); /* q == 1024 becomes the smallest normal, which is right */
+}
+
+static uint16_t ref_f32_to_bf16(float f)
+{
+    const uint32_t u = bits(f);
+    if ((u & 0x7fffffff) > 0x7f800000)
+        return (uint16_t)((u >> 16) | 0x40);
+    uint32_t keep = u >> 16, rest = u & 0xffff;
+    if (rest > 0x8000 || (rest == 0x8000 && (keep & 1)))
+        keep++;
+    return (uint16_t)keep;
+}
+
+static int is_nan16(uint16_t h, int bf)
+{
+    return bf ? (h & 0x7fff) > 0x7f80 : (h & 0x7fff) > 0x7c00;
+}
+
+static void test_all_16bit(void)
+{
+    for (uint32_t h = 0; h < 65536; h++) {
+        const float f16 = sl_f16_to_f32((uint16_t)h), rf = ref_f16_to_f32((uint16_t)h);
+        if (is_nan16((uint16_t)h, 0)) {
+            EXPECT(isnan(f16), "f16 %04x -> not NaN", h);
+            EXPECT(is_nan16(sl_f32_to_f16(f16), 0), "f16 NaN %04x round trip", h);
+        } else {
+            EXPECT(bits(f16) == bits(rf), "f16 %04x -> %08x, want %08x", h, bits(f16), bits(rf));
+            EXPECT(sl_f32_to_f16(f16) == h, "f16 %04x round trip", h);
+        }
+        const float b = sl_bf16_to_f32((uint16_t)h);
+        EXPECT(bits(b) == h << 16, "bf16 %04x", h);
+        if (is_nan16((uint16_t)h, 1))
+            EXPECT(is_nan16(sl_f32_to_bf16(b), 1), "bf16 NaN %04x", h);
+        else
+            EXPECT(sl_f32_to_bf16(b) == h, "bf16 %04x round trip", h);
+    }
+}
+
+static void test_f32_narrowing(void)
+{
+    /* every f32 with a 16-bit stride through the space, plus neighbours of every f16/bf16 tie */
+    for (uint64_t u = 0; u < (1ull << 32); u += 65521) {
+        const float f = from_bits((uint32_t)u);
+        if (isnan(f))
+            continue;
+        EXPECT(sl_f32_to_f16(f) == ref_f32_to_f16(f), "f32 %08x -> f16 %04x want %04x", (uint32_t)u,
+               sl_f32_to_f16(f), ref_f32_to_f16(f));
+        EXPECT(sl_f32_to_bf16(f) == ref_f32_to_bf16(f), "f32 %08x -> bf16", (uint32_t)u);
+    }
+    for (uint32_t h = 0; h < 0x7c00; h++) {
+        const uint32_t base = bits(ref_f16_to_f32((uint16_t)h));
+        for (int d = -2; d <= 2; d++) {
+            /* midpoints between h and h+1 and their neighbours */
+            const float next = ref_f16_to_f32((uint16_t)(h + 1));
+            const float mid = (ref_f16_to_f32((uint16_t)h) + next) / 2;
+            const float f = from_bits(bits(mid) + (uint32_t)d);
+            EXPECT(sl_f32_to_f16(f) == ref_f32_to_f16(f), "tie %08x -> %04x want %04x", bits(f),
+                   sl_f32_to_f16(f), ref_f32_to_f16(f));
+            const float g = from_bits(base + (uint32_t)d);
+            EXPECT(sl_f32_to_f16(g) == ref_f32_to_f16(g), "near %08x", bits(g));
+        }
+    }
+    /* named cases */
+    EXPECT(sl_f32_to_f16(65520.0f) == 0x7c00, "65520 rounds to inf");
+    EXPECT(sl_f32_to_f16(65519.0f) == 0x7bff, "65519 stays max");
+    EXPECT(sl_f32_to_f16(1e10f) == 0x7c00 && sl_f32_to_f16(-1e10f) == 0xfc00, "overflow");
+    EXPECT(sl_f32_to_f16(0x1p-24f) == 0x0001, "smallest subnormal");
+    EXPECT(sl_f32_to_f16(0x1p-25f) == 0x0000, "half of smallest: tie to even 0");
+    EXPECT(sl_f32_to_f16(0x1.8p-24f) == 0x0002, "1.5 units: tie to even 2");
+    EXPECT(sl_f32_to_f16(-0.0f) == 0x8000, "-0");
+    EXPECT(is_nan16(sl_f32_to_f16(NAN), 0) && is_nan16(sl_f32_to_bf16(NAN), 1), "NaN");
+    EXPECT(is_nan16(sl_f32_to_bf16(from_bits(0x7f800001)), 1), "sNaN stays NaN in bf16");
+    EXPECT(sl_f32_to_bf16(from_bits(0x3f808000)) == 0x3f80, "bf16 tie to even down");
+    EXPECT(sl_f32_to_bf16(from_bits(0x3f818000)) == 0x3f82, "bf16 tie to even up");
+    EXPECT(sl_f32_to_bf16(from_bits(0x7f7fffff)) == 0x7f80, "bf16 overflow to inf");
+}
+
+static void test_buffers(void)
+{
+    enum { N = 1003 };
+    unsigned char src[N * 4 + 1], dst[N * 4 + 1], ref[N * 4];
+    srand(7);
+    for (size_t i = 0; i < sizeof src; i++)
+        src[i] = (unsigned char)rand();
+    const sl_dtype dts[3] = {SL_DTYPE_F32, SL_DTYPE_F16, SL_DTYPE_BF16};
+    for (int a = 0; a < 3; a++) {
+        for (int b = 0; b < 3; b++) {
+            EXPECT(sl_convert_supported(dts[b], dts[a]), "supported");
+            const size_t sa = sl_dtype_bits(dts[a]) / 8, sb = sl_dtype_bits(dts[b]) / 8;
+            sl_convert(dst + 1, dts[b], src + 1, dts[a], N); /* unaligned on purpose */
+            for (size_t i = 0; i < N; i++) {
+                float f;
+                uint16_t h;
+                if (dts[a] == SL_DTYPE_F32)
+                    memcpy(&f, src + 1 + 4 * i, 4);
+                else {
+                    memcpy(&h, src + 1 + sa * i, 2);
+                    f = dts[a] == SL_DTYPE_F16 ? ref_f16_to_f32(h) : from_bits((uint32_t)h << 16);
+                }
+                if (dts[b] == SL_DTYPE_F32) {
+                    memcpy(ref + 4 * i, &f, 4);
+                } else {
+                    h = dts[b] == SL_DTYPE_F16 ? ref_f32_to_f16(f) : ref_f32_to_bf16(f);
+                    memcpy(ref + 2 * i, &h, 2);
+                }
+                if (isnan(f))
+                    continue; /* NaN payloads are not kept; checked above */
+                EXPECT(!memcmp(dst + 1 + sb * i, ref + sb * i, sb), "%s->%s element %zu",
+                       sl_dtype_name(dts[a]), sl_dtype_name(dts[b]), i);
+            }
+        }
+    }
+    EXPECT(!sl_convert_supported(SL_DTYPE_F32, SL_DTYPE_I32), "I32 unsupported");
+    EXPECT(sl_convert_supported(SL_DTYPE_I32, SL_DTYPE_I32), "equal always supported");
+}
+
+int main(void)
+{
+    test_all_16bit();
+    test_f32_narrowing();
+    test_buffers();
+    if (failures)
+        fprintf(stderr, "%d failures\n", failures);
+    return failures ? 1 : 0;
+}

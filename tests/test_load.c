@@ -1,0 +1,485 @@
+/* test_load.c - the loading executor on hand-built plans over files written here: strided copies
+ * crossing tiny requests, conversions, padding, read-once accounting, both engines and both I/O
+ * modes, faults (file changed, missing, bad plan) and dummy weights. Every load is compared with an
+ * oracle that applies the plan's operations one by one on host memory. */
+#include "load_testutil.h"
+
+#include "load/convert.h"
+
+#include <math.h>
+#include <sys/stat.h>
+
+static const char *engines[2] = {"pread", "uring"};
+static int uring_missing, direct_ok;
+static char dir[512];
+
+/* ---- oracle ----------------------------------------------------------------------------------- */
+
+static unsigned char *oracle(const sl_plan *p, int32_t d, unsigned char *const *file_data)
+{
+    const sl_plan_device *pd = &p->devices[d];
+    const uint64_t es = sl_dtype_bits(p->dtype) / 8;
+    unsigned char *buf = calloc(1, pd->bytes + 1);
+    memset(buf, 0xAB, pd->bytes); /* so missing writes show */
+    for (int64_t k = 0; k < pd->n_ops; k++) {
+        const sl_op *op = &pd->ops[k];
+        for (uint64_t r = 0; r < op->rows; r++) {
+            if (op->kind == SL_OP_ZERO) {
+                memset(buf + op->dst_offset, 0, op->rows * op->row_elems * es);
+                break;
+            }
+            sl_convert(buf + op->dst_offset + r * op->dst_stride, p->dtype,
+                       file_data[op->file] + op->src_offset + r * op->src_stride, op->src_dtype,
+                       op->row_elems);
+        }
+    }
+    return buf;
+}
+
+static int compare_model(const sl_model *m, const sl_plan *p, unsigned char *const *file_data)
+{
+    int bad = 0;
+    for (int32_t d = 0; d < p->n_devices; d++) {
+        unsigned char *want = oracle(p, d, file_data);
+        EXPECT(sl_model_device_allocated(m, d) == p->devices[d].bytes, "allocated");
+        for (int64_t i = 0; i < p->devices[d].n_params; i++) {
+            const uint64_t n = p->devices[d].params[i].nbytes;
+            unsigned char *got = malloc(n + 1);
+            EXPECT(sl_model_read_param(m, d, i, 0, got, n) == SL_OK, "read_param");
+            const void *hp = sl_model_param_host_ptr(m, d, i);
+            if (memcmp(got, want + p->devices[d].params[i].offset, n) || (n && memcmp(hp, got, n))) {
+                for (uint64_t b = 0; b < n; b++) {
+                    if (got[b] != want[p->devices[d].params[i].offset + b]) {
+                        fprintf(stderr, "device %d param %s: first difference at byte %llu\n", d,
+                                p->devices[d].params[i].name, (unsigned long long)b);
+                        break;
+                    }
+                }
+                bad = 1;
+            }
+            uint64_t h = 0;
+            EXPECT(sl_model_param_xxh3(m, d, i, &h) == SL_OK && h == sl_xxh3(got, n), "xxh3");
+            free(got);
+        }
+        free(want);
+    }
+    return bad;
+}
+
+/* Runs one load with the given engine and I/O mode; returns the status (skips are SL_OK + *skip). */
+static sl_status run_load(const sl_load_file *files, int64_t n, const sl_plan *p, sl_load_opts *o,
+                          const char *engine, sl_model **m, int *skip)
+{
+    *skip = 0;
+    if ((!strcmp(engine, "uring") && uring_missing) || (o->io == SL_IO_DIRECT && !direct_ok)) {
+        *skip = 1;
+        *m = NULL;
+        return SL_OK;
+    }
+    setenv("SL_IO_ENGINE", engine, 1);
+    sl_status st = sl_load_files(files, n, p, o, m);
+    if (st == SL_E_UNSUPPORTED && !strcmp(engine, "uring") && strstr(sl_model_errmsg(*m), "io_uring")) {
+        uring_missing = 1;
+        *skip = 1;
+        fprintf(stderr, "io_uring unavailable: %s\n", sl_model_errmsg(*m));
+    }
+    return st;
+}
+
+/* ---- test 1: TP layout with conversions, padding, tiny requests ------------------------------ */
+
+static void fill_random(unsigned char *b, size_t n, unsigned seed)
+{
+    srand(seed);
+    for (size_t i = 0; i < n; i++)
+        b[i] = (unsigned char)(rand() >> 7);
+}
+
+/* Values that convert without NaN: random f32 in [-4, 4) written in each dtype. */
+static void fill_floats(unsigned char *b, sl_dtype dt, size_t n, unsigned seed)
+{
+    srand(seed);
+    for (size_t i = 0; i < n; i++) {
+        float f = (float)rand() / (float)RAND_MAX * 8.0f - 4.0f;
+        sl_convert(b + i * (sl_dtype_bits(dt) / 8), dt, &f, SL_DTYPE_F32, 1);
+    }
+}
+
+static void test_tp_layout(sl_dtype plan_dt)
+{
+    /* file: 16 junk | W1 F32 [64,96] | 2 junk | W2 BF16 [40,200] (misaligned) | E F16 [21,64] */
+    const uint64_t o1 = 16, o2 = o1 + 64 * 96 * 4 + 2, o3 = o2 + 40 * 200 * 2, size = o3 + 21 * 64 * 2;
+    unsigned char *data = calloc(1, size);
+    fill_random(data, 16, 1);
+    fill_floats(data + o1, SL_DTYPE_F32, 64 * 96, 2);
+    fill_floats(data + o2, SL_DTYPE_BF16, 40 * 200, 3);
+    fill_floats(data + o3, SL_DTYPE_F16, 21 * 64, 4);
+    char path[600];
+    snprintf(path, sizeof path, "%s/tp.bin", dir);
+    tu_write_file(path, data, size);
+    sl_plan *p = tp_new(2, plan_dt, 1);
+    for (int32_t d = 0; d < 2; d++) {
+        int64_t w1 = tp_param(p, d, "w1", 64, 48); /* column shard: strided rows */
+        tp_copy(p, d, w1, SL_DTYPE_F32, 0, o1 + (uint64_t)d * 48 * 4, 96 * 4, 0, 48, 64, 48);
+        int64_t w2 = tp_param(p, d, "w2", 20, 200); /* row shard: one contiguous run */
+        tp_copy(p, d, w2, SL_DTYPE_BF16, 0, o2 + (uint64_t)d * 20 * 200 * 2, 0, 0, 0, 1, 20 * 200);
+        int64_t e = tp_param(p, d, "emb", 12, 64); /* 21 rows padded to 24, 12 per device */
+        const uint64_t real = d == 0 ? 12 : 9;
+        tp_copy(p, d, e, SL_DTYPE_F16, 0, o3 + (uint64_t)d * 12 * 64 * 2, 0, 0, 0, 1, real * 64);
+        if (real < 12)
+            tp_zero(p, d, e, real * 64, (12 - real) * 64);
+    }
+    sl_load_file f = {path, size};
+    unsigned char *fd[1] = {data};
+    const sl_io_mode modes[3] = {SL_IO_BUFFERED, SL_IO_DIRECT, SL_IO_AUTO};
+    for (int e = 0; e < 2; e++) {
+        for (int mi = 0; mi < 3; mi++) {
+            sl_load_opts o;
+            sl_load_opts_init(&o);
+            o.io = modes[mi];
+            o.request_bytes = 4096;
+            o.staging_bytes = 64 << 10;
+            sl_model *m = NULL;
+            int skip = 0;
+            sl_status st = run_load(&f, 1, p, &o, engines[e], &m, &skip);
+            if (skip) {
+                sl_model_free(m);
+                continue;
+            }
+            EXPECT(st == SL_OK, "tp load (%s, io %d): %s", engines[e], mi, sl_model_errmsg(m));
+            if (st == SL_OK) {
+                sl_load_stats s;
+                sl_model_stats(m, &s);
+                EXPECT(!compare_model(m, p, fd), "tp layout %s io %d dtype %s", engines[e], mi,
+                       sl_dtype_name(plan_dt));
+                EXPECT(!strcmp(s.engine, e ? "io_uring" : "pread"), "engine %s", s.engine);
+                if (mi == 0)
+                    EXPECT(s.bytes_read == size - o1 && !strcmp(s.io, "buffered"),
+                           "bytes_read %llu want %llu, io %s", (unsigned long long)s.bytes_read,
+                           (unsigned long long)(size - o1), s.io);
+                if (mi == 1)
+                    EXPECT(!strcmp(s.io, "direct") && s.bytes_read >= size - o1 && s.bytes_read <= size,
+                           "direct: io %s bytes_read %llu", s.io, (unsigned long long)s.bytes_read);
+                EXPECT(s.staging_peak <= o.staging_bytes, "staging peak %llu",
+                       (unsigned long long)s.staging_peak);
+            }
+            sl_model_free(m);
+        }
+    }
+    tp_free(p);
+    free(data);
+    unlink(path);
+}
+
+/* ---- test 2: replicated bytes are read once ------------------------------------------------- */
+
+static void test_read_once(void)
+{
+    const uint64_t size = 200 << 10;
+    unsigned char *data = malloc(size);
+    fill_random(data, size, 9);
+    char path[600];
+    snprintf(path, sizeof path, "%s/rep.bin", dir);
+    tu_write_file(path, data, size);
+    sl_plan *p = tp_new(4, SL_DTYPE_BF16, 1);
+    for (int32_t d = 0; d < 4; d++) {
+        int64_t i = tp_param(p, d, "norm", 1, size / 2);
+        tp_copy(p, d, i, SL_DTYPE_BF16, 0, 0, 0, 0, 0, 1, size / 2);
+    }
+    sl_load_file f = {path, size};
+    unsigned char *fd[1] = {data};
+    for (int e = 0; e < 2; e++) {
+        sl_load_opts o;
+        sl_load_opts_init(&o);
+        o.io = SL_IO_BUFFERED;
+        o.request_bytes = 16 << 10;
+        o.staging_bytes = 48 << 10;
+        sl_model *m = NULL;
+        int skip = 0;
+        sl_status st = run_load(&f, 1, p, &o, engines[e], &m, &skip);
+        if (!skip) {
+            sl_load_stats s = {0};
+            sl_model_stats(m, &s);
+            EXPECT(st == SL_OK && !compare_model(m, p, fd), "replicated %s", sl_model_errmsg(m));
+            EXPECT(s.bytes_read == size, "read once: %llu != %llu", (unsigned long long)s.bytes_read,
+                   (unsigned long long)size);
+            EXPECT(s.staging_peak <= o.staging_bytes, "staging");
+        }
+        sl_model_free(m);
+    }
+    tp_free(p);
+    free(data);
+    unlink(path);
+}
+
+/* ---- test 3: random plans against the oracle ------------------------------------------------ */
+
+static void random_param(sl_plan *p, int32_t d, uint64_t fsize, unsigned *seed)
+{
+    const sl_dtype dts[3] = {SL_DTYPE_F32, SL_DTYPE_F16, SL_DTYPE_BF16};
+    const sl_dtype sdt = dts[rand_r(seed) % 3];
+    const uint64_t es = sl_dtype_bits(sdt) / 8;
+    const uint64_t rows = 1 + (uint64_t)rand_r(seed) % 40, cols = 1 + (uint64_t)rand_r(seed) % 300;
+    const uint64_t pad = (uint64_t)rand_r(seed) % 3;
+    const uint64_t stride = cols * es + (rand_r(seed) % 2 ? 0 : (uint64_t)rand_r(seed) % 9000);
+    const uint64_t span = (rows - 1) * stride + cols * es;
+    if (span >= fsize)
+        return;
+    const uint64_t off = (uint64_t)rand_r(seed) % (fsize - span);
+    int64_t i = tp_param(p, d, "r", rows + pad, cols);
+    tp_copy(p, d, i, sdt, 0, off, stride, 0, cols, rows, cols);
+    if (pad)
+        tp_zero(p, d, i, rows * cols, pad * cols);
+}
+
+static void test_random_plans(void)
+{
+    const uint64_t size = 300 << 10;
+    unsigned char *data = malloc(size);
+    fill_floats(data, SL_DTYPE_F16, size / 2, 5); /* any bytes would do; floats avoid NaN noise */
+    char path[600];
+    snprintf(path, sizeof path, "%s/rand.bin", dir);
+    tu_write_file(path, data, size);
+    sl_load_file f = {path, size};
+    unsigned char *fd[1] = {data};
+    const sl_dtype dts[3] = {SL_DTYPE_F32, SL_DTYPE_F16, SL_DTYPE_BF16};
+    for (unsigned it = 0; it < 24; it++) {
+        unsigned seed = 100 + it;
+        sl_plan *p = tp_new(1 + (int32_t)(it % 3), dts[it % 3], 1);
+        for (int32_t d = 0; d < p->n_devices; d++)
+            for (int k = 0; k < 6; k++)
+                random_param(p, d, size, &seed);
+        sl_load_opts o;
+        sl_load_opts_init(&o);
+        o.io = it % 4 == 1 ? SL_IO_DIRECT : it % 4 == 2 ? SL_IO_AUTO : SL_IO_BUFFERED;
+        o.request_bytes = 4096u << (it % 4);
+        o.staging_bytes = (uint64_t)(24 + (it * 37) % 200) << 10;
+        o.threads = (int32_t)(it % 3);
+        sl_model *m = NULL;
+        int skip = 0;
+        sl_status st = run_load(&f, 1, p, &o, engines[it % 2], &m, &skip);
+        if (!skip) {
+            EXPECT(st == SL_OK, "random %u: %s", it, sl_model_errmsg(m));
+            EXPECT(st != SL_OK || !compare_model(m, p, fd), "random plan %u differs", it);
+        }
+        sl_model_free(m);
+        tp_free(p);
+    }
+    free(data);
+    unlink(path);
+}
+
+/* ---- test 4: faults ------------------------------------------------------------------------- */
+
+typedef struct trunc_ctx {
+    const char *path;
+    int done;
+} trunc_ctx;
+
+static void truncate_on_progress(void *user, uint64_t done, uint64_t total)
+{
+    trunc_ctx *t = user;
+    (void)done;
+    (void)total;
+    if (!t->done && truncate(t->path, 8192) == 0)
+        t->done = 1;
+}
+
+static void test_changed(void)
+{
+    const uint64_t size = 1 << 20;
+    unsigned char *data = malloc(size);
+    fill_random(data, size, 11);
+    char path[600];
+    snprintf(path, sizeof path, "%s/trunc.bin", dir);
+    sl_plan *p = tp_new(2, SL_DTYPE_BF16, 1);
+    for (int32_t d = 0; d < 2; d++) {
+        int64_t i = tp_param(p, d, "w", 1, size / 4);
+        tp_copy(p, d, i, SL_DTYPE_BF16, 0, (uint64_t)d * size / 2, 0, 0, 0, 1, size / 4);
+    }
+    sl_load_file f = {path, size};
+    for (int e = 0; e < 2; e++) {
+        /* (a) truncated before the load: caught at open */
+        tu_write_file(path, data, size);
+        truncate(path, size / 2);
+        sl_load_opts o;
+        sl_load_opts_init(&o);
+        o.io = SL_IO_BUFFERED;
+        sl_model *m = NULL;
+        int skip = 0;
+        sl_status st = run_load(&f, 1, p, &o, engines[e], &m, &skip);
+        if (!skip) {
+            EXPECT(st == SL_E_CHANGED && strstr(sl_model_errmsg(m), path) &&
+                       strstr(sl_model_errmsg(m), "offset 524288"),
+                   "truncated: %s %s", sl_status_str(st), sl_model_errmsg(m));
+            EXPECT(sl_model_device_count(m) == 0 && sl_model_device_allocated(m, 0) == 0 &&
+                       sl_model_param_host_ptr(m, 0, 0) == NULL,
+                   "failed model has no devices");
+        }
+        sl_model_free(m);
+        /* (b) truncated while loading: a short read */
+        tu_write_file(path, data, size);
+        trunc_ctx t = {path, 0};
+        o.request_bytes = 4096;
+        o.staging_bytes = 32 << 10;
+        o.progress = truncate_on_progress;
+        o.progress_user = &t;
+        st = run_load(&f, 1, p, &o, engines[e], &m, &skip);
+        if (!skip) {
+            EXPECT(st == SL_E_CHANGED && strstr(sl_model_errmsg(m), path) &&
+                       strstr(sl_model_errmsg(m), "short read at offset"),
+                   "short read: %s %s", sl_status_str(st), sl_model_errmsg(m));
+            EXPECT(sl_model_device_count(m) == 0, "no devices after failure");
+        }
+        sl_model_free(m);
+    }
+    /* missing file, bad device, bad plan */
+    unlink(path);
+    sl_load_opts o;
+    sl_load_opts_init(&o);
+    sl_model *m = NULL;
+    setenv("SL_IO_ENGINE", "pread", 1);
+    EXPECT(sl_load_files(&f, 1, p, &o, &m) == SL_E_NOT_FOUND && strstr(sl_model_errmsg(m), path),
+           "missing: %s", sl_model_errmsg(m));
+    sl_model_free(m);
+    o.device = "cuda";
+    EXPECT(sl_load_files(&f, 1, p, &o, &m) == SL_E_UNSUPPORTED, "cuda: %s", sl_model_errmsg(m));
+    sl_model_free(m);
+    o.device = "tpu";
+    EXPECT(sl_load_files(&f, 1, p, &o, &m) == SL_E_INVALID_ARG, "tpu: %s", sl_model_errmsg(m));
+    sl_model_free(m);
+    o.device = "cpu";
+    sl_load_file small = {path, size - 1};
+    EXPECT(sl_load_files(&small, 1, p, &o, &m) == SL_E_INVALID_ARG, "outside: %s", sl_model_errmsg(m));
+    sl_model_free(m);
+    p->devices[1].ops[0].file = -1;
+    EXPECT(sl_load_files(&f, 1, p, &o, &m) == SL_E_INVALID_ARG, "file -1: %s", sl_model_errmsg(m));
+    sl_model_free(m);
+    tp_free(p);
+    free(data);
+}
+
+/* ---- test 5: dummy weights ------------------------------------------------------------------ */
+
+static void test_mt19937(void)
+{
+    sl_mt19937 g;
+    sl_mt19937_seed(&g, 1234);
+    EXPECT(sl_mt19937_next(&g) == 822569775u, "mt first");
+    EXPECT(sl_mt19937_next(&g) == 2137449171u, "mt second");
+    sl_mt19937_seed(&g, 5489);
+    for (int i = 0; i < 9999; i++)
+        sl_mt19937_next(&g);
+    EXPECT(sl_mt19937_next(&g) == 4123659995u, "mt 10000th (C++ standard check)");
+    uint16_t v[4];
+    sl_mt19937_seed(&g, 1234);
+    sl_dummy_values(&g, SL_DTYPE_BF16, v, 4);
+    EXPECT(v[0] == 0xBA26 && v[1] == 0x3A2A && v[2] == 0xBA38 && v[3] == 0xBA1A,
+           "bf16 dummy %04x %04x %04x %04x", v[0], v[1], v[2], v[3]);
+}
+
+static void check_dummy_values(const sl_model *m, const sl_plan *p, int32_t d)
+{
+    const sl_plan_device *pd = &p->devices[d];
+    const uint64_t es = sl_dtype_bits(p->dtype) / 8;
+    unsigned char *buf = malloc(pd->bytes + 1);
+    for (int64_t i = 0; i < pd->n_params; i++)
+        sl_model_read_param(m, d, i, 0, buf + pd->params[i].offset, pd->params[i].nbytes);
+    char *is_pad = calloc(1, pd->bytes / es + 1);
+    for (int64_t k = 0; k < pd->n_ops; k++)
+        if (pd->ops[k].kind == SL_OP_ZERO)
+            memset(is_pad + pd->ops[k].dst_offset / es, 1, pd->ops[k].row_elems * pd->ops[k].rows);
+    uint64_t zeros = 0, n = 0;
+    float lo = -1e-3f;
+    unsigned char tmp[4];
+    sl_convert(tmp, p->dtype, &lo, SL_DTYPE_F32, 1);
+    sl_convert(&lo, SL_DTYPE_F32, tmp, p->dtype, 1);
+    for (uint64_t e = 0; e < pd->bytes / es; e++) {
+        float f = 0;
+        sl_convert(&f, SL_DTYPE_F32, buf + e * es, p->dtype, 1);
+        if (is_pad[e]) {
+            EXPECT(f == 0 && !signbit(f), "padding element %llu is %g", (unsigned long long)e, f);
+            continue;
+        }
+        zeros += f == 0;
+        n++;
+        /* [T(-1e-3), T(1e-3)): the bounds are rounded to T first (bf16: -0x1.06p-10) */
+        EXPECT(f >= lo && f < 1.0005e-3f, "dummy value %g out of range", f);
+    }
+    EXPECT(zeros * 100 < n, "too many zeros (%llu of %llu)", (unsigned long long)zeros,
+           (unsigned long long)n); /* bf16 has 256 values, one of them 0 */
+    free(is_pad);
+    free(buf);
+}
+
+static void test_dummy(void)
+{
+    const sl_dtype dts[3] = {SL_DTYPE_BF16, SL_DTYPE_F16, SL_DTYPE_F32};
+    for (int t = 0; t < 3; t++) {
+        sl_plan *p = tp_new(2, dts[t], 0);
+        for (int32_t d = 0; d < 2; d++) {
+            int64_t a = tp_param(p, d, "a", 64, 33);
+            tp_copy(p, d, a, dts[t], -1, 0, 0, 0, 0, 1, 64 * 33);
+            int64_t e = tp_param(p, d, "emb", 700, 128); /* 1.5 dummy chunks at f32 is not needed */
+            const uint64_t real = d == 0 ? 700 : 650;
+            tp_copy(p, d, e, dts[t], -1, 0, 0, 0, 0, 1, real * 128);
+            if (real < 700)
+                tp_zero(p, d, e, real * 128, (700 - real) * 128);
+        }
+        sl_load_opts o;
+        sl_load_opts_init(&o);
+        o.dummy = 1;
+        sl_model *m1 = NULL, *m2 = NULL;
+        EXPECT(sl_load_files(NULL, 0, p, &o, &m1) == SL_OK, "dummy: %s", sl_model_errmsg(m1));
+        o.threads = 1;
+        EXPECT(sl_load_files(NULL, 0, p, &o, &m2) == SL_OK, "dummy 2: %s", sl_model_errmsg(m2));
+        for (int32_t d = 0; d < 2 && sl_model_device_count(m1) == 2; d++) {
+            for (int64_t i = 0; i < 2; i++) {
+                uint64_t h1 = 0, h2 = 1;
+                sl_model_param_xxh3(m1, d, i, &h1);
+                sl_model_param_xxh3(m2, d, i, &h2);
+                EXPECT(h1 == h2, "dummy not deterministic (device %d param %lld)", d, (long long)i);
+            }
+            check_dummy_values(m1, p, d);
+        }
+        /* same shape on both devices: same values (vLLM reseeds per tensor) */
+        uint64_t a0 = 0, a1 = 1;
+        sl_model_param_xxh3(m1, 0, 0, &a0);
+        sl_model_param_xxh3(m1, 1, 0, &a1);
+        EXPECT(a0 == a1, "replicated dummy differs");
+        sl_load_stats s;
+        sl_model_stats(m1, &s);
+        EXPECT(s.bytes_read == 0 && !strcmp(s.io, "none"), "dummy reads nothing");
+        sl_model_free(m1);
+        sl_model_free(m2);
+        o.seed = 99;
+        EXPECT(sl_load_files(NULL, 0, p, &o, &m1) == SL_OK, "seed 99");
+        sl_model_param_xxh3(m1, 0, 0, &a1);
+        EXPECT(a0 != a1, "seed changes values");
+        sl_model_free(m1);
+        tp_free(p);
+    }
+}
+
+int main(void)
+{
+    tu_tmpdir(dir, sizeof dir, "load");
+    char probe[600];
+    snprintf(probe, sizeof probe, "%s/probe", dir);
+    tu_write_file(probe, "x", 1);
+    direct_ok = tu_direct_ok(probe);
+    unlink(probe);
+    if (!direct_ok)
+        fprintf(stderr, "O_DIRECT refused in %s: direct-mode cases skipped\n", dir);
+    test_mt19937();
+    test_tp_layout(SL_DTYPE_BF16);
+    test_tp_layout(SL_DTYPE_F32);
+    test_read_once();
+    test_random_plans();
+    test_changed();
+    test_dummy();
+    rmdir(dir);
+    if (tu_failures)
+        fprintf(stderr, "%d failures\n", tu_failures);
+    return tu_failures ? 1 : 0;
+}
