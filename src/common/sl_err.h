@@ -25,7 +25,7 @@ typedef struct sl_err {
 /* Records st and the message; returns st so that callers can `return sl_err_set(...)`.
  * When memory for the message runs out, a fixed text is kept instead. */
 sl_status sl_err_set(sl_err *e, sl_status st, const char *fmt, ...) SL_PRINTF(3, 4);
-sl_status sl_err_vset(sl_err *e, sl_status st, const char *fmt, va_list ap);
+sl_status sl_err_vset(sl_err *e, sl_status st, const char *fmt, va_list ap) SL_PRINTF(3, 0);
 /* Prepends "<prefix>: " to the current message (e.g. the file name), keeping the status. */
 sl_status sl_err_prefix(sl_err *e, const char *prefix);
 /* Copies src's status and message into dst; returns the status. */
