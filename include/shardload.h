@@ -145,6 +145,10 @@ sl_status sl_checkpoint_tensor(const sl_checkpoint *ck, int64_t i, sl_tensor_inf
 int64_t sl_checkpoint_find_tensor(const sl_checkpoint *ck, const char *name);
 /* Sum of data-buffer bytes over all files. */
 uint64_t sl_checkpoint_total_bytes(const sl_checkpoint *ck);
+/* A directory whose files are all model-rank-{d}-part-{p}.safetensors (what sl_reshard writes) is
+ * pre-sharded: each device d has its own files, and a name may occur once per device (find_tensor
+ * then returns one of them). Returns d for such a file, -1 otherwise. */
+int32_t sl_checkpoint_file_rank(const sl_checkpoint *ck, int64_t file);
 
 /* Validates a whole safetensors file held in memory, with the same rules as sl_checkpoint_open.
  * `name` is used in the message written to err (errlen bytes, may be 0). For fuzzing and tests. */

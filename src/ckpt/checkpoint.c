@@ -5,11 +5,13 @@
 #include "ckpt_internal.h"
 #include "format/st_format.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -19,6 +21,7 @@ typedef struct ck_file {
     char *path;
     uint64_t size;
     st_header h;
+    int32_t rank;               /* device of a pre-sharded file (model-rank-{d}-part-{p}), else -1 */
 } ck_file;
 
 typedef struct ck_name {
@@ -35,6 +38,7 @@ struct sl_checkpoint {
     size_t n_tensors;
     ck_name *by_name;           /* sorted by name, for O(log n) look-up */
     uint64_t total_bytes;
+    bool presharded;            /* every file is model-rank-{d}-part-{p}.safetensors */
 };
 
 /* ---- reading one file ---- */
@@ -107,6 +111,7 @@ static sl_status ck_add_file(sl_checkpoint *ck, char *path)
     }
     ck->files = nf;
     memset(&nf[ck->n_files], 0, sizeof(*nf));
+    nf[ck->n_files].rank = -1;
     nf[ck->n_files++].path = path;
     return SL_OK;
 }
@@ -236,6 +241,19 @@ static sl_status ck_build_tensors(sl_checkpoint *ck)
     return SL_OK;
 }
 
+/* In a pre-sharded directory every device has its own copy of a name: a duplicate is the same name
+ * twice for one device. Entries of a name are adjacent in by_name; b is compared with all before it. */
+static const ck_name *ck_same_device(const sl_checkpoint *ck, size_t i)
+{
+    const ck_name *b = &ck->by_name[i];
+    const int32_t rank = ck->files[ck->tensors[b->idx].file].rank;
+    for (size_t j = i; j-- > 0 && strcmp(ck->by_name[j].name, b->name) == 0;) {
+        if (ck->files[ck->tensors[ck->by_name[j].idx].file].rank == rank)
+            return &ck->by_name[j];
+    }
+    return NULL;
+}
+
 /* I6: a name in two files (names within one file are already unique). */
 static sl_status ck_check_duplicates(sl_checkpoint *ck)
 {
@@ -243,6 +261,8 @@ static sl_status ck_check_duplicates(sl_checkpoint *ck)
     for (size_t i = 1; i < ck->n_tensors; i++) {
         const ck_name *a = &ck->by_name[i - 1], *b = &ck->by_name[i];
         if (strcmp(a->name, b->name) != 0)
+            continue;
+        if (ck->presharded && (a = ck_same_device(ck, i)) == NULL)
             continue;
         return sl_err_set(&ck->err, SL_E_DUPLICATE, "%s: tensor '%s' is also in %s",
                           ck->files[ck->tensors[b->idx].file].path,
@@ -284,6 +304,30 @@ static sl_status ck_check_index(sl_checkpoint *ck, const st_index *ix)
     return st;
 }
 
+/* vLLM's sharded_state names: model-rank-{d}-part-{p}.safetensors, with d and p decimal. */
+static int32_t ck_presharded_rank(const char *path)
+{
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    int rank = -1, part = -1, end = 0;
+    if (sscanf(base, "model-rank-%9d-part-%9d.safetensors%n", &rank, &part, &end) != 2 ||
+        base[end] != '\0' || rank < 0 || part < 0 || !isdigit((unsigned char)base[11]))
+        return -1;
+    return rank;
+}
+
+static void ck_detect_presharded(sl_checkpoint *ck)
+{
+    for (size_t f = 0; f < ck->n_files; f++) {
+        if ((ck->files[f].rank = ck_presharded_rank(ck->files[f].path)) < 0) {
+            for (size_t g = 0; g < ck->n_files; g++)
+                ck->files[g].rank = -1;
+            return;
+        }
+    }
+    ck->presharded = ck->n_files > 0;
+}
+
 static sl_status ck_load_files(sl_checkpoint *ck, bool from_index)
 {
     for (size_t f = 0; f < ck->n_files; f++)
@@ -318,8 +362,10 @@ static sl_status ck_open_dir(sl_checkpoint *ck, const char *path)
     sl_status st;
     if (stat(index_path, &sb) == 0)
         st = ck_open_indexed(ck, index_path);
-    else if ((st = ck_list_dir(ck)) == SL_OK)
+    else if ((st = ck_list_dir(ck)) == SL_OK) {
+        ck_detect_presharded(ck);
         st = ck_load_files(ck, false);
+    }
     free(index_path);
     return st;
 }
@@ -450,6 +496,12 @@ int64_t sl_checkpoint_find_tensor(const sl_checkpoint *ck, const char *name)
             hi = mid;
     }
     return lo < ck->n_tensors && strcmp(ck->by_name[lo].name, name) == 0 ? ck->by_name[lo].idx : -1;
+}
+
+int32_t sl_checkpoint_file_rank(const sl_checkpoint *ck, int64_t file)
+{
+    const ck_file *f = ck_file_at(ck, file);
+    return f ? f->rank : -1;
 }
 
 uint64_t sl_checkpoint_total_bytes(const sl_checkpoint *ck)

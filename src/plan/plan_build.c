@@ -536,10 +536,13 @@ static sl_status plan_build_impl(sl_plan *p, const sl_checkpoint *ck, const sl_p
         st = sources_init(&c);
     if (st == SL_OK)
         st = tmpl_build(&c);
-    if (st == SL_OK && ck != NULL)
+    const int presharded = ck != NULL && sl_checkpoint_file_rank(ck, 0) >= 0;
+    if (st == SL_OK && ck != NULL && !presharded)
         st = sl_plan_bind_checkpoint(&c);
     if (st == SL_OK)
         st = devices_build(&c);
+    if (st == SL_OK && presharded)
+        st = sl_plan_bind_presharded(&c);
     if (st == SL_OK)
         st = sl_plan_finish(&c);
     sl_model_desc_free(m);

@@ -38,6 +38,9 @@ typedef struct plan_ctx {
 
 /* plan_ckpt.c: binds checkpoint tensors to model tensors and enforces the strictness rules. */
 sl_status sl_plan_bind_checkpoint(plan_ctx *c);
+/* plan_presharded.c: operations for a pre-sharded directory (sl_checkpoint_file_rank >= 0): each
+ * parameter one copy of its own device's tensor. Replaces the ops devices_build made. */
+sl_status sl_plan_bind_presharded(plan_ctx *c);
 /* plan_totals.c: sorts each device's ops, fills file_bytes and read_bytes. */
 sl_status sl_plan_finish(plan_ctx *c);
 

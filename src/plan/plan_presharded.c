@@ -1,0 +1,184 @@
+/* plan_presharded.c - plans for a pre-sharded directory (what sl_reshard writes: each device's
+ * parameters, already cut and padded, in model-rank-{d}-part-{p}.safetensors). The parameters are
+ * those the config implies for the mesh, as for any plan; only the operations differ: each
+ * parameter is one contiguous copy of the tensor of the same name in its own device's files, so a
+ * device reads exactly its own bytes. The files must have been written for the same layout, T and
+ * P, and hold exactly the device's parameters with exactly their shapes. */
+#include "plan_ctx.h"
+
+#include "sl_bytes.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Value of a file's __metadata__ key, or NULL. */
+static const char *meta_get(const sl_checkpoint *ck, int64_t file, const char *key)
+{
+    const int64_t n = sl_checkpoint_metadata_count(ck, file);
+    for (int64_t i = 0; i < n; i++) {
+        const char *k = NULL, *v = NULL;
+        if (sl_checkpoint_metadata(ck, file, i, &k, &v) == SL_OK && !strcmp(k, key))
+            return v;
+    }
+    return NULL;
+}
+
+static sl_status check_file_mesh(plan_ctx *c, int64_t f)
+{
+    sl_plan *p = c->p;
+    const char *layout = p->layout == SL_LAYOUT_SPMD ? "spmd" : "tp";
+    char tp[16], pp[16], dev[16];
+    snprintf(tp, sizeof(tp), "%d", p->tp);
+    snprintf(pp, sizeof(pp), "%d", p->pp);
+    snprintf(dev, sizeof(dev), "%d", sl_checkpoint_file_rank(c->ck, f));
+    const char *ml = meta_get(c->ck, f, "layout"), *mt = meta_get(c->ck, f, "tp");
+    const char *mp = meta_get(c->ck, f, "pp"), *md = meta_get(c->ck, f, "device");
+    SL_CHECK(ml && mt && mp && md && !strcmp(ml, layout) && !strcmp(mt, tp) && !strcmp(mp, pp) &&
+                 !strcmp(md, dev),
+             &p->err, SL_E_CONFIG,
+             "%s: pre-sharded for layout %s, tp %s, pp %s, device %s; asked for layout %s, tp %d, pp %d "
+             "(reshard the original checkpoint for this mesh)",
+             sl_checkpoint_file_path(c->ck, f), ml ? ml : "?", mt ? mt : "?", mp ? mp : "?", md ? md : "?",
+             layout, p->tp, p->pp);
+    SL_CHECK(sl_checkpoint_file_rank(c->ck, f) < p->n_devices, &p->err, SL_E_UNCLAIMED,
+             "%s: no device %d in a mesh of %d devices", sl_checkpoint_file_path(c->ck, f),
+             sl_checkpoint_file_rank(c->ck, f), p->n_devices);
+    return SL_OK;
+}
+
+/* sl_reshard stores the tied embedding of the last stage as lm_head.weight (vLLM's choice). */
+static const char *stored_name(const plan_ctx *c, const sl_plan_device *d, const char *param)
+{
+    if (c->p->tied && d->pp_rank == c->p->pp - 1 && !strcmp(param, "model.embed_tokens.weight"))
+        return "lm_head.weight";
+    return param;
+}
+
+/* Tensors sorted by (device, name), so each parameter is found by binary search. */
+typedef struct ps_key {
+    int32_t dev;
+    const char *name;
+    int64_t idx;
+} ps_key;
+
+static int ps_key_cmp(const void *a, const void *b)
+{
+    const ps_key *x = a, *y = b;
+    if (x->dev != y->dev)
+        return x->dev < y->dev ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+static ps_key *ps_index(const sl_checkpoint *ck, int64_t n)
+{
+    ps_key *k = malloc((size_t)n * sizeof(*k) + 1);
+    if (!k)
+        return NULL;
+    for (int64_t i = 0; i < n; i++) {
+        sl_tensor_info t;
+        sl_checkpoint_tensor(ck, i, &t);
+        k[i] = (ps_key){sl_checkpoint_file_rank(ck, t.file), t.name, i};
+    }
+    qsort(k, (size_t)n, sizeof(*k), ps_key_cmp);
+    return k;
+}
+
+/* The tensor named `name` in device dev's files, or -1 (names are unique per device). */
+static int64_t find_on_device(const ps_key *idx, int64_t n, int32_t dev, const char *name)
+{
+    const ps_key key = {dev, name, 0};
+    const ps_key *hit = bsearch(&key, idx, (size_t)n, sizeof(*idx), ps_key_cmp);
+    return hit ? hit->idx : -1;
+}
+
+static int shape_equal(const sl_tensor_info *t, const sl_plan_param_t *pp)
+{
+    if (t->ndim != pp->ndim)
+        return 0;
+    for (uint32_t k = 0; k < t->ndim; k++) {
+        if (t->shape[k] != pp->shape[k])
+            return 0;
+    }
+    return 1;
+}
+
+typedef struct ps_ctx {
+    plan_ctx *c;
+    ps_key *idx;
+    int64_t n;
+    char *seen;
+} ps_ctx;
+
+static sl_status bind_param(ps_ctx *x, sl_plan_device *d, int64_t i, sl_op *op)
+{
+    plan_ctx *c = x->c;
+    sl_plan *p = c->p;
+    const sl_plan_param_t *pp = &d->params[i];
+    const char *name = stored_name(c, d, pp->name);
+    const int64_t ti = find_on_device(x->idx, x->n, d->index, name);
+    SL_CHECK(ti >= 0, &p->err, SL_E_MISSING,
+             "Following weights were not initialized from checkpoint: {'%s'} (device %d has no tensor "
+             "'%s' in %s)", pp->name, d->index, name, sl_checkpoint_dir(c->ck));
+    sl_tensor_info t;
+    sl_checkpoint_tensor(c->ck, ti, &t);
+    SL_CHECK(shape_equal(&t, pp), &p->err, SL_E_SHAPE, "%s: tensor '%s' has a shape other than device %d's",
+             sl_checkpoint_file_path(c->ck, t.file), name, d->index);
+    const uint64_t elems = pp->nbytes / (sl_dtype_bits(p->dtype) / 8);
+    SL_CHECK(t.nbytes == elems * (sl_dtype_bits(t.dtype) / 8), &p->err, SL_E_SHAPE,
+             "%s: tensor '%s' holds %llu bytes, not %llu elements", sl_checkpoint_file_path(c->ck, t.file),
+             name, (unsigned long long)t.nbytes, (unsigned long long)elems);
+    x->seen[ti] = 1;
+    *op = (sl_op){.kind = SL_OP_COPY, .src_dtype = t.dtype, .file = t.file, .tensor = ti, .param = i,
+                  .src_offset = t.offset, .src_stride = t.nbytes, .dst_offset = pp->offset,
+                  .dst_stride = pp->nbytes, .rows = 1, .row_elems = elems};
+    return SL_OK;
+}
+
+static sl_status bind_device(ps_ctx *x, sl_plan_device *d)
+{
+    sl_plan *p = x->c->p;
+    sl_op *ops = sl_arena_alloc(&p->arena, (size_t)d->n_params * sizeof(*ops) + 1);
+    SL_CHECK(ops != NULL, &p->err, SL_E_NOMEM, "out of memory");
+    for (int64_t i = 0; i < d->n_params; i++)
+        SL_TRY(bind_param(x, d, i, &ops[i]));
+    d->ops = ops;   /* padding is in the files: no zero fill */
+    d->n_ops = d->n_params;
+    return SL_OK;
+}
+
+/* Every tensor of the directory must be some device's parameter. */
+static sl_status check_claimed(const plan_ctx *c, const char *seen)
+{
+    const int64_t n = sl_checkpoint_tensor_count(c->ck);
+    for (int64_t i = 0; i < n; i++) {
+        sl_tensor_info t;
+        if (seen[i] || sl_checkpoint_tensor(c->ck, i, &t) != SL_OK)
+            continue;
+        return sl_err_set(&c->p->err, SL_E_UNCLAIMED, "%s: tensor '%s' is not a parameter of device %d",
+                          sl_checkpoint_file_path(c->ck, t.file), t.name,
+                          sl_checkpoint_file_rank(c->ck, t.file));
+    }
+    return SL_OK;
+}
+
+sl_status sl_plan_bind_presharded(plan_ctx *c)
+{
+    sl_plan *p = c->p;
+    const int64_t nf = sl_checkpoint_file_count(c->ck);
+    for (int64_t f = 0; f < nf; f++)
+        SL_TRY(check_file_mesh(c, f));
+    p->n_files = nf;
+    p->has_checkpoint = 1;
+    ps_ctx x = {.c = c, .n = sl_checkpoint_tensor_count(c->ck)};
+    x.seen = calloc((size_t)x.n + 1, 1);
+    x.idx = ps_index(c->ck, x.n);
+    sl_status st = x.seen && x.idx ? SL_OK : sl_err_set(&p->err, SL_E_NOMEM, "out of memory");
+    for (int32_t d = 0; d < p->n_devices && st == SL_OK; d++)
+        st = bind_device(&x, &p->devices[d]);
+    if (st == SL_OK)
+        st = check_claimed(c, x.seen);
+    free(x.seen);
+    free(x.idx);
+    return st;
+}
