@@ -26,6 +26,7 @@ PY=/usr/bin/python3
 
 if [[ ! -f $CK/.complete ]]; then
   rm -rf "$CK"
+  mkdir -p "$WORK"
   echo "bench: synthesizing $NAME into $CK" >&2
   $SL synth --config "$CONFIGS/$NAME.json" "$CK" --max-shard-size 1GB
   touch "$CK/.complete"
