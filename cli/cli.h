@@ -29,6 +29,12 @@ int cli_parse_dtype(const char *s, sl_dtype *out);
 /* "1,234,567" into buf. */
 const char *cli_commas(uint64_t v, char *buf, size_t len);
 
+/* 1 when started by an MPI launcher (mpirun sets OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK). */
+int cli_dist_launched(void);
+/* `load` over MPI (cli_dist.c): every rank runs it; rank 0 prints. Returns the exit code. */
+int cli_load_dist(const char *path, const sl_plan_opts *po, const sl_load_opts *lo,
+                  const sl_dist_opts *d, int checksums, int json);
+
 int cli_inspect(int argc, char **argv);
 int cli_plan(int argc, char **argv);
 int cli_load(int argc, char **argv);

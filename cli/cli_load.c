@@ -15,6 +15,9 @@ typedef struct load_args {
     sl_plan_opts po;
     sl_load_opts lo;
     int dummy, checksums, json;
+    sl_dist_opts dist;
+    int dist_set;                /* --dist or --devices-per-rank given */
+    int32_t gpus[1024];          /* --gpus: a->lo.gpus points here */
 } load_args;
 
 static void load_help(FILE *out)
@@ -23,7 +26,7 @@ static void load_help(FILE *out)
             "usage: shardload load PATH [--tp T] [--pp P] [--layout tp|spmd] [--dtype D]\n"
             "                      [--device cpu|cuda] [--io auto|direct|buffered] [--threads N]\n"
             "                      [--staging MiB] [--format auto|dummy] [--seed S] [--checksums]\n"
-            "                      [--json] [--config FILE] [--rules FILE]\n\n"
+            "                      [--json] [--config FILE] [--rules FILE] [--gpus LIST]\n\n"
             "Loads a safetensors checkpoint into a mesh of devices, each device getting exactly its\n"
             "shard (SHARDING.md), reading each checkpoint byte once in large parallel requests under\n"
             "a fixed host staging budget; then reports the time, throughput, bytes read, the bytes\n"
@@ -35,7 +38,10 @@ static void load_help(FILE *out)
             "  --layout L      tp (vLLM tensor parallel, default) or spmd (XLA/GSPMD 1-D mesh)\n"
             "  --dtype D       target dtype bf16, f16 or f32 (converted while loading, round to\n"
             "                  nearest even); default the config's torch_dtype\n"
-            "  --device D      cpu (default: one host allocation per device) or cuda\n"
+            "  --device D      cpu (default: one host allocation per device) or cuda (CUDA runtime\n"
+            "                  loaded at run time: $SL_CUDART, else libcudart.so.13/12/11)\n"
+            "  --gpus LIST     cuda: GPU of each mesh device, e.g. 0,1,0,1; default device d on\n"
+            "                  GPU d %% number of GPUs\n"
             "  --io M          auto (default: buffered when the file is mostly in the page cache,\n"
             "                  else O_DIRECT), direct or buffered\n"
             "  --threads N     I/O threads / requests in flight; default automatic\n"
@@ -46,9 +52,14 @@ static void load_help(FILE *out)
             "  --checksums     print the XXH3-64 of every parameter of every device\n"
             "  --json          machine-readable output: {\"seconds\",\"bytes_read\",\"gbps\",\n"
             "                  \"peak_rss_bytes\",\"io\",\"devices\":[{\"index\",\"allocated_bytes\",\n"
-            "                  \"params\":[{\"name\",\"xxh3\"}]}]} (params only with --checksums)\n"
+            "                  \"params\":[{\"name\",\"xxh3\"}]}]} (params only with --checksums;\n"
+            "                  cuda adds \"mem_free_before\",\"mem_free_after\" per device)\n"
             "  --config FILE   the model's config.json; default PATH's directory/config.json\n"
             "  --rules FILE    rule table for the architecture instead of the built-in one\n"
+            "  --dist S        under mpirun (docs/mpi.md): cooperative (default: each byte read by\n"
+            "                  one rank, pieces exchanged) or independent (each rank reads what its\n"
+            "                  devices need); rank 0 prints one report, with per-rank figures\n"
+            "  --devices-per-rank K  rank r holds mesh devices [r*K, (r+1)*K); default 1\n"
             "  --help          this text\n\n"
             "Environment: SL_IO_ENGINE=pread|uring forces the read engine (default io_uring when\n"
             "available, else a pread thread pool).\n"
@@ -61,6 +72,30 @@ static int load_int_opt(const char *name, const char *v, int64_t lo, int64_t hi,
 {
     if (cli_parse_int(v, lo, hi, out) != 0)
         return cli_usage_error("load", "%s needs an integer in [%" PRId64 ", %" PRId64 "]", name, lo, hi);
+    return CLI_EXIT_OK;
+}
+
+/* "0,1,1,0": the GPU of each mesh device, in mesh order. */
+static int load_gpus(load_args *a, const char *v)
+{
+    const size_t cap = sizeof a->gpus / sizeof a->gpus[0];
+    char item[16];
+    a->lo.n_gpus = 0;
+    for (const char *p = v;; p++) {
+        const size_t n = strcspn(p, ",");
+        int64_t g = 0;
+        if (n == 0 || n >= sizeof item || (size_t)a->lo.n_gpus == cap)
+            return cli_usage_error("load", "--gpus needs a comma-separated list of GPU numbers");
+        memcpy(item, p, n);
+        item[n] = '\0';
+        if (cli_parse_int(item, 0, 65535, &g) != 0)
+            return cli_usage_error("load", "--gpus: bad GPU number '%s'", item);
+        a->gpus[a->lo.n_gpus++] = (int32_t)g;
+        p += n;
+        if (!*p)
+            break;
+    }
+    a->lo.gpus = a->gpus;
     return CLI_EXIT_OK;
 }
 
@@ -94,8 +129,11 @@ static int load_opt_enum(load_args *a, const char *opt, const char *v)
         a->lo.io = SL_IO_BUFFERED;
     else if (!strcmp(opt, "--format") && (!strcmp(v, "auto") || !strcmp(v, "dummy")))
         a->dummy = !strcmp(v, "dummy");
+    else if (!strcmp(opt, "--dist") && (!strcmp(v, "independent") || !strcmp(v, "cooperative")))
+        a->dist.strategy = !strcmp(v, "independent") ? SL_DIST_INDEPENDENT : SL_DIST_COOPERATIVE;
     else
         return cli_usage_error("load", "bad value '%s' for %s", v, opt);
+    a->dist_set |= !strcmp(opt, "--dist");
     return CLI_EXIT_OK;
 }
 
@@ -114,8 +152,14 @@ static int load_opt_value(load_args *a, const char *opt, const char *v)
     } else if (!strcmp(opt, "--seed")) {
         rc = load_int_opt(opt, v, 0, INT64_MAX, &x);
         a->lo.seed = (uint64_t)x;
+    } else if (!strcmp(opt, "--devices-per-rank")) {
+        rc = load_int_opt(opt, v, 1, 65536, &x);
+        a->dist.devices_per_rank = (int32_t)x;
+        a->dist_set = 1;
     } else if (!strcmp(opt, "--staging")) {
         rc = load_staging(v, &a->lo.staging_bytes);
+    } else if (!strcmp(opt, "--gpus")) {
+        rc = load_gpus(a, v);
     } else if (!strcmp(opt, "--config")) {
         a->po.config_path = v;
     } else if (!strcmp(opt, "--rules")) {
@@ -130,7 +174,8 @@ static int load_is_valued(const char *s)
 {
     static const char *const opts[] = {"--tp",      "--pp",      "--layout", "--dtype",
                                        "--device",  "--io",      "--threads", "--staging",
-                                       "--format",  "--seed",    "--config", "--rules"};
+                                       "--format",  "--seed",    "--config", "--rules",
+                                       "--gpus",    "--dist",    "--devices-per-rank"};
     for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++) {
         if (!strcmp(s, opts[i]))
             return 1;
@@ -143,6 +188,7 @@ static int load_parse(int argc, char **argv, load_args *a)
 {
     sl_plan_opts_init(&a->po);
     sl_load_opts_init(&a->lo);
+    sl_dist_opts_init(&a->dist);
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         int rc = CLI_EXIT_OK;
@@ -244,6 +290,22 @@ static int load_print_checksums(const sl_plan *p, const sl_model *m, int32_t d, 
     return CLI_EXIT_OK;
 }
 
+/* Device free memory around the allocation: only backends that report it (cuda). */
+static void load_print_mem(const sl_model *m, int32_t d, int json)
+{
+    uint64_t before = 0, after = 0;
+    char b1[32], b2[32], b3[32];
+    if (sl_model_device_mem(m, d, &before, &after) != SL_OK)
+        return;
+    if (json) {
+        printf(",\"mem_free_before\":%" PRIu64 ",\"mem_free_after\":%" PRIu64, before, after);
+        return;
+    }
+    printf("device %d: GPU free memory %s -> %s bytes (%s used)\n", (int)d,
+           cli_commas(before, b1, sizeof b1), cli_commas(after, b2, sizeof b2),
+           cli_commas(before >= after ? before - after : 0, b3, sizeof b3));
+}
+
 static double load_gbps(const sl_load_stats *s, uint64_t bytes)
 {
     return s->seconds > 0 ? (double)bytes / s->seconds / 1e9 : 0.0;
@@ -259,6 +321,7 @@ static int load_print_json(const load_args *a, const sl_plan *p, const sl_model 
     for (int32_t d = 0; d < sl_model_device_count(m); d++) {
         printf("%s{\"index\":%d,\"allocated_bytes\":%" PRIu64, d ? "," : "", (int)d,
                sl_model_device_allocated(m, d));
+        load_print_mem(m, d, 1);
         if (a->checksums) {
             printf(",\"params\":[");
             if (load_print_checksums(p, m, d, 1) != CLI_EXIT_OK)
@@ -289,6 +352,7 @@ static int load_print_text(const load_args *a, const sl_plan *p, const sl_model 
         printf("device %d: %s bytes allocated (plan %s)\n", (int)d,
                cli_commas(sl_model_device_allocated(m, d), b1, sizeof b1),
                cli_commas(sl_plan_device_bytes(p, d), b2, sizeof b2));
+        load_print_mem(m, d, 0);
         if (a->checksums && load_print_checksums(p, m, d, 0) != CLI_EXIT_OK)
             return CLI_EXIT_FAIL;
     }
@@ -312,6 +376,8 @@ int cli_load(int argc, char **argv)
     int rc = load_parse(argc, argv, &a);
     if (rc != CLI_EXIT_OK)
         return rc < 0 ? CLI_EXIT_OK : rc;
+    if (a.dist_set || (cli_dist_launched() && sl_dist_available()))
+        return cli_load_dist(a.path, &a.po, &a.lo, &a.dist, a.checksums, a.json);
     sl_checkpoint *ck = NULL;
     sl_plan *p = NULL;
     sl_model *m = NULL;

@@ -243,7 +243,8 @@ typedef struct sl_load_opts {
     int32_t dummy;             /* 1: fill per SHARDING.md's dummy rule, read no file */
     uint64_t seed;             /* dummy seed; default 1234 */
     int32_t numa;              /* cpu backend: bind device d to NUMA node d % nodes; 0: off */
-    const int32_t *gpus;       /* cuda backend: GPU of each device; NULL: d % count */
+    const int32_t *gpus;       /* cuda backend: GPU of mesh device d is gpus[d] (n_gpus entries, at
+                                  least one per device); NULL: d % number of GPUs */
     int32_t n_gpus;
     sl_progress_fn progress;   /* may be NULL; called from the loading thread */
     void *progress_user;
@@ -278,6 +279,69 @@ sl_status sl_model_read_param(const sl_model *m, int32_t dev, int64_t i, uint64_
 const void *sl_model_param_host_ptr(const sl_model *m, int32_t dev, int64_t i);
 /* XXH3-64 of one parameter's bytes. */
 sl_status sl_model_param_xxh3(const sl_model *m, int32_t dev, int64_t i, uint64_t *out);
+/* Free device memory (bytes, from cudaMemGetInfo on the device's GPU) right before and right after
+ * device dev's allocation, for backends that report it (cuda); SL_E_UNSUPPORTED for cpu. Several
+ * mesh devices on one GPU see each other's allocations in these figures. */
+sl_status sl_model_device_mem(const sl_model *m, int32_t dev, uint64_t *free_before,
+                              uint64_t *free_after);
+
+/* Mesh index of local device dev: dev for sl_load, its global index for sl_load_dist; -1 if out
+ * of range. */
+int32_t sl_model_device_index(const sl_model *m, int32_t dev);
+
+/* ---- multi-process loading (MPI) ---------------------------------------------------------------- */
+
+/* Built with MPI (SL_WITH_MPI), these run over MPI_COMM_WORLD; without it sl_dist_init and
+ * sl_load_dist return SL_E_UNSUPPORTED and the rest behave as one process. Every call marked
+ * "collective" must be made by every rank, in the same order. */
+
+typedef enum sl_dist_strategy {
+    SL_DIST_COOPERATIVE = 0,  /* each checkpoint byte read by one rank, pieces exchanged */
+    SL_DIST_INDEPENDENT = 1   /* each rank reads the bytes its own devices need */
+} sl_dist_strategy;
+
+typedef struct sl_dist_opts {
+    int32_t devices_per_rank;   /* K: rank r owns mesh devices [r*K, (r+1)*K); default 1 */
+    sl_dist_strategy strategy;  /* default SL_DIST_COOPERATIVE */
+} sl_dist_opts;
+
+void sl_dist_opts_init(sl_dist_opts *o);
+/* 1 when the library was built with MPI. */
+int sl_dist_available(void);
+/* Initializes MPI unless already done; SL_E_UNSUPPORTED without MPI. */
+sl_status sl_dist_init(void);
+/* Finalizes MPI if sl_dist_init initialized it. */
+void sl_dist_finalize(void);
+/* This process's rank and the number of ranks (0 and 1 before sl_dist_init or without MPI). */
+int32_t sl_dist_rank(void);
+int32_t sl_dist_size(void);
+/* Collective: agrees on a failure. Returns SL_OK when st is SL_OK on every rank, else the status
+ * of the lowest failing rank, with that rank's msg copied into out (outlen bytes) on every rank. */
+sl_status sl_dist_agree(sl_status st, const char *msg, char *out, size_t outlen);
+/* Collective: on rank 0, *out is the concatenation of every rank's text in rank order (free it
+ * with free()); NULL on other ranks. */
+sl_status sl_dist_gather_text(const char *text, char **out);
+
+/* Collective: loads plan p over all ranks; the returned model holds only this rank's devices
+ * (sl_model_device_index gives their mesh index). The ranks' device count times
+ * devices_per_rank must equal the plan's. A failure on any rank fails every rank, each with the
+ * failing rank's message ("rank R: ..."). Host staging per rank stays within o->staging_bytes. */
+sl_status sl_load_dist(const sl_checkpoint *ck, const sl_plan *p, const sl_load_opts *o,
+                       const sl_dist_opts *d, sl_model **out);
+
+typedef struct sl_rank_stats {
+    int32_t rank;
+    int32_t first_device, devices;  /* mesh devices [first_device, first_device + devices) */
+    uint64_t bytes_read;            /* checkpoint bytes this rank read */
+    uint64_t bytes_sent;            /* bytes sent to other ranks (cooperative) */
+    uint64_t bytes_received;
+    uint64_t staging_peak;
+    double seconds;
+} sl_rank_stats;
+
+/* Ranks of the load that made m (1 for sl_load); every rank's figures are on every rank. */
+int32_t sl_model_rank_count(const sl_model *m);
+sl_status sl_model_rank_stats(const sl_model *m, int32_t rank, sl_rank_stats *out);
 
 /* ---- resharding and synthesis ------------------------------------------------------------------- */
 

@@ -2,6 +2,7 @@
 # Installs (as root, with apt-get) or names the Debian 12 packages shardload needs.
 #   scripts/deps.sh build   - compiler, cmake, jansson, xxhash, liburing
 #   scripts/deps.sh test    - build + python3-numpy (oracle) + clang (fuzz replay under sanitizers)
+#                             + Open MPI (tests/cli_mpi.sh)
 #   scripts/deps.sh bench   - test + fio, gnuplot, python3-torch (optional)
 set -euo pipefail
 what=${1:-build}
@@ -21,6 +22,9 @@ if [[ $what == test || $what == bench ]]; then
   /usr/bin/python3 -c 'import numpy' >/dev/null 2>&1 || missing+=(python3-numpy)
   command -v clang >/dev/null 2>&1 || missing+=(clang)
   command -v xxd >/dev/null 2>&1 || missing+=(xxd)
+  command -v mpirun >/dev/null 2>&1 || missing+=(openmpi-bin)
+  dpkg-query -W -f='${Status}' libopenmpi-dev 2>/dev/null | grep -q "install ok installed" ||
+    missing+=(libopenmpi-dev)
 fi
 if [[ $what == bench ]]; then
   command -v fio >/dev/null 2>&1 || missing+=(fio)

@@ -1,7 +1,8 @@
 /* device.h - the device backends the loading engine places shards into. A backend is an ops table
- * plus a void *ctx (STYLE.md rule 11), one instance per mesh device, chosen by name: "cpu" here,
- * "cuda" in dev_cuda.c when built with CUDA. The engine only ever asks a backend to allocate the
- * plan's exact bytes, copy host bytes in, zero a range, copy bytes back out and free.
+ * plus a void *ctx (STYLE.md rule 11), one instance per mesh device, chosen by name: "cpu"
+ * (dev_cpu.c) or "cuda" (dev_cuda.c, CUDA runtime loaded at run time). The engine only ever asks
+ * a backend to allocate the plan's exact bytes, copy host bytes in, zero a range, copy bytes back
+ * out and free.
  *
  * Every fallible op returns an sl_status and writes its message into the sl_err passed to it, so
  * that the executor can put it on the model handle. */
@@ -33,6 +34,22 @@ typedef struct sl_device_ops {
     uint64_t (*allocated)(const void *ctx);
     /* Frees the allocation and ctx. Accepts NULL. */
     void (*free)(void *ctx);
+
+    /* Optional ops (NULL for host backends). A backend whose copies run asynchronously (cuda)
+     * provides them so that the engine can overlap device copies with reads:
+     * pin: makes host range [ptr, ptr + len) fast to copy from (page-locked). Writes whose source
+     *   lies in a pinned range may complete after write() returns, until the next fence; writes
+     *   from any other memory are complete on return. Several instances may pin the same range.
+     * unpin: fences, then releases this instance's pin of the range that starts at ptr.
+     * fence: returns once every copy issued so far has finished reading its host source.
+     * write2d: rows copies of width bytes, from src + r * src_pitch to dst_off + r * dst_pitch.
+     * mem_info: device free memory (bytes) right before and right after alloc(). */
+    sl_status (*pin)(void *ctx, void *ptr, size_t len, sl_err *err);
+    void (*unpin)(void *ctx, void *ptr);
+    sl_status (*fence)(void *ctx, sl_err *err);
+    sl_status (*write2d)(void *ctx, uint64_t dst_off, uint64_t dst_pitch, const void *src,
+                         size_t src_pitch, size_t width, size_t rows, sl_err *err);
+    void (*mem_info)(const void *ctx, uint64_t *free_before, uint64_t *free_after);
 } sl_device_ops;
 
 typedef struct sl_device {

@@ -91,33 +91,35 @@ sl_status sl_load_check_plan(const sl_plan *p, const sl_load_file *files, int64_
 
 /* ---- devices ------------------------------------------------------------------------------- */
 
-static sl_status model_open_devices(sl_model *m, const sl_plan *p, const sl_load_opts *o)
+sl_status sl_load_open_devices(sl_model *m, const sl_plan *p, int32_t first, int32_t count,
+                               const sl_load_opts *o)
 {
-    m->devs = calloc((size_t)p->n_devices, sizeof *m->devs);
+    m->devs = calloc((size_t)count + 1, sizeof *m->devs);
     if (!m->devs)
         return sl_err_set(&m->err, SL_E_NOMEM, "out of memory");
-    m->n_devices = p->n_devices;
-    for (int32_t d = 0; d < p->n_devices; d++) {
-        const sl_plan_device *pd = &p->devices[d];
-        sl_model_dev *md = &m->devs[d];
+    m->n_devices = count;
+    m->first_device = first;
+    for (int32_t i = 0; i < count; i++) {
+        const sl_plan_device *pd = &p->devices[first + i];
+        sl_model_dev *md = &m->devs[i];
         md->n_params = pd->n_params;
         md->bytes = pd->bytes;
         md->param_off = calloc((size_t)pd->n_params + 1, sizeof *md->param_off);
         md->param_bytes = calloc((size_t)pd->n_params + 1, sizeof *md->param_bytes);
         if (!md->param_off || !md->param_bytes)
             return sl_err_set(&m->err, SL_E_NOMEM, "out of memory");
-        for (int64_t i = 0; i < pd->n_params; i++) {
-            md->param_off[i] = pd->params[i].offset;
-            md->param_bytes[i] = pd->params[i].nbytes;
+        for (int64_t k = 0; k < pd->n_params; k++) {
+            md->param_off[k] = pd->params[k].offset;
+            md->param_bytes[k] = pd->params[k].nbytes;
         }
-        SL_TRY(sl_device_open(o->device, d, o, &md->dev, &m->err));
+        SL_TRY(sl_device_open(o->device, first + i, o, &md->dev, &m->err));
         SL_TRY(md->dev.ops->alloc(md->dev.ctx, pd->bytes, &m->err));
     }
     return SL_OK;
 }
 
 /* Frees every device: what a failed load leaves behind is the message only. */
-static void model_drop_devices(sl_model *m)
+void sl_load_drop_devices(sl_model *m)
 {
     for (int32_t d = 0; d < m->n_devices; d++) {
         sl_device_close(&m->devs[d].dev);
@@ -180,7 +182,7 @@ static sl_status load_run(sl_model *m, const sl_load_file *files, int64_t n_file
     SL_CHECK(o->dummy || n_files >= p->n_files, &m->err, SL_E_INVALID_ARG,
              "plan reads %lld files, %lld given", (long long)p->n_files, (long long)n_files);
     SL_TRY(sl_load_check_plan(p, files, n_files, o->dummy, &m->err));
-    SL_TRY(model_open_devices(m, p, o));
+    SL_TRY(sl_load_open_devices(m, p, 0, p->n_devices, o));
     prefault_job pf;
     prefault_start(&pf, m);
     sl_status st = o->dummy ? sl_load_dummy(p, m->devs, o, &m->stats, &m->err)
@@ -215,6 +217,6 @@ sl_status sl_load_files(const sl_load_file *files, int64_t n_files, const sl_pla
     sl_status st = load_run(m, files, n_files, p, o);
     m->stats.seconds = now_seconds() - t0;
     if (st != SL_OK)
-        model_drop_devices(m);
+        sl_load_drop_devices(m);
     return st;
 }

@@ -32,12 +32,22 @@ struct sl_model {
     int32_t n_devices;       /* 0 after a failed load: nothing is allocated then */
     sl_model_dev *devs;
     sl_load_stats stats;
+    int32_t first_device;    /* mesh index of devs[0] (sl_load_dist: this rank's first device) */
+    int32_t n_ranks;         /* 0 for sl_load; else ranks entries */
+    sl_rank_stats *ranks;
 };
 
 /* Executes plan p reading its files (p->n_files entries of files; may be NULL with o->dummy).
  * Same contract as sl_load: *out holds a handle even on failure (unless SL_E_NOMEM). */
 sl_status sl_load_files(const sl_load_file *files, int64_t n_files, const sl_plan *p,
                         const sl_load_opts *o, sl_model **out);
+
+/* Opens and allocates mesh devices [first, first + count) of p as m->devs[0..count). On failure
+ * the caller frees what was opened with sl_load_drop_devices. */
+sl_status sl_load_open_devices(sl_model *m, const sl_plan *p, int32_t first, int32_t count,
+                               const sl_load_opts *o);
+/* Frees every device of m: what a failed load leaves behind is the message only. */
+void sl_load_drop_devices(sl_model *m);
 
 /* Reads the plan's COPY operations once from the files and scatters them into devs. */
 sl_status sl_load_read(const sl_load_file *files, int64_t n_files, const sl_plan *p,

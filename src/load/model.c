@@ -33,6 +33,7 @@ void sl_model_free(sl_model *m)
         free(m->devs[d].param_bytes);
     }
     free(m->devs);
+    free(m->ranks);
     sl_err_clear(&m->err);
     free(m);
 }
@@ -61,6 +62,21 @@ uint64_t sl_model_device_allocated(const sl_model *m, int32_t dev)
         return 0;
     const sl_device *d = &m->devs[dev].dev;
     return d->ops->allocated(d->ctx);
+}
+
+sl_status sl_model_device_mem(const sl_model *m, int32_t dev, uint64_t *free_before,
+                              uint64_t *free_after)
+{
+    if (!m || !free_before || !free_after)
+        return SL_E_INVALID_ARG;
+    if (dev < 0 || dev >= m->n_devices)
+        return sl_err_set(m->errw, SL_E_INVALID_ARG, "device %d out of range", dev);
+    const sl_device *d = &m->devs[dev].dev;
+    if (!d->ops->mem_info)
+        return sl_err_set(m->errw, SL_E_UNSUPPORTED, "device '%s' does not report free memory",
+                          d->ops->name);
+    d->ops->mem_info(d->ctx, free_before, free_after);
+    return SL_OK;
 }
 
 static sl_status model_param(const sl_model *m, int32_t dev, int64_t i, const sl_model_dev **out)
@@ -124,4 +140,31 @@ sl_status sl_model_param_xxh3(const sl_model *m, int32_t dev, int64_t i, uint64_
     XXH3_freeState(s);
     free(buf);
     return st;
+}
+
+int32_t sl_model_device_index(const sl_model *m, int32_t dev)
+{
+    if (!m || dev < 0 || dev >= m->n_devices)
+        return -1;
+    return m->first_device + dev;
+}
+
+int32_t sl_model_rank_count(const sl_model *m)
+{
+    return !m ? 0 : m->n_ranks ? m->n_ranks : 1;
+}
+
+/* A single-process load is rank 0 of 1, holding every device. */
+sl_status sl_model_rank_stats(const sl_model *m, int32_t rank, sl_rank_stats *out)
+{
+    if (!m || !out || rank < 0 || rank >= sl_model_rank_count(m))
+        return SL_E_INVALID_ARG;
+    if (m->n_ranks) {
+        *out = m->ranks[rank];
+        return SL_OK;
+    }
+    *out = (sl_rank_stats){.rank = 0, .first_device = 0, .devices = m->n_devices,
+                           .bytes_read = m->stats.bytes_read, .staging_peak = m->stats.staging_peak,
+                           .seconds = m->stats.seconds};
+    return SL_OK;
 }

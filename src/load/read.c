@@ -16,6 +16,7 @@
 #include "io/io.h"
 #include "load/convert.h"
 #include "load/load_internal.h"
+#include "load/read_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -73,6 +74,7 @@ typedef struct rd_ctx {
     const sl_model_dev *devs;
     const sl_load_opts *o;
     sl_err *err;
+    const unsigned char *local;   /* per device: scatter into it; NULL: every device (read_internal.h) */
     rd_file *files;
     int64_t n_files;
     rd_op *ops;
@@ -88,6 +90,8 @@ typedef struct rd_ctx {
     unsigned char *bounce;
     sl_io io;
     uint64_t bytes_read, done_bytes, total_bytes, staging_peak;
+    int in_flight;                /* device copies (async: cuda) issued since the last rd_fence */
+    int32_t n_pinned;             /* devices [0, n_pinned) went through ops->pin */
 } rd_ctx;
 
 /* ---- operations ----------------------------------------------------------------------------- */
@@ -341,6 +345,7 @@ static sl_status rd_put(rd_ctx *x, const rd_op *r, uint64_t dst_off, const unsig
         sl_convert(x->host[r->dev] + dst_off, ddt, src, sdt, (size_t)n);
         return SL_OK;
     }
+    x->in_flight |= d->ops->fence != NULL; /* copies may read staging until rd_fence */
     if (sdt == ddt)
         return d->ops->write(d->ctx, dst_off, src, (size_t)(n * r->ssize), x->err);
     const uint64_t per = RD_BOUNCE / 4;
@@ -350,6 +355,40 @@ static sl_status rd_put(rd_ctx *x, const rd_op *r, uint64_t dst_off, const unsig
         SL_TRY(d->ops->write(d->ctx, dst_off + i * r->dsize, x->bounce, (size_t)(m * r->dsize), x->err));
     }
     return SL_OK;
+}
+
+/* Number of rows k, k+1, ... lying wholly inside [0, b) (rows > 1, so src_stride > 0). */
+static uint64_t rd_whole_rows(const rd_op *r, uint64_t k, uint64_t b)
+{
+    const sl_op *op = r->op;
+    const uint64_t row_bytes = op->row_elems * r->ssize;
+    if (op->src_offset + row_bytes > b)
+        return 0;
+    const uint64_t last = (b - row_bytes - op->src_offset) / op->src_stride;
+    return last >= k ? sl_min_u64(last + 1, op->rows) - k : 0;
+}
+
+/* Several whole rows of a same-dtype op, from row k (starting inside the chunk), go to a device
+ * with 2-D copies in one call: one cudaMemcpy2DAsync instead of a copy per row. *n: rows
+ * written, 0 when this does not apply (the caller copies row by row). */
+static sl_status rd_put_rows(rd_ctx *x, const rd_op *r, uint64_t k, uint64_t a, uint64_t b,
+                             const unsigned char *data, uint64_t *n)
+{
+    const sl_op *op = r->op;
+    const sl_device *d = &x->devs[r->dev].dev;
+    const uint64_t rs = op->src_offset + k * op->src_stride;
+    *n = 0;
+    if (!d->ops->write2d || x->host[r->dev] || op->src_dtype != x->p->dtype || op->rows < 2 ||
+        rs < a || op->src_stride > SIZE_MAX)
+        return SL_OK;
+    const uint64_t rows = rd_whole_rows(r, k, b);
+    if (rows < 2)
+        return SL_OK;
+    *n = rows;
+    x->in_flight = 1;
+    return d->ops->write2d(d->ctx, op->dst_offset + k * op->dst_stride, op->dst_stride,
+                           data + (rs - a), (size_t)op->src_stride,
+                           (size_t)(op->row_elems * r->ssize), (size_t)rows, x->err);
 }
 
 /* Copies the elements of op rows that chunk [a, b) owns; data holds file bytes from offset a. */
@@ -370,6 +409,12 @@ static sl_status rd_scatter_op(rd_ctx *x, const rd_op *r, uint64_t a, uint64_t b
             break;
         if (rs + row_bytes <= a)
             continue;
+        uint64_t rows2d = 0;
+        SL_TRY(rd_put_rows(x, r, k, a, b, data, &rows2d));
+        if (rows2d) {
+            k += rows2d - 1;
+            continue;
+        }
         const uint64_t j0 = rs >= a ? 0 : ceil_div(a - rs, es);
         const uint64_t j1 = sl_min_u64(op->row_elems, ceil_div(b - rs, es));
         if (j0 < j1)
@@ -401,7 +446,7 @@ static sl_status rd_scatter_chunk(rd_ctx *x, const rd_chunk *c, const unsigned c
             lo = mid + 1;
     }
     for (int64_t i = lo; i < hi; i++) {
-        if (x->ops[i].src_end > c->a)
+        if (x->ops[i].src_end > c->a && (!x->local || x->local[x->ops[i].dev]))
             SL_TRY(rd_scatter_op(x, &x->ops[i], c->a, c->b, data));
     }
     return SL_OK;
@@ -409,8 +454,24 @@ static sl_status rd_scatter_chunk(rd_ctx *x, const rd_chunk *c, const unsigned c
 
 /* ---- pipeline ------------------------------------------------------------------------------- */
 
+/* Returns once no device copy reads staging any more. Called before a slot is refilled: with the
+ * free list's LIFO order the refilled slot is the one just scattered, so the wait overlaps the
+ * reads of the other slots still in flight. */
+static sl_status rd_fence(rd_ctx *x)
+{
+    for (int32_t d = 0; d < x->p->n_devices; d++) {
+        const sl_device *dev = &x->devs[d].dev;
+        if (dev->ops && dev->ops->fence)
+            SL_TRY(dev->ops->fence(dev->ctx, x->err));
+    }
+    x->in_flight = 0;
+    return SL_OK;
+}
+
 static sl_status rd_submit(rd_ctx *x, rd_slot *s, int64_t chunk)
 {
+    if (x->in_flight)
+        SL_TRY(rd_fence(x));
     const rd_chunk *c = &x->chunks[chunk];
     const rd_file *f = &x->files[c->file];
     s->chunk = chunk;
@@ -539,6 +600,29 @@ static void rd_fit_slots(rd_ctx *x)
     x->n_slots = (unsigned)sl_min_u64(x->n_slots, (uint64_t)x->n_chunks);
 }
 
+/* Devices that copy asynchronously (cuda) page-lock the staging block once for the whole load. */
+static sl_status rd_pin(rd_ctx *x)
+{
+    const size_t len = (size_t)(x->slot_size * x->n_slots);
+    for (; x->n_pinned < x->p->n_devices; x->n_pinned++) {
+        const sl_device *d = &x->devs[x->n_pinned].dev;
+        if (d->ops && d->ops->pin)
+            SL_TRY(d->ops->pin(d->ctx, x->staging, len, x->err));
+    }
+    return SL_OK;
+}
+
+/* Once reads have stopped: each unpin drains its device's copies before releasing the pin. */
+static void rd_unpin(rd_ctx *x)
+{
+    for (int32_t d = 0; d < x->n_pinned; d++) {
+        const sl_device *dev = &x->devs[d].dev;
+        if (dev->ops && dev->ops->unpin)
+            dev->ops->unpin(dev->ctx, x->staging);
+    }
+    x->n_pinned = 0;
+}
+
 static sl_status rd_alloc_buffers(rd_ctx *x)
 {
     x->host = calloc((size_t)x->p->n_devices, sizeof *x->host);
@@ -558,7 +642,7 @@ static sl_status rd_alloc_buffers(rd_ctx *x)
                           (unsigned long long)(x->slot_size * x->n_slots));
     for (unsigned i = 0; i < x->n_slots; i++)
         x->slots[i].buf = x->staging + (size_t)i * x->slot_size;
-    return SL_OK;
+    return rd_pin(x);
 }
 
 static sl_status rd_init_files(rd_ctx *x, const sl_load_file *files)
@@ -588,6 +672,7 @@ static void rd_free(rd_ctx *x)
     free(x->chunks);
     free(x->host);
     free(x->slots);
+    rd_unpin(x);
     free(x->staging);
     free(x->bounce);
 }
@@ -608,6 +693,8 @@ static sl_status rd_run(rd_ctx *x, const sl_load_file *files, sl_load_stats *sta
     SL_TRY(sl_io_open(NULL, x->n_slots, threads, &x->io, x->err));
     stats->engine = x->io.ops->name;
     sl_status st = rd_pipeline(x);
+    if (st == SL_OK && x->in_flight)
+        st = rd_fence(x); /* the load ends when the devices hold the bytes, inside the timing */
     stats->io = rd_io_name(x); /* after any EINVAL fallback */
     return st;
 }
@@ -622,4 +709,112 @@ sl_status sl_load_read(const sl_load_file *files, int64_t n_files, const sl_plan
     stats->staging_peak = x.staging_peak + (x.bounce ? RD_BOUNCE : 0);
     rd_free(&x);
     return st;
+}
+
+/* ---- the engine in pieces (read_internal.h) ------------------------------------------------- */
+
+struct sl_rd {
+    rd_ctx x;
+};
+
+sl_status sl_rd_open(const sl_rd_setup *s, sl_rd **out)
+{
+    sl_rd *r = calloc(1, sizeof *r);
+    *out = r;
+    if (!r)
+        return sl_err_set(s->err, SL_E_NOMEM, "out of memory");
+    rd_ctx *x = &r->x;
+    *x = (rd_ctx){.p = s->p, .devs = s->devs, .o = s->o, .err = s->err, .local = s->local,
+                  .n_files = s->n_files};
+    rd_size_requests(x);
+    if (s->slot_bytes) {
+        /* merge_gap stays as sl_load_read's, so the ranges (and bytes read) are the same. */
+        SL_CHECK(s->slot_bytes >= RD_SLOT_SLACK + RD_ALIGN, s->err, SL_E_INVALID_ARG,
+                 "staging of %llu bytes per slot is too small (at least %u)",
+                 (unsigned long long)s->slot_bytes, RD_SLOT_SLACK + RD_ALIGN);
+        x->request = sl_min_u64((s->slot_bytes - RD_SLOT_SLACK) / RD_ALIGN * RD_ALIGN, RD_MAX_REQUEST);
+        x->slot_size = x->request + RD_SLOT_SLACK;
+    }
+    x->n_slots = 1;
+    SL_TRY(rd_init_files(x, s->files));
+    SL_TRY(rd_collect_ops(x));
+    SL_TRY(rd_build_chunks(x));
+    SL_TRY(rd_open_files(x));
+    if (x->n_chunks == 0)
+        return SL_OK;
+    rd_fit_slots(x);
+    SL_TRY(rd_alloc_buffers(x));
+    const unsigned threads = x->o->threads > 0 ? (unsigned)x->o->threads : 0;
+    return sl_io_open(NULL, x->n_slots, threads, &x->io, x->err);
+}
+
+int64_t sl_rd_chunk_count(const sl_rd *r)
+{
+    return r->x.n_chunks;
+}
+
+sl_rd_chunk sl_rd_chunk_at(const sl_rd *r, int64_t i)
+{
+    const rd_chunk *c = &r->x.chunks[i];
+    return (sl_rd_chunk){.file = c->file, .a = c->a, .b = c->b, .b_ext = c->b_ext};
+}
+
+uint64_t sl_rd_slot_bytes(const sl_rd *r)
+{
+    return r->x.n_chunks ? r->x.slot_size : 0;
+}
+
+sl_status sl_rd_read(sl_rd *r, int64_t i, const unsigned char **data)
+{
+    rd_ctx *x = &r->x;
+    rd_slot *s = &x->slots[0];
+    int again = 1;
+    SL_TRY(rd_submit(x, s, i));
+    while (again) {
+        sl_io_req *done = NULL;
+        SL_TRY(x->io.ops->wait(x->io.ctx, &done, x->err));
+        SL_TRY(rd_check(x, s, &again));
+    }
+    x->staging_peak = x->slot_size;
+    *data = s->buf + (x->chunks[i].a - s->req.off);
+    return SL_OK;
+}
+
+sl_status sl_rd_scatter(sl_rd *r, const sl_rd_chunk *c, const unsigned char *data)
+{
+    const rd_chunk rc = {.file = c->file, .a = c->a, .b = c->b, .b_ext = c->b_ext};
+    return rd_scatter_chunk(&r->x, &rc, data);
+}
+
+/* Same candidate search as rd_scatter_chunk. */
+void sl_rd_extent(const sl_rd *r, const sl_rd_chunk *c, int32_t d0, int32_t d1, uint64_t *lo,
+                  uint64_t *hi)
+{
+    const rd_ctx *x = &r->x;
+    uint64_t l = UINT64_MAX, h = 0;
+    for (int64_t i = x->file_first[c->file]; i < x->file_first[c->file + 1]; i++) {
+        const rd_op *o = &x->ops[i];
+        if (o->op->src_offset >= c->b)
+            break;
+        if (o->src_end <= c->a || o->dev < d0 || o->dev >= d1)
+            continue;
+        l = sl_min_u64(l, sl_max_u64(c->a, o->op->src_offset));
+        h = sl_max_u64(h, sl_min_u64(c->b_ext, o->src_end));
+    }
+    *lo = h ? l : c->a;
+    *hi = h ? h : c->a;
+}
+
+void sl_rd_close(sl_rd *r, sl_load_stats *stats)
+{
+    if (!r)
+        return;
+    if (stats) {
+        stats->bytes_read = r->x.bytes_read;
+        stats->staging_peak = r->x.staging_peak + (r->x.bounce ? RD_BOUNCE : 0);
+        stats->io = rd_io_name(&r->x);
+        stats->engine = r->x.io.ops ? r->x.io.ops->name : "none";
+    }
+    rd_free(&r->x);
+    free(r);
 }

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# bench/mpi.sh - multi-process loading on one host: 1, 2 and 4 ranks, both strategies, on a
+# synthetic checkpoint (or CK=DIR). Prints one JSON line per run:
+#   {"bench":"mpi","ranks":N,"dist":"...","tp":T,"seconds":..,"gbps":..,"bytes_read":..,
+#    "read_amplification":..,"bytes_exchanged":..}
+# Usage: bench/mpi.sh [path/to/shardload]   (env: CK, TP (default 4), STAGING (MiB, default 64))
+set -euo pipefail
+SL=${1:-build/shardload}
+command -v mpirun >/dev/null 2>&1 || { echo '{"bench":"mpi","skipped":"no mpirun"}'; exit 0; }
+TP=${TP:-4}
+STAGING=${STAGING:-64}
+export OMPI_MCA_btl=${OMPI_MCA_btl:-self,vader}
+T=$(mktemp -d "${TMPDIR:-/tmp}/sl_bench_mpi.XXXXXX")
+trap 'rm -rf "$T"' EXIT
+CK=${CK:-}
+if [ -z "$CK" ]; then
+    cat > "$T/cfg.json" <<'JSON'
+{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":1024,"intermediate_size":4096,
+ "num_attention_heads":16,"num_key_value_heads":8,"num_hidden_layers":8,"vocab_size":32000,
+ "tie_word_embeddings":false,"torch_dtype":"bfloat16","rms_norm_eps":1e-05,"head_dim":64}
+JSON
+    "$SL" synth --config "$T/cfg.json" "$T/ck" --max-shard-size 100MB >/dev/null
+    CK="$T/ck"
+fi
+num() { grep -o "\"$1\":[0-9.]*" | head -1 | cut -d: -f2; }
+for np in 1 2 4; do
+    k=$((TP / np))
+    [ $((k * np)) -eq "$TP" ] || continue
+    for dist in cooperative independent; do
+        out=$(mpirun --allow-run-as-root --oversubscribe -np $np "$SL" load "$CK" --tp "$TP" \
+              --dist $dist --devices-per-rank $k --staging "$STAGING" --json)
+        printf '{"bench":"mpi","ranks":%d,"dist":"%s","tp":%d,"seconds":%s,"gbps":%s,"bytes_read":%s,"read_amplification":%s,"bytes_exchanged":%s}\n' \
+            $np $dist "$TP" "$(echo "$out" | num seconds)" "$(echo "$out" | num gbps)" \
+            "$(echo "$out" | num bytes_read)" "$(echo "$out" | num read_amplification)" \
+            "$(echo "$out" | num bytes_exchanged)"
+    done
+done

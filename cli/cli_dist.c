@@ -1,0 +1,236 @@
+/* cli_dist.c - `shardload load` under mpirun (--dist, or started by an MPI launcher): every rank
+ * opens the checkpoint, plans and loads its own devices with sl_load_dist; rank 0 prints one
+ * report for the job. Each rank renders its own devices (and checksums) into a string, and rank 0
+ * gathers them, so the report covers every device of the job. A failure anywhere ends every rank
+ * with exit 1; rank 0 prints the failing rank's message as the one error line. */
+#include "cli.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Propagates a failing status (the message is on the model handle). */
+#define DIST_TRY(expr)                  \
+    do {                                \
+        sl_status dist_try_st_ = (expr); \
+        if (dist_try_st_ != SL_OK)       \
+            return dist_try_st_;         \
+    } while (0)
+
+int cli_dist_launched(void)
+{
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+}
+
+/* ---- per-rank fragments ----------------------------------------------------------------------- */
+
+static void dist_json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+static sl_status dist_checksums(FILE *f, const sl_plan *p, const sl_model *m, int32_t d, int json)
+{
+    sl_param_info pi;
+    const int32_t g = sl_model_device_index(m, d);
+    for (int64_t i = 0; sl_plan_param(p, g, i, &pi) == SL_OK; i++) {
+        uint64_t h = 0;
+        DIST_TRY(sl_model_param_xxh3(m, d, i, &h));
+        if (json) {
+            fprintf(f, "%s{\"name\":", i ? "," : "");
+            dist_json_str(f, pi.name);
+            fprintf(f, ",\"xxh3\":\"%016" PRIx64 "\"}", h);
+        } else {
+            fprintf(f, "    %016" PRIx64 "  %s\n", h, pi.name);
+        }
+    }
+    return SL_OK;
+}
+
+/* This rank's devices: JSON objects (each but the job's first led by a comma) or text lines. */
+static sl_status dist_devices(FILE *f, const sl_plan *p, const sl_model *m, int checksums, int json)
+{
+    char b1[32], b2[32];
+    for (int32_t d = 0; d < sl_model_device_count(m); d++) {
+        const int32_t g = sl_model_device_index(m, d);
+        if (json)
+            fprintf(f, "%s{\"index\":%d,\"allocated_bytes\":%" PRIu64, g ? "," : "", (int)g,
+                    sl_model_device_allocated(m, d));
+        else
+            fprintf(f, "device %d: %s bytes allocated (plan %s)\n", (int)g,
+                    cli_commas(sl_model_device_allocated(m, d), b1, sizeof b1),
+                    cli_commas(sl_plan_device_bytes(p, g), b2, sizeof b2));
+        if (checksums && json)
+            fputs(",\"params\":[", f);
+        if (checksums)
+            DIST_TRY(dist_checksums(f, p, m, d, json));
+        if (json)
+            fputs(checksums ? "]}" : "}", f);
+    }
+    return SL_OK;
+}
+
+/* Renders this rank's devices and gathers every rank's on rank 0 (*out; NULL elsewhere). */
+static sl_status dist_gather_devices(const sl_plan *p, const sl_model *m, int checksums, int json,
+                                     char **out)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    sl_status st = f ? dist_devices(f, p, m, checksums, json) : SL_E_NOMEM;
+    if (f)
+        fclose(f);
+    /* gather even after a local failure: the others are already in the collective */
+    sl_status gs = sl_dist_gather_text(st == SL_OK && buf ? buf : "", out);
+    free(buf);
+    return st != SL_OK ? st : gs;
+}
+
+/* ---- job report (rank 0) ---------------------------------------------------------------------- */
+
+typedef struct dist_totals {
+    uint64_t read, sent, received, staging_max;
+} dist_totals;
+
+static dist_totals dist_sum(const sl_model *m)
+{
+    dist_totals t = {0};
+    sl_rank_stats r;
+    for (int32_t i = 0; sl_model_rank_stats(m, i, &r) == SL_OK; i++) {
+        t.read += r.bytes_read;
+        t.sent += r.bytes_sent;
+        t.received += r.bytes_received;
+        t.staging_max = r.staging_peak > t.staging_max ? r.staging_peak : t.staging_max;
+    }
+    return t;
+}
+
+static double dist_ratio(uint64_t a, uint64_t b)
+{
+    return b && b != UINT64_MAX ? (double)a / (double)b : 0.0;
+}
+
+static const char *dist_name(const sl_dist_opts *d)
+{
+    return d->strategy == SL_DIST_INDEPENDENT ? "independent" : "cooperative";
+}
+
+static void dist_print_json(const sl_plan *p, const sl_model *m, const sl_dist_opts *d,
+                            const char *devices)
+{
+    sl_load_stats s;
+    sl_model_stats(m, &s);
+    const dist_totals t = dist_sum(m);
+    printf("{\"seconds\":%.6f,\"bytes_read\":%" PRIu64 ",\"gbps\":%.3f,\"io\":\"%s\",\"engine\":"
+           "\"%s\",\"staging_peak\":%" PRIu64 ",\"dist\":\"%s\",\"read_bytes_needed\":%" PRIu64
+           ",\"read_amplification\":%.4f,\"bytes_exchanged\":%" PRIu64 ",\"devices\":[%s],"
+           "\"ranks\":[",
+           s.seconds, t.read, s.seconds > 0 ? (double)t.read / s.seconds / 1e9 : 0.0, s.io,
+           s.engine, t.staging_max, dist_name(d), sl_plan_read_bytes(p),
+           dist_ratio(t.read, sl_plan_read_bytes(p)), t.sent, devices);
+    sl_rank_stats r;
+    for (int32_t i = 0; sl_model_rank_stats(m, i, &r) == SL_OK; i++) {
+        printf("%s{\"rank\":%d,\"devices\":[", i ? "," : "", (int)r.rank);
+        for (int32_t k = 0; k < r.devices; k++)
+            printf("%s%d", k ? "," : "", (int)(r.first_device + k));
+        printf("],\"bytes_read\":%" PRIu64 ",\"bytes_sent\":%" PRIu64 ",\"bytes_received\":%" PRIu64
+               ",\"staging_peak\":%" PRIu64 ",\"seconds\":%.6f}",
+               r.bytes_read, r.bytes_sent, r.bytes_received, r.staging_peak, r.seconds);
+    }
+    printf("]}\n");
+}
+
+static void dist_print_text(const sl_plan *p, const sl_model *m, const sl_dist_opts *d,
+                            const char *devices)
+{
+    char b1[32], b2[32], b3[32];
+    sl_load_stats s;
+    sl_model_stats(m, &s);
+    const dist_totals t = dist_sum(m);
+    printf("Loading weights took %.3f s\n", s.seconds);
+    printf("%d ranks (dist %s): read %s bytes at %.2f GB/s, read amplification %.3f; "
+           "%s bytes exchanged\n",
+           (int)sl_model_rank_count(m), dist_name(d), cli_commas(t.read, b1, sizeof b1),
+           s.seconds > 0 ? (double)t.read / s.seconds / 1e9 : 0.0,
+           dist_ratio(t.read, sl_plan_read_bytes(p)), cli_commas(t.sent, b2, sizeof b2));
+    sl_rank_stats r;
+    for (int32_t i = 0; sl_model_rank_stats(m, i, &r) == SL_OK; i++)
+        printf("rank %d: devices %d-%d, read %s, sent %s, received %s bytes\n", (int)r.rank,
+               (int)r.first_device, (int)(r.first_device + r.devices - 1),
+               cli_commas(r.bytes_read, b1, sizeof b1), cli_commas(r.bytes_sent, b2, sizeof b2),
+               cli_commas(r.bytes_received, b3, sizeof b3));
+    printf("staging peak per rank %s bytes (io %s, engine %s)\n",
+           cli_commas(t.staging_max, b1, sizeof b1), s.io, s.engine);
+    fputs(devices, stdout);
+}
+
+/* ---- command ---------------------------------------------------------------------------------- */
+
+/* Opens and plans on this rank; on failure msg holds the message. */
+static sl_status dist_open(const char *path, const sl_plan_opts *po, int dummy, sl_checkpoint **ck,
+                           sl_plan **p, char *msg, size_t len)
+{
+    sl_status st = SL_OK;
+    if (path && !dummy && (st = sl_checkpoint_open(path, ck)) != SL_OK) {
+        snprintf(msg, len, "rank %d: %s", (int)sl_dist_rank(),
+                 *ck ? sl_checkpoint_errmsg(*ck) : "out of memory");
+        return st;
+    }
+    if ((st = sl_plan_build(*ck, po, p)) != SL_OK)
+        snprintf(msg, len, "rank %d: %s", (int)sl_dist_rank(), *p ? sl_plan_errmsg(*p) : "out of memory");
+    return st;
+}
+
+static int dist_report(const sl_plan *p, const sl_model *m, const sl_dist_opts *d, int checksums,
+                       int json)
+{
+    char *devices = NULL, msg[1024] = "";
+    sl_status st = dist_gather_devices(p, m, checksums, json, &devices);
+    if (st != SL_OK)
+        snprintf(msg, sizeof msg, "rank %d: %s", (int)sl_dist_rank(), sl_model_errmsg(m));
+    st = sl_dist_agree(st, msg, msg, sizeof msg);
+    int rc = CLI_EXIT_OK;
+    if (st != SL_OK)
+        rc = sl_dist_rank() == 0 ? cli_fail("%s", msg) : CLI_EXIT_FAIL;
+    else if (sl_dist_rank() == 0 && json)
+        dist_print_json(p, m, d, devices);
+    else if (sl_dist_rank() == 0)
+        dist_print_text(p, m, d, devices);
+    free(devices);
+    return rc;
+}
+
+int cli_load_dist(const char *path, const sl_plan_opts *po, const sl_load_opts *lo,
+                  const sl_dist_opts *d, int checksums, int json)
+{
+    char msg[1024] = "";
+    sl_checkpoint *ck = NULL;
+    sl_plan *p = NULL;
+    sl_model *m = NULL;
+    if (sl_dist_init() != SL_OK)
+        return cli_fail("--dist needs MPI, and this shardload was built without it (SL_WITH_MPI)");
+    sl_status st = dist_open(path, po, lo->dummy, &ck, &p, msg, sizeof msg);
+    st = sl_dist_agree(st, msg, msg, sizeof msg);
+    if (st == SL_OK && (st = sl_load_dist(ck, p, lo, d, &m)) != SL_OK)
+        snprintf(msg, sizeof msg, "%s", m ? sl_model_errmsg(m) : "out of memory");
+    int rc = CLI_EXIT_OK;
+    if (st != SL_OK)
+        rc = sl_dist_rank() == 0 ? cli_fail("%s", msg) : CLI_EXIT_FAIL;
+    else
+        rc = dist_report(p, m, d, checksums, json);
+    sl_model_free(m);
+    sl_plan_free(p);
+    sl_checkpoint_close(ck);
+    sl_dist_finalize();
+    return rc;
+}

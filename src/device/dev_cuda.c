@@ -1,0 +1,482 @@
+/* dev_cuda.c - the "cuda" device backend. Always compiled: the CUDA runtime (libcudart) is loaded
+ * at run time with dlopen, so shardload has no build-time CUDA dependency and one binary serves
+ * hosts with and without GPUs. Only the dozen runtime entry points below are used; their
+ * prototypes and the few constants are declared here (cudaError_t is an int, streams are opaque
+ * pointers, enums are passed as int), which is ABI-stable across CUDA 11-13.
+ *
+ * Runtime search: $SL_CUDART alone when set (an explicit choice that fails should say so rather
+ * than silently load another runtime; the tests rely on it), else libcudart.so.13, .12, .11, .so.
+ *
+ * Mesh device d lives on GPU o->gpus[d] when a GPU list is given, else on GPU d % count. Each mesh
+ * device has one cudaMalloc of exactly the plan's bytes and its own stream.
+ *
+ * Copies and host memory: copies from the engine's staging slots, which the engine pins once
+ * through pin() (cudaHostRegister, portable, refcounted per process because every mesh device pins
+ * the same slots), are cudaMemcpyAsync on the device's stream and may still be reading the slot
+ * when write() returns: the engine calls fence() (cudaStreamSynchronize) before it refills a slot.
+ * Copies from any other host memory (the conversion bounce buffer, dummy buffers) are synchronous
+ * cudaMemcpy, which returns once the source has been consumed, so callers may reuse it at once.
+ * Our streams are ordinary (blocking) streams, so such a cudaMemcpy on the legacy default stream
+ * is also ordered after the stream's pending copies. */
+#include "device/device.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int cudaError_t;          /* cudaSuccess == 0 */
+typedef void *cudaStream_t;
+
+enum {
+    CU_MEMCPY_H2D = 1,            /* cudaMemcpyHostToDevice */
+    CU_MEMCPY_D2H = 2,            /* cudaMemcpyDeviceToHost */
+    CU_HOST_REGISTER_PORTABLE = 1 /* cudaHostRegisterPortable: pinned for every context */
+};
+
+#define CU_MAX_PINS 16
+
+typedef struct cuda_api {
+    cudaError_t (*GetDeviceCount)(int *count);
+    cudaError_t (*SetDevice)(int gpu);
+    cudaError_t (*Malloc)(void **ptr, size_t n);
+    cudaError_t (*Free)(void *ptr);
+    cudaError_t (*MemGetInfo)(size_t *free_bytes, size_t *total_bytes);
+    cudaError_t (*StreamCreate)(cudaStream_t *s);
+    cudaError_t (*StreamDestroy)(cudaStream_t s);
+    cudaError_t (*StreamSynchronize)(cudaStream_t s);
+    cudaError_t (*Memcpy)(void *dst, const void *src, size_t n, int kind);
+    cudaError_t (*MemcpyAsync)(void *dst, const void *src, size_t n, int kind, cudaStream_t s);
+    cudaError_t (*Memcpy2D)(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                            size_t height, int kind);
+    cudaError_t (*Memcpy2DAsync)(void *dst, size_t dpitch, const void *src, size_t spitch,
+                                 size_t width, size_t height, int kind, cudaStream_t s);
+    cudaError_t (*MemsetAsync)(void *ptr, int value, size_t n, cudaStream_t s);
+    cudaError_t (*HostRegister)(void *ptr, size_t n, unsigned flags);
+    cudaError_t (*HostUnregister)(void *ptr);
+    const char *(*GetErrorString)(cudaError_t e);
+} cuda_api;
+
+static const struct {
+    const char *name;
+    size_t off;
+} cu_syms[] = {
+    {"cudaGetDeviceCount", offsetof(cuda_api, GetDeviceCount)},
+    {"cudaSetDevice", offsetof(cuda_api, SetDevice)},
+    {"cudaMalloc", offsetof(cuda_api, Malloc)},
+    {"cudaFree", offsetof(cuda_api, Free)},
+    {"cudaMemGetInfo", offsetof(cuda_api, MemGetInfo)},
+    {"cudaStreamCreate", offsetof(cuda_api, StreamCreate)},
+    {"cudaStreamDestroy", offsetof(cuda_api, StreamDestroy)},
+    {"cudaStreamSynchronize", offsetof(cuda_api, StreamSynchronize)},
+    {"cudaMemcpy", offsetof(cuda_api, Memcpy)},
+    {"cudaMemcpyAsync", offsetof(cuda_api, MemcpyAsync)},
+    {"cudaMemcpy2D", offsetof(cuda_api, Memcpy2D)},
+    {"cudaMemcpy2DAsync", offsetof(cuda_api, Memcpy2DAsync)},
+    {"cudaMemsetAsync", offsetof(cuda_api, MemsetAsync)},
+    {"cudaHostRegister", offsetof(cuda_api, HostRegister)},
+    {"cudaHostUnregister", offsetof(cuda_api, HostUnregister)},
+    {"cudaGetErrorString", offsetof(cuda_api, GetErrorString)},
+};
+
+/* One pinned host range, shared by every mesh device that pinned it. */
+typedef struct cu_pin {
+    void *ptr;
+    size_t len;
+    int refs;
+    int registered;    /* 0: cudaHostRegister failed; copies from it are synchronous */
+} cu_pin;
+
+/* Process state: the runtime is loaded once and never unloaded (unloading libcudart while other
+ * code may still hold its streams is unsafe, and the driver keeps its context anyway). */
+static struct {
+    pthread_once_t once;
+    pthread_mutex_t lock;          /* guards pins */
+    cuda_api api;
+    sl_status load_st;
+    char load_msg[768];
+    cu_pin pins[CU_MAX_PINS];
+} g_cu = {.once = PTHREAD_ONCE_INIT, .lock = PTHREAD_MUTEX_INITIALIZER};
+
+typedef struct cuda_dev {
+    int32_t index;
+    int gpu;
+    cudaStream_t stream;
+    unsigned char *base;           /* NULL when bytes == 0 */
+    uint64_t bytes;
+    uint64_t free_before, free_after;
+    void *pin_ptr;                 /* the range this instance holds a pin reference on, or NULL */
+    size_t pin_len;
+    int pin_async;                 /* the range is registered: copies from it may be async */
+} cuda_dev;
+
+/* ---- loading the runtime -------------------------------------------------------------------- */
+
+static int cu_resolve(void *lib, const char *path)
+{
+    for (size_t i = 0; i < sizeof cu_syms / sizeof cu_syms[0]; i++) {
+        void *sym = dlsym(lib, cu_syms[i].name);
+        if (!sym) {
+            snprintf(g_cu.load_msg, sizeof g_cu.load_msg,
+                     "device 'cuda': the CUDA runtime %s lacks %s", path, cu_syms[i].name);
+            return -1;
+        }
+        /* memcpy: ISO C has no cast from an object pointer to a function pointer. */
+        memcpy((char *)&g_cu.api + cu_syms[i].off, &sym, sizeof sym);
+    }
+    return 0;
+}
+
+static void *cu_dlopen_default(char *why, size_t len)
+{
+    static const char *const names[] = {"libcudart.so.13", "libcudart.so.12", "libcudart.so.11",
+                                        "libcudart.so"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        void *lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        if (lib)
+            return lib;
+        const char *e = dlerror();
+        snprintf(why, len, "%s", e ? e : "not found");
+    }
+    return NULL;
+}
+
+static void cu_load_once(void)
+{
+    const char *env = getenv("SL_CUDART");
+    char why[512] = "";
+    void *lib = NULL;
+    g_cu.load_st = SL_E_UNSUPPORTED;
+    if (env && *env) {
+        lib = dlopen(env, RTLD_NOW | RTLD_LOCAL);
+        if (!lib) {
+            const char *e = dlerror();
+            snprintf(g_cu.load_msg, sizeof g_cu.load_msg,
+                     "device 'cuda': CUDA runtime not found: cannot load SL_CUDART=%s (%s); use "
+                     "--device cpu", env, e ? e : "dlopen failed");
+            return;
+        }
+    } else if (!(lib = cu_dlopen_default(why, sizeof why))) {
+        snprintf(g_cu.load_msg, sizeof g_cu.load_msg,
+                 "device 'cuda': CUDA runtime not found (libcudart.so.13/12/11: %s); install it, "
+                 "set SL_CUDART, or use --device cpu", why);
+        return;
+    }
+    if (cu_resolve(lib, env && *env ? env : "libcudart") != 0) {
+        dlclose(lib);
+        return;
+    }
+    g_cu.load_st = SL_OK;
+}
+
+static sl_status cu_load(sl_err *err)
+{
+    pthread_once(&g_cu.once, cu_load_once);
+    if (g_cu.load_st != SL_OK)
+        return sl_err_set(err, g_cu.load_st, "%s", g_cu.load_msg);
+    return SL_OK;
+}
+
+/* ---- helpers -------------------------------------------------------------------------------- */
+
+static sl_status cu_fail(const cuda_dev *d, sl_err *err, const char *what, cudaError_t e)
+{
+    const char *s = g_cu.api.GetErrorString ? g_cu.api.GetErrorString(e) : NULL;
+    return sl_err_set(err, SL_E_DEVICE, "cuda device %d (GPU %d): %s failed: %s (error %d)",
+                      d->index, d->gpu, what, s ? s : "unknown error", e);
+}
+
+#define CU_CALL(d, err, what, call)                   \
+    do {                                              \
+        cudaError_t cu_e_ = (call);                   \
+        if (cu_e_ != 0)                               \
+            return cu_fail((d), (err), (what), cu_e_); \
+    } while (0)
+
+/* The current GPU is per host thread, and the dummy fill writes from worker threads: every op
+ * selects its GPU first. */
+static sl_status cu_select(const cuda_dev *d, sl_err *err)
+{
+    CU_CALL(d, err, "cudaSetDevice", g_cu.api.SetDevice(d->gpu));
+    return SL_OK;
+}
+
+static sl_status cu_check_range(const cuda_dev *d, uint64_t off, uint64_t n, sl_err *err)
+{
+    if (off > d->bytes || n > d->bytes - off)
+        return sl_err_set(err, SL_E_INVALID_ARG, "cuda device %d: range [%llu, +%llu) outside %llu bytes",
+                          d->index, (unsigned long long)off, (unsigned long long)n,
+                          (unsigned long long)d->bytes);
+    return SL_OK;
+}
+
+/* 1 when [src, src + n) lies inside this device's registered range: the copy may be async. */
+static int cu_pinned(const cuda_dev *d, const void *src, size_t n)
+{
+    const uintptr_t p = (uintptr_t)src, b = (uintptr_t)d->pin_ptr;
+    return d->pin_async && p >= b && p - b <= d->pin_len && n <= d->pin_len - (p - b);
+}
+
+/* ---- ops ------------------------------------------------------------------------------------ */
+
+static sl_status cuda_alloc(void *ctx, uint64_t bytes, sl_err *err)
+{
+    cuda_dev *d = ctx;
+    size_t fr = 0, total = 0;
+    void *p = NULL;
+    if (bytes > SIZE_MAX)
+        return sl_err_set(err, SL_E_NOMEM, "cuda device %d: %llu bytes do not fit in size_t",
+                          d->index, (unsigned long long)bytes);
+    SL_TRY(cu_select(d, err));
+    CU_CALL(d, err, "cudaMemGetInfo", g_cu.api.MemGetInfo(&fr, &total));
+    d->free_before = d->free_after = fr;
+    if (bytes == 0)
+        return SL_OK;
+    cudaError_t e = g_cu.api.Malloc(&p, (size_t)bytes);
+    if (e != 0)
+        return sl_err_set(err, SL_E_NOMEM, "cuda device %d (GPU %d): cudaMalloc of %llu bytes failed: %s "
+                          "(%llu bytes free)", d->index, d->gpu, (unsigned long long)bytes,
+                          g_cu.api.GetErrorString(e), (unsigned long long)fr);
+    d->base = p;
+    d->bytes = bytes;
+    CU_CALL(d, err, "cudaMemGetInfo", g_cu.api.MemGetInfo(&fr, &total));
+    d->free_after = fr;
+    return SL_OK;
+}
+
+static sl_status cuda_write(void *ctx, uint64_t off, const void *src, size_t n, sl_err *err)
+{
+    cuda_dev *d = ctx;
+    SL_TRY(cu_check_range(d, off, n, err));
+    if (n == 0)
+        return SL_OK;
+    SL_TRY(cu_select(d, err));
+    if (cu_pinned(d, src, n))
+        CU_CALL(d, err, "cudaMemcpyAsync",
+                g_cu.api.MemcpyAsync(d->base + off, src, n, CU_MEMCPY_H2D, d->stream));
+    else
+        CU_CALL(d, err, "cudaMemcpy", g_cu.api.Memcpy(d->base + off, src, n, CU_MEMCPY_H2D));
+    return SL_OK;
+}
+
+static sl_status cuda_write2d(void *ctx, uint64_t dst_off, uint64_t dst_pitch, const void *src,
+                              size_t src_pitch, size_t width, size_t rows, sl_err *err)
+{
+    cuda_dev *d = ctx;
+    if (rows == 0 || width == 0)
+        return SL_OK;
+    /* Pitches are at least the width and rows fit in the allocation: no overflow below. */
+    SL_CHECK(dst_pitch >= width && src_pitch >= width && width <= d->bytes &&
+                 dst_pitch <= d->bytes && rows - 1 <= (d->bytes - width) / dst_pitch,
+             err, SL_E_INVALID_ARG, "cuda device %d: 2-D copy of %zu rows x %zu bytes (pitch %llu) "
+             "does not fit", d->index, rows, width, (unsigned long long)dst_pitch);
+    SL_TRY(cu_check_range(d, dst_off, (rows - 1) * dst_pitch + width, err));
+    SL_TRY(cu_select(d, err));
+    const size_t src_span = (rows - 1) * src_pitch + width;
+    if (cu_pinned(d, src, src_span))
+        CU_CALL(d, err, "cudaMemcpy2DAsync",
+                g_cu.api.Memcpy2DAsync(d->base + dst_off, (size_t)dst_pitch, src, src_pitch, width,
+                                       rows, CU_MEMCPY_H2D, d->stream));
+    else
+        CU_CALL(d, err, "cudaMemcpy2D",
+                g_cu.api.Memcpy2D(d->base + dst_off, (size_t)dst_pitch, src, src_pitch, width, rows,
+                                  CU_MEMCPY_H2D));
+    return SL_OK;
+}
+
+/* Synchronous: zeroing is rare (padding) and callers (the dummy fill) do not fence. */
+static sl_status cuda_zero(void *ctx, uint64_t off, uint64_t n, sl_err *err)
+{
+    cuda_dev *d = ctx;
+    SL_TRY(cu_check_range(d, off, n, err));
+    if (n == 0)
+        return SL_OK;
+    SL_TRY(cu_select(d, err));
+    CU_CALL(d, err, "cudaMemsetAsync", g_cu.api.MemsetAsync(d->base + off, 0, (size_t)n, d->stream));
+    CU_CALL(d, err, "cudaStreamSynchronize", g_cu.api.StreamSynchronize(d->stream));
+    return SL_OK;
+}
+
+/* The stream is drained first, so a read sees every write issued before it. */
+static sl_status cuda_read(void *ctx, uint64_t off, void *dst, size_t n, sl_err *err)
+{
+    cuda_dev *d = ctx;
+    SL_TRY(cu_check_range(d, off, n, err));
+    if (n == 0)
+        return SL_OK;
+    SL_TRY(cu_select(d, err));
+    CU_CALL(d, err, "cudaStreamSynchronize", g_cu.api.StreamSynchronize(d->stream));
+    CU_CALL(d, err, "cudaMemcpy", g_cu.api.Memcpy(dst, d->base + off, n, CU_MEMCPY_D2H));
+    return SL_OK;
+}
+
+static sl_status cuda_fence(void *ctx, sl_err *err)
+{
+    cuda_dev *d = ctx;
+    SL_TRY(cu_select(d, err));
+    CU_CALL(d, err, "cudaStreamSynchronize", g_cu.api.StreamSynchronize(d->stream));
+    return SL_OK;
+}
+
+/* Caller holds g_cu.lock. Returns the entry for ptr, or a free one (refs == 0), or NULL. */
+static cu_pin *cu_pin_slot(void *ptr)
+{
+    cu_pin *spare = NULL;
+    for (int i = 0; i < CU_MAX_PINS; i++) {
+        if (g_cu.pins[i].refs && g_cu.pins[i].ptr == ptr)
+            return &g_cu.pins[i];
+        if (!g_cu.pins[i].refs && !spare)
+            spare = &g_cu.pins[i];
+    }
+    return spare;
+}
+
+/* A range that cannot be registered (no slot, or cudaHostRegister refuses: locked-memory limits,
+ * some containers) is still usable: copies from it are then synchronous, only slower. */
+static sl_status cuda_pin(void *ctx, void *ptr, size_t len, sl_err *err)
+{
+    cuda_dev *d = ctx;
+    if (d->pin_ptr || !ptr || !len)
+        return SL_OK;
+    SL_TRY(cu_select(d, err));
+    pthread_mutex_lock(&g_cu.lock);
+    cu_pin *p = cu_pin_slot(ptr);
+    if (p && p->refs == 0)
+        *p = (cu_pin){.ptr = ptr, .len = len,
+                      .registered = g_cu.api.HostRegister(ptr, len, CU_HOST_REGISTER_PORTABLE) == 0};
+    if (p && p->len == len) {
+        p->refs++;
+        d->pin_ptr = ptr;
+        d->pin_len = len;
+        d->pin_async = p->registered;
+    }
+    pthread_mutex_unlock(&g_cu.lock);
+    return SL_OK;
+}
+
+/* Copies may still read the range: drain the stream before the range can be unregistered. */
+static void cuda_unpin(void *ctx, void *ptr)
+{
+    cuda_dev *d = ctx;
+    sl_err ignored = {0};
+    if (!ptr || d->pin_ptr != ptr)
+        return;
+    (void)cuda_fence(d, &ignored);
+    sl_err_clear(&ignored);
+    pthread_mutex_lock(&g_cu.lock);
+    cu_pin *p = cu_pin_slot(ptr);
+    if (p && p->refs && p->ptr == ptr && --p->refs == 0 && p->registered)
+        (void)g_cu.api.HostUnregister(ptr);
+    pthread_mutex_unlock(&g_cu.lock);
+    d->pin_ptr = NULL;
+    d->pin_len = 0;
+    d->pin_async = 0;
+}
+
+static void *cuda_host_ptr(void *ctx)
+{
+    (void)ctx;
+    return NULL;
+}
+
+static uint64_t cuda_allocated(const void *ctx)
+{
+    return ((const cuda_dev *)ctx)->bytes;
+}
+
+static void cuda_mem_info(const void *ctx, uint64_t *free_before, uint64_t *free_after)
+{
+    const cuda_dev *d = ctx;
+    *free_before = d->free_before;
+    *free_after = d->free_after;
+}
+
+static void cuda_free(void *ctx)
+{
+    cuda_dev *d = ctx;
+    if (!d)
+        return;
+    if (d->pin_ptr)
+        cuda_unpin(d, d->pin_ptr);
+    if (g_cu.api.SetDevice(d->gpu) == 0) {
+        if (d->stream)
+            (void)g_cu.api.StreamSynchronize(d->stream);
+        if (d->base)
+            (void)g_cu.api.Free(d->base);
+        if (d->stream)
+            (void)g_cu.api.StreamDestroy(d->stream);
+    }
+    free(d);
+}
+
+static const sl_device_ops cuda_ops = {
+    .name = "cuda",
+    .alloc = cuda_alloc,
+    .write = cuda_write,
+    .zero = cuda_zero,
+    .read = cuda_read,
+    .prefault = NULL,
+    .host_ptr = cuda_host_ptr,
+    .allocated = cuda_allocated,
+    .free = cuda_free,
+    .pin = cuda_pin,
+    .unpin = cuda_unpin,
+    .fence = cuda_fence,
+    .write2d = cuda_write2d,
+    .mem_info = cuda_mem_info,
+};
+
+/* ---- open ----------------------------------------------------------------------------------- */
+
+static sl_status cu_pick_gpu(int32_t index, const sl_load_opts *o, int count, int *gpu, sl_err *err)
+{
+    if (!o || !o->gpus || o->n_gpus <= 0) {
+        *gpu = (int)(index % count);
+        return SL_OK;
+    }
+    SL_CHECK(index < o->n_gpus, err, SL_E_INVALID_ARG,
+             "--gpus lists %d GPUs but the mesh has at least %d devices", (int)o->n_gpus,
+             (int)index + 1);
+    SL_CHECK(o->gpus[index] >= 0 && o->gpus[index] < count, err, SL_E_INVALID_ARG,
+             "--gpus: device %d maps to GPU %d, but this host has %d GPUs (0..%d)", (int)index,
+             (int)o->gpus[index], count, count - 1);
+    *gpu = (int)o->gpus[index];
+    return SL_OK;
+}
+
+static sl_status cu_gpu_count(int *count, sl_err *err)
+{
+    cudaError_t e = g_cu.api.GetDeviceCount(count);
+    if (e != 0)
+        return sl_err_set(err, SL_E_DEVICE, "device 'cuda': no CUDA GPU available (cudaGetDeviceCount: "
+                          "%s); use --device cpu", g_cu.api.GetErrorString(e));
+    SL_CHECK(*count > 0, err, SL_E_DEVICE, "device 'cuda': no CUDA GPU available (0 devices); use "
+             "--device cpu");
+    return SL_OK;
+}
+
+sl_status sl_device_cuda_open(int32_t index, const sl_load_opts *o, sl_device *out, sl_err *err)
+{
+    int count = 0, gpu = 0;
+    SL_TRY(cu_load(err));
+    SL_TRY(cu_gpu_count(&count, err));
+    SL_TRY(cu_pick_gpu(index, o, count, &gpu, err));
+    cuda_dev *d = calloc(1, sizeof *d);
+    if (!d)
+        return sl_err_set(err, SL_E_NOMEM, "out of memory");
+    d->index = index;
+    d->gpu = gpu;
+    sl_status st = cu_select(d, err);
+    cudaError_t e = st == SL_OK ? g_cu.api.StreamCreate(&d->stream) : 0;
+    if (st == SL_OK && e != 0)
+        st = cu_fail(d, err, "cudaStreamCreate", e);
+    if (st != SL_OK) {
+        free(d);
+        return st;
+    }
+    out->ops = &cuda_ops;
+    out->ctx = d;
+    return SL_OK;
+}

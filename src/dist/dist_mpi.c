@@ -1,0 +1,465 @@
+/* dist_mpi.c - multi-process loading over MPI (built with SL_WITH_MPI; dist_stub.c otherwise).
+ *
+ * Rank r owns mesh devices [r*K, (r+1)*K) and allocates only those. Two strategies:
+ * - independent: each rank runs the ordinary read-once engine on a view of the plan holding only
+ *   its devices, so it reads the bytes they need (small gaps merged, as in one process).
+ * - cooperative: every rank builds the same chunk list from the whole plan (read_internal.h) and
+ *   owns a contiguous run of chunks, balanced by bytes, so each byte is read by one rank. In round
+ *   k every rank reads its k-th chunk (or nothing) into its one staging slot, and one
+ *   MPI_Alltoallv sends each other rank the part of that chunk its devices need; received pieces
+ *   land in size-1 slots. Staging per rank is size slots, which is sized to fit --staging.
+ *
+ * Failures: every phase ends with an agreement (dist_agree: MPI_Allreduce of the lowest failing
+ * rank, then a broadcast of its message), so all ranks leave at the same point and none waits in
+ * a collective that others skipped. MPI's own errors keep the default MPI_ERRORS_ARE_FATAL: they
+ * mean the transport broke, and aborting the job is the only way not to hang. */
+#include "load/load_internal.h"
+#include "load/read_internal.h"
+
+#include <limits.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sl_bytes.h"
+
+#define DIST_MSG 1024
+
+static double dist_max_d(double a, double b)
+{
+    return a > b ? a : b;
+}
+
+static int dist_inited_here;
+
+void sl_dist_opts_init(sl_dist_opts *o)
+{
+    if (o)
+        *o = (sl_dist_opts){.devices_per_rank = 1, .strategy = SL_DIST_COOPERATIVE};
+}
+
+int sl_dist_available(void)
+{
+    return 1;
+}
+
+static int dist_active(void)
+{
+    int init = 0, fin = 0;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    return init && !fin;
+}
+
+/* FUNNELED: only the loading thread calls MPI; the I/O pool and pre-faulting never do. */
+sl_status sl_dist_init(void)
+{
+    int init = 0, provided = 0;
+    MPI_Initialized(&init);
+    if (init)
+        return SL_OK;
+    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+        return SL_E_UNSUPPORTED;
+    dist_inited_here = 1;
+    return SL_OK;
+}
+
+void sl_dist_finalize(void)
+{
+    if (dist_inited_here && dist_active())
+        MPI_Finalize();
+    dist_inited_here = 0;
+}
+
+int32_t sl_dist_rank(void)
+{
+    int r = 0;
+    if (dist_active())
+        MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    return r;
+}
+
+int32_t sl_dist_size(void)
+{
+    int n = 1;
+    if (dist_active())
+        MPI_Comm_size(MPI_COMM_WORLD, &n);
+    return n;
+}
+
+sl_status sl_dist_agree(sl_status st, const char *msg, char *out, size_t outlen)
+{
+    char buf[DIST_MSG] = "";
+    int rank = 0, size = 1, first = 0, code = (int)st;
+    if (!dist_active()) {
+        if (st != SL_OK && out && outlen)
+            snprintf(out, outlen, "%s", msg ? msg : "");
+        return st;
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int mine = st != SL_OK ? rank : size;
+    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (first == size)
+        return SL_OK;
+    if (rank == first)
+        snprintf(buf, sizeof buf, "%s", msg ? msg : "");
+    MPI_Bcast(&code, 1, MPI_INT, first, MPI_COMM_WORLD);
+    MPI_Bcast(buf, (int)sizeof buf, MPI_CHAR, first, MPI_COMM_WORLD);
+    if (out && outlen)
+        snprintf(out, outlen, "%s", buf);
+    return (sl_status)code;
+}
+
+sl_status sl_dist_gather_text(const char *text, char **out)
+{
+    int rank = 0, size = 1, len = 0;
+    int *lens = NULL, *displs = NULL;
+    sl_status st = SL_OK;
+    if (!out)
+        return SL_E_INVALID_ARG;
+    *out = NULL;
+    if (!dist_active()) {
+        *out = strdup(text ? text : "");
+        return *out ? SL_OK : SL_E_NOMEM;
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    len = text ? (int)strnlen(text, INT_MAX - 1) : 0;
+    if (rank == 0) {
+        lens = calloc((size_t)size, sizeof *lens);
+        displs = calloc((size_t)size, sizeof *displs);
+    }
+    /* Even when rank 0 is out of memory the gathers run, so the other ranks do not wait forever. */
+    MPI_Gather(&len, 1, MPI_INT, lens, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    long long total = 0;
+    for (int r = 0; rank == 0 && lens && displs && r < size; r++) {
+        displs[r] = (int)total;
+        total += lens[r];
+    }
+    if (rank == 0 && (total >= INT_MAX || !lens || !displs || !(*out = malloc((size_t)total + 1))))
+        st = SL_E_NOMEM;
+    MPI_Gatherv(text, len, MPI_CHAR, *out, lens, displs, MPI_CHAR, 0, MPI_COMM_WORLD);
+    if (*out)
+        (*out)[total] = '\0';
+    free(lens);
+    free(displs);
+    return st;
+}
+
+/* ---- sl_load_dist --------------------------------------------------------------------------- */
+
+typedef struct dist_ctx {
+    int rank, size;
+    int32_t k;                      /* devices per rank */
+    sl_model *m;
+    const sl_plan *p;
+    const sl_load_opts *o;
+    const sl_load_file *files;
+    int64_t n_files;
+    sl_model_dev *all;              /* p->n_devices: this rank's devices, placeholders elsewhere */
+    unsigned char *local;           /* p->n_devices flags */
+    sl_rd *rd;
+    int64_t *first;                 /* size + 1: rank r reads chunks [first[r], first[r+1]) */
+    unsigned char *recv;            /* size - 1 slots of received pieces */
+    uint64_t slot;
+    int *cnt;                       /* 4 * size: send counts, send displs, recv counts, recv displs */
+    sl_rank_stats me;
+} dist_ctx;
+
+/* Agrees on a failure; the failing rank's message, "rank R: ...", ends up on every rank. */
+static sl_status dist_agree_err(dist_ctx *c, sl_status st)
+{
+    char msg[DIST_MSG] = "", out[DIST_MSG] = "";
+    if (st != SL_OK)
+        snprintf(msg, sizeof msg, "rank %d: %s", c->rank, sl_err_msg(&c->m->err));
+    sl_status all = sl_dist_agree(st, msg, out, sizeof out);
+    if (all != SL_OK)
+        sl_err_set(&c->m->err, all, "%s", out);
+    return all;
+}
+
+/* Placeholder for the devices of other ranks: read.c only asks for a host pointer (none) and,
+ * since scatters skip non-local devices, never writes to it. */
+static void *dist_absent_host(void *ctx)
+{
+    (void)ctx;
+    return NULL;
+}
+
+static const sl_device_ops dist_absent_ops = {.name = "absent", .host_ptr = dist_absent_host};
+
+static sl_status dist_files(const sl_checkpoint *ck, sl_load_file **files, int64_t *n)
+{
+    *n = ck ? sl_checkpoint_file_count(ck) : 0;
+    *files = calloc((size_t)(*n > 0 ? *n : 0) + 1, sizeof **files);
+    if (!*files)
+        return SL_E_NOMEM;
+    for (int64_t i = 0; i < *n; i++) {
+        (*files)[i].path = sl_checkpoint_file_path(ck, i);
+        (*files)[i].size = sl_checkpoint_file_size(ck, i);
+    }
+    return SL_OK;
+}
+
+static sl_status dist_check(dist_ctx *c)
+{
+    sl_err *err = &c->m->err;
+    const sl_plan *p = c->p;
+    SL_CHECK(p->n_devices > 0 && p->devices, err, SL_E_INVALID_ARG, "plan has no devices");
+    SL_CHECK(c->k >= 1 && (int64_t)c->k * c->size == p->n_devices, err, SL_E_INVALID_ARG,
+             "%d ranks x %d devices per rank != the mesh's %d devices", c->size, (int)c->k,
+             (int)p->n_devices);
+    SL_CHECK(c->o->dummy || c->n_files >= p->n_files, err, SL_E_INVALID_ARG,
+             "plan reads %lld files, %lld given", (long long)p->n_files, (long long)c->n_files);
+    return sl_load_check_plan(p, c->files, c->n_files, c->o->dummy, err);
+}
+
+/* Independent: the ordinary engine on a view of the plan that holds only this rank's devices. */
+static sl_status dist_independent(dist_ctx *c)
+{
+    sl_plan sub = *c->p;
+    sub.devices = c->p->devices + c->me.first_device;
+    sub.n_devices = c->k;
+    sl_status st = c->o->dummy ? sl_load_dummy(&sub, c->m->devs, c->o, &c->m->stats, &c->m->err)
+                               : sl_load_read(c->files, c->n_files, &sub, c->m->devs, c->o,
+                                              &c->m->stats, &c->m->err);
+    return dist_agree_err(c, st);
+}
+
+/* ---- cooperative ---------------------------------------------------------------------------- */
+
+static sl_status dist_coop_setup(dist_ctx *c)
+{
+    const int32_t n = c->p->n_devices;
+    sl_err *err = &c->m->err;
+    c->all = calloc((size_t)n, sizeof *c->all);
+    c->local = calloc((size_t)n, 1);
+    c->first = calloc((size_t)c->size + 1, sizeof *c->first);
+    c->cnt = calloc(4 * (size_t)c->size, sizeof *c->cnt);
+    if (!c->all || !c->local || !c->first || !c->cnt)
+        return sl_err_set(err, SL_E_NOMEM, "out of memory");
+    for (int32_t d = 0; d < n; d++)
+        c->all[d].dev.ops = &dist_absent_ops;
+    for (int32_t i = 0; i < c->k; i++) {
+        c->all[c->me.first_device + i] = c->m->devs[i];
+        c->local[c->me.first_device + i] = 1;
+    }
+    /* size slots per rank (one read, size-1 received) within the budget; Alltoallv counts and
+     * displacements are ints. */
+    const uint64_t staging = c->o->staging_bytes ? c->o->staging_bytes : (uint64_t)64 << 20;
+    const uint64_t budget = sl_min_u64(staging, INT_MAX) / (uint64_t)c->size;
+    const sl_rd_setup s = {.files = c->files, .n_files = c->n_files, .p = c->p, .devs = c->all,
+                           .local = c->local, .o = c->o, .slot_bytes = budget, .err = err};
+    SL_TRY(sl_rd_open(&s, &c->rd));
+    c->slot = sl_rd_slot_bytes(c->rd);
+    if (c->size > 1 && c->slot && !(c->recv = malloc((size_t)(c->slot * (uint64_t)(c->size - 1)))))
+        return sl_err_set(err, SL_E_NOMEM, "cannot allocate %llu bytes of staging",
+                          (unsigned long long)(c->slot * (uint64_t)(c->size - 1)));
+    return SL_OK;
+}
+
+/* Contiguous runs of chunks, balanced by bytes; the same on every rank. Chunk i goes to rank
+ * (bytes of chunks before i) / per, so first[r] is the first chunk that rank r or a later one
+ * reads. */
+static void dist_coop_assign(dist_ctx *c)
+{
+    const int64_t n = sl_rd_chunk_count(c->rd);
+    uint64_t total = 0, done = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const sl_rd_chunk ch = sl_rd_chunk_at(c->rd, i);
+        total += ch.b - ch.a;
+    }
+    const uint64_t per = total / (uint64_t)c->size + 1;
+    int64_t i = 0;
+    for (int r = 0; r < c->size; r++) {
+        for (; i < n && done / per < (uint64_t)r; i++) {
+            const sl_rd_chunk ch = sl_rd_chunk_at(c->rd, i);
+            done += ch.b - ch.a;
+        }
+        c->first[r] = i;
+    }
+    c->first[c->size] = n;
+}
+
+/* Chunk rank r reads in round k, or -1. */
+static int64_t dist_coop_chunk(const dist_ctx *c, int r, int64_t k)
+{
+    return c->first[r] + k < c->first[r + 1] ? c->first[r] + k : -1;
+}
+
+/* Send and receive counts of round k (the receiver computes its own from the same chunk list). */
+static void dist_coop_counts(dist_ctx *c, int64_t k)
+{
+    int *sc = c->cnt, *sd = sc + c->size, *rc = sd + c->size, *rdp = rc + c->size;
+    const int64_t mine = dist_coop_chunk(c, c->rank, k);
+    const sl_rd_chunk ch = mine >= 0 ? sl_rd_chunk_at(c->rd, mine) : (sl_rd_chunk){0};
+    for (int q = 0, slot = 0; q < c->size; q++) {
+        uint64_t lo = 0, hi = 0;
+        sc[q] = sd[q] = rc[q] = rdp[q] = 0;
+        if (q == c->rank)
+            continue;
+        if (mine >= 0) {
+            sl_rd_extent(c->rd, &ch, q * c->k, (q + 1) * c->k, &lo, &hi);
+            sc[q] = (int)(hi - lo);
+            sd[q] = (int)(lo - ch.a);
+        }
+        const int64_t theirs = dist_coop_chunk(c, q, k);
+        if (theirs >= 0) {
+            const sl_rd_chunk tc = sl_rd_chunk_at(c->rd, theirs);
+            sl_rd_extent(c->rd, &tc, c->me.first_device, c->me.first_device + c->k, &lo, &hi);
+            rc[q] = (int)(hi - lo);
+            rdp[q] = (int)((uint64_t)slot * c->slot);
+        }
+        slot++;
+    }
+}
+
+/* Scatters the pieces received in round k into this rank's devices. */
+static sl_status dist_coop_place(dist_ctx *c, int64_t k)
+{
+    const int *rc = c->cnt + 2 * c->size, *rdp = rc + c->size;
+    for (int q = 0; q < c->size; q++) {
+        const int64_t theirs = dist_coop_chunk(c, q, k);
+        if (q == c->rank || theirs < 0 || rc[q] == 0)
+            continue;
+        const sl_rd_chunk tc = sl_rd_chunk_at(c->rd, theirs);
+        uint64_t lo = 0, hi = 0;
+        sl_rd_extent(c->rd, &tc, c->me.first_device, c->me.first_device + c->k, &lo, &hi);
+        const sl_rd_chunk piece = {.file = tc.file, .a = lo, .b = sl_min_u64(tc.b, hi), .b_ext = hi};
+        SL_TRY(sl_rd_scatter(c->rd, &piece, c->recv + rdp[q]));
+        c->me.bytes_received += (uint64_t)rc[q];
+    }
+    return SL_OK;
+}
+
+static unsigned char dist_none; /* buffer argument for empty sends and receives */
+
+/* One round: read (or not), agree, exchange, place. Returns the agreed status (on failure every
+ * rank stops here); *pending carries a local placement failure into the next agreement. */
+static sl_status dist_coop_round(dist_ctx *c, int64_t k, sl_status *pending)
+{
+    const unsigned char *data = &dist_none;
+    const int64_t mine = dist_coop_chunk(c, c->rank, k);
+    sl_status st = *pending;
+    if (st == SL_OK && mine >= 0)
+        st = sl_rd_read(c->rd, mine, &data);
+    SL_TRY(dist_agree_err(c, st));
+    dist_coop_counts(c, k);
+    int *sc = c->cnt, *sd = sc + c->size, *rc = sd + c->size, *rdp = rc + c->size;
+    MPI_Alltoallv(data, sc, sd, MPI_BYTE, c->recv ? c->recv : &dist_none, rc, rdp, MPI_BYTE,
+                  MPI_COMM_WORLD);
+    for (int q = 0; q < c->size; q++)
+        c->me.bytes_sent += (uint64_t)sc[q];
+    if (mine >= 0) {
+        const sl_rd_chunk ch = sl_rd_chunk_at(c->rd, mine);
+        st = sl_rd_scatter(c->rd, &ch, data);
+    }
+    *pending = st == SL_OK ? dist_coop_place(c, k) : st;
+    return SL_OK;
+}
+
+static sl_status dist_cooperative(dist_ctx *c)
+{
+    SL_TRY(dist_agree_err(c, dist_coop_setup(c)));
+    dist_coop_assign(c);
+    int64_t rounds = 0;
+    for (int r = 0; r < c->size; r++)
+        rounds = c->first[r + 1] - c->first[r] > rounds ? c->first[r + 1] - c->first[r] : rounds;
+    sl_status pending = SL_OK;
+    for (int64_t k = 0; k < rounds; k++)
+        SL_TRY(dist_coop_round(c, k, &pending));
+    return dist_agree_err(c, pending);
+}
+
+/* ---- frame ---------------------------------------------------------------------------------- */
+
+static sl_status dist_run(dist_ctx *c, const sl_dist_opts *d)
+{
+    c->me.first_device = c->rank * c->k;
+    c->me.devices = c->k;
+    c->m->ranks = calloc((size_t)c->size, sizeof *c->m->ranks);
+    sl_status st = c->m->ranks ? dist_check(c) : sl_err_set(&c->m->err, SL_E_NOMEM, "out of memory");
+    if (st == SL_OK)
+        st = sl_load_open_devices(c->m, c->p, c->me.first_device, c->k, c->o);
+    SL_TRY(dist_agree_err(c, st));
+    if (d->strategy == SL_DIST_INDEPENDENT || c->o->dummy)
+        return dist_independent(c);
+    return dist_cooperative(c);
+}
+
+/* Every rank gets every rank's figures; the job's time is the slowest rank's. Only after an
+ * agreed success, so every rank has m->ranks. */
+static void dist_gather_stats(dist_ctx *c)
+{
+    sl_model *m = c->m;
+    c->me.rank = c->rank;
+    c->me.seconds = m->stats.seconds;
+    c->me.bytes_read = m->stats.bytes_read;
+    c->me.staging_peak = m->stats.staging_peak;
+    /* MPI_BYTE: every rank runs the same binary, so the struct layout is the same. */
+    MPI_Allgather(&c->me, (int)sizeof c->me, MPI_BYTE, m->ranks, (int)sizeof c->me, MPI_BYTE,
+                  MPI_COMM_WORLD);
+    m->n_ranks = c->size;
+    for (int r = 0; r < c->size; r++)
+        m->stats.seconds = dist_max_d(m->stats.seconds, m->ranks[r].seconds);
+}
+
+static void dist_free(dist_ctx *c)
+{
+    free(c->all);
+    free(c->local);
+    free(c->first);
+    free(c->recv);
+    free(c->cnt);
+}
+
+sl_status sl_load_dist(const sl_checkpoint *ck, const sl_plan *p, const sl_load_opts *o,
+                       const sl_dist_opts *d, sl_model **out)
+{
+    sl_load_opts lo_def;
+    sl_dist_opts d_def;
+    sl_load_file *files = NULL;
+    if (!out)
+        return SL_E_INVALID_ARG;
+    sl_model *m = calloc(1, sizeof *m);
+    *out = m;
+    if (!m && dist_active()) /* the other ranks wait for the first agreement */
+        return sl_dist_agree(SL_E_NOMEM, "out of memory", NULL, 0);
+    if (!m)
+        return SL_E_NOMEM;
+    m->errw = &m->err;
+    m->stats.io = m->stats.engine = "none";
+    if (!o)
+        sl_load_opts_init(&lo_def), o = &lo_def;
+    if (!d)
+        sl_dist_opts_init(&d_def), d = &d_def;
+    if (!p || !dist_active())
+        return sl_err_set(&m->err, !p ? SL_E_INVALID_ARG : SL_E_UNSUPPORTED,
+                          !p ? "no plan" : "MPI is not initialized (sl_dist_init)");
+    dist_ctx c = {.m = m, .p = p, .o = o, .k = d->devices_per_rank};
+    MPI_Comm_rank(MPI_COMM_WORLD, &c.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &c.size);
+    const double t0 = MPI_Wtime();
+    sl_status st = dist_files(o->dummy ? NULL : ck, &files, &c.n_files);
+    c.files = files;
+    if (st == SL_OK)
+        st = dist_run(&c, d);
+    else
+        st = dist_agree_err(&c, sl_err_set(&m->err, st, "out of memory"));
+    m->stats.seconds = MPI_Wtime() - t0;
+    if (ck)
+        m->stats.checkpoint_bytes = sl_checkpoint_total_bytes(ck);
+    if (c.rd) {
+        sl_rd_close(c.rd, &m->stats);
+        m->stats.staging_peak += c.slot * (uint64_t)(c.size - 1);
+    }
+    if (st == SL_OK)
+        dist_gather_stats(&c);
+    else
+        sl_load_drop_devices(m);
+    dist_free(&c);
+    free(files);
+    return st;
+}

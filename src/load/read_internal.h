@@ -1,0 +1,49 @@
+/* read_internal.h - the read-once engine of read.c taken apart, for loads that do not run its
+ * whole pipeline in one process (src/dist/: several ranks share one chunk list).
+ *
+ * sl_rd_open builds the same chunk list as sl_load_read, from every device's COPY operations, so
+ * every process that opens the same plan with the same options gets the same chunks. Reads go
+ * one chunk at a time into one staging slot; scatters only reach the devices marked local. */
+#ifndef SL_READ_INTERNAL_H
+#define SL_READ_INTERNAL_H
+
+#include "load/load_internal.h"
+
+typedef struct sl_rd sl_rd;
+
+typedef struct sl_rd_chunk {
+    int32_t file;
+    uint64_t a, b;      /* the chunk owns the elements whose first byte lies in [a, b) */
+    uint64_t b_ext;     /* bytes [a, b_ext) hold them whole */
+} sl_rd_chunk;
+
+typedef struct sl_rd_setup {
+    const sl_load_file *files;
+    int64_t n_files;
+    const sl_plan *p;
+    const sl_model_dev *devs;     /* p->n_devices entries; only local ones are written */
+    const unsigned char *local;   /* p->n_devices flags; NULL: all */
+    const sl_load_opts *o;
+    uint64_t slot_bytes;          /* most bytes the staging slot may take; 0: from o */
+    sl_err *err;
+} sl_rd_setup;
+
+/* Opens the files and sizes one staging slot for the largest chunk. *out is set even on
+ * failure (unless out of memory); close it with sl_rd_close. */
+sl_status sl_rd_open(const sl_rd_setup *s, sl_rd **out);
+int64_t sl_rd_chunk_count(const sl_rd *r);
+sl_rd_chunk sl_rd_chunk_at(const sl_rd *r, int64_t i);
+/* Bytes of the staging slot (0 without chunks). */
+uint64_t sl_rd_slot_bytes(const sl_rd *r);
+/* Reads chunk i into the slot; *data points at its byte a and stays valid until the next read. */
+sl_status sl_rd_read(sl_rd *r, int64_t i, const unsigned char **data);
+/* Scatters the elements of c that local devices need; data holds c's bytes [a, b_ext). */
+sl_status sl_rd_scatter(sl_rd *r, const sl_rd_chunk *c, const unsigned char *data);
+/* The part [*lo, *hi) of chunk c that devices [d0, d1) need (lo == hi: none). Sending those bytes
+ * as chunk {file, lo, min(b, hi), hi} gives the receiver everything c holds for them. */
+void sl_rd_extent(const sl_rd *r, const sl_rd_chunk *c, int32_t d0, int32_t d1, uint64_t *lo,
+                  uint64_t *hi);
+/* Records bytes_read, staging_peak, io and engine in stats (may be NULL) and frees r. */
+void sl_rd_close(sl_rd *r, sl_load_stats *stats);
+
+#endif /* SL_READ_INTERNAL_H */

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# cli_cuda.sh - the cuda backend without a GPU. (1) With no CUDA runtime or no GPU, `--device cuda`
+# exits 1 with one line saying so. (2) With the host-memory stand-in tests/fake_cudart.c (loaded
+# through SL_CUDART; it defers async copies to stream synchronization, so a missing fence gives
+# wrong bytes), loads match the cpu backend's checksums at TP 4 (2 fake GPUs, --gpus) and TP 2
+# with f32 conversion, allocations and cudaMemGetInfo deltas equal the plan's bytes, staging is
+# registered once per process, async copies only come from registered memory, and nothing leaks.
+# Usage: cli_cuda.sh path/to/shardload   (FAKE_CUDART overrides the stand-in's path)
+set -u
+SL=${1:?usage: cli_cuda.sh SHARDLOAD}
+FAKE=${FAKE_CUDART:-$(dirname "$SL")/tests/libfake_cudart.so}
+T=$(mktemp -d "${TMPDIR:-/tmp}/sl_cli_cuda.XXXXXX")
+trap 'rm -rf "$T"' EXIT
+fails=0
+fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+[ -f "$FAKE" ] || { echo "FAIL: fake CUDA runtime not found at $FAKE (set FAKE_CUDART)" >&2; exit 1; }
+
+cat > "$T/tiny.json" <<'JSON'
+{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":256,"intermediate_size":512,
+ "num_attention_heads":8,"num_key_value_heads":2,"num_hidden_layers":2,"vocab_size":1001,
+ "tie_word_embeddings":false,"torch_dtype":"bfloat16","rms_norm_eps":1e-05,"head_dim":32}
+JSON
+if ! "$SL" synth --config "$T/tiny.json" "$T/ck" --max-shard-size 600KB >/dev/null 2>"$T/err"; then
+    echo "skip: synth unavailable: $(cat "$T/err")" >&2
+    exit 77
+fi
+CK="$T/ck"
+sums() { grep -o '"xxh3":"[0-9a-f]*"' | tr -d '\n'; }
+nums() { grep -o "\"$1\":[0-9]*" | grep -o '[0-9]*$' | tr '\n' ' '; }
+one_line_error() { # rc file pattern
+    [ "$1" -eq 1 ] && [ "$(wc -l <"$2")" -eq 1 ] && grep -q "^shardload: error: .*$3" "$2"
+}
+# Runs shardload on the stand-in; the stand-in appends its counters to $T/log at exit.
+fake() { rm -f "$T/log"; FAKE_CUDA_LOG="$T/log" SL_CUDART="$FAKE" "$SL" "$@"; }
+counter() { sed -n "s/.* $1=\([0-9]*\).*/\1/p" "$T/log"; }
+# Counters every load must show: nothing leaked or misused.
+check_clean() {
+    [ -s "$T/log" ] || { fail "$1: no stand-in log"; return; }
+    for k in live_allocs live_bytes async_unregistered register_errors nonportable live_registers \
+             bad_ptr wrong_gpu pending_at_unregister pending_at_exit; do
+        [ "$(counter $k)" = 0 ] || fail "$1: $k=$(counter $k) ($(cat "$T/log"))"
+    done
+}
+
+# 1. no runtime, no GPU: exit 1, one line
+SL_CUDART="$T/nonexistent/libcudart.so" "$SL" load "$CK" --device cuda >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "CUDA runtime not found" || fail "no runtime: $(cat "$T/err")"
+FAKE_CUDA_GPUS=0 SL_CUDART="$FAKE" "$SL" load "$CK" --device cuda >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "no CUDA GPU" || fail "no GPU: $(cat "$T/err")"
+
+# 2. TP 4 on 2 GPUs, small staging (many slot refills), both read engines: same bytes as cpu
+plan4=$("$SL" plan "$CK" --tp 4 --json | grep -o '"bytes":[0-9]*,"params"' | grep -o '[0-9]*' | tr '\n' ' ')
+ref=$("$SL" load "$CK" --tp 4 --checksums --json | sums)
+[ -n "$ref" ] || fail "no cpu checksums"
+for eng in uring pread; do
+    out=$(SL_IO_ENGINE=$eng fake load "$CK" --device cuda --tp 4 --gpus 0,1,1,0 --staging 256K \
+          --checksums --json 2>"$T/err")
+    rc=$?
+    if [ $rc -ne 0 ] && grep -q "io_uring" "$T/err"; then continue; fi
+    [ $rc -eq 0 ] || { fail "tp4 $eng: $(cat "$T/err")"; continue; }
+    [ "$(echo "$out" | sums)" = "$ref" ] || fail "tp4 $eng: checksums differ from cpu"
+    [ "$(echo "$out" | nums allocated_bytes)" = "$plan4" ] || fail "tp4 $eng: allocated != plan '$plan4'"
+    before=($(echo "$out" | nums mem_free_before)) after=($(echo "$out" | nums mem_free_after))
+    plan=($plan4) delta=""
+    for d in 0 1 2 3; do delta="$delta$((before[d] - after[d])) "; done
+    [ "$delta" = "$plan4" ] || fail "tp4 $eng: memGetInfo deltas '$delta' != plan '$plan4'"
+    # devices 0 and 3 share GPU 0: device 3 sees device 0's allocation
+    [ "${before[3]}" = "${after[0]}" ] || fail "tp4 $eng: device 3 is not on device 0's GPU"
+    check_clean "tp4 $eng"
+    [ "$(counter registers)" = 1 ] || fail "tp4 $eng: staging registered $(counter registers) times"
+    [ "$(counter async)" -gt 0 ] || fail "tp4 $eng: no async copies"
+    [ "$(counter copies_2d)" -gt 0 ] || fail "tp4 $eng: no 2-D copies"
+    [ "$(counter mallocs)" = 4 ] || fail "tp4 $eng: $(counter mallocs) cudaMalloc calls"
+done
+
+# 3. TP 2 with f32 conversion (bounce buffer, synchronous copies), default GPU mapping
+ref=$("$SL" load "$CK" --tp 2 --dtype f32 --checksums --json | sums)
+out=$(fake load "$CK" --device cuda --tp 2 --dtype f32 --staging 256K --checksums --json 2>"$T/err") \
+    || fail "tp2 f32: $(cat "$T/err")"
+[ -n "$ref" ] && [ "$(echo "$out" | sums)" = "$ref" ] || fail "tp2 f32: checksums differ from cpu"
+plan2=$("$SL" plan "$CK" --tp 2 --dtype f32 --json | grep -o '"bytes":[0-9]*,"params"' | grep -o '[0-9]*' | tr '\n' ' ')
+[ "$(echo "$out" | nums allocated_bytes)" = "$plan2" ] || fail "tp2 f32: allocated != plan"
+check_clean "tp2 f32"
+
+# 4. dummy weights (worker threads write through the backend; padding zeroed) match cpu
+ref=$("$SL" load --format dummy --config "$T/tiny.json" --tp 2 --pp 2 --checksums --json | sums)
+out=$(fake load --format dummy --config "$T/tiny.json" --tp 2 --pp 2 --device cuda --checksums --json \
+      2>"$T/err") || fail "dummy: $(cat "$T/err")"
+[ "$(echo "$out" | sums)" = "$ref" ] || fail "dummy: checksums differ from cpu"
+check_clean "dummy"
+
+# 5. reports: text line for cuda, no memory figures for cpu
+out=$(fake load "$CK" --device cuda --tp 2 2>&1) || fail "text: $out"
+echo "$out" | grep -q "^device 1: GPU free memory .* bytes (.* used)" || fail "no GPU memory line: $out"
+"$SL" load "$CK" --tp 2 --json | grep -q mem_free_before && fail "cpu reports GPU memory"
+
+# 6. --gpus errors
+fake load "$CK" --device cuda --tp 2 --gpus 0,5 >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "GPU 5" || fail "--gpus 0,5: $(cat "$T/err")"
+fake load "$CK" --device cuda --tp 2 --gpus 1 >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "--gpus" || fail "--gpus too short: $(cat "$T/err")"
+fake load "$CK" --device cuda --gpus 0,x >/dev/null 2>&1; [ $? -eq 2 ] || fail "--gpus 0,x should exit 2"
+fake load "$CK" --device cuda --gpus 0,,1 >/dev/null 2>&1; [ $? -eq 2 ] || fail "--gpus 0,,1 should exit 2"
+"$SL" load --help | grep -q -- "--gpus" || fail "--help lacks --gpus"
+
+[ $fails -eq 0 ] || { echo "$fails failures" >&2; exit 1; }
+echo "cli_cuda: ok"

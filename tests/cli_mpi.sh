@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# cli_mpi.sh - `shardload load` over MPI (issue 6, docs/mpi.md) with 2 and 4 ranks on one host:
+# per-device checksums equal the single-process load for both strategies (TP 4 and TP 2 x PP 2,
+# 1 and 2 devices per rank); cooperative reads each byte once over all ranks (sum of the ranks'
+# bytes_read == the single-process bytes_read) and keeps each rank's staging within --staging;
+# independent ranks read no more than one process would; a truncated shard fails every rank
+# with one error line naming the file, without hanging. Skips (77) without mpirun or MPI.
+# Usage: cli_mpi.sh path/to/shardload
+set -u
+SL=${1:?usage: cli_mpi.sh SHARDLOAD}
+command -v mpirun >/dev/null 2>&1 || { echo "skip: no mpirun" >&2; exit 77; }
+T=$(mktemp -d "${TMPDIR:-/tmp}/sl_cli_mpi.XXXXXX")
+trap 'rm -rf "$T"' EXIT
+fails=0
+fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+
+# Containers often have no usable network interface: shared memory and self are enough here.
+export OMPI_MCA_btl=self,vader OMPI_MCA_plm_rsh_agent= OMPI_MCA_rmaps_base_oversubscribe=1
+# Under ASan (make test-asan) leak detection is off for the ranks only: Open MPI's components are
+# dlopen'd, leak at exit and are unloaded before LeakSanitizer reports, so their frames show as
+# "<unknown module>" and cannot be suppressed by name. ASan's memory errors and UBSan stay on, and
+# the single-process loads below keep leak detection.
+RANK_ASAN="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+MPIRUN=(env ASAN_OPTIONS="$RANK_ASAN" timeout 60 mpirun --allow-run-as-root --oversubscribe)
+
+cat > "$T/tiny.json" <<'JSON'
+{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":256,"intermediate_size":512,
+ "num_attention_heads":8,"num_key_value_heads":4,"num_hidden_layers":2,"vocab_size":1001,
+ "tie_word_embeddings":false,"torch_dtype":"bfloat16","rms_norm_eps":1e-05,"head_dim":32}
+JSON
+"$SL" synth --config "$T/tiny.json" "$T/ck" --max-shard-size 600KB >/dev/null || { fail "synth"; exit 1; }
+CK="$T/ck"
+probe=$("${MPIRUN[@]}" -np 1 "$SL" load "$CK" --dist cooperative 2>&1)
+if echo "$probe" | grep -q "built without it"; then echo "skip: built without MPI" >&2; exit 77; fi
+
+sums() { grep -o '"xxh3":"[0-9a-f]*"' | tr -d '\n'; }
+allocs() { grep -o '"allocated_bytes":[0-9]*' | tr '\n' ' '; }
+# "bytes_read" values: the job's total first, then one per rank
+reads() { grep -o '"bytes_read":[0-9]*' | grep -o '[0-9]*' | tr '\n' ' '; }
+json_num() { grep -o "\"$1\":[0-9.]*" | head -1 | cut -d: -f2; }
+
+# 1. checksums, allocations and bytes read against one process
+for mesh in "--tp 4" "--tp 2 --pp 2"; do
+    ref=$("$SL" load "$CK" $mesh --io buffered --checksums --json) || { fail "single $mesh"; continue; }
+    ref_sums=$(echo "$ref" | sums)
+    ref_alloc=$(echo "$ref" | allocs)
+    ref_read=$(echo "$ref" | json_num bytes_read)
+    for np_k in "4 1" "2 2"; do
+        set -- $np_k
+        np=$1 k=$2
+        for dist in cooperative independent; do
+            what="np $np K $k $mesh $dist"
+            out=$("${MPIRUN[@]}" -np "$np" "$SL" load "$CK" $mesh --io buffered --checksums --json \
+                  --dist $dist --devices-per-rank "$k" 2>"$T/err")
+            [ $? -eq 0 ] || { fail "$what: $(cat "$T/err")"; continue; }
+            [ "$(echo "$out" | wc -l)" -eq 1 ] || fail "$what: not one JSON line (rank 0 only)"
+            [ "$(echo "$out" | sums)" = "$ref_sums" ] || fail "$what: checksums differ"
+            [ "$(echo "$out" | allocs)" = "$ref_alloc" ] || fail "$what: allocations differ"
+            read -r -a r <<<"$(echo "$out" | reads)"
+            [ ${#r[@]} -eq $((np + 1)) ] || { fail "$what: ${#r[@]} bytes_read values"; continue; }
+            sum=0
+            for x in "${r[@]:1}"; do sum=$((sum + x)); done
+            [ "$sum" = "${r[0]}" ] || fail "$what: total ${r[0]} != sum of ranks $sum"
+            echo "$out" | grep -q '"read_amplification":[0-9]' || fail "$what: no read_amplification"
+            if [ $dist = cooperative ]; then
+                [ "$sum" = "$ref_read" ] || fail "$what: ranks read $sum, one process $ref_read"
+                [ "$(echo "$out" | json_num bytes_exchanged)" -gt 0 ] || fail "$what: nothing exchanged"
+            else
+                for x in "${r[@]:1}"; do
+                    [ "$x" -le "$ref_read" ] || fail "$what: a rank read $x > $ref_read"
+                done
+                [ "$sum" -ge "$ref_read" ] || fail "$what: ranks read $sum < $ref_read"
+            fi
+        done
+    done
+done
+
+# 2. cooperative under a small staging budget: many rounds, same bytes, staging bounded
+ref=$("$SL" load "$CK" --tp 4 --io buffered --checksums --json | sums)
+out=$("${MPIRUN[@]}" -np 4 "$SL" load "$CK" --tp 4 --io buffered --checksums --json --staging 256K 2>"$T/err") ||
+    fail "staging 256K: $(cat "$T/err")"
+[ "$(echo "$out" | sums)" = "$ref" ] || fail "staging 256K: checksums differ"
+for x in $(echo "$out" | grep -o '"staging_peak":[0-9]*' | cut -d: -f2); do
+    [ "$x" -le 262144 ] || fail "staging 256K: a rank's staging peak is $x"
+done
+
+# 3. text report on rank 0 only
+out=$("${MPIRUN[@]}" -np 2 "$SL" load "$CK" --tp 2 2>&1) || fail "text report: $out"
+[ "$(echo "$out" | grep -c '^Loading weights took')" -eq 1 ] || fail "text report: $out"
+echo "$out" | grep -q "^rank 1: devices 1-1, read" || fail "no per-rank line: $out"
+echo "$out" | grep -q "read amplification" || fail "no read amplification: $out"
+
+# 4. failures end every rank with exit 1 and one error line, without hanging
+cp -r "$CK" "$T/bad"
+f=$(ls "$T/bad"/*.safetensors | sed -n 3p)
+truncate -s -1000 "$f"
+each_rank() { "${MPIRUN[@]}" -np "$1" bash -c '"$@"; echo "rank-exit $?" >&2' _ "${@:2}"; }
+for dist in cooperative independent; do
+    each_rank 4 "$SL" load "$T/bad" --tp 4 --dist $dist >"$T/out" 2>"$T/err"
+    rc=$?
+    [ $rc -ne 124 ] || fail "truncated ($dist): mpirun timed out"
+    [ "$(grep -c '^rank-exit 1$' "$T/err")" -eq 4 ] || fail "truncated ($dist): not every rank exit 1: $(cat "$T/err")"
+    [ "$(grep -c '^shardload: error:' "$T/err")" -eq 1 ] || fail "truncated ($dist): not one error line: $(cat "$T/err")"
+    grep '^shardload: error:' "$T/err" | grep -q "$(basename "$f")" || fail "truncated ($dist): file not named"
+done
+"${MPIRUN[@]}" -np 2 "$SL" load "$CK" --tp 4 --devices-per-rank 1 >"$T/out" 2>"$T/err"
+[ $? -ne 0 ] && grep -q "^shardload: error: .*2 ranks x 1 devices per rank != the mesh's 4" "$T/err" ||
+    fail "rank/device mismatch: $(cat "$T/err")"
+
+# 5. without mpirun nothing changes: no ranks in the report
+"$SL" load "$CK" --tp 2 --json | grep -q '"ranks"' && fail "single-process JSON has ranks"
+
+[ $fails -eq 0 ] || { echo "$fails failure(s)" >&2; exit 1; }
+echo "cli_mpi: ok"

@@ -1,0 +1,546 @@
+/* fake_cudart.c - a host-memory stand-in for the CUDA runtime, so that the cuda backend
+ * (src/device/dev_cuda.c) runs in tests on machines without a GPU: shardload loads it with
+ * SL_CUDART=path/to/libfake_cudart.so. It implements only the entry points dev_cuda.c resolves.
+ *
+ * It is stricter than a real GPU where that exposes bugs:
+ * - "Device memory" is host memory from posix_memalign of the exact size (ASan sees overruns);
+ *   every copy checks that its device range lies inside one allocation of the right GPU.
+ * - Async operations are queued per stream and performed only at cudaStreamSynchronize (or a
+ *   synchronous call on the same GPU, as the legacy default stream does), reading the host source
+ *   THEN: a staging slot refilled before its copies were fenced yields wrong bytes.
+ * - cudaMemGetInfo reports the GPU's size (FAKE_CUDA_MEM, default 1 GiB) minus the bytes
+ *   allocated on it, exactly (no allocation granularity).
+ * - Host ranges registered with cudaHostRegister are tracked: registering an overlapping range
+ *   again fails as CUDA does (cudaErrorHostMemoryAlreadyRegistered), async copies from
+ *   unregistered memory and unregistering a range with queued copies are counted.
+ *
+ * FAKE_CUDA_GPUS (default 2; 0: no GPU) sets the GPU count. At exit the counters are appended to
+ * $FAKE_CUDA_LOG, one line of key=value pairs, for the test to check. */
+#define _POSIX_C_SOURCE 200809L /* posix_memalign under -std=c11 */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FK_EXPORT __attribute__((visibility("default")))
+#define FK_MAX_GPUS 16
+
+typedef int cudaError_t;
+typedef struct fk_stream *cudaStream_t;
+
+enum {
+    FK_OK = 0,
+    FK_INVALID_VALUE = 1,
+    FK_MEMORY_ALLOCATION = 2,
+    FK_NO_DEVICE = 100,
+    FK_INVALID_DEVICE = 101,
+    FK_INVALID_HANDLE = 400,
+    FK_ALREADY_REGISTERED = 712,
+    FK_NOT_REGISTERED = 713
+};
+
+enum { FK_H2D = 1, FK_D2H = 2 };
+
+typedef struct fk_op {
+    unsigned char *dst;
+    const unsigned char *src;   /* NULL: memset to value */
+    size_t dpitch, spitch, width, height;
+    int value;
+} fk_op;
+
+struct fk_stream {
+    int gpu;
+    fk_op *q;
+    size_t n, cap;
+    struct fk_stream *next;
+};
+
+typedef struct fk_alloc {
+    unsigned char *p;
+    size_t n;
+    int gpu;
+    struct fk_alloc *next;
+} fk_alloc;
+
+typedef struct fk_reg {
+    uintptr_t p;
+    size_t n;
+    struct fk_reg *next;
+} fk_reg;
+
+static struct {
+    pthread_mutex_t lock;
+    int init, gpus;
+    size_t mem;
+    size_t used[FK_MAX_GPUS];
+    fk_alloc *allocs;
+    fk_reg *regs;
+    struct fk_stream *streams;
+    /* counters reported at exit */
+    unsigned long mallocs, frees, async_copies, async_unregistered, sync_copies, copies_2d,
+        memsets, registers, register_errors, nonportable, bad_ptr, wrong_gpu, pending_at_unregister,
+        max_queue, syncs;
+} g = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static _Thread_local int t_gpu;
+
+static void fk_init(void)
+{
+    if (g.init)
+        return;
+    const char *n = getenv("FAKE_CUDA_GPUS"), *m = getenv("FAKE_CUDA_MEM");
+    g.gpus = n ? atoi(n) : 2;
+    g.gpus = g.gpus < 0 ? 0 : g.gpus > FK_MAX_GPUS ? FK_MAX_GPUS : g.gpus;
+    g.mem = m ? (size_t)strtoull(m, NULL, 10) : (size_t)1 << 30;
+    g.init = 1;
+}
+
+/* GPU whose allocation holds [p, p + n), or -1. */
+static int fk_dev_gpu(const void *p, size_t n)
+{
+    const uintptr_t a = (uintptr_t)p;
+    for (const fk_alloc *x = g.allocs; x; x = x->next) {
+        const uintptr_t b = (uintptr_t)x->p;
+        if (a >= b && a - b <= x->n && n <= x->n - (a - b))
+            return x->gpu;
+    }
+    return -1;
+}
+
+static int fk_registered(const void *p, size_t n)
+{
+    const uintptr_t a = (uintptr_t)p;
+    for (const fk_reg *r = g.regs; r; r = r->next) {
+        if (a >= r->p && a - r->p <= r->n && n <= r->n - (a - r->p))
+            return 1;
+    }
+    return 0;
+}
+
+/* Checks the device side of a copy of `span` bytes at dev, expected on GPU gpu. */
+static cudaError_t fk_check_dev(const void *dev, size_t span, int gpu)
+{
+    const int owner = fk_dev_gpu(dev, span);
+    if (owner < 0) {
+        g.bad_ptr++;
+        return FK_INVALID_VALUE;
+    }
+    if (owner != gpu)
+        g.wrong_gpu++;
+    return FK_OK;
+}
+
+static void fk_run(const fk_op *o)
+{
+    for (size_t r = 0; r < o->height; r++) {
+        if (o->src)
+            memcpy(o->dst + r * o->dpitch, o->src + r * o->spitch, o->width);
+        else
+            memset(o->dst + r * o->dpitch, o->value, o->width);
+    }
+}
+
+static void fk_drain(struct fk_stream *s)
+{
+    for (size_t i = 0; i < s->n; i++)
+        fk_run(&s->q[i]);
+    s->n = 0;
+}
+
+/* The legacy default stream waits for every blocking stream of its GPU. */
+static void fk_drain_gpu(int gpu)
+{
+    for (struct fk_stream *s = g.streams; s; s = s->next) {
+        if (s->gpu == gpu)
+            fk_drain(s);
+    }
+}
+
+static cudaError_t fk_enqueue(struct fk_stream *s, const fk_op *o)
+{
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 64;
+        fk_op *q = realloc(s->q, cap * sizeof *q);
+        if (!q)
+            return FK_MEMORY_ALLOCATION;
+        s->q = q;
+        s->cap = cap;
+    }
+    s->q[s->n++] = *o;
+    g.max_queue = s->n > g.max_queue ? s->n : g.max_queue;
+    return FK_OK;
+}
+
+/* Validates a 2-D host<->device copy; span of each side is (height-1)*pitch + width. */
+static cudaError_t fk_check_copy(const fk_op *o, int kind, int gpu)
+{
+    if (!o->height || !o->width)
+        return FK_OK;
+    if (o->dpitch < o->width || o->spitch < o->width)
+        return FK_INVALID_VALUE;
+    const size_t dspan = (o->height - 1) * o->dpitch + o->width;
+    const size_t sspan = (o->height - 1) * o->spitch + o->width;
+    if (kind == FK_H2D)
+        return fk_check_dev(o->dst, dspan, gpu);
+    if (kind == FK_D2H)
+        return fk_check_dev(o->src, sspan, gpu);
+    return FK_INVALID_VALUE;
+}
+
+static cudaError_t fk_async(const fk_op *o, int kind, struct fk_stream *s)
+{
+    if (!s)
+        return FK_INVALID_HANDLE;
+    cudaError_t e = fk_check_copy(o, kind, s->gpu);
+    if (e != FK_OK)
+        return e;
+    g.async_copies++;
+    if (kind == FK_H2D && !fk_registered(o->src, (o->height - 1) * o->spitch + o->width))
+        g.async_unregistered++;
+    return fk_enqueue(s, o);
+}
+
+static cudaError_t fk_sync(const fk_op *o, int kind)
+{
+    cudaError_t e = fk_check_copy(o, kind, t_gpu);
+    if (e != FK_OK)
+        return e;
+    g.sync_copies++;
+    fk_drain_gpu(t_gpu);
+    fk_run(o);
+    return FK_OK;
+}
+
+/* ---- the runtime API ------------------------------------------------------------------------- */
+
+FK_EXPORT cudaError_t cudaGetDeviceCount(int *count);
+FK_EXPORT cudaError_t cudaSetDevice(int gpu);
+FK_EXPORT cudaError_t cudaMalloc(void **ptr, size_t n);
+FK_EXPORT cudaError_t cudaFree(void *ptr);
+FK_EXPORT cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
+FK_EXPORT cudaError_t cudaStreamCreate(cudaStream_t *s);
+FK_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t s);
+FK_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t s);
+FK_EXPORT cudaError_t cudaDeviceSynchronize(void);
+FK_EXPORT cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, int kind);
+FK_EXPORT cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, cudaStream_t s);
+FK_EXPORT cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch,
+                                   size_t width, size_t height, int kind);
+FK_EXPORT cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
+                                        size_t width, size_t height, int kind, cudaStream_t s);
+FK_EXPORT cudaError_t cudaMemsetAsync(void *ptr, int value, size_t n, cudaStream_t s);
+FK_EXPORT cudaError_t cudaHostRegister(void *ptr, size_t n, unsigned flags);
+FK_EXPORT cudaError_t cudaHostUnregister(void *ptr);
+FK_EXPORT const char *cudaGetErrorString(cudaError_t e);
+
+#define FK_LOCKED(expr)                      \
+    do {                                     \
+        pthread_mutex_lock(&g.lock);         \
+        fk_init();                           \
+        cudaError_t fk_e_ = (expr);          \
+        pthread_mutex_unlock(&g.lock);       \
+        return fk_e_;                        \
+    } while (0)
+
+static cudaError_t fk_device_count(int *count)
+{
+    *count = g.gpus;
+    return g.gpus ? FK_OK : FK_NO_DEVICE;
+}
+
+cudaError_t cudaGetDeviceCount(int *count)
+{
+    FK_LOCKED(fk_device_count(count));
+}
+
+static cudaError_t fk_set_device(int gpu)
+{
+    if (gpu < 0 || gpu >= g.gpus)
+        return FK_INVALID_DEVICE;
+    t_gpu = gpu;
+    return FK_OK;
+}
+
+cudaError_t cudaSetDevice(int gpu)
+{
+    FK_LOCKED(fk_set_device(gpu));
+}
+
+static cudaError_t fk_malloc(void **ptr, size_t n)
+{
+    fk_alloc *a = calloc(1, sizeof *a);
+    void *p = NULL;
+    if (!a || n > g.mem - g.used[t_gpu] || posix_memalign(&p, 256, n ? n : 1) != 0) {
+        free(a);
+        return FK_MEMORY_ALLOCATION;
+    }
+    *a = (fk_alloc){.p = p, .n = n, .gpu = t_gpu, .next = g.allocs};
+    g.allocs = a;
+    g.used[t_gpu] += n;
+    g.mallocs++;
+    *ptr = p;
+    return FK_OK;
+}
+
+cudaError_t cudaMalloc(void **ptr, size_t n)
+{
+    FK_LOCKED(fk_malloc(ptr, n));
+}
+
+static cudaError_t fk_free(void *ptr)
+{
+    if (!ptr)
+        return FK_OK;
+    for (fk_alloc **pp = &g.allocs; *pp; pp = &(*pp)->next) {
+        fk_alloc *a = *pp;
+        if (a->p != ptr)
+            continue;
+        fk_drain_gpu(a->gpu); /* cudaFree synchronizes the device */
+        *pp = a->next;
+        g.used[a->gpu] -= a->n;
+        g.frees++;
+        free(a->p);
+        free(a);
+        return FK_OK;
+    }
+    g.bad_ptr++;
+    return FK_INVALID_VALUE;
+}
+
+cudaError_t cudaFree(void *ptr)
+{
+    FK_LOCKED(fk_free(ptr));
+}
+
+static cudaError_t fk_mem_info(size_t *free_bytes, size_t *total_bytes)
+{
+    if (!g.gpus)
+        return FK_NO_DEVICE;
+    *free_bytes = g.mem - g.used[t_gpu];
+    *total_bytes = g.mem;
+    return FK_OK;
+}
+
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes)
+{
+    FK_LOCKED(fk_mem_info(free_bytes, total_bytes));
+}
+
+static cudaError_t fk_stream_create(cudaStream_t *out)
+{
+    struct fk_stream *s = calloc(1, sizeof *s);
+    if (!s)
+        return FK_MEMORY_ALLOCATION;
+    s->gpu = t_gpu;
+    s->next = g.streams;
+    g.streams = s;
+    *out = s;
+    return FK_OK;
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t *s)
+{
+    FK_LOCKED(fk_stream_create(s));
+}
+
+static cudaError_t fk_stream_destroy(cudaStream_t s)
+{
+    for (struct fk_stream **pp = &g.streams; *pp; pp = &(*pp)->next) {
+        if (*pp != s)
+            continue;
+        fk_drain(s); /* pending work completes, as in CUDA */
+        *pp = s->next;
+        free(s->q);
+        free(s);
+        return FK_OK;
+    }
+    return FK_INVALID_HANDLE;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t s)
+{
+    FK_LOCKED(fk_stream_destroy(s));
+}
+
+static cudaError_t fk_stream_sync(cudaStream_t s)
+{
+    if (!s)
+        return FK_INVALID_HANDLE;
+    g.syncs++;
+    fk_drain(s);
+    return FK_OK;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t s)
+{
+    FK_LOCKED(fk_stream_sync(s));
+}
+
+static cudaError_t fk_device_sync(void)
+{
+    fk_drain_gpu(t_gpu);
+    return FK_OK;
+}
+
+cudaError_t cudaDeviceSynchronize(void)
+{
+    FK_LOCKED(fk_device_sync());
+}
+
+static fk_op fk_op_1d(void *dst, const void *src, size_t n)
+{
+    return (fk_op){.dst = dst, .src = src, .dpitch = n, .spitch = n, .width = n, .height = 1};
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, int kind)
+{
+    const fk_op o = fk_op_1d(dst, src, n);
+    FK_LOCKED(fk_sync(&o, kind));
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, cudaStream_t s)
+{
+    const fk_op o = fk_op_1d(dst, src, n);
+    FK_LOCKED(fk_async(&o, kind, s));
+}
+
+cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                         size_t height, int kind)
+{
+    const fk_op o = {.dst = dst, .src = src, .dpitch = dpitch, .spitch = spitch, .width = width,
+                     .height = height};
+    pthread_mutex_lock(&g.lock);
+    g.copies_2d++;
+    pthread_mutex_unlock(&g.lock);
+    FK_LOCKED(fk_sync(&o, kind));
+}
+
+cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
+                              size_t width, size_t height, int kind, cudaStream_t s)
+{
+    const fk_op o = {.dst = dst, .src = src, .dpitch = dpitch, .spitch = spitch, .width = width,
+                     .height = height};
+    pthread_mutex_lock(&g.lock);
+    g.copies_2d++;
+    pthread_mutex_unlock(&g.lock);
+    FK_LOCKED(fk_async(&o, kind, s));
+}
+
+static cudaError_t fk_memset_async(void *ptr, int value, size_t n, cudaStream_t s)
+{
+    if (!s)
+        return FK_INVALID_HANDLE;
+    cudaError_t e = fk_check_dev(ptr, n, s->gpu);
+    if (e != FK_OK)
+        return e;
+    g.memsets++;
+    const fk_op o = {.dst = ptr, .dpitch = n, .width = n, .height = 1, .value = value};
+    return fk_enqueue(s, &o);
+}
+
+cudaError_t cudaMemsetAsync(void *ptr, int value, size_t n, cudaStream_t s)
+{
+    FK_LOCKED(fk_memset_async(ptr, value, n, s));
+}
+
+static cudaError_t fk_register(void *ptr, size_t n, unsigned flags)
+{
+    const uintptr_t a = (uintptr_t)ptr;
+    if (!ptr || !n)
+        return FK_INVALID_VALUE;
+    for (const fk_reg *r = g.regs; r; r = r->next) {
+        if (a < r->p + r->n && r->p < a + n) {
+            g.register_errors++;
+            return FK_ALREADY_REGISTERED;
+        }
+    }
+    fk_reg *r = calloc(1, sizeof *r);
+    if (!r)
+        return FK_MEMORY_ALLOCATION;
+    *r = (fk_reg){.p = a, .n = n, .next = g.regs};
+    g.regs = r;
+    g.registers++;
+    g.nonportable += !(flags & 1u);
+    return FK_OK;
+}
+
+cudaError_t cudaHostRegister(void *ptr, size_t n, unsigned flags)
+{
+    FK_LOCKED(fk_register(ptr, n, flags));
+}
+
+/* Queued copies reading from the range would be reading unpinned (or freed) memory. */
+static void fk_check_pending(const fk_reg *r)
+{
+    for (const struct fk_stream *s = g.streams; s; s = s->next) {
+        for (size_t i = 0; i < s->n; i++) {
+            const uintptr_t src = (uintptr_t)s->q[i].src;
+            if (s->q[i].src && src >= r->p && src - r->p < r->n)
+                g.pending_at_unregister++;
+        }
+    }
+}
+
+static cudaError_t fk_unregister(void *ptr)
+{
+    for (fk_reg **pp = &g.regs; *pp; pp = &(*pp)->next) {
+        fk_reg *r = *pp;
+        if (r->p != (uintptr_t)ptr)
+            continue;
+        fk_check_pending(r);
+        *pp = r->next;
+        free(r);
+        return FK_OK;
+    }
+    g.register_errors++;
+    return FK_NOT_REGISTERED;
+}
+
+cudaError_t cudaHostUnregister(void *ptr)
+{
+    FK_LOCKED(fk_unregister(ptr));
+}
+
+const char *cudaGetErrorString(cudaError_t e)
+{
+    switch (e) {
+    case FK_OK: return "no error";
+    case FK_INVALID_VALUE: return "invalid argument";
+    case FK_MEMORY_ALLOCATION: return "out of memory";
+    case FK_NO_DEVICE: return "no CUDA-capable device is detected";
+    case FK_INVALID_DEVICE: return "invalid device ordinal";
+    case FK_INVALID_HANDLE: return "invalid resource handle";
+    case FK_ALREADY_REGISTERED: return "part or all of the requested memory range is already mapped";
+    case FK_NOT_REGISTERED: return "pointer does not correspond to a registered memory region";
+    default: return "unknown error";
+    }
+}
+
+/* ---- report ---------------------------------------------------------------------------------- */
+
+__attribute__((destructor)) static void fk_report(void)
+{
+    const char *path = getenv("FAKE_CUDA_LOG");
+    FILE *f = path ? fopen(path, "a") : NULL;
+    if (!f)
+        return;
+    unsigned long live_allocs = 0, live_regs = 0, pending = 0;
+    size_t live_bytes = 0;
+    for (const fk_alloc *a = g.allocs; a; a = a->next, live_allocs++)
+        live_bytes += a->n;
+    for (const fk_reg *r = g.regs; r; r = r->next)
+        live_regs++;
+    for (const struct fk_stream *s = g.streams; s; s = s->next)
+        pending += s->n;
+    fprintf(f,
+            "fake_cudart mallocs=%lu frees=%lu live_allocs=%lu live_bytes=%zu async=%lu "
+            "async_unregistered=%lu sync=%lu copies_2d=%lu memsets=%lu syncs=%lu registers=%lu "
+            "register_errors=%lu nonportable=%lu live_registers=%lu bad_ptr=%lu wrong_gpu=%lu "
+            "pending_at_unregister=%lu pending_at_exit=%lu max_queue=%lu\n",
+            g.mallocs, g.frees, live_allocs, live_bytes, g.async_copies, g.async_unregistered,
+            g.sync_copies, g.copies_2d, g.memsets, g.syncs, g.registers, g.register_errors,
+            g.nonportable, live_regs, g.bad_ptr, g.wrong_gpu, g.pending_at_unregister, pending,
+            g.max_queue);
+    fclose(f);
+}
