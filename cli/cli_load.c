@@ -26,7 +26,7 @@ static void load_help(FILE *out)
             "usage: shardload load PATH [--tp T] [--pp P] [--layout tp|spmd] [--dtype D]\n"
             "                      [--device cpu|cuda] [--io auto|direct|buffered] [--threads N]\n"
             "                      [--staging MiB] [--format auto|dummy] [--seed S] [--checksums]\n"
-            "                      [--json] [--config FILE] [--rules FILE] [--gpus LIST]\n\n"
+            "                      [--json] [--config FILE] [--rules FILE] [--gpus LIST] [--numa]\n\n"
             "Loads a safetensors checkpoint into a mesh of devices, each device getting exactly its\n"
             "shard (SHARDING.md), reading each checkpoint byte once in large parallel requests under\n"
             "a fixed host staging budget; then reports the time, throughput, bytes read, the bytes\n"
@@ -40,6 +40,7 @@ static void load_help(FILE *out)
             "                  nearest even); default the config's torch_dtype\n"
             "  --device D      cpu (default: one host allocation per device) or cuda (CUDA runtime\n"
             "                  loaded at run time: $SL_CUDART, else libcudart.so.13/12/11)\n"
+            "  --numa          cpu: bind device d's memory to NUMA node d %% number of nodes\n"
             "  --gpus LIST     cuda: GPU of each mesh device, e.g. 0,1,0,1; default device d on\n"
             "                  GPU d %% number of GPUs\n"
             "  --io M          auto (default: buffered when the file is mostly in the page cache,\n"
@@ -198,6 +199,8 @@ static int load_parse(int argc, char **argv, load_args *a)
             a->json = 1;
         else if (!strcmp(s, "--checksums"))
             a->checksums = 1;
+        else if (!strcmp(s, "--numa"))
+            a->lo.numa = 1;
         else if (load_is_valued(s))
             rc = load_opt_value(a, s, i + 1 < argc ? argv[++i] : NULL);
         else if (s[0] == '-' && s[1])

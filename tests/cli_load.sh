@@ -71,6 +71,10 @@ d3=$("$SL" load --format dummy --config "$T/tiny.json" --tp 2 --checksums --json
 out=$("$SL" load "$CK" --format dummy --json) || fail "dummy with PATH"
 [ "$(echo "$out" | json_field bytes_read)" = 0 ] || fail "dummy read bytes"
 
+# --numa binds each device's memory (node d % nodes) and changes no byte
+n1=$("$SL" load "$CK" --tp 2 --numa --checksums --json | sums)
+[ -n "$n1" ] && [ "$n1" = "$ref" ] || fail "--numa load differs"
+
 # 5. faults: a shard truncated after synthesis -> exit 1, one line naming the file
 cp -r "$CK" "$T/bad"
 f=$(ls "$T"/bad/*.safetensors | head -1)
@@ -90,7 +94,7 @@ fi
 "$SL" load --format dummy >/dev/null 2>&1; [ $? -eq 2 ] || fail "dummy without config should exit 2"
 help=$("$SL" load --help) || fail "--help exit"
 for o in --tp --pp --layout --dtype --device --io --threads --staging --format --seed --checksums \
-         --json --config --rules; do
+         --json --config --rules --numa --gpus; do
     echo "$help" | grep -q -- "$o" || fail "--help lacks $o"
 done
 
