@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #define CONFIGS SL_SHARED_CONFIGS
-#define RULES SL_TEST_DATA "/../../rules"
+#define RULES SL_RULES_DIR
 
 static int failures;
 
@@ -258,10 +258,11 @@ static void rules_equivalence(void)
     const char *cfgs[] = {CONFIGS "/llama-3-8b.json", CONFIGS "/mistral-7b-v0.3.json"};
     for (int k = 0; k < 2; k++) {
         sl_plan *a = NULL, *b = NULL;
-        EXPECT(build(cfgs[k], NULL, 4, 2, SL_LAYOUT_TP, &a) == SL_OK, "builtin");
-        EXPECT(build(cfgs[k], RULES "/example-llama.json", 4, 2, SL_LAYOUT_TP, &b) == SL_OK,
-               "example rules: %s", sl_plan_errmsg(b));
-        for (int d = 0; a && b && d < a->n_devices; d++) {
+        const int ok_a = build(cfgs[k], NULL, 4, 2, SL_LAYOUT_TP, &a) == SL_OK;
+        const int ok_b = build(cfgs[k], RULES "/example-llama.json", 4, 2, SL_LAYOUT_TP, &b) == SL_OK;
+        EXPECT(ok_a, "builtin: %s", sl_plan_errmsg(a));
+        EXPECT(ok_b, "example rules: %s", sl_plan_errmsg(b));
+        for (int d = 0; ok_a && ok_b && d < a->n_devices; d++) {
             const sl_plan_device *x = &a->devices[d], *y = &b->devices[d];
             int same = x->n_params == y->n_params && x->n_ops == y->n_ops && x->bytes == y->bytes;
             for (int64_t i = 0; same && i < x->n_params; i++)
