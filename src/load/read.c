@@ -12,7 +12,11 @@
  * A chunk "owns" the source bytes [a, b); an element belongs to the chunk holding its first byte.
  * When a file's elements may straddle a 4096 boundary (tensor data not aligned to the element
  * size, which safetensors allows) each chunk reads up to `tail` bytes past b, so owned elements
- * are whole. Host memory: the slots (staging budget) plus the metadata arrays. */
+ * are whole. Host memory: the slots (staging budget) plus the metadata arrays.
+ *
+ * Direct reads: an operation that is one contiguous run, needs no conversion, goes to host memory
+ * (cpu devices), is the only reader of its bytes and is large, is read straight into the device
+ * buffer from a buffered file: no staging, no second copy. Its chunks carry the destination. */
 #include "io/io.h"
 #include "load/convert.h"
 #include "load/load_internal.h"
@@ -34,6 +38,7 @@
 #define RD_MAX_REQUEST ((uint64_t)256 << 20)
 #define RD_BOUNCE ((size_t)256 << 10)
 #define RD_CACHE_SAMPLES 64u
+#define RD_DIRECT_MIN ((uint64_t)2 << 20)   /* above merge_gap, so merged gaps never cross one */
 
 typedef struct rd_file {
     const char *path;
@@ -48,6 +53,7 @@ typedef struct rd_file {
 typedef struct rd_op {
     const sl_op *op;
     int32_t dev;
+    int direct;          /* read straight into the device buffer (see the top of this file) */
     uint32_t ssize, dsize;
     uint64_t src_end;
     uint64_t max_end;    /* max src_end of the file's operations up to this one */
@@ -61,6 +67,7 @@ typedef struct rd_span {
 typedef struct rd_chunk {
     int32_t file;
     uint64_t a, b, b_ext;
+    unsigned char *dst;  /* direct chunk: bytes [a, b) go here; NULL: through a staging slot */
 } rd_chunk;
 
 typedef struct rd_slot {
@@ -83,6 +90,7 @@ typedef struct rd_ctx {
     rd_chunk *chunks;
     int64_t n_chunks, cap_chunks;
     unsigned char **host;         /* per device: host base or NULL */
+    int allow_direct;             /* sl_load_read: whole devices are local, direct reads allowed */
     uint64_t request, merge_gap, slot_size;
     unsigned n_slots;
     unsigned char *staging;
@@ -213,17 +221,61 @@ static sl_status rd_cut_range(rd_ctx *x, const rd_span *r)
     return SL_OK;
 }
 
+/* The bytes of ops[i] are read by no other operation of its file. */
+static int rd_exclusive(const rd_ctx *x, int64_t i)
+{
+    const rd_op *r = &x->ops[i];
+    const int64_t first = x->file_first[r->op->file], end = x->file_first[r->op->file + 1];
+    return (i == first || x->ops[i - 1].max_end <= r->op->src_offset) &&
+           (i + 1 == end || x->ops[i + 1].op->src_offset >= r->src_end);
+}
+
+static void rd_mark_direct(rd_ctx *x)
+{
+    for (int64_t i = 0; x->allow_direct && i < x->n_ops; i++) {
+        rd_op *r = &x->ops[i];
+        const sl_op *op = r->op;
+        const uint64_t row_bytes = op->row_elems * r->ssize;
+        r->direct = x->host[r->dev] && !x->files[op->file].direct && op->src_dtype == x->p->dtype &&
+                    (op->rows == 1 || (op->src_stride == row_bytes && op->dst_stride == row_bytes)) &&
+                    r->src_end - op->src_offset >= RD_DIRECT_MIN && rd_exclusive(x, i);
+    }
+}
+
+static sl_status rd_cut_direct(rd_ctx *x, const rd_op *r)
+{
+    for (uint64_t a = r->op->src_offset; a < r->src_end;) {
+        rd_chunk c = {.file = r->op->file, .a = a};
+        c.b = c.b_ext = sl_min_u64(r->src_end, a + x->request);
+        c.dst = x->host[r->dev] + r->op->dst_offset + (a - r->op->src_offset);
+        SL_TRY(rd_push_chunk(x, &c));
+        x->total_bytes += c.b - c.a;
+        a = c.b;
+    }
+    return SL_OK;
+}
+
+static int rd_chunk_cmp(const void *p, const void *q)
+{
+    const rd_chunk *a = p, *b = q;
+    if (a->file != b->file)
+        return a->file < b->file ? -1 : 1;
+    return a->a < b->a ? -1 : a->a > b->a;
+}
+
 static sl_status rd_build_chunks(rd_ctx *x)
 {
     int64_t n = 0;
     for (int64_t i = 0; i < x->n_ops; i++)
-        n += rd_op_span_count(x, &x->ops[i]);
+        n += x->ops[i].direct ? 0 : rd_op_span_count(x, &x->ops[i]);
     rd_span *s = calloc((size_t)n + 1, sizeof *s);
     if (!s)
         return sl_err_set(x->err, SL_E_NOMEM, "out of memory");
     int64_t k = 0;
     for (int64_t i = 0; i < x->n_ops; i++) {
         const rd_op *r = &x->ops[i];
+        if (r->direct)
+            continue;
         const int64_t cnt = rd_op_span_count(x, r);
         const uint64_t row_bytes = r->op->row_elems * r->ssize;
         for (int64_t j = 0; j < cnt; j++) {
@@ -239,6 +291,15 @@ static sl_status rd_build_chunks(rd_ctx *x)
     for (int64_t i = 0; i < n && st == SL_OK; i++)
         st = rd_cut_range(x, &s[i]);
     free(s);
+    int any_direct = 0;
+    for (int64_t i = 0; i < x->n_ops && st == SL_OK; i++) {
+        if (x->ops[i].direct) {
+            st = rd_cut_direct(x, &x->ops[i]);
+            any_direct = 1;
+        }
+    }
+    if (st == SL_OK && any_direct)   /* one pass through each file, in order */
+        qsort(x->chunks, (size_t)x->n_chunks, sizeof *x->chunks, rd_chunk_cmp);
     return st;
 }
 
@@ -446,7 +507,7 @@ static sl_status rd_scatter_chunk(rd_ctx *x, const rd_chunk *c, const unsigned c
             lo = mid + 1;
     }
     for (int64_t i = lo; i < hi; i++) {
-        if (x->ops[i].src_end > c->a && (!x->local || x->local[x->ops[i].dev]))
+        if (x->ops[i].src_end > c->a && !x->ops[i].direct && (!x->local || x->local[x->ops[i].dev]))
             SL_TRY(rd_scatter_op(x, &x->ops[i], c->a, c->b, data));
     }
     return SL_OK;
@@ -476,9 +537,9 @@ static sl_status rd_submit(rd_ctx *x, rd_slot *s, int64_t chunk)
     const rd_file *f = &x->files[c->file];
     s->chunk = chunk;
     s->req.fd = f->fd;
-    s->req.buf = s->buf;
+    s->req.buf = c->dst ? c->dst : s->buf;
     s->req.user = s;
-    if (f->direct) {
+    if (f->direct && !c->dst) {
         s->req.off = c->a / RD_ALIGN * RD_ALIGN;
         s->req.len = (size_t)(sl_align_up(c->b_ext, RD_ALIGN) - s->req.off);
     } else {
@@ -529,7 +590,8 @@ static sl_status rd_complete(rd_ctx *x, rd_slot *s, int *resubmitted)
     if (*resubmitted)
         return SL_OK;
     const rd_chunk *c = &x->chunks[s->chunk];
-    SL_TRY(rd_scatter_chunk(x, c, s->buf + (c->a - s->req.off)));
+    if (!c->dst)
+        SL_TRY(rd_scatter_chunk(x, c, s->buf + (c->a - s->req.off)));
     x->done_bytes += c->b - c->a;
     if (x->o->progress)
         x->o->progress(x->o->progress_user, x->done_bytes, x->total_bytes);
@@ -594,8 +656,10 @@ static void rd_size_requests(rd_ctx *x)
 static void rd_fit_slots(rd_ctx *x)
 {
     uint64_t largest = 0;
-    for (int64_t i = 0; i < x->n_chunks; i++)
-        largest = sl_max_u64(largest, x->chunks[i].b_ext - x->chunks[i].a);
+    for (int64_t i = 0; i < x->n_chunks; i++) {
+        if (!x->chunks[i].dst)
+            largest = sl_max_u64(largest, x->chunks[i].b_ext - x->chunks[i].a);
+    }
     x->slot_size = sl_min_u64(x->slot_size, sl_align_up(largest, RD_ALIGN) + 2 * RD_ALIGN);
     x->n_slots = (unsigned)sl_min_u64(x->n_slots, (uint64_t)x->n_chunks);
 }
@@ -623,20 +687,39 @@ static void rd_unpin(rd_ctx *x)
     x->n_pinned = 0;
 }
 
-static sl_status rd_alloc_buffers(rd_ctx *x)
+static sl_status rd_host_ptrs(rd_ctx *x)
 {
     x->host = calloc((size_t)x->p->n_devices, sizeof *x->host);
     if (!x->host)
         return sl_err_set(x->err, SL_E_NOMEM, "out of memory");
-    int need_bounce = 0;
-    for (int32_t d = 0; d < x->p->n_devices; d++) {
+    for (int32_t d = 0; d < x->p->n_devices; d++)
         x->host[d] = x->devs[d].dev.ops->host_ptr(x->devs[d].dev.ctx);
+    return SL_OK;
+}
+
+/* Staging is touched once per slot use, so its first-touch cost is paid on the hot path: huge
+ * pages and one populate call make it a few faults instead of one per 4 KiB page. */
+static unsigned char *rd_staging_alloc(size_t len)
+{
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    (void)madvise(p, len, MADV_HUGEPAGE);
+#ifdef MADV_POPULATE_WRITE
+    (void)madvise(p, len, MADV_POPULATE_WRITE);
+#endif
+    return p;
+}
+
+static sl_status rd_alloc_buffers(rd_ctx *x)
+{
+    int need_bounce = 0;
+    for (int32_t d = 0; d < x->p->n_devices; d++)
         need_bounce |= x->host[d] == NULL && x->devs[d].bytes > 0;
-    }
     if (need_bounce && !(x->bounce = malloc(RD_BOUNCE)))
         return sl_err_set(x->err, SL_E_NOMEM, "out of memory");
     x->slots = calloc(x->n_slots, sizeof *x->slots);
-    x->staging = aligned_alloc(RD_ALIGN, (size_t)(x->slot_size * x->n_slots));
+    x->staging = rd_staging_alloc((size_t)(x->slot_size * x->n_slots));
     if (!x->slots || !x->staging)
         return sl_err_set(x->err, SL_E_NOMEM, "cannot allocate %llu bytes of staging",
                           (unsigned long long)(x->slot_size * x->n_slots));
@@ -673,7 +756,8 @@ static void rd_free(rd_ctx *x)
     free(x->host);
     free(x->slots);
     rd_unpin(x);
-    free(x->staging);
+    if (x->staging)
+        munmap(x->staging, (size_t)(x->slot_size * x->n_slots));
     free(x->bounce);
 }
 
@@ -682,8 +766,10 @@ static sl_status rd_run(rd_ctx *x, const sl_load_file *files, sl_load_stats *sta
     rd_size_requests(x);
     SL_TRY(rd_init_files(x, files));
     SL_TRY(rd_collect_ops(x));
-    SL_TRY(rd_build_chunks(x));
     SL_TRY(rd_open_files(x));
+    SL_TRY(rd_host_ptrs(x));
+    rd_mark_direct(x);
+    SL_TRY(rd_build_chunks(x));
     stats->io = rd_io_name(x);
     if (x->n_chunks == 0)
         return SL_OK;
@@ -703,7 +789,7 @@ sl_status sl_load_read(const sl_load_file *files, int64_t n_files, const sl_plan
                        const sl_model_dev *devs, const sl_load_opts *o, sl_load_stats *stats,
                        sl_err *err)
 {
-    rd_ctx x = {.p = p, .devs = devs, .o = o, .err = err, .n_files = n_files};
+    rd_ctx x = {.p = p, .devs = devs, .o = o, .err = err, .n_files = n_files, .allow_direct = 1};
     sl_status st = rd_run(&x, files, stats);
     stats->bytes_read = x.bytes_read;
     stats->staging_peak = x.staging_peak + (x.bounce ? RD_BOUNCE : 0);
@@ -738,8 +824,9 @@ sl_status sl_rd_open(const sl_rd_setup *s, sl_rd **out)
     x->n_slots = 1;
     SL_TRY(rd_init_files(x, s->files));
     SL_TRY(rd_collect_ops(x));
-    SL_TRY(rd_build_chunks(x));
     SL_TRY(rd_open_files(x));
+    SL_TRY(rd_host_ptrs(x));
+    SL_TRY(rd_build_chunks(x));   /* no direct reads: other ranks may need any chunk's bytes */
     if (x->n_chunks == 0)
         return SL_OK;
     rd_fit_slots(x);
