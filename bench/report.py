@@ -3,7 +3,7 @@
 
 Leads with ratios computed per round (interleaved runs on a noisy machine: absolute times drift,
 per-round ratios hold), then memory figures, then the raw min/median/max table and the machine.
-usage: report.py results.jsonl RESULTS.md chart.png MODEL ALT_TP HAVE_TORCH
+usage: report.py results.jsonl RESULTS.md chart.png MODEL ALT_TP HAVE_TORCH [mpi.jsonl]
 """
 import json
 import os
@@ -83,6 +83,21 @@ plot '%s' using 1:3:xtic(2) with boxes notitle
     return ok
 
 
+def mpi_section(path):
+    rows = [json.loads(l) for l in open(path) if l.strip()]
+    out = ["", "## MPI: ranks on one host (bench/mpi.sh, hot page cache, one run each)", ""]
+    if not rows or "skipped" in rows[0]:
+        return out + ["Not run: %s." % (rows[0].get("skipped") if rows else "no output")]
+    out += ["| ranks | strategy | seconds | GB/s | bytes read | read amplification | bytes exchanged |",
+            "|---:|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        out.append("| %d | %s | %.3f | %.3f | %d | %.2f | %d |" % (
+            r["ranks"], r["dist"], r["seconds"], r["gbps"], r["bytes_read"], r["read_amplification"],
+            r["bytes_exchanged"]))
+    return out + ["", "Ranks share this machine's 2 cores, so more ranks cannot be faster here; the byte "
+                  "counts show the strategies: cooperative reads each byte once across the job."]
+
+
 def main():
     src, out, png, model, alt_tp, have_torch = sys.argv[1:7]
     by = load(src)
@@ -135,6 +150,8 @@ def main():
         L.append("| %s | %s | %s | %.3f | %.0f |" % (
             k[1], k[0], mmm([secs(r) for r in rows]), statistics.median([gbps(r) for r in rows]),
             max(r["result"].get("peak_rss_bytes", 0) for r in rows) / 2**20))
+    if len(sys.argv) > 7 and os.path.exists(sys.argv[7]):
+        L += mpi_section(sys.argv[7])
     L += ["", "## Machine", "", machine(), ""]
     if chart(by, png):
         L += ["![throughput](chart.png)", ""]

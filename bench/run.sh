@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make bench: shardload against the machine's limits and the alternatives, on the same files, in
 # one run, interleaved (A B C A B C ...) so that drift on a shared machine hits every contender alike.
-# Writes bench/RESULTS.md, bench/results.jsonl and bench/chart.png.
+# Writes bench/RESULTS.md, bench/results.jsonl, bench/mpi.jsonl and bench/chart.png.
 #
 # Knobs: BENCH_CONFIG (a name in ../shared/configs, default tinyllama-1.1b, about 2.2 GB in bf16),
 #        BENCH_SIZE (synthesize a larger model: a config name, overrides BENCH_CONFIG),
@@ -90,5 +90,9 @@ for r in $(seq 1 "$ROUNDS"); do
   run_cold "$r" mmapcopy $BASE mmapcopy "$CK"
 done
 
-$PY bench/report.py "$OUT" bench/RESULTS.md bench/chart.png "$NAME" "$ALT_TP" "$have_torch"
+echo "bench: MPI ranks 1, 2, 4 (hot)" >&2
+warm
+CK="$CK" TP="$ALT_TP" bash bench/mpi.sh "$SL" > bench/mpi.jsonl || echo '{"bench":"mpi","skipped":"failed"}' > bench/mpi.jsonl
+
+$PY bench/report.py "$OUT" bench/RESULTS.md bench/chart.png "$NAME" "$ALT_TP" "$have_torch" bench/mpi.jsonl
 echo "bench: wrote bench/RESULTS.md and bench/chart.png" >&2

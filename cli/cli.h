@@ -6,6 +6,7 @@
 #include "shardload.h"
 
 #include <stdint.h>
+#include <stdio.h>
 
 enum { CLI_EXIT_OK = 0, CLI_EXIT_FAIL = 1, CLI_EXIT_USAGE = 2 };
 
@@ -26,6 +27,8 @@ int cli_parse_size(const char *s, uint64_t *out);
 int cli_parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out);
 /* Parses bf16|f16|f32 (any case, also bfloat16/float16/float32) into an sl_dtype. */
 int cli_parse_dtype(const char *s, sl_dtype *out);
+/* Writes s to f as a JSON string literal (quotes, \" \\ and control characters escaped). */
+void cli_json_str(FILE *f, const char *s);
 /* "1,234,567" into buf. */
 const char *cli_commas(uint64_t v, char *buf, size_t len);
 

@@ -25,20 +25,6 @@ int cli_dist_launched(void)
 
 /* ---- per-rank fragments ----------------------------------------------------------------------- */
 
-static void dist_json_str(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(f, "\\%c", *p);
-        else if (*p < 0x20)
-            fprintf(f, "\\u%04x", *p);
-        else
-            fputc(*p, f);
-    }
-    fputc('"', f);
-}
-
 static sl_status dist_checksums(FILE *f, const sl_plan *p, const sl_model *m, int32_t d, int json)
 {
     sl_param_info pi;
@@ -48,7 +34,7 @@ static sl_status dist_checksums(FILE *f, const sl_plan *p, const sl_model *m, in
         DIST_TRY(sl_model_param_xxh3(m, d, i, &h));
         if (json) {
             fprintf(f, "%s{\"name\":", i ? "," : "");
-            dist_json_str(f, pi.name);
+            cli_json_str(f, pi.name);
             fprintf(f, ",\"xxh3\":\"%016" PRIx64 "\"}", h);
         } else {
             fprintf(f, "    %016" PRIx64 "  %s\n", h, pi.name);

@@ -17,20 +17,6 @@ static void inspect_help(FILE *out)
                  "Exit status: 0 valid, 1 invalid (one line on stderr), 2 usage error.\n");
 }
 
-static void json_str(const char *s)
-{
-    putchar('"');
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            printf("\\%c", *p);
-        else if (*p < 0x20)
-            printf("\\u%04x", *p);
-        else
-            putchar(*p);
-    }
-    putchar('"');
-}
-
 static void print_shape(const sl_tensor_info *t, const char *sep)
 {
     putchar('[');
@@ -44,17 +30,17 @@ static void inspect_json_files(const sl_checkpoint *ck)
     printf("{\"files\":[");
     for (int64_t f = 0; f < sl_checkpoint_file_count(ck); f++) {
         printf(f ? "," : "");
-        json_str(sl_checkpoint_file_path(ck, f));
+        cli_json_str(stdout, sl_checkpoint_file_path(ck, f));
     }
     printf("],\"tensors\":[");
     sl_tensor_info t;
     for (int64_t i = 0; sl_checkpoint_tensor(ck, i, &t) == SL_OK; i++) {
         printf("%s{\"name\":", i ? "," : "");
-        json_str(t.name);
+        cli_json_str(stdout, t.name);
         printf(",\"dtype\":\"%s\",\"shape\":", sl_dtype_name(t.dtype));
         print_shape(&t, ",");
         printf(",\"file\":");
-        json_str(sl_checkpoint_file_path(ck, t.file));
+        cli_json_str(stdout, sl_checkpoint_file_path(ck, t.file));
         printf(",\"offset\":%" PRIu64 ",\"nbytes\":%" PRIu64 "}", t.offset, t.nbytes);
     }
     printf("]");
@@ -66,14 +52,14 @@ static void inspect_json(const sl_checkpoint *ck)
     printf(",\"total_bytes\":%" PRIu64 ",\"metadata\":{", sl_checkpoint_total_bytes(ck));
     for (int64_t f = 0; f < sl_checkpoint_file_count(ck); f++) {
         printf(f ? "," : "");
-        json_str(sl_checkpoint_file_path(ck, f));
+        cli_json_str(stdout, sl_checkpoint_file_path(ck, f));
         printf(":{");
         const char *k, *v;
         for (int64_t i = 0; sl_checkpoint_metadata(ck, f, i, &k, &v) == SL_OK; i++) {
             printf(i ? "," : "");
-            json_str(k);
+            cli_json_str(stdout, k);
             putchar(':');
-            json_str(v);
+            cli_json_str(stdout, v);
         }
         putchar('}');
     }

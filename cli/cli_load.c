@@ -261,20 +261,6 @@ static uint64_t peak_rss_bytes(void)
 
 /* ---- output ----------------------------------------------------------------------------------- */
 
-static void json_str(const char *s)
-{
-    putchar('"');
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            printf("\\%c", *p);
-        else if (*p < 0x20)
-            printf("\\u%04x", *p);
-        else
-            putchar(*p);
-    }
-    putchar('"');
-}
-
 static int load_print_checksums(const sl_plan *p, const sl_model *m, int32_t d, int json)
 {
     sl_param_info pi;
@@ -284,7 +270,7 @@ static int load_print_checksums(const sl_plan *p, const sl_model *m, int32_t d, 
             return cli_fail("%s", sl_model_errmsg(m));
         if (json) {
             printf("%s{\"name\":", i ? "," : "");
-            json_str(pi.name);
+            cli_json_str(stdout, pi.name);
             printf(",\"xxh3\":\"%016" PRIx64 "\"}", h);
         } else {
             printf("    %016" PRIx64 "  %s\n", h, pi.name);

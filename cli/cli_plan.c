@@ -112,20 +112,6 @@ static int plan_parse(int argc, char **argv, plan_args *a)
 
 /* ---- output ----------------------------------------------------------------------------------- */
 
-static void json_str(const char *s)
-{
-    putchar('"');
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            printf("\\%c", *p);
-        else if (*p < 0x20)
-            printf("\\u%04x", *p);
-        else
-            putchar(*p);
-    }
-    putchar('"');
-}
-
 static void print_shape(const sl_param_info *pi, const char *open, const char *sep, const char *close)
 {
     fputs(open, stdout);
@@ -142,7 +128,7 @@ static void plan_json_device(const sl_plan *p, int32_t d)
     sl_param_info pi;
     for (int64_t i = 0; sl_plan_param(p, d, i, &pi) == SL_OK; i++) {
         printf("%s{\"name\":", i ? "," : "");
-        json_str(pi.name);
+        cli_json_str(stdout, pi.name);
         printf(",\"dtype\":\"%s\",\"shape\":", sl_dtype_name(pi.dtype));
         print_shape(&pi, "[", ",", "]");
         printf(",\"bytes\":%" PRIu64 "}", pi.nbytes);
