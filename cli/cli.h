@@ -37,6 +37,9 @@ int cli_dist_launched(void);
 /* `load` over MPI (cli_dist.c): every rank runs it; rank 0 prints. Returns the exit code. */
 int cli_load_dist(const char *path, const sl_plan_opts *po, const sl_load_opts *lo,
                   const sl_dist_opts *d, int checksums, int json);
+/* `reshard` over MPI (cli_dist.c): rank r writes its devices' files; rank 0 prints. */
+int cli_reshard_dist(const char *path, const char *outdir, const sl_plan_opts *po,
+                     const sl_load_opts *lo, const sl_dist_opts *d, uint64_t max_part);
 
 int cli_inspect(int argc, char **argv);
 int cli_plan(int argc, char **argv);

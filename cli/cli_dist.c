@@ -1,8 +1,9 @@
-/* cli_dist.c - `shardload load` under mpirun (--dist, or started by an MPI launcher): every rank
- * opens the checkpoint, plans and loads its own devices with sl_load_dist; rank 0 prints one
- * report for the job. Each rank renders its own devices (and checksums) into a string, and rank 0
- * gathers them, so the report covers every device of the job. A failure anywhere ends every rank
- * with exit 1; rank 0 prints the failing rank's message as the one error line. */
+/* cli_dist.c - `shardload load` and `shardload reshard` under mpirun (--dist, or started by an
+ * MPI launcher): every rank opens the checkpoint and plans it. `load` loads its own devices with
+ * sl_load_dist and rank 0 prints one report for the job: each rank renders its own devices (and
+ * checksums) into a string, and rank 0 gathers them, so the report covers every device of the
+ * job. `reshard` writes its own devices' files with sl_reshard_dist. A failure anywhere ends every
+ * rank with exit 1; rank 0 prints the failing rank's message as the one error line. */
 #include "cli.h"
 
 #include <inttypes.h>
@@ -66,20 +67,23 @@ static sl_status dist_devices(FILE *f, const sl_plan *p, const sl_model *m, int 
     return SL_OK;
 }
 
-/* Renders this rank's devices and gathers every rank's on rank 0 (*out; NULL elsewhere). */
-static sl_status dist_gather_devices(const sl_plan *p, const sl_model *m, int checksums, int json,
-                                     char **out)
+/* Renders this rank's devices into *buf (NULL on failure, then msg says why). Local: no MPI. */
+static sl_status dist_render(const sl_plan *p, const sl_model *m, int checksums, int json,
+                             char **buf, char *msg, size_t msglen)
 {
-    char *buf = NULL;
     size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
+    FILE *f = open_memstream(buf, &len);
     sl_status st = f ? dist_devices(f, p, m, checksums, json) : SL_E_NOMEM;
-    if (f)
-        fclose(f);
-    /* gather even after a local failure: the others are already in the collective */
-    sl_status gs = sl_dist_gather_text(st == SL_OK && buf ? buf : "", out);
-    free(buf);
-    return st != SL_OK ? st : gs;
+    const char *why = st != SL_OK && f ? sl_model_errmsg(m) : "out of memory rendering the report";
+    /* open_memstream reports running out of memory when the stream is closed */
+    if (f && fclose(f) != 0 && st == SL_OK)
+        st = SL_E_NOMEM;
+    if (st != SL_OK) {
+        snprintf(msg, msglen, "rank %d: %s", (int)sl_dist_rank(), why);
+        free(*buf);
+        *buf = NULL;
+    }
+    return st;
 }
 
 /* ---- job report (rank 0) ---------------------------------------------------------------------- */
@@ -177,20 +181,34 @@ static sl_status dist_open(const char *path, const sl_plan_opts *po, int dummy, 
     return st;
 }
 
+/* Prints rank 0's line for a failure agreed on by every rank; returns the exit code. */
+static int dist_exit(sl_status st, const char *msg)
+{
+    if (st == SL_OK)
+        return CLI_EXIT_OK;
+    return sl_dist_rank() == 0 ? cli_fail("%s", msg) : CLI_EXIT_FAIL;
+}
+
+/* Every rank makes the same collective calls in the same order whatever fails on it: render
+ * (local), gather (always, with "" after a local failure), agree (always). Returning early or
+ * skipping the gather after a local failure (out of memory rendering, a checksum read failing)
+ * would pair this rank's agreement with the others' gather, and the job would hang or abort. */
 static int dist_report(const sl_plan *p, const sl_model *m, const sl_dist_opts *d, int checksums,
                        int json)
 {
-    char *devices = NULL, msg[1024] = "";
-    sl_status st = dist_gather_devices(p, m, checksums, json, &devices);
-    if (st != SL_OK)
-        snprintf(msg, sizeof msg, "rank %d: %s", (int)sl_dist_rank(), sl_model_errmsg(m));
+    char *mine = NULL, *devices = NULL, msg[1024] = "";
+    sl_status st = dist_render(p, m, checksums, json, &mine, msg, sizeof msg);
+    const sl_status gs = sl_dist_gather_text(mine ? mine : "", &devices); /* same on all ranks */
+    free(mine);
+    if (st == SL_OK && gs != SL_OK) {
+        st = gs;
+        snprintf(msg, sizeof msg, "rank 0: out of memory gathering the report");
+    }
     st = sl_dist_agree(st, msg, msg, sizeof msg);
-    int rc = CLI_EXIT_OK;
-    if (st != SL_OK)
-        rc = sl_dist_rank() == 0 ? cli_fail("%s", msg) : CLI_EXIT_FAIL;
-    else if (sl_dist_rank() == 0 && json)
+    int rc = dist_exit(st, msg);
+    if (st == SL_OK && sl_dist_rank() == 0 && json)
         dist_print_json(p, m, d, devices);
-    else if (sl_dist_rank() == 0)
+    else if (st == SL_OK && sl_dist_rank() == 0)
         dist_print_text(p, m, d, devices);
     free(devices);
     return rc;
@@ -209,12 +227,30 @@ int cli_load_dist(const char *path, const sl_plan_opts *po, const sl_load_opts *
     st = sl_dist_agree(st, msg, msg, sizeof msg);
     if (st == SL_OK && (st = sl_load_dist(ck, p, lo, d, &m)) != SL_OK)
         snprintf(msg, sizeof msg, "%s", m ? sl_model_errmsg(m) : "out of memory");
-    int rc = CLI_EXIT_OK;
-    if (st != SL_OK)
-        rc = sl_dist_rank() == 0 ? cli_fail("%s", msg) : CLI_EXIT_FAIL;
-    else
-        rc = dist_report(p, m, d, checksums, json);
+    const int rc = st != SL_OK ? dist_exit(st, msg) : dist_report(p, m, d, checksums, json);
     sl_model_free(m);
+    sl_plan_free(p);
+    sl_checkpoint_close(ck);
+    sl_dist_finalize();
+    return rc;
+}
+
+int cli_reshard_dist(const char *path, const char *outdir, const sl_plan_opts *po,
+                     const sl_load_opts *lo, const sl_dist_opts *d, uint64_t max_part)
+{
+    char msg[1024] = "";
+    sl_checkpoint *ck = NULL;
+    sl_plan *p = NULL;
+    if (sl_dist_init() != SL_OK)
+        return cli_fail("--dist needs MPI, and this shardload was built without it (SL_WITH_MPI)");
+    sl_status st = dist_open(path, po, 0, &ck, &p, msg, sizeof msg);
+    st = sl_dist_agree(st, msg, msg, sizeof msg);
+    if (st == SL_OK) /* agreed inside: the same status on every rank */
+        st = sl_reshard_dist(ck, p, lo, d, outdir, max_part, msg, sizeof msg);
+    const int rc = dist_exit(st, msg);
+    if (st == SL_OK && sl_dist_rank() == 0)
+        printf("wrote %d devices' shards (%llu bytes) to %s from %d ranks\n", sl_plan_device_count(p),
+               (unsigned long long)sl_plan_total_bytes(p), outdir, (int)sl_dist_size());
     sl_plan_free(p);
     sl_checkpoint_close(ck);
     sl_dist_finalize();

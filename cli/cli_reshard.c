@@ -10,7 +10,8 @@ static void reshard_help(FILE *out)
     fprintf(out,
             "usage: shardload reshard PATH OUTDIR [--tp T] [--pp P] [--layout tp|spmd] [--dtype D]\n"
             "                         [--max-part-size SIZE] [--staging MiB] [--threads N]\n"
-            "                         [--io auto|direct|buffered] [--config FILE] [--rules FILE]\n\n"
+            "                         [--io auto|direct|buffered] [--config FILE] [--rules FILE]\n"
+            "                         [--dist cooperative|independent] [--devices-per-rank K]\n\n"
             "Writes each device's parameters, with exactly their device shapes (padding included),\n"
             "to OUTDIR/model-rank-{d}-part-{p}.safetensors (vLLM's sharded_state layout), reading\n"
             "each checkpoint byte once with the same host-memory bound as `load`; config.json is\n"
@@ -21,6 +22,8 @@ static void reshard_help(FILE *out)
             "  --staging MiB          host staging budget (default 64)\n"
             "  --threads N            I/O requests in flight (default automatic)\n"
             "  --io M                 auto, direct or buffered (default auto)\n"
+            "  --dist S, --devices-per-rank K   under mpirun, as for `load` (docs/mpi.md): rank r\n"
+            "                         writes the files of devices [r*K, (r+1)*K), rank 0 config.json\n"
             "  -h, --help             this text\n");
 }
 
@@ -28,6 +31,8 @@ typedef struct reshard_args {
     sl_plan_opts po;
     sl_load_opts lo;
     uint64_t max_part;
+    sl_dist_opts dist;
+    int dist_set;             /* --dist or --devices-per-rank given */
 } reshard_args;
 
 static int reshard_opt(reshard_args *a, int c, const char *v)
@@ -42,6 +47,15 @@ static int reshard_opt(reshard_args *a, int c, const char *v)
     case 'c': a->po.config_path = v; return 0;
     case 'r': a->po.rules_path = v; return 0;
     case 'm': return cli_parse_size(v, &a->max_part) || a->max_part == 0 ? -1 : 0;
+    case 'k':
+        if (cli_parse_int(v, 1, 65536, &n)) return -1;
+        a->dist.devices_per_rank = (int32_t)n;
+        return a->dist_set = 1, 0;
+    case 'D':
+        if (strcmp(v, "cooperative") && strcmp(v, "independent"))
+            return -1;
+        a->dist.strategy = strcmp(v, "cooperative") ? SL_DIST_INDEPENDENT : SL_DIST_COOPERATIVE;
+        return a->dist_set = 1, 0;
     case 's':
         if (cli_parse_int(v, 1, 1 << 20, &n) == 0)
             return a->lo.staging_bytes = (uint64_t)n << 20, 0;
@@ -89,10 +103,12 @@ int cli_reshard(int argc, char **argv)
         {"config", required_argument, NULL, 'c'},  {"rules", required_argument, NULL, 'r'},
         {"staging", required_argument, NULL, 's'}, {"threads", required_argument, NULL, 'n'},
         {"io", required_argument, NULL, 'i'},      {"max-part-size", required_argument, NULL, 'm'},
+        {"dist", required_argument, NULL, 'D'},    {"devices-per-rank", required_argument, NULL, 'k'},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
     reshard_args a = {0};
     sl_plan_opts_init(&a.po);
     sl_load_opts_init(&a.lo);
+    sl_dist_opts_init(&a.dist);
     int c, idx = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
@@ -107,5 +123,8 @@ int cli_reshard(int argc, char **argv)
         return cli_usage_error("reshard", "expected PATH and OUTDIR");
     if (a.po.layout == SL_LAYOUT_SPMD && a.po.pp != 1)
         return cli_usage_error("reshard", "--pp applies to layout tp only");
+    /* As for load: MPI only under an MPI launcher or when asked for, so a plain run is unchanged. */
+    if (a.dist_set || (cli_dist_launched() && sl_dist_available()))
+        return cli_reshard_dist(argv[optind], argv[optind + 1], &a.po, &a.lo, &a.dist, a.max_part);
     return reshard_run(argv[optind], argv[optind + 1], &a);
 }

@@ -319,7 +319,8 @@ int32_t sl_dist_size(void);
  * of the lowest failing rank, with that rank's msg copied into out (outlen bytes) on every rank. */
 sl_status sl_dist_agree(sl_status st, const char *msg, char *out, size_t outlen);
 /* Collective: on rank 0, *out is the concatenation of every rank's text in rank order (free it
- * with free()); NULL on other ranks. */
+ * with free()); NULL on other ranks. The status is the same on every rank (SL_E_NOMEM when rank 0
+ * could not hold the result; *out is then NULL). */
 sl_status sl_dist_gather_text(const char *text, char **out);
 
 /* Collective: loads plan p over all ranks; the returned model holds only this rank's devices
@@ -349,6 +350,16 @@ sl_status sl_model_rank_stats(const sl_model *m, int32_t rank, sl_rank_stats *ou
  * staging bound as sl_load. max_part_bytes: 0 means 5 GB. */
 sl_status sl_reshard(const sl_checkpoint *ck, const sl_plan *p, const sl_load_opts *o,
                      const char *outdir, uint64_t max_part_bytes, char *err, size_t errlen);
+
+/* Collective: sl_reshard over the ranks of an MPI job (see sl_load_dist). Rank r writes the part
+ * files of mesh devices [r*K, (r+1)*K) (K = d->devices_per_rank), rank 0 config.json, so the
+ * ranks' files together are byte for byte what sl_reshard writes. Host staging per rank stays
+ * within o->staging_bytes. A failure on any rank fails every rank with the failing rank's message
+ * ("rank R: ..."), and no rank leaves a part file it did not finish. SL_E_UNSUPPORTED without MPI
+ * or before sl_dist_init. */
+sl_status sl_reshard_dist(const sl_checkpoint *ck, const sl_plan *p, const sl_load_opts *o,
+                          const sl_dist_opts *d, const char *outdir, uint64_t max_part_bytes,
+                          char *err, size_t errlen);
 
 /* Writes a synthetic Hugging Face checkpoint (index, shards, config.json) of config_path's shapes,
  * random values from seed, in dtype (-1: the config's), shards of at most max_shard_bytes (0: 5 GB). */

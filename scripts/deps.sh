@@ -3,7 +3,7 @@
 #   scripts/deps.sh build   - compiler, cmake, jansson, xxhash, liburing
 #   scripts/deps.sh test    - build + python3-numpy (oracle) + clang (fuzz replay under sanitizers)
 #                             + Open MPI (tests/cli_mpi.sh)
-#   scripts/deps.sh bench   - test + fio, gnuplot, python3-torch (optional)
+#   scripts/deps.sh bench   - test + gnuplot (and python3-torch if it installs: optional)
 set -euo pipefail
 what=${1:-build}
 
@@ -27,11 +27,21 @@ if [[ $what == test || $what == bench ]]; then
     missing+=(libopenmpi-dev)
 fi
 if [[ $what == bench ]]; then
-  command -v fio >/dev/null 2>&1 || missing+=(fio)
   command -v gnuplot >/dev/null 2>&1 || missing+=(gnuplot-nox)
 fi
 
+# Optional: the PyTorch alternative of `make bench`. Its absence is reported in RESULTS.md.
+optional_torch() {
+  [[ $what == bench && $(id -u) -eq 0 ]] || return 0
+  /usr/bin/python3 -c 'import torch' >/dev/null 2>&1 && return 0
+  echo "shardload: trying to install python3-torch (optional, for the bench's PyTorch baseline)" >&2
+  apt-get update -qq >/dev/null 2>&1 || true
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-torch >/dev/null 2>&1 ||
+    echo "shardload: python3-torch did not install; the bench reports it as not run" >&2
+}
+
 if ((${#missing[@]} == 0)); then
+  optional_torch
   exit 0
 fi
 if [[ $(id -u) -ne 0 ]]; then
@@ -43,3 +53,4 @@ echo "shardload: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq >/dev/null
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+optional_torch

@@ -4,7 +4,9 @@
 # 1 and 2 devices per rank); cooperative reads each byte once over all ranks (sum of the ranks'
 # bytes_read == the single-process bytes_read) and keeps each rank's staging within --staging;
 # independent ranks read no more than one process would; a truncated shard fails every rank
-# with one error line naming the file, without hanging. Skips (77) without mpirun or MPI.
+# with one error line naming the file, without hanging. `reshard` over MPI writes, over all ranks,
+# the same files as one process, byte for byte, and fails as cleanly. Skips (77) without mpirun
+# or MPI.
 # Usage: cli_mpi.sh path/to/shardload
 set -u
 SL=${1:?usage: cli_mpi.sh SHARDLOAD}
@@ -107,7 +109,47 @@ done
 [ $? -ne 0 ] && grep -q "^shardload: error: .*2 ranks x 1 devices per rank != the mesh's 4" "$T/err" ||
     fail "rank/device mismatch: $(cat "$T/err")"
 
-# 5. without mpirun nothing changes: no ranks in the report
+# 6. reshard over MPI: the ranks' files together are the single-process reshard's, byte for byte
+same_dir() { # REF OUT WHAT: same file names, every file identical
+    [ "$(ls "$1")" = "$(ls "$2")" ] || { fail "$3: file sets differ: $(ls "$2" | tr '\n' ' ')"; return; }
+    for f in "$1"/*; do cmp -s "$f" "$2/$(basename "$f")" || fail "$3: $(basename "$f") differs"; done
+}
+for mesh in "--tp 4" "--tp 2 --pp 2"; do
+    tag=$(echo "$mesh" | tr -d ' -')
+    "$SL" reshard "$CK" "$T/ref-$tag" $mesh --max-part-size 300KB >/dev/null || { fail "reshard $mesh"; continue; }
+    for np_k in "4 1" "2 2"; do
+        set -- $np_k
+        for dist in cooperative independent; do
+            what="reshard np $1 K $2 $mesh $dist"
+            out="$T/rs-$tag-$1-$dist"
+            "${MPIRUN[@]}" -np "$1" "$SL" reshard "$CK" "$out" $mesh --max-part-size 300KB \
+                --dist $dist --devices-per-rank "$2" --staging 256K >"$T/out" 2>"$T/err" ||
+                { fail "$what: $(cat "$T/err")"; continue; }
+            [ "$(grep -c '^wrote 4 devices' "$T/out")" -eq 1 ] || fail "$what: not one line from rank 0"
+            same_dir "$T/ref-$tag" "$out" "$what"
+        done
+    done
+    ref=$("$SL" load "$CK" $mesh --checksums --json | sums)
+    got=$("$SL" load "$T/rs-$tag-4-cooperative" $mesh --checksums --json | sums)
+    [ -n "$ref" ] && [ "$got" = "$ref" ] || fail "reshard $mesh: loading the output gives other checksums"
+done
+for dist in cooperative independent; do
+    each_rank 4 "$SL" reshard "$T/bad" "$T/rs-bad-$dist" --tp 4 --dist $dist >"$T/out" 2>"$T/err"
+    [ $? -ne 124 ] || fail "reshard truncated ($dist): mpirun timed out"
+    [ "$(grep -c '^rank-exit 1$' "$T/err")" -eq 4 ] || fail "reshard truncated ($dist): not every rank exit 1: $(cat "$T/err")"
+    [ "$(grep -c '^shardload: error:' "$T/err")" -eq 1 ] || fail "reshard truncated ($dist): not one error line: $(cat "$T/err")"
+    ls "$T/rs-bad-$dist"/*.safetensors >/dev/null 2>&1 && fail "reshard truncated ($dist): part files left behind"
+done
+# a failure on one rank only (rank 3 cannot put its part in place) ends every rank, and rank 0
+# writes no config.json
+mkdir -p "$T/rs-r3/model-rank-3-part-0.safetensors"
+each_rank 4 "$SL" reshard "$CK" "$T/rs-r3" --tp 4 >"$T/out" 2>"$T/err"
+[ $? -ne 124 ] || fail "reshard rank 3: mpirun timed out"
+[ "$(grep -c '^rank-exit 1$' "$T/err")" -eq 4 ] || fail "reshard rank 3: not every rank exit 1: $(cat "$T/err")"
+[ "$(grep -c '^shardload: error: rank 3: ' "$T/err")" -eq 1 ] || fail "reshard rank 3: not one error line: $(cat "$T/err")"
+[ -e "$T/rs-r3/config.json" ] && fail "reshard rank 3: config.json written"
+
+# 7. without mpirun nothing changes: no ranks in the report
 "$SL" load "$CK" --tp 2 --json | grep -q '"ranks"' && fail "single-process JSON has ranks"
 
 [ $fails -eq 0 ] || { echo "$fails failure(s)" >&2; exit 1; }

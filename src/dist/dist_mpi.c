@@ -112,11 +112,22 @@ sl_status sl_dist_agree(sl_status st, const char *msg, char *out, size_t outlen)
     return (sl_status)code;
 }
 
+/* Collective: SL_OK when ok holds on every rank, else SL_E_NOMEM everywhere. */
+static sl_status dist_all_ok(int ok)
+{
+    int all = 0;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+    return all ? SL_OK : SL_E_NOMEM;
+}
+
+/* Rank 0's buffers are agreed on before each gather that writes into them: receiving into memory
+ * it does not have would crash rank 0, and returning early would leave the others in the gather.
+ * So every rank makes the same calls whatever fails, and returns the same status. */
 sl_status sl_dist_gather_text(const char *text, char **out)
 {
     int rank = 0, size = 1, len = 0;
     int *lens = NULL, *displs = NULL;
-    sl_status st = SL_OK;
+    long long total = 0;
     if (!out)
         return SL_E_INVALID_ARG;
     *out = NULL;
@@ -131,18 +142,23 @@ sl_status sl_dist_gather_text(const char *text, char **out)
         lens = calloc((size_t)size, sizeof *lens);
         displs = calloc((size_t)size, sizeof *displs);
     }
-    /* Even when rank 0 is out of memory the gathers run, so the other ranks do not wait forever. */
-    MPI_Gather(&len, 1, MPI_INT, lens, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    long long total = 0;
-    for (int r = 0; rank == 0 && lens && displs && r < size; r++) {
-        displs[r] = (int)total;
-        total += lens[r];
+    sl_status st = dist_all_ok(rank != 0 || (lens && displs));
+    if (st == SL_OK) {
+        MPI_Gather(&len, 1, MPI_INT, lens, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        for (int r = 0; rank == 0 && r < size; r++) {
+            displs[r] = (int)total; /* used only when the sum fits an int */
+            total += lens[r];
+        }
+        st = dist_all_ok(rank != 0 || (total < INT_MAX && (*out = malloc((size_t)total + 1))));
     }
-    if (rank == 0 && (total >= INT_MAX || !lens || !displs || !(*out = malloc((size_t)total + 1))))
-        st = SL_E_NOMEM;
-    MPI_Gatherv(text, len, MPI_CHAR, *out, lens, displs, MPI_CHAR, 0, MPI_COMM_WORLD);
-    if (*out)
-        (*out)[total] = '\0';
+    if (st == SL_OK) {
+        MPI_Gatherv(text, len, MPI_CHAR, *out, lens, displs, MPI_CHAR, 0, MPI_COMM_WORLD);
+        if (*out)
+            (*out)[total] = '\0';
+    } else {
+        free(*out);
+        *out = NULL;
+    }
     free(lens);
     free(displs);
     return st;
@@ -156,6 +172,8 @@ typedef struct dist_ctx {
     sl_model *m;
     const sl_plan *p;
     const sl_load_opts *o;
+    sl_open_devices_fn open;        /* opens this rank's devices into m->devs */
+    void *open_user;
     const sl_load_file *files;
     int64_t n_files;
     sl_model_dev *all;              /* p->n_devices: this rank's devices, placeholders elsewhere */
@@ -382,7 +400,7 @@ static sl_status dist_run(dist_ctx *c, const sl_dist_opts *d)
     c->m->ranks = calloc((size_t)c->size, sizeof *c->m->ranks);
     sl_status st = c->m->ranks ? dist_check(c) : sl_err_set(&c->m->err, SL_E_NOMEM, "out of memory");
     if (st == SL_OK)
-        st = sl_load_open_devices(c->m, c->p, c->me.first_device, c->k, c->o);
+        st = c->open(c->open_user, c->m, c->p, c->me.first_device, c->k, c->o);
     SL_TRY(dist_agree_err(c, st));
     if (d->strategy == SL_DIST_INDEPENDENT || c->o->dummy)
         return dist_independent(c);
@@ -415,8 +433,22 @@ static void dist_free(dist_ctx *c)
     free(c->cnt);
 }
 
+static sl_status dist_open_backend(void *user, sl_model *m, const sl_plan *p, int32_t first,
+                                   int32_t count, const sl_load_opts *o)
+{
+    (void)user;
+    return sl_load_open_devices(m, p, first, count, o);
+}
+
 sl_status sl_load_dist(const sl_checkpoint *ck, const sl_plan *p, const sl_load_opts *o,
                        const sl_dist_opts *d, sl_model **out)
+{
+    return sl_load_dist_devices(ck, p, o, d, dist_open_backend, NULL, out);
+}
+
+sl_status sl_load_dist_devices(const sl_checkpoint *ck, const sl_plan *p, const sl_load_opts *o,
+                               const sl_dist_opts *d, sl_open_devices_fn open, void *user,
+                               sl_model **out)
 {
     sl_load_opts lo_def;
     sl_dist_opts d_def;
@@ -435,10 +467,11 @@ sl_status sl_load_dist(const sl_checkpoint *ck, const sl_plan *p, const sl_load_
         sl_load_opts_init(&lo_def), o = &lo_def;
     if (!d)
         sl_dist_opts_init(&d_def), d = &d_def;
-    if (!p || !dist_active())
-        return sl_err_set(&m->err, !p ? SL_E_INVALID_ARG : SL_E_UNSUPPORTED,
-                          !p ? "no plan" : "MPI is not initialized (sl_dist_init)");
-    dist_ctx c = {.m = m, .p = p, .o = o, .k = d->devices_per_rank};
+    if (!p || !open || !dist_active())
+        return sl_err_set(&m->err, !dist_active() ? SL_E_UNSUPPORTED : SL_E_INVALID_ARG,
+                          !dist_active() ? "MPI is not initialized (sl_dist_init)"
+                                          : "no plan or no device opener");
+    dist_ctx c = {.m = m, .p = p, .o = o, .k = d->devices_per_rank, .open = open, .open_user = user};
     MPI_Comm_rank(MPI_COMM_WORLD, &c.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &c.size);
     const double t0 = MPI_Wtime();

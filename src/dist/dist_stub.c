@@ -51,13 +51,11 @@ sl_status sl_dist_gather_text(const char *text, char **out)
     return *out ? SL_OK : SL_E_NOMEM;
 }
 
-sl_status sl_load_dist(const sl_checkpoint *ck, const sl_plan *p, const sl_load_opts *o,
-                       const sl_dist_opts *d, sl_model **out)
+sl_status sl_load_dist_devices(const sl_checkpoint *ck, const sl_plan *p, const sl_load_opts *o,
+                               const sl_dist_opts *d, sl_open_devices_fn open, void *user,
+                               sl_model **out)
 {
-    (void)ck;
-    (void)p;
-    (void)o;
-    (void)d;
+    (void)ck, (void)p, (void)o, (void)d, (void)open, (void)user;
     if (!out)
         return SL_E_INVALID_ARG;
     sl_model *m = calloc(1, sizeof *m);
@@ -68,4 +66,10 @@ sl_status sl_load_dist(const sl_checkpoint *ck, const sl_plan *p, const sl_load_
     m->stats.io = m->stats.engine = "none";
     return sl_err_set(&m->err, SL_E_UNSUPPORTED,
                       "multi-process loading needs MPI: this build has none (SL_WITH_MPI)");
+}
+
+sl_status sl_load_dist(const sl_checkpoint *ck, const sl_plan *p, const sl_load_opts *o,
+                       const sl_dist_opts *d, sl_model **out)
+{
+    return sl_load_dist_devices(ck, p, o, d, NULL, NULL, out);
 }

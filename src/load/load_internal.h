@@ -49,6 +49,18 @@ sl_status sl_load_open_devices(sl_model *m, const sl_plan *p, int32_t first, int
 /* Frees every device of m: what a failed load leaves behind is the message only. */
 void sl_load_drop_devices(sl_model *m);
 
+/* Opens and allocates mesh devices [first, first + count) of p as m->devs[0..count), setting
+ * m->n_devices and m->first_device; what it opened is closed through the devices' ops. */
+typedef sl_status (*sl_open_devices_fn)(void *user, sl_model *m, const sl_plan *p, int32_t first,
+                                        int32_t count, const sl_load_opts *o);
+
+/* Collective: sl_load_dist into devices that open() provides instead of the backend's, so that
+ * reshard's file devices can be driven over MPI too. open is called once per rank, for that rank's
+ * devices, and its failure is agreed like any other. SL_E_UNSUPPORTED without MPI. */
+sl_status sl_load_dist_devices(const sl_checkpoint *ck, const sl_plan *p, const sl_load_opts *o,
+                               const sl_dist_opts *d, sl_open_devices_fn open, void *user,
+                               sl_model **out);
+
 /* Reads the plan's COPY operations once from the files and scatters them into devs. */
 sl_status sl_load_read(const sl_load_file *files, int64_t n_files, const sl_plan *p,
                        const sl_model_dev *devs, const sl_load_opts *o, sl_load_stats *stats,

@@ -136,8 +136,9 @@ typedef struct reshard {
     const char *outdir;
     uint64_t max_part;
     int tied;
-    file_dev *fdevs;
-    sl_model_dev *mdevs;
+    int32_t first, count;     /* the mesh devices this process writes (over MPI: its rank's) */
+    file_dev *fdevs;          /* plan->n_devices entries; only [first, first + count) are opened */
+    sl_model_dev *mdevs;      /* likewise */
     sl_err err;
 } reshard;
 
@@ -235,7 +236,7 @@ static void file_dev_destroy(file_dev *f)
 static sl_status reshard_zero_fill(reshard *r)
 {
     const uint64_t es = sl_dtype_bits(r->plan->dtype) / 8;
-    for (int32_t d = 0; d < r->plan->n_devices; d++) {
+    for (int32_t d = r->first; d < r->first + r->count; d++) {
         const sl_plan_device *pd = &r->plan->devices[d];
         for (int64_t k = 0; k < pd->n_ops; k++) {
             const sl_op *op = &pd->ops[k];
@@ -248,7 +249,7 @@ static sl_status reshard_zero_fill(reshard *r)
 
 static sl_status reshard_finish(reshard *r)
 {
-    for (int32_t d = 0; d < r->plan->n_devices; d++) {
+    for (int32_t d = r->first; d < r->first + r->count; d++) {
         file_dev *f = &r->fdevs[d];
         for (int64_t k = 0; k < f->n_parts; k++) {
             if (sl_writer_finish(f->parts[k]) != SL_OK)
@@ -273,14 +274,19 @@ static sl_status reshard_copy_config(reshard *r, const sl_checkpoint *ck)
     return SL_OK;
 }
 
-static sl_status reshard_devices(reshard *r)
+/* Creates outdir and the file devices [first, first + count), each with its part files begun. */
+static sl_status reshard_open(reshard *r, int32_t first, int32_t count)
 {
     const int32_t n = r->plan->n_devices;
+    if (mkdir(r->outdir, 0755) != 0 && errno != EEXIST)
+        return sl_err_set(&r->err, SL_E_IO, "%s: cannot create directory: %s", r->outdir, strerror(errno));
     r->fdevs = calloc((size_t)n, sizeof(*r->fdevs));
     r->mdevs = calloc((size_t)n, sizeof(*r->mdevs));
     if (!r->fdevs || !r->mdevs)
         return sl_err_set(&r->err, SL_E_NOMEM, "out of memory");
-    for (int32_t d = 0; d < n; d++) {
+    r->first = first;
+    r->count = count;
+    for (int32_t d = first; d < first + count; d++) {
         SL_TRY(file_dev_init(r, &r->fdevs[d], &r->plan->devices[d]));
         r->mdevs[d].dev.ops = &file_dev_ops;
         r->mdevs[d].dev.ctx = &r->fdevs[d];
@@ -288,6 +294,14 @@ static sl_status reshard_devices(reshard *r)
         r->mdevs[d].bytes = r->plan->devices[d].bytes;
     }
     return SL_OK;
+}
+
+/* After the engine: zero padding, finish the parts, and (one process only) copy config.json. */
+static sl_status reshard_complete(reshard *r, const sl_checkpoint *ck, int write_config)
+{
+    SL_TRY(reshard_zero_fill(r));
+    SL_TRY(reshard_finish(r));
+    return write_config ? reshard_copy_config(r, ck) : SL_OK;
 }
 
 static sl_status reshard_run(reshard *r, const sl_checkpoint *ck, const sl_load_opts *o)
@@ -303,45 +317,108 @@ static sl_status reshard_run(reshard *r, const sl_checkpoint *ck, const sl_load_
     sl_load_stats stats = {0};
     sl_status st = sl_load_check_plan(r->plan, files, nf, 0, &r->err);
     if (st == SL_OK)
-        st = reshard_devices(r);
+        st = reshard_open(r, 0, r->plan->n_devices);
     if (st == SL_OK)
         st = sl_load_read(files, nf, r->plan, r->mdevs, o, &stats, &r->err);
     if (st == SL_OK)
-        st = reshard_zero_fill(r);
-    if (st == SL_OK)
-        st = reshard_finish(r);
-    if (st == SL_OK)
-        st = reshard_copy_config(r, ck);
+        st = reshard_complete(r, ck, 1);
     free(files);
     return st;
+}
+
+static void reshard_init(reshard *r, const sl_plan *p, const char *outdir, uint64_t max_part_bytes)
+{
+    *r = (reshard){.plan = p, .outdir = outdir, .tied = p ? p->tied : 0,
+                   .max_part = max_part_bytes ? max_part_bytes : RESHARD_DEFAULT_PART};
+}
+
+/* Frees the file devices (removing parts not finished) and exports the message. */
+static void reshard_done(reshard *r, char *err, size_t errlen)
+{
+    for (int32_t d = 0; r->fdevs && d < r->plan->n_devices; d++)
+        file_dev_destroy(&r->fdevs[d]);
+    free(r->fdevs);
+    free(r->mdevs);
+    sl_err_export(&r->err, err, errlen);
+    sl_err_clear(&r->err);
 }
 
 sl_status sl_reshard(const sl_checkpoint *ck, const sl_plan *p, const sl_load_opts *o,
                      const char *outdir, uint64_t max_part_bytes, char *err, size_t errlen)
 {
-    reshard r = {0};
+    reshard r;
     sl_load_opts defaults;
     if (!o) {
         sl_load_opts_init(&defaults);
         o = &defaults;
     }
-    r.plan = p;
-    r.outdir = outdir;
-    r.max_part = max_part_bytes ? max_part_bytes : RESHARD_DEFAULT_PART;
+    reshard_init(&r, p, outdir, max_part_bytes);
     sl_status st = SL_OK;
     if (!ck || !p || !outdir)
         st = sl_err_set(&r.err, SL_E_INVALID_ARG, "reshard needs a checkpoint, a plan and an output directory");
-    else if (mkdir(outdir, 0755) != 0 && errno != EEXIST)
-        st = sl_err_set(&r.err, SL_E_IO, "%s: cannot create directory: %s", outdir, strerror(errno));
-    if (st == SL_OK) {
-        r.tied = p->tied;
+    else
         st = reshard_run(&r, ck, o);
-    }
-    for (int32_t d = 0; r.fdevs && d < p->n_devices; d++)
-        file_dev_destroy(&r.fdevs[d]);
-    free(r.fdevs);
-    free(r.mdevs);
-    sl_err_export(&r.err, err, errlen);
-    sl_err_clear(&r.err);
+    reshard_done(&r, err, errlen);
+    return st;
+}
+
+/* ---- over MPI ------------------------------------------------------------------------------ */
+
+/* sl_open_devices_fn: this rank's file devices become the model's devices. They stay owned by
+ * the reshard run (their free op does nothing), so the model only borrows them. */
+static sl_status reshard_open_rank(void *user, sl_model *m, const sl_plan *p, int32_t first,
+                                   int32_t count, const sl_load_opts *o)
+{
+    reshard *r = user;
+    (void)p, (void)o;
+    if (reshard_open(r, first, count) != SL_OK)
+        return sl_err_copy(&m->err, &r->err);
+    m->devs = calloc((size_t)count + 1, sizeof(*m->devs));
+    if (!m->devs)
+        return sl_err_set(&m->err, SL_E_NOMEM, "out of memory");
+    memcpy(m->devs, r->mdevs + first, (size_t)count * sizeof(*m->devs));
+    m->n_devices = count;
+    m->first_device = first;
+    return SL_OK;
+}
+
+/* Collective: agrees on the local steps after the engine, with the failing rank's message. */
+static sl_status reshard_agree(reshard *r, sl_status st)
+{
+    char msg[1024] = "", out[1024] = "";
+    if (st != SL_OK)
+        snprintf(msg, sizeof(msg), "rank %d: %s", (int)sl_dist_rank(), sl_err_msg(&r->err));
+    const sl_status all = sl_dist_agree(st, msg, out, sizeof(out));
+    if (all != SL_OK)
+        sl_err_set(&r->err, all, "%s", out);
+    return all;
+}
+
+sl_status sl_reshard_dist(const sl_checkpoint *ck, const sl_plan *p, const sl_load_opts *o,
+                          const sl_dist_opts *d, const char *outdir, uint64_t max_part_bytes,
+                          char *err, size_t errlen)
+{
+    reshard r;
+    sl_model *m = NULL;
+    sl_load_opts lo;
+    if (o)
+        lo = *o;
+    else
+        sl_load_opts_init(&lo);
+    lo.dummy = 0;   /* resharding copies the checkpoint */
+    reshard_init(&r, p, outdir, max_part_bytes);
+    sl_status st = SL_OK;
+    if (!ck || !p || !outdir)
+        st = sl_err_set(&r.err, SL_E_INVALID_ARG, "reshard needs a checkpoint, a plan and an output directory");
+    else if ((st = sl_load_dist_devices(ck, p, &lo, d, reshard_open_rank, &r, &m)) != SL_OK)
+        sl_err_set(&r.err, st, "%s", m ? sl_model_errmsg(m) : "out of memory");
+    else /* every rank got here: the engine's last agreement succeeded */
+        st = reshard_agree(&r, reshard_complete(&r, ck, 0));
+    /* config.json only once every rank's parts are in place, so a failed job does not leave a
+     * directory that looks complete */
+    if (st == SL_OK)
+        st = reshard_agree(&r, sl_dist_rank() == 0 ? reshard_copy_config(&r, ck) : SL_OK);
+    sl_model_free(m);
+    reshard_done(&r, err, errlen);
     return st;
 }
