@@ -45,7 +45,11 @@ drop_caches() {
   fi
 }
 warm() { cat "${FILES[@]}" > /dev/null; }
-resident() { fincore --bytes --noheadings --raw -o RES "${FILES[@]}" 2>/dev/null | awk '{s+=$1} END {print s+0}'; }
+# Every run starts from the same free memory: a loader that frees gigabytes of 4 KiB pages (mmap+copy)
+# leaves the next run's huge-page faults stalling on compaction. Compacting before each run gives
+# every contender, baselines included, the same start. Needs root; otherwise runs go as they come.
+compact() { sync; { echo 1 > /proc/sys/vm/compact_memory; } 2>/dev/null || true; sleep 1; }
+resident() { fincore --bytes --noheadings --raw -o RES "${FILES[@]}" 2>/dev/null | awk '{s += $1} END {printf "%d\n", s}'; }
 
 # record ROUND TEMP NAME JSON: one line of results.jsonl, with page-cache growth for cold runs.
 record() {
@@ -55,16 +59,18 @@ record() {
 run_hot() {   # round name command...
   local r=$1 n=$2; shift 2
   warm
-  local j; j=$("$@") || { echo "bench: $n failed" >&2; return 1; }
+  compact
+  local j; j=$("$@") || { echo "bench: $n failed" >&2; exit 1; }
   record "$r" hot "$n" 0 "$(tail -n 1 <<<"$j")"
 }
 
 run_cold() {
   local r=$1 n=$2; shift 2
   drop_caches
+  compact
   local before after j
   before=$(resident)
-  j=$("$@") || { echo "bench: $n failed" >&2; return 1; }
+  j=$("$@") || { echo "bench: $n failed" >&2; exit 1; }
   after=$(resident)
   record "$r" cold "$n" "$((after - before))" "$(tail -n 1 <<<"$j")"
 }
@@ -75,12 +81,13 @@ record 0 none memcpy 0 "$($BASE memcpy 1024)"
 for r in $(seq 1 "$ROUNDS"); do
   echo "bench: round $r/$ROUNDS (hot)" >&2
   run_hot "$r" seq $BASE seq "${FILES[@]}"
-  run_hot "$r" mmapcopy $BASE mmapcopy "$CK"
   for t in $TPS; do
     run_hot "$r" "shardload-tp$t" $SL load "$CK" --tp "$t" --io buffered --json
   done
-  ((have_numpy)) && run_hot "$r" "numpy-tp$ALT_TP" $PY bench/baseline_python.py numpy "$CK" "$ALT_TP"
-  ((have_torch)) && run_hot "$r" "torch-tp$ALT_TP" $PY bench/baseline_python.py torch "$CK" "$ALT_TP"
+  if ((have_numpy)); then run_hot "$r" "numpy-tp$ALT_TP" $PY bench/baseline_python.py numpy "$CK" "$ALT_TP"; fi
+  if ((have_torch)); then run_hot "$r" "torch-tp$ALT_TP" $PY bench/baseline_python.py torch "$CK" "$ALT_TP"; fi
+  # Last in the round: it leaves gigabytes of freed 4 KiB pages behind (see compact above).
+  run_hot "$r" mmapcopy $BASE mmapcopy "$CK"
   echo "bench: round $r/$ROUNDS (cold)" >&2
   run_cold "$r" direct $BASE direct "${FILES[@]}"
   for t in $TPS; do
