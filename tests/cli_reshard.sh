@@ -84,6 +84,23 @@ out=$("$SL" load "$rq" --tp 4 2>&1); rc=$?
 rm "$rq"/model-rank-4-part-*.safetensors
 out=$("$SL" load "$rq" --tp 2 --pp 3 2>&1); rc=$?
 [ $rc -eq 1 ] && echo "$out" | grep -q "not initialized" || fail "missing device file: rc $rc: $out"
+# a device file whose tensor has a non-float dtype of the same size (I16 for BF16): a plan error
+# naming the file, tensor and dtype, not a plan that only fails at load time
+ri="$T/rs-i16"
+"$SL" reshard "$T/a" "$T/rs-bf16" --tp 1 >/dev/null 2>&1 || fail "reshard tp 1"
+mkdir -p "$ri" && cp "$T/rs-bf16/config.json" "$ri/"
+"${SL_PY:-python3}" - "$T/rs-bf16/model-rank-0-part-0.safetensors" "$ri/model-rank-0-part-0.safetensors" <<'PY'
+import sys
+b = bytearray(open(sys.argv[1], "rb").read())
+n = int.from_bytes(b[:8], "little")
+h = b[8:8 + n].decode()
+i = h.index('"BF16"')
+b[8:8 + n] = (h[:i] + '"I16" ' + h[i + 6:]).encode()
+open(sys.argv[2], "wb").write(b)
+PY
+out=$("$SL" plan "$ri" --tp 1 2>&1); rc=$?
+[ $rc -eq 1 ] && echo "$out" | grep -q "model-rank-0-part-0.safetensors: tensor '.*' has dtype I16" ||
+    fail "I16 tensor in a pre-sharded file: rc $rc: $out"
 "$SL" reshard "$T/a" >/dev/null 2>&1; [ $? -eq 2 ] || fail "reshard without OUTDIR must exit 2"
 "$SL" reshard --help | grep -q -- "--max-part-size" || fail "reshard --help"
 

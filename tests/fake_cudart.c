@@ -275,6 +275,7 @@ static cudaError_t fk_malloc(void **ptr, size_t n)
         free(a);
         return FK_MEMORY_ALLOCATION;
     }
+    memset(p, 0xA5, n); /* cudaMalloc'd memory is not zero: nor is the stand-in's */
     *a = (fk_alloc){.p = p, .n = n, .gpu = t_gpu, .next = g.allocs};
     g.allocs = a;
     g.used[t_gpu] += n;

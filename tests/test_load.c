@@ -269,6 +269,77 @@ static void test_random_plans(void)
     unlink(path);
 }
 
+/* ---- test 3b: large exclusive runs read straight into device memory ------------------------ */
+
+/* Runs of 2 MiB and more that one operation alone reads go straight into host device buffers; next
+ * to them: replicated and overlapping runs, a conversion, a misaligned neighbour ending where a
+ * direct run starts, and a run of whole rows. All must still equal the oracle. */
+static void test_direct_runs(void)
+{
+    const uint64_t mib = 1 << 20, size = 16 * mib + 3;
+    unsigned char *data = malloc(size);
+    fill_floats(data, SL_DTYPE_BF16, size / 2, 21);
+    char path[600];
+    snprintf(path, sizeof path, "%s/direct.bin", dir);
+    tu_write_file(path, data, size);
+    sl_plan *p = tp_new(3, SL_DTYPE_BF16, 1);
+    const uint64_t a0 = 4097, a_el = 3 * mib / 2;               /* dev 0: 3 MiB alone, odd offset */
+    int64_t i = tp_param(p, 0, "a", 1, a_el);
+    tp_copy(p, 0, i, SL_DTYPE_BF16, 0, a0, 0, 0, 0, 1, a_el);
+    i = tp_param(p, 0, "lead", 8, 256);                         /* ends exactly where "a" starts */
+    tp_copy(p, 0, i, SL_DTYPE_BF16, 0, a0 - 8 * 512 + 1 - 1, 512, 0, 256, 8, 256);
+    const uint64_t b0 = a0 + 3 * mib + 64, b_el = 5 * mib / 4;  /* dev 1 and 2: the same 2.5 MiB */
+    i = tp_param(p, 1, "b", 1, b_el);
+    tp_copy(p, 1, i, SL_DTYPE_BF16, 0, b0, 0, 0, 0, 1, b_el);
+    i = tp_param(p, 2, "b", 1, b_el);
+    tp_copy(p, 2, i, SL_DTYPE_BF16, 0, b0, 0, 0, 0, 1, b_el);
+    const uint64_t c0 = b0 + 2 * b_el + 4096;                   /* dev 1 and 2 overlap by 1 MiB */
+    i = tp_param(p, 1, "c", 1, 3 * mib / 2);
+    tp_copy(p, 1, i, SL_DTYPE_BF16, 0, c0, 0, 0, 0, 1, 3 * mib / 2);
+    i = tp_param(p, 2, "c", 1, 3 * mib / 2);
+    tp_copy(p, 2, i, SL_DTYPE_BF16, 0, c0 + 2 * mib, 0, 0, 0, 1, 3 * mib / 2);
+    const uint64_t d0 = c0 + 5 * mib + 2;                       /* dev 0: whole rows, 2 MiB */
+    i = tp_param(p, 0, "rows", 512, 2048);
+    tp_copy(p, 0, i, SL_DTYPE_BF16, 0, d0, 4096, 0, 2048, 512, 2048);
+    const uint64_t e0 = d0 + 2 * mib + 6;                       /* dev 2: f32 -> bf16, 2 MiB */
+    i = tp_param(p, 2, "conv", 1, mib / 2);
+    tp_copy(p, 2, i, SL_DTYPE_F32, 0, e0, 0, 0, 0, 1, mib / 2);
+    if (e0 + 2 * mib > size) {
+        EXPECT(0, "test_direct_runs: file too small");
+        return;
+    }
+    fill_floats(data + e0, SL_DTYPE_F32, mib / 2, 22);
+    tu_write_file(path, data, size);
+    sl_load_file f = {path, size};
+    unsigned char *fd[1] = {data};
+    const sl_io_mode modes[2] = {SL_IO_BUFFERED, SL_IO_AUTO};
+    for (int e = 0; e < 2; e++) {
+        for (int mi = 0; mi < 2; mi++) {
+            sl_load_opts o;
+            sl_load_opts_init(&o);
+            o.io = modes[mi];
+            o.request_bytes = mi ? 1 << 20 : 256 << 10;
+            o.staging_bytes = 2 << 20;
+            sl_model *m = NULL;
+            int skip = 0;
+            sl_status st = run_load(&f, 1, p, &o, engines[e], &m, &skip);
+            if (!skip) {
+                sl_load_stats s = {0};
+                sl_model_stats(m, &s);
+                EXPECT(st == SL_OK, "direct runs (%s, io %d): %s", engines[e], mi, sl_model_errmsg(m));
+                EXPECT(st != SL_OK || !compare_model(m, p, fd), "direct runs differ (%s, io %d)", engines[e], mi);
+                EXPECT(st != SL_OK || (s.bytes_read <= size && s.staging_peak <= o.staging_bytes),
+                       "direct runs: bytes_read %llu staging %llu", (unsigned long long)s.bytes_read,
+                       (unsigned long long)s.staging_peak);
+            }
+            sl_model_free(m);
+        }
+    }
+    tp_free(p);
+    free(data);
+    unlink(path);
+}
+
 /* ---- test 4: faults ------------------------------------------------------------------------- */
 
 typedef struct trunc_ctx {
@@ -480,6 +551,7 @@ int main(void)
     test_tp_layout(SL_DTYPE_F32);
     test_read_once();
     test_random_plans();
+    test_direct_runs();
     test_changed();
     test_dummy();
     rmdir(dir);

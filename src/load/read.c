@@ -513,6 +513,25 @@ static sl_status rd_scatter_chunk(rd_ctx *x, const rd_chunk *c, const unsigned c
     return SL_OK;
 }
 
+/* Padding (ZERO operations): host memory is fresh anonymous memory, zero already; other memory
+ * (cudaMalloc, file devices) is not. Their ranges are disjoint from every copy's. */
+static sl_status rd_zero_pads(rd_ctx *x)
+{
+    const uint64_t es = sl_dtype_bits(x->p->dtype) / 8;
+    for (int32_t d = 0; d < x->p->n_devices; d++) {
+        const sl_plan_device *pd = &x->p->devices[d];
+        const sl_device *dev = &x->devs[d].dev;
+        if (x->host[d] || (x->local && !x->local[d]) || !dev->ops || !dev->ops->zero)
+            continue;
+        for (int64_t k = 0; k < pd->n_ops; k++) {
+            const sl_op *op = &pd->ops[k];
+            if (op->kind == SL_OP_ZERO && op->rows && op->row_elems)
+                SL_TRY(dev->ops->zero(dev->ctx, op->dst_offset, op->rows * op->row_elems * es, x->err));
+        }
+    }
+    return SL_OK;
+}
+
 /* ---- pipeline ------------------------------------------------------------------------------- */
 
 /* Returns once no device copy reads staging any more. Called before a slot is refilled: with the
@@ -768,6 +787,7 @@ static sl_status rd_run(rd_ctx *x, const sl_load_file *files, sl_load_stats *sta
     SL_TRY(rd_collect_ops(x));
     SL_TRY(rd_open_files(x));
     SL_TRY(rd_host_ptrs(x));
+    SL_TRY(rd_zero_pads(x));
     rd_mark_direct(x);
     SL_TRY(rd_build_chunks(x));
     stats->io = rd_io_name(x);
@@ -826,6 +846,7 @@ sl_status sl_rd_open(const sl_rd_setup *s, sl_rd **out)
     SL_TRY(rd_collect_ops(x));
     SL_TRY(rd_open_files(x));
     SL_TRY(rd_host_ptrs(x));
+    SL_TRY(rd_zero_pads(x));      /* local devices only */
     SL_TRY(rd_build_chunks(x));   /* no direct reads: other ranks may need any chunk's bytes */
     if (x->n_chunks == 0)
         return SL_OK;

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define RESHARD_DEFAULT_PART 5000000000ull
 
@@ -133,6 +134,7 @@ static const sl_device_ops file_dev_ops = {
 
 typedef struct reshard {
     const sl_plan *plan;
+    const sl_checkpoint *ck;
     const char *outdir;
     uint64_t max_part;
     int tied;
@@ -233,20 +235,6 @@ static void file_dev_destroy(file_dev *f)
 
 /* ---- the run ------------------------------------------------------------------------------- */
 
-static sl_status reshard_zero_fill(reshard *r)
-{
-    const uint64_t es = sl_dtype_bits(r->plan->dtype) / 8;
-    for (int32_t d = r->first; d < r->first + r->count; d++) {
-        const sl_plan_device *pd = &r->plan->devices[d];
-        for (int64_t k = 0; k < pd->n_ops; k++) {
-            const sl_op *op = &pd->ops[k];
-            if (op->kind == SL_OP_ZERO)
-                SL_TRY(file_dev_zero(&r->fdevs[d], op->dst_offset, op->rows * op->row_elems * es, &r->err));
-        }
-    }
-    return SL_OK;
-}
-
 static sl_status reshard_finish(reshard *r)
 {
     for (int32_t d = r->first; d < r->first + r->count; d++) {
@@ -274,12 +262,29 @@ static sl_status reshard_copy_config(reshard *r, const sl_checkpoint *ck)
     return SL_OK;
 }
 
+/* config.json is what makes a directory loadable, and it is written last. One left by an earlier
+ * run would make a failed run's mix of new and old parts look complete: it goes first (unless it is
+ * the checkpoint's own, when OUTDIR is the checkpoint's directory). Every rank may try. */
+static sl_status reshard_drop_config(reshard *r)
+{
+    char src[4096], dst[4096];
+    struct stat a, b;
+    snprintf(src, sizeof(src), "%s/config.json", sl_checkpoint_dir(r->ck));
+    snprintf(dst, sizeof(dst), "%s/config.json", r->outdir);
+    if (lstat(dst, &b) != 0 || (stat(src, &a) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino))
+        return SL_OK;
+    SL_CHECK(unlink(dst) == 0 || errno == ENOENT, &r->err, SL_E_IO, "%s: cannot remove: %s", dst,
+             strerror(errno));
+    return SL_OK;
+}
+
 /* Creates outdir and the file devices [first, first + count), each with its part files begun. */
 static sl_status reshard_open(reshard *r, int32_t first, int32_t count)
 {
     const int32_t n = r->plan->n_devices;
     if (mkdir(r->outdir, 0755) != 0 && errno != EEXIST)
         return sl_err_set(&r->err, SL_E_IO, "%s: cannot create directory: %s", r->outdir, strerror(errno));
+    SL_TRY(reshard_drop_config(r));
     r->fdevs = calloc((size_t)n, sizeof(*r->fdevs));
     r->mdevs = calloc((size_t)n, sizeof(*r->mdevs));
     if (!r->fdevs || !r->mdevs)
@@ -296,10 +301,10 @@ static sl_status reshard_open(reshard *r, int32_t first, int32_t count)
     return SL_OK;
 }
 
-/* After the engine: zero padding, finish the parts, and (one process only) copy config.json. */
+/* After the engine (which also wrote the padding: file devices are not host memory): finish the
+ * parts, and (one process only) copy config.json. */
 static sl_status reshard_complete(reshard *r, const sl_checkpoint *ck, int write_config)
 {
-    SL_TRY(reshard_zero_fill(r));
     SL_TRY(reshard_finish(r));
     return write_config ? reshard_copy_config(r, ck) : SL_OK;
 }
@@ -326,9 +331,10 @@ static sl_status reshard_run(reshard *r, const sl_checkpoint *ck, const sl_load_
     return st;
 }
 
-static void reshard_init(reshard *r, const sl_plan *p, const char *outdir, uint64_t max_part_bytes)
+static void reshard_init(reshard *r, const sl_checkpoint *ck, const sl_plan *p, const char *outdir,
+                         uint64_t max_part_bytes)
 {
-    *r = (reshard){.plan = p, .outdir = outdir, .tied = p ? p->tied : 0,
+    *r = (reshard){.plan = p, .ck = ck, .outdir = outdir, .tied = p ? p->tied : 0,
                    .max_part = max_part_bytes ? max_part_bytes : RESHARD_DEFAULT_PART};
 }
 
@@ -352,7 +358,7 @@ sl_status sl_reshard(const sl_checkpoint *ck, const sl_plan *p, const sl_load_op
         sl_load_opts_init(&defaults);
         o = &defaults;
     }
-    reshard_init(&r, p, outdir, max_part_bytes);
+    reshard_init(&r, ck, p, outdir, max_part_bytes);
     sl_status st = SL_OK;
     if (!ck || !p || !outdir)
         st = sl_err_set(&r.err, SL_E_INVALID_ARG, "reshard needs a checkpoint, a plan and an output directory");
@@ -406,7 +412,7 @@ sl_status sl_reshard_dist(const sl_checkpoint *ck, const sl_plan *p, const sl_lo
     else
         sl_load_opts_init(&lo);
     lo.dummy = 0;   /* resharding copies the checkpoint */
-    reshard_init(&r, p, outdir, max_part_bytes);
+    reshard_init(&r, ck, p, outdir, max_part_bytes);
     sl_status st = SL_OK;
     if (!ck || !p || !outdir)
         st = sl_err_set(&r.err, SL_E_INVALID_ARG, "reshard needs a checkpoint, a plan and an output directory");

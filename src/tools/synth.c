@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define SYNTH_CHUNK_ELEMS (1u << 20)
 #define SYNTH_DEFAULT_SHARD 5000000000ull
@@ -207,9 +208,29 @@ static sl_status synth_prepare(synth *s, const char *outdir, int32_t dtype)
     return SL_OK;
 }
 
+/* The index and config.json are written last. Ones left by an earlier run would load something
+ * else than this run wrote: an old index shadows a single model.safetensors, and a failed run's mix
+ * of new and old shards would look complete. Both go first (config.json unless it is the config
+ * being copied). */
+static sl_status synth_drop_stale(synth *s, const char *config_path)
+{
+    char path[4096];
+    struct stat a, b;
+    snprintf(path, sizeof(path), "%s/model.safetensors.index.json", s->outdir);
+    SL_CHECK(unlink(path) == 0 || errno == ENOENT, &s->err, SL_E_IO, "%s: cannot remove: %s", path,
+             strerror(errno));
+    snprintf(path, sizeof(path), "%s/config.json", s->outdir);
+    if (lstat(path, &b) != 0 || (stat(config_path, &a) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino))
+        return SL_OK;
+    SL_CHECK(unlink(path) == 0 || errno == ENOENT, &s->err, SL_E_IO, "%s: cannot remove: %s", path,
+             strerror(errno));
+    return SL_OK;
+}
+
 static sl_status synth_run(synth *s, const char *config_path, uint64_t max_shard)
 {
     SL_TRY(synth_split(s, max_shard));
+    SL_TRY(synth_drop_stale(s, config_path));
     json_t *wmap = json_object();
     if (!wmap)
         return sl_err_set(&s->err, SL_E_NOMEM, "out of memory");
