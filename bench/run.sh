@@ -31,6 +31,7 @@ if [[ ! -f $CK/.complete ]]; then
   $SL synth --config "$CONFIGS/$NAME.json" "$CK" --max-shard-size 1GB
   touch "$CK/.complete"
 fi
+[[ $CK != *" "* ]] || { echo "bench: the work directory must not contain spaces" >&2; exit 1; }
 FILES=("$CK"/*.safetensors)
 
 have_torch=0
@@ -48,7 +49,7 @@ warm() { cat "${FILES[@]}" > /dev/null; }
 # Every run starts from the same free memory: a loader that frees gigabytes of 4 KiB pages (mmap+copy)
 # leaves the next run's huge-page faults stalling on compaction. Compacting before each run gives
 # every contender, baselines included, the same start. Needs root; otherwise runs go as they come.
-compact() { sync; { echo 1 > /proc/sys/vm/compact_memory; } 2>/dev/null || true; sleep 1; }
+compact() { sync; { echo 1 > /proc/sys/vm/compact_memory; } 2>/dev/null || true; }
 resident() { fincore --bytes --noheadings --raw -o RES "${FILES[@]}" 2>/dev/null | awk '{s += $1} END {printf "%d\n", s}'; }
 
 # record ROUND TEMP NAME JSON: one line of results.jsonl, with page-cache growth for cold runs.
@@ -78,23 +79,28 @@ run_cold() {
 : > "$OUT"
 echo "bench: memcpy bandwidth" >&2
 record 0 none memcpy 0 "$($BASE memcpy 1024)"
+# The contenders of a round, as "kind name command..." lines. Each round runs them in a rotated
+# order: on this kind of VM a run sometimes pays a large first-touch penalty depending on what ran
+# just before it, and rotating spreads that over every contender instead of always hitting the same.
+contenders() {
+  echo "hot seq $BASE seq ${FILES[*]}"
+  for t in $TPS; do echo "hot shardload-tp$t $SL load $CK --tp $t --io buffered --json"; done
+  if ((have_numpy)); then echo "hot numpy-tp$ALT_TP $PY bench/baseline_python.py numpy $CK $ALT_TP"; fi
+  if ((have_torch)); then echo "hot torch-tp$ALT_TP $PY bench/baseline_python.py torch $CK $ALT_TP"; fi
+  echo "hot mmapcopy $BASE mmapcopy $CK"
+  echo "cold direct $BASE direct ${FILES[*]}"
+  for t in $TPS; do echo "cold shardload-tp$t-direct $SL load $CK --tp $t --io direct --json"; done
+  echo "cold shardload-tp$ALT_TP-buffered $SL load $CK --tp $ALT_TP --io buffered --json"
+  echo "cold mmapcopy $BASE mmapcopy $CK"
+}
+mapfile -t RUNS < <(contenders)
 for r in $(seq 1 "$ROUNDS"); do
-  echo "bench: round $r/$ROUNDS (hot)" >&2
-  run_hot "$r" seq $BASE seq "${FILES[@]}"
-  for t in $TPS; do
-    run_hot "$r" "shardload-tp$t" $SL load "$CK" --tp "$t" --io buffered --json
+  echo "bench: round $r/$ROUNDS" >&2
+  n=${#RUNS[@]}
+  for k in $(seq 0 $((n - 1))); do
+    read -r -a run <<<"${RUNS[$(((k + (r - 1) * 3) % n))]}"
+    if [[ ${run[0]} == hot ]]; then run_hot "$r" "${run[1]}" "${run[@]:2}"; else run_cold "$r" "${run[1]}" "${run[@]:2}"; fi
   done
-  if ((have_numpy)); then run_hot "$r" "numpy-tp$ALT_TP" $PY bench/baseline_python.py numpy "$CK" "$ALT_TP"; fi
-  if ((have_torch)); then run_hot "$r" "torch-tp$ALT_TP" $PY bench/baseline_python.py torch "$CK" "$ALT_TP"; fi
-  # Last in the round: it leaves gigabytes of freed 4 KiB pages behind (see compact above).
-  run_hot "$r" mmapcopy $BASE mmapcopy "$CK"
-  echo "bench: round $r/$ROUNDS (cold)" >&2
-  run_cold "$r" direct $BASE direct "${FILES[@]}"
-  for t in $TPS; do
-    run_cold "$r" "shardload-tp$t-direct" $SL load "$CK" --tp "$t" --io direct --json
-  done
-  run_cold "$r" "shardload-tp$ALT_TP-buffered" $SL load "$CK" --tp "$ALT_TP" --io buffered --json
-  run_cold "$r" mmapcopy $BASE mmapcopy "$CK"
 done
 
 echo "bench: MPI ranks 1, 2, 4 (hot)" >&2
