@@ -455,14 +455,12 @@ sl_status sl_load_dist_devices(const sl_checkpoint *ck, const sl_plan *p, const 
     sl_load_file *files = NULL;
     if (!out)
         return SL_E_INVALID_ARG;
-    sl_model *m = calloc(1, sizeof *m);
+    sl_model *m = sl_model_new();
     *out = m;
     if (!m && dist_active()) /* the other ranks wait for the first agreement */
         return sl_dist_agree(SL_E_NOMEM, "out of memory", NULL, 0);
     if (!m)
         return SL_E_NOMEM;
-    m->errw = &m->err;
-    m->stats.io = m->stats.engine = "none";
     if (!o)
         sl_load_opts_init(&lo_def), o = &lo_def;
     if (!d)

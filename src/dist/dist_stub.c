@@ -58,12 +58,10 @@ sl_status sl_load_dist_devices(const sl_checkpoint *ck, const sl_plan *p, const 
     (void)ck, (void)p, (void)o, (void)d, (void)open, (void)user;
     if (!out)
         return SL_E_INVALID_ARG;
-    sl_model *m = calloc(1, sizeof *m);
+    sl_model *m = sl_model_new();
     *out = m;
     if (!m)
         return SL_E_NOMEM;
-    m->errw = &m->err;
-    m->stats.io = m->stats.engine = "none";
     return sl_err_set(&m->err, SL_E_UNSUPPORTED,
                       "multi-process loading needs MPI: this build has none (SL_WITH_MPI)");
 }

@@ -198,17 +198,14 @@ sl_status sl_load_files(const sl_load_file *files, int64_t n_files, const sl_pla
     if (!out)
         return SL_E_INVALID_ARG;
     *out = NULL;
-    sl_model *m = calloc(1, sizeof *m);
+    sl_model *m = sl_model_new();
     if (!m)
         return SL_E_NOMEM;
     *out = m;
-    m->errw = &m->err;
     if (!o) {
         sl_load_opts_init(&defaults);
         o = &defaults;
     }
-    m->stats.io = "none";
-    m->stats.engine = "none";
     if (!p)
         return sl_err_set(&m->err, SL_E_INVALID_ARG, "no plan");
     for (int64_t i = 0; files && i < n_files; i++)

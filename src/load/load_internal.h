@@ -37,6 +37,10 @@ struct sl_model {
     sl_rank_stats *ranks;
 };
 
+/* An empty model handle (no devices, stats "none"), for the loaders to fill; NULL when out of
+ * memory. */
+sl_model *sl_model_new(void);
+
 /* Executes plan p reading its files (p->n_files entries of files; may be NULL with o->dummy).
  * Same contract as sl_load: *out holds a handle even on failure (unless SL_E_NOMEM). */
 sl_status sl_load_files(const sl_load_file *files, int64_t n_files, const sl_plan *p,

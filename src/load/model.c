@@ -23,6 +23,16 @@ uint64_t sl_xxh3(const void *data, size_t n)
     return XXH3_64bits(data, n);
 }
 
+sl_model *sl_model_new(void)
+{
+    sl_model *m = calloc(1, sizeof *m);
+    if (m) {
+        m->errw = &m->err;
+        m->stats.io = m->stats.engine = "none";
+    }
+    return m;
+}
+
 void sl_model_free(sl_model *m)
 {
     if (!m)
