@@ -73,30 +73,38 @@ static long long read_file(const char *path, int flags, unsigned char *dst, size
     return (long long)(done < size ? done : size);
 }
 
+/* Every file's bytes stay in memory until all are read, as a loader holds the whole model; freeing
+ * each buffer before the next read would let the next one reuse already-touched pages. */
 static int mode_read(int argc, char **argv, int flags, const char *name)
 {
     unsigned long long total = 0;
+    unsigned char **bufs = calloc((size_t)argc + 1, sizeof(*bufs));
+    size_t *caps = calloc((size_t)argc + 1, sizeof(*caps));
+    if (!bufs || !caps)
+        return perror("calloc"), 1;
     const double t0 = now_s();
     for (int i = 0; i < argc; i++) {
         const off_t sz = file_size(argv[i]);
         if (sz < 0)
             return fprintf(stderr, "%s: %s\n", argv[i], strerror(errno)), 1;
         /* O_DIRECT needs aligned memory and may read up to one block past the end. */
-        const size_t cap = ((size_t)sz + 4095) & ~(size_t)4095;
-        unsigned char *dst = mmap(NULL, cap ? cap : 4096, PROT_READ | PROT_WRITE,
-                                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (dst == MAP_FAILED)
+        caps[i] = sz ? ((size_t)sz + 4095) & ~(size_t)4095 : 4096;
+        bufs[i] = mmap(NULL, caps[i], PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (bufs[i] == MAP_FAILED)
             return perror("mmap"), 1;
         /* Huge pages, as shardload's cpu backend asks for: on this kind of VM first touch of 4 KiB
          * pages, not the copy, bounds "reads into new memory", and the limit must be the best case. */
-        (void)madvise(dst, cap ? cap : 4096, MADV_HUGEPAGE);
-        const long long got = read_file(argv[i], flags, dst, (size_t)sz);
+        (void)madvise(bufs[i], caps[i], MADV_HUGEPAGE);
+        const long long got = read_file(argv[i], flags, bufs[i], (size_t)sz);
         if (got != (long long)sz)
             return fprintf(stderr, "%s: short read (%s)\n", argv[i], strerror(errno)), 1;
         total += (unsigned long long)got;
-        munmap(dst, cap ? cap : 4096);
     }
     report(name, now_s() - t0, total);
+    for (int i = 0; i < argc; i++)
+        munmap(bufs[i], caps[i]);
+    free(bufs);
+    free(caps);
     return 0;
 }
 

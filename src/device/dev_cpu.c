@@ -119,15 +119,20 @@ static sl_status cpu_read(void *ctx, uint64_t off, void *dst, size_t n, sl_err *
     return SL_OK;
 }
 
-/* Populates in 8 MiB steps so that a stop request (load failed) is noticed quickly. When the
+/* Populates in 8 MiB steps so that a stop request (load failed) is noticed quickly. It walks from
+ * the end of the buffer towards the start while the reads fill it roughly from the start: the two
+ * fault different pages at the same time instead of queueing on the same ones (measured on this
+ * project's VM, 5 alternating TP=1 hot loads of 2.2 GB: median 1.35 s against 2.0 s walking
+ * forward). When the
  * kernel lacks MADV_POPULATE_WRITE we simply leave the faults to the copies. */
 static void cpu_prefault(void *ctx, const volatile int *stop)
 {
     cpu_dev *d = ctx;
     const size_t step = (size_t)8 << 20;
-    for (size_t off = 0; off < d->map_len && !*stop; off += step) {
-        size_t n = d->map_len - off < step ? d->map_len - off : step;
-        if (madvise(d->base + off, n, MADV_POPULATE_WRITE) != 0)
+    for (size_t end = d->map_len; end > 0 && !*stop;) {
+        const size_t n = end < step ? end : step;
+        end -= n;
+        if (madvise(d->base + end, n, MADV_POPULATE_WRITE) != 0)
             return;
     }
 }
