@@ -123,8 +123,7 @@ static sl_status cpu_read(void *ctx, uint64_t off, void *dst, size_t n, sl_err *
  * the end of the buffer towards the start while the reads fill it roughly from the start: the two
  * fault different pages at the same time instead of queueing on the same ones (measured on this
  * project's VM, 5 alternating TP=1 hot loads of 2.2 GB: median 1.35 s against 2.0 s walking
- * forward). When the
- * kernel lacks MADV_POPULATE_WRITE we simply leave the faults to the copies. */
+ * forward). When the kernel lacks MADV_POPULATE_WRITE we simply leave the faults to the copies. */
 static void cpu_prefault(void *ctx, const volatile int *stop)
 {
     cpu_dev *d = ctx;
