@@ -3,7 +3,7 @@
 # Usage: cli_plan.sh PATH/TO/shardload. Exit 0 pass, 1 fail.
 set -u
 SL="$1"
-CFG="${SL_SRC:-$(dirname "$0")/..}/../shared/configs"
+CFG="${SL_SRC:-$(dirname "$0")/..}/tests/configs"
 RULES="${SL_SRC:-$(dirname "$0")/..}/rules"
 fail=0
 check() { if ! eval "$2"; then echo "FAIL: $1" >&2; fail=1; fi; }
