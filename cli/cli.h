@@ -41,6 +41,26 @@ int cli_load_dist(const char *path, const sl_plan_opts *po, const sl_load_opts *
 int cli_reshard_dist(const char *path, const char *outdir, const sl_plan_opts *po,
                      const sl_load_opts *lo, const sl_dist_opts *d, uint64_t max_part);
 
+/* The options `load` and `reshard` share, parsed by cli_opts_parse (cli_opts.c). */
+typedef struct cli_opts {
+    const char *cmd;             /* for messages */
+    sl_plan_opts po;
+    sl_load_opts lo;             /* lo.dummy set by --format dummy */
+    sl_dist_opts dist;
+    int dist_set;                /* --dist or --devices-per-rank given */
+    int checksums, json;
+    uint64_t max_part;           /* --max-part-size; 0: default */
+    int32_t gpus[1024];          /* --gpus: lo.gpus points here */
+    const char *pos[2];          /* positional arguments */
+    int n_pos;
+} cli_opts;
+
+/* Parses argv[1..]: options not in `allowed` (NULL-terminated) are usage errors, and at most
+ * max_pos positional arguments are taken. Returns -1 after printing help for --help, else an exit
+ * code (CLI_EXIT_OK to go on). */
+int cli_opts_parse(cli_opts *o, const char *cmd, int argc, char **argv, const char *const *allowed,
+                   int max_pos, void (*help)(FILE *out));
+
 int cli_inspect(int argc, char **argv);
 int cli_plan(int argc, char **argv);
 int cli_load(int argc, char **argv);

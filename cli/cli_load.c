@@ -10,16 +10,6 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-typedef struct load_args {
-    const char *path;
-    sl_plan_opts po;
-    sl_load_opts lo;
-    int dummy, checksums, json;
-    sl_dist_opts dist;
-    int dist_set;                /* --dist or --devices-per-rank given */
-    int32_t gpus[1024];          /* --gpus: a->lo.gpus points here */
-} load_args;
-
 static void load_help(FILE *out)
 {
     fprintf(out,
@@ -69,154 +59,19 @@ static void load_help(FILE *out)
 
 /* ---- options ---------------------------------------------------------------------------------- */
 
-static int load_int_opt(const char *name, const char *v, int64_t lo, int64_t hi, int64_t *out)
-{
-    if (cli_parse_int(v, lo, hi, out) != 0)
-        return cli_usage_error("load", "%s needs an integer in [%" PRId64 ", %" PRId64 "]", name, lo, hi);
-    return CLI_EXIT_OK;
-}
-
-/* "0,1,1,0": the GPU of each mesh device, in mesh order. */
-static int load_gpus(load_args *a, const char *v)
-{
-    const size_t cap = sizeof a->gpus / sizeof a->gpus[0];
-    char item[16];
-    a->lo.n_gpus = 0;
-    for (const char *p = v;; p++) {
-        const size_t n = strcspn(p, ",");
-        int64_t g = 0;
-        if (n == 0 || n >= sizeof item || (size_t)a->lo.n_gpus == cap)
-            return cli_usage_error("load", "--gpus needs a comma-separated list of GPU numbers");
-        memcpy(item, p, n);
-        item[n] = '\0';
-        if (cli_parse_int(item, 0, 65535, &g) != 0)
-            return cli_usage_error("load", "--gpus: bad GPU number '%s'", item);
-        a->gpus[a->lo.n_gpus++] = (int32_t)g;
-        p += n;
-        if (!*p)
-            break;
-    }
-    a->lo.gpus = a->gpus;
-    return CLI_EXIT_OK;
-}
-
-/* A plain number is MiB; a number with a unit is a size. */
-static int load_staging(const char *v, uint64_t *out)
-{
-    int64_t mib = 0;
-    if (cli_parse_int(v, 1, 1 << 20, &mib) == 0) {
-        *out = (uint64_t)mib << 20;
-        return CLI_EXIT_OK;
-    }
-    if (cli_parse_size(v, out) == 0 && *out >= 4096)
-        return CLI_EXIT_OK;
-    return cli_usage_error("load", "--staging needs MiB (e.g. 64) or a size (e.g. 256M)");
-}
-
-static int load_opt_enum(load_args *a, const char *opt, const char *v)
-{
-    sl_dtype dt;
-    if (!strcmp(opt, "--dtype") && cli_parse_dtype(v, &dt) == 0)
-        a->po.dtype = (int32_t)dt;
-    else if (!strcmp(opt, "--layout") && (!strcmp(v, "tp") || !strcmp(v, "spmd")))
-        a->po.layout = !strcmp(v, "tp") ? SL_LAYOUT_TP : SL_LAYOUT_SPMD;
-    else if (!strcmp(opt, "--device") && (!strcmp(v, "cpu") || !strcmp(v, "cuda")))
-        a->lo.device = v;
-    else if (!strcmp(opt, "--io") && !strcmp(v, "auto"))
-        a->lo.io = SL_IO_AUTO;
-    else if (!strcmp(opt, "--io") && !strcmp(v, "direct"))
-        a->lo.io = SL_IO_DIRECT;
-    else if (!strcmp(opt, "--io") && !strcmp(v, "buffered"))
-        a->lo.io = SL_IO_BUFFERED;
-    else if (!strcmp(opt, "--format") && (!strcmp(v, "auto") || !strcmp(v, "dummy")))
-        a->dummy = !strcmp(v, "dummy");
-    else if (!strcmp(opt, "--dist") && (!strcmp(v, "independent") || !strcmp(v, "cooperative")))
-        a->dist.strategy = !strcmp(v, "independent") ? SL_DIST_INDEPENDENT : SL_DIST_COOPERATIVE;
-    else
-        return cli_usage_error("load", "bad value '%s' for %s", v, opt);
-    a->dist_set |= !strcmp(opt, "--dist");
-    return CLI_EXIT_OK;
-}
-
-static int load_opt_value(load_args *a, const char *opt, const char *v)
-{
-    int64_t x = 0;
-    int rc = CLI_EXIT_OK;
-    if (v == NULL)
-        return cli_usage_error("load", "%s needs a value", opt);
-    if (!strcmp(opt, "--tp") || !strcmp(opt, "--pp")) {
-        rc = load_int_opt(opt, v, 1, 65536, &x);
-        *(!strcmp(opt, "--tp") ? &a->po.tp : &a->po.pp) = (int32_t)x;
-    } else if (!strcmp(opt, "--threads")) {
-        rc = load_int_opt(opt, v, 1, 256, &x);
-        a->lo.threads = (int32_t)x;
-    } else if (!strcmp(opt, "--seed")) {
-        rc = load_int_opt(opt, v, 0, INT64_MAX, &x);
-        a->lo.seed = (uint64_t)x;
-    } else if (!strcmp(opt, "--devices-per-rank")) {
-        rc = load_int_opt(opt, v, 1, 65536, &x);
-        a->dist.devices_per_rank = (int32_t)x;
-        a->dist_set = 1;
-    } else if (!strcmp(opt, "--staging")) {
-        rc = load_staging(v, &a->lo.staging_bytes);
-    } else if (!strcmp(opt, "--gpus")) {
-        rc = load_gpus(a, v);
-    } else if (!strcmp(opt, "--config")) {
-        a->po.config_path = v;
-    } else if (!strcmp(opt, "--rules")) {
-        a->po.rules_path = v;
-    } else {
-        rc = load_opt_enum(a, opt, v);
-    }
-    return rc;
-}
-
-static int load_is_valued(const char *s)
-{
-    static const char *const opts[] = {"--tp",      "--pp",      "--layout", "--dtype",
-                                       "--device",  "--io",      "--threads", "--staging",
-                                       "--format",  "--seed",    "--config", "--rules",
-                                       "--gpus",    "--dist",    "--devices-per-rank"};
-    for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++) {
-        if (!strcmp(s, opts[i]))
-            return 1;
-    }
-    return 0;
-}
+static const char *const load_allowed[] = {
+    "--tp",      "--pp",     "--layout", "--dtype",  "--device", "--io",   "--threads",
+    "--staging", "--format", "--seed",   "--config", "--rules",  "--gpus", "--dist",
+    "--devices-per-rank",    "--json",   "--checksums", "--numa", NULL};
 
 /* Returns -1 after --help, else an exit code (CLI_EXIT_OK to go on). */
-static int load_parse(int argc, char **argv, load_args *a)
+static int load_parse(int argc, char **argv, cli_opts *a)
 {
-    sl_plan_opts_init(&a->po);
-    sl_load_opts_init(&a->lo);
-    sl_dist_opts_init(&a->dist);
-    for (int i = 1; i < argc; i++) {
-        const char *s = argv[i];
-        int rc = CLI_EXIT_OK;
-        if (!strcmp(s, "--help") || !strcmp(s, "-h"))
-            return load_help(stdout), -1;
-        if (!strcmp(s, "--json"))
-            a->json = 1;
-        else if (!strcmp(s, "--checksums"))
-            a->checksums = 1;
-        else if (!strcmp(s, "--numa"))
-            a->lo.numa = 1;
-        else if (load_is_valued(s))
-            rc = load_opt_value(a, s, i + 1 < argc ? argv[++i] : NULL);
-        else if (s[0] == '-' && s[1])
-            rc = cli_usage_error("load", "unknown option '%s'", s);
-        else if (a->path)
-            rc = cli_usage_error("load", "more than one PATH ('%s', '%s')", a->path, s);
-        else
-            a->path = s;
-        if (rc != CLI_EXIT_OK)
-            return rc;
-    }
-    if (!a->path && !(a->dummy && a->po.config_path))
+    const int rc = cli_opts_parse(a, "load", argc, argv, load_allowed, 1, load_help);
+    if (rc != CLI_EXIT_OK)
+        return rc;
+    if (a->n_pos == 0 && !(a->lo.dummy && a->po.config_path))
         return cli_usage_error("load", "give a checkpoint PATH (or --format dummy with --config FILE)");
-    if (a->po.layout == SL_LAYOUT_SPMD && a->po.pp != 1)
-        return cli_usage_error("load", "--pp applies to layout tp only");
-    a->lo.dummy = a->dummy;
     return CLI_EXIT_OK;
 }
 
@@ -300,12 +155,12 @@ static double load_gbps(const sl_load_stats *s, uint64_t bytes)
     return s->seconds > 0 ? (double)bytes / s->seconds / 1e9 : 0.0;
 }
 
-static int load_print_json(const load_args *a, const sl_plan *p, const sl_model *m,
+static int load_print_json(const cli_opts *a, const sl_plan *p, const sl_model *m,
                            const sl_load_stats *s, uint64_t placed)
 {
     printf("{\"seconds\":%.6f,\"bytes_read\":%" PRIu64 ",\"gbps\":%.3f,\"peak_rss_bytes\":%" PRIu64
            ",\"io\":\"%s\",\"engine\":\"%s\",\"staging_peak\":%" PRIu64 ",\"devices\":[",
-           s->seconds, s->bytes_read, load_gbps(s, a->dummy ? placed : s->bytes_read),
+           s->seconds, s->bytes_read, load_gbps(s, a->lo.dummy ? placed : s->bytes_read),
            peak_rss_bytes(), s->io, s->engine, s->staging_peak);
     for (int32_t d = 0; d < sl_model_device_count(m); d++) {
         printf("%s{\"index\":%d,\"allocated_bytes\":%" PRIu64, d ? "," : "", (int)d,
@@ -323,12 +178,12 @@ static int load_print_json(const load_args *a, const sl_plan *p, const sl_model 
     return CLI_EXIT_OK;
 }
 
-static int load_print_text(const load_args *a, const sl_plan *p, const sl_model *m,
+static int load_print_text(const cli_opts *a, const sl_plan *p, const sl_model *m,
                            const sl_load_stats *s, uint64_t placed)
 {
     char b1[32], b2[32];
     printf("Loading weights took %.3f s\n", s->seconds);
-    if (a->dummy)
+    if (a->lo.dummy)
         printf("dummy weights: %s bytes placed (%.2f GB/s), seed %" PRIu64 "\n",
                cli_commas(placed, b1, sizeof b1), load_gbps(s, placed), a->lo.seed);
     else
@@ -350,9 +205,10 @@ static int load_print_text(const load_args *a, const sl_plan *p, const sl_model 
 
 /* ---- command ---------------------------------------------------------------------------------- */
 
-static int load_open(const load_args *a, sl_checkpoint **ck, sl_plan **p)
+static int load_open(const cli_opts *a, sl_checkpoint **ck, sl_plan **p)
 {
-    if (a->path && sl_checkpoint_open(a->path, ck) != SL_OK)
+    const char *path = a->n_pos ? a->pos[0] : NULL;
+    if (path && sl_checkpoint_open(path, ck) != SL_OK)
         return cli_fail("%s", *ck ? sl_checkpoint_errmsg(*ck) : "out of memory");
     if (sl_plan_build(*ck, &a->po, p) != SL_OK)
         return cli_fail("%s", *p ? sl_plan_errmsg(*p) : "out of memory");
@@ -361,12 +217,12 @@ static int load_open(const load_args *a, sl_checkpoint **ck, sl_plan **p)
 
 int cli_load(int argc, char **argv)
 {
-    load_args a = {0};
+    cli_opts a = {0};
     int rc = load_parse(argc, argv, &a);
     if (rc != CLI_EXIT_OK)
         return rc < 0 ? CLI_EXIT_OK : rc;
     if (a.dist_set || (cli_dist_launched() && sl_dist_available()))
-        return cli_load_dist(a.path, &a.po, &a.lo, &a.dist, a.checksums, a.json);
+        return cli_load_dist(a.n_pos ? a.pos[0] : NULL, &a.po, &a.lo, &a.dist, a.checksums, a.json);
     sl_checkpoint *ck = NULL;
     sl_plan *p = NULL;
     sl_model *m = NULL;
@@ -376,7 +232,7 @@ int cli_load(int argc, char **argv)
         a.lo.progress_user = &last_pct;
     }
     rc = load_open(&a, &ck, &p);
-    if (rc == CLI_EXIT_OK && sl_load(a.dummy ? NULL : ck, p, &a.lo, &m) != SL_OK)
+    if (rc == CLI_EXIT_OK && sl_load(a.lo.dummy ? NULL : ck, p, &a.lo, &m) != SL_OK)
         rc = cli_fail("%s", m ? sl_model_errmsg(m) : "out of memory");
     if (rc == CLI_EXIT_OK) {
         sl_load_stats s;

@@ -1,0 +1,164 @@
+/* cli_opts.c - the options `load` and `reshard` share (mesh, dtype, I/O, staging, MPI, ...): one
+ * parser, so both commands accept and check each option the same way. */
+#include "cli.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int opts_int(const cli_opts *o, const char *name, const char *v, int64_t lo, int64_t hi,
+                    int64_t *out)
+{
+    if (cli_parse_int(v, lo, hi, out) != 0)
+        return cli_usage_error(o->cmd, "%s needs an integer in [%" PRId64 ", %" PRId64 "]", name, lo, hi);
+    return CLI_EXIT_OK;
+}
+
+/* "0,1,1,0": the GPU of each mesh device, in mesh order. */
+static int opts_gpus(cli_opts *o, const char *v)
+{
+    const size_t cap = sizeof o->gpus / sizeof o->gpus[0];
+    char item[16];
+    o->lo.n_gpus = 0;
+    for (const char *p = v;; p++) {
+        const size_t n = strcspn(p, ",");
+        int64_t g = 0;
+        if (n == 0 || n >= sizeof item || (size_t)o->lo.n_gpus == cap)
+            return cli_usage_error(o->cmd, "--gpus needs a comma-separated list of GPU numbers");
+        memcpy(item, p, n);
+        item[n] = '\0';
+        if (cli_parse_int(item, 0, 65535, &g) != 0)
+            return cli_usage_error(o->cmd, "--gpus: bad GPU number '%s'", item);
+        o->gpus[o->lo.n_gpus++] = (int32_t)g;
+        p += n;
+        if (!*p)
+            break;
+    }
+    o->lo.gpus = o->gpus;
+    return CLI_EXIT_OK;
+}
+
+/* A plain number is MiB; a number with a unit is a size. */
+static int opts_staging(const cli_opts *o, const char *v, uint64_t *out)
+{
+    int64_t mib = 0;
+    if (cli_parse_int(v, 1, 1 << 20, &mib) == 0) {
+        *out = (uint64_t)mib << 20;
+        return CLI_EXIT_OK;
+    }
+    if (cli_parse_size(v, out) == 0 && *out >= 4096)
+        return CLI_EXIT_OK;
+    return cli_usage_error(o->cmd, "--staging needs MiB (e.g. 64) or a size (e.g. 256M)");
+}
+
+static int opts_enum(cli_opts *o, const char *opt, const char *v)
+{
+    sl_dtype dt;
+    if (!strcmp(opt, "--dtype") && cli_parse_dtype(v, &dt) == 0)
+        o->po.dtype = (int32_t)dt;
+    else if (!strcmp(opt, "--layout") && (!strcmp(v, "tp") || !strcmp(v, "spmd")))
+        o->po.layout = !strcmp(v, "tp") ? SL_LAYOUT_TP : SL_LAYOUT_SPMD;
+    else if (!strcmp(opt, "--device") && (!strcmp(v, "cpu") || !strcmp(v, "cuda")))
+        o->lo.device = v;
+    else if (!strcmp(opt, "--io") && !strcmp(v, "auto"))
+        o->lo.io = SL_IO_AUTO;
+    else if (!strcmp(opt, "--io") && !strcmp(v, "direct"))
+        o->lo.io = SL_IO_DIRECT;
+    else if (!strcmp(opt, "--io") && !strcmp(v, "buffered"))
+        o->lo.io = SL_IO_BUFFERED;
+    else if (!strcmp(opt, "--format") && (!strcmp(v, "auto") || !strcmp(v, "dummy")))
+        o->lo.dummy = !strcmp(v, "dummy");
+    else if (!strcmp(opt, "--dist") && (!strcmp(v, "independent") || !strcmp(v, "cooperative")))
+        o->dist.strategy = !strcmp(v, "independent") ? SL_DIST_INDEPENDENT : SL_DIST_COOPERATIVE;
+    else
+        return cli_usage_error(o->cmd, "bad value '%s' for %s", v, opt);
+    o->dist_set |= !strcmp(opt, "--dist");
+    return CLI_EXIT_OK;
+}
+
+static int opts_value(cli_opts *o, const char *opt, const char *v)
+{
+    int64_t x = 0;
+    int rc = CLI_EXIT_OK;
+    if (v == NULL)
+        return cli_usage_error(o->cmd, "%s needs a value", opt);
+    if (!strcmp(opt, "--tp") || !strcmp(opt, "--pp")) {
+        rc = opts_int(o, opt, v, 1, 65536, &x);
+        *(!strcmp(opt, "--tp") ? &o->po.tp : &o->po.pp) = (int32_t)x;
+    } else if (!strcmp(opt, "--threads")) {
+        rc = opts_int(o, opt, v, 1, 256, &x);
+        o->lo.threads = (int32_t)x;
+    } else if (!strcmp(opt, "--seed")) {
+        rc = opts_int(o, opt, v, 0, INT64_MAX, &x);
+        o->lo.seed = (uint64_t)x;
+    } else if (!strcmp(opt, "--devices-per-rank")) {
+        rc = opts_int(o, opt, v, 1, 65536, &x);
+        o->dist.devices_per_rank = (int32_t)x;
+        o->dist_set = 1;
+    } else if (!strcmp(opt, "--staging")) {
+        rc = opts_staging(o, v, &o->lo.staging_bytes);
+    } else if (!strcmp(opt, "--max-part-size")) {
+        if (cli_parse_size(v, &o->max_part) != 0 || o->max_part == 0)
+            rc = cli_usage_error(o->cmd, "--max-part-size needs a size, e.g. 5GB or 512MiB");
+    } else if (!strcmp(opt, "--gpus")) {
+        rc = opts_gpus(o, v);
+    } else if (!strcmp(opt, "--config")) {
+        o->po.config_path = v;
+    } else if (!strcmp(opt, "--rules")) {
+        o->po.rules_path = v;
+    } else {
+        rc = opts_enum(o, opt, v);
+    }
+    return rc;
+}
+
+static int opts_listed(const char *s, const char *const *list)
+{
+    for (; *list; list++) {
+        if (!strcmp(s, *list))
+            return 1;
+    }
+    return 0;
+}
+
+static int opts_flag(cli_opts *o, const char *s)
+{
+    if (!strcmp(s, "--json"))
+        o->json = 1;
+    else if (!strcmp(s, "--checksums"))
+        o->checksums = 1;
+    else if (!strcmp(s, "--numa"))
+        o->lo.numa = 1;
+    else
+        return 0;
+    return 1;
+}
+
+int cli_opts_parse(cli_opts *o, const char *cmd, int argc, char **argv, const char *const *allowed,
+                   int max_pos, void (*help)(FILE *out))
+{
+    o->cmd = cmd;
+    sl_plan_opts_init(&o->po);
+    sl_load_opts_init(&o->lo);
+    sl_dist_opts_init(&o->dist);
+    for (int i = 1; i < argc; i++) {
+        const char *s = argv[i];
+        int rc = CLI_EXIT_OK;
+        if (!strcmp(s, "--help") || !strcmp(s, "-h"))
+            return help(stdout), -1;
+        if (s[0] == '-' && s[1]) {
+            if (!opts_listed(s, allowed))
+                rc = cli_usage_error(cmd, "unknown option '%s'", s);
+            else if (!opts_flag(o, s))
+                rc = opts_value(o, s, i + 1 < argc ? argv[++i] : NULL);
+        } else if (o->n_pos == max_pos)
+            rc = cli_usage_error(cmd, "unexpected argument '%s'", s);
+        else
+            o->pos[o->n_pos++] = s;
+        if (rc != CLI_EXIT_OK)
+            return rc;
+    }
+    if (o->po.layout == SL_LAYOUT_SPMD && o->po.pp != 1)
+        return cli_usage_error(cmd, "--pp applies to layout tp only");
+    return CLI_EXIT_OK;
+}
