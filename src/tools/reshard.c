@@ -11,6 +11,7 @@
 #include "plan/plan_internal.h"
 #include "sl_bytes.h"
 #include "sl_err.h"
+#include "tools/tools_common.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -268,14 +269,9 @@ static sl_status reshard_copy_config(reshard *r, const sl_checkpoint *ck)
 static sl_status reshard_drop_config(reshard *r)
 {
     char src[4096], dst[4096];
-    struct stat a, b;
     snprintf(src, sizeof(src), "%s/config.json", sl_checkpoint_dir(r->ck));
     snprintf(dst, sizeof(dst), "%s/config.json", r->outdir);
-    if (lstat(dst, &b) != 0 || (stat(src, &a) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino))
-        return SL_OK;
-    SL_CHECK(unlink(dst) == 0 || errno == ENOENT, &r->err, SL_E_IO, "%s: cannot remove: %s", dst,
-             strerror(errno));
-    return SL_OK;
+    return sl_tools_remove_stale(dst, src, &r->err);
 }
 
 /* Creates outdir and the file devices [first, first + count), each with its part files begun. */

@@ -12,6 +12,7 @@
 #include "plan/model_desc.h"
 #include "sl_bytes.h"
 #include "sl_err.h"
+#include "tools/tools_common.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -215,16 +216,10 @@ static sl_status synth_prepare(synth *s, const char *outdir, int32_t dtype)
 static sl_status synth_drop_stale(synth *s, const char *config_path)
 {
     char path[4096];
-    struct stat a, b;
     snprintf(path, sizeof(path), "%s/model.safetensors.index.json", s->outdir);
-    SL_CHECK(unlink(path) == 0 || errno == ENOENT, &s->err, SL_E_IO, "%s: cannot remove: %s", path,
-             strerror(errno));
+    SL_TRY(sl_tools_remove_stale(path, NULL, &s->err));
     snprintf(path, sizeof(path), "%s/config.json", s->outdir);
-    if (lstat(path, &b) != 0 || (stat(config_path, &a) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino))
-        return SL_OK;
-    SL_CHECK(unlink(path) == 0 || errno == ENOENT, &s->err, SL_E_IO, "%s: cannot remove: %s", path,
-             strerror(errno));
-    return SL_OK;
+    return sl_tools_remove_stale(path, config_path, &s->err);
 }
 
 static sl_status synth_run(synth *s, const char *config_path, uint64_t max_shard)
