@@ -71,6 +71,8 @@ for eng in uring pread; do
     [ "$(counter async)" -gt 0 ] || fail "tp4 $eng: no async copies"
     [ "$(counter copies_2d)" -gt 0 ] || fail "tp4 $eng: no 2-D copies"
     [ "$(counter mallocs)" = 4 ] || fail "tp4 $eng: $(counter mallocs) cudaMalloc calls"
+    # slots are refilled after waiting for their own copies (events), not the whole stream
+    [ "$(counter event_syncs)" -gt 0 ] || fail "tp4 $eng: no per-slot waits (event_syncs=0)"
 done
 
 # 3. TP 2 with f32 conversion (bounce buffer, synchronous copies), default GPU mapping

@@ -53,8 +53,17 @@ struct fk_stream {
     int gpu;
     fk_op *q;
     size_t n, cap;
+    unsigned long long run;    /* ops performed so far; q[0] is op number run */
     struct fk_stream *next;
 };
+
+/* An event is a position in one stream's sequence of ops: synchronizing performs the ops before
+ * it, and only those (a real GPU may have done more, never fewer). */
+struct fk_event {
+    struct fk_stream *s;       /* NULL: never recorded */
+    unsigned long long at;
+};
+typedef struct fk_event *cudaEvent_t;
 
 typedef struct fk_alloc {
     unsigned char *p;
@@ -80,7 +89,7 @@ static struct {
     /* counters reported at exit */
     unsigned long mallocs, frees, async_copies, async_unregistered, sync_copies, copies_2d,
         memsets, registers, register_errors, nonportable, bad_ptr, wrong_gpu, pending_at_unregister,
-        max_queue, syncs;
+        max_queue, syncs, event_syncs;
 } g = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static _Thread_local int t_gpu;
@@ -141,11 +150,19 @@ static void fk_run(const fk_op *o)
     }
 }
 
+/* Performs the first k queued ops of s. */
+static void fk_run_first(struct fk_stream *s, size_t k)
+{
+    for (size_t i = 0; i < k; i++)
+        fk_run(&s->q[i]);
+    memmove(s->q, s->q + k, (s->n - k) * sizeof *s->q);
+    s->n -= k;
+    s->run += k;
+}
+
 static void fk_drain(struct fk_stream *s)
 {
-    for (size_t i = 0; i < s->n; i++)
-        fk_run(&s->q[i]);
-    s->n = 0;
+    fk_run_first(s, s->n);
 }
 
 /* The legacy default stream waits for every blocking stream of its GPU. */
@@ -232,6 +249,10 @@ FK_EXPORT cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *sr
 FK_EXPORT cudaError_t cudaMemsetAsync(void *ptr, int value, size_t n, cudaStream_t s);
 FK_EXPORT cudaError_t cudaHostRegister(void *ptr, size_t n, unsigned flags);
 FK_EXPORT cudaError_t cudaHostUnregister(void *ptr);
+FK_EXPORT cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags);
+FK_EXPORT cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s);
+FK_EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t e);
+FK_EXPORT cudaError_t cudaEventDestroy(cudaEvent_t e);
 FK_EXPORT const char *cudaGetErrorString(cudaError_t e);
 
 #define FK_LOCKED(expr)                      \
@@ -503,6 +524,62 @@ cudaError_t cudaHostUnregister(void *ptr)
     FK_LOCKED(fk_unregister(ptr));
 }
 
+static cudaError_t fk_event_create(cudaEvent_t *e)
+{
+    *e = calloc(1, sizeof **e);
+    return *e ? FK_OK : FK_MEMORY_ALLOCATION;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags)
+{
+    (void)flags;
+    FK_LOCKED(fk_event_create(e));
+}
+
+static int fk_stream_live(const struct fk_stream *s)
+{
+    for (const struct fk_stream *x = g.streams; x; x = x->next) {
+        if (x == s)
+            return 1;
+    }
+    return 0;
+}
+
+static cudaError_t fk_event_record(cudaEvent_t e, cudaStream_t s)
+{
+    if (!e || !s || !fk_stream_live(s))
+        return FK_INVALID_HANDLE;
+    e->s = s;
+    e->at = s->run + s->n;
+    return FK_OK;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
+{
+    FK_LOCKED(fk_event_record(e, s));
+}
+
+static cudaError_t fk_event_sync(cudaEvent_t e)
+{
+    if (!e)
+        return FK_INVALID_HANDLE;
+    g.event_syncs++;
+    if (e->s && fk_stream_live(e->s) && e->at > e->s->run)
+        fk_run_first(e->s, (size_t)(e->at - e->s->run));
+    return FK_OK;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t e)
+{
+    FK_LOCKED(fk_event_sync(e));
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t e)
+{
+    free(e);
+    return FK_OK;
+}
+
 const char *cudaGetErrorString(cudaError_t e)
 {
     switch (e) {
@@ -538,10 +615,10 @@ __attribute__((destructor)) static void fk_report(void)
             "fake_cudart mallocs=%lu frees=%lu live_allocs=%lu live_bytes=%zu async=%lu "
             "async_unregistered=%lu sync=%lu copies_2d=%lu memsets=%lu syncs=%lu registers=%lu "
             "register_errors=%lu nonportable=%lu live_registers=%lu bad_ptr=%lu wrong_gpu=%lu "
-            "pending_at_unregister=%lu pending_at_exit=%lu max_queue=%lu\n",
+            "pending_at_unregister=%lu pending_at_exit=%lu max_queue=%lu event_syncs=%lu\n",
             g.mallocs, g.frees, live_allocs, live_bytes, g.async_copies, g.async_unregistered,
             g.sync_copies, g.copies_2d, g.memsets, g.syncs, g.registers, g.register_errors,
             g.nonportable, live_regs, g.bad_ptr, g.wrong_gpu, g.pending_at_unregister, pending,
-            g.max_queue);
+            g.max_queue, g.event_syncs);
     fclose(f);
 }

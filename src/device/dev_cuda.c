@@ -5,7 +5,8 @@
  * pointers, enums are passed as int), which is ABI-stable across CUDA 11-13.
  *
  * Runtime search: $SL_CUDART alone when set (an explicit choice that fails should say so rather
- * than silently load another runtime; the tests rely on it), else libcudart.so.13, .12, .11, .so.
+ * than silently load another runtime; the tests rely on it), else libcudart.so.13, .12, .11, .so
+ * from the loader's search path, then from /usr/local/cuda.
  *
  * Mesh device d lives on GPU o->gpus[d] when a GPU list is given, else on GPU d % count. Each mesh
  * device has one cudaMalloc of exactly the plan's bytes and its own stream.
@@ -13,7 +14,8 @@
  * Copies and host memory: copies from the engine's staging slots, which the engine pins once
  * through pin() (cudaHostRegister, portable, refcounted per process because every mesh device pins
  * the same slots), are cudaMemcpyAsync on the device's stream and may still be reading the slot
- * when write() returns: the engine calls fence() (cudaStreamSynchronize) before it refills a slot.
+ * when write() returns: before it refills a slot the engine waits for that slot's copies, with
+ * wait_mark() (an event recorded by mark() after the slot's copies) or fence() (the whole stream).
  * Copies from any other host memory (the conversion bounce buffer, dummy buffers) are synchronous
  * cudaMemcpy, which returns once the source has been consumed, so callers may reuse it at once.
  * Our streams are ordinary (blocking) streams, so such a cudaMemcpy on the legacy default stream
@@ -29,11 +31,13 @@
 
 typedef int cudaError_t;          /* cudaSuccess == 0 */
 typedef void *cudaStream_t;
+typedef void *cudaEvent_t;
 
 enum {
     CU_MEMCPY_H2D = 1,            /* cudaMemcpyHostToDevice */
     CU_MEMCPY_D2H = 2,            /* cudaMemcpyDeviceToHost */
-    CU_HOST_REGISTER_PORTABLE = 1 /* cudaHostRegisterPortable: pinned for every context */
+    CU_HOST_REGISTER_PORTABLE = 1, /* cudaHostRegisterPortable: pinned for every context */
+    CU_EVENT_DISABLE_TIMING = 2    /* cudaEventDisableTiming: the cheapest kind of event */
 };
 
 #define CU_MAX_PINS 16
@@ -56,6 +60,10 @@ typedef struct cuda_api {
     cudaError_t (*MemsetAsync)(void *ptr, int value, size_t n, cudaStream_t s);
     cudaError_t (*HostRegister)(void *ptr, size_t n, unsigned flags);
     cudaError_t (*HostUnregister)(void *ptr);
+    cudaError_t (*EventCreateWithFlags)(cudaEvent_t *e, unsigned flags);
+    cudaError_t (*EventRecord)(cudaEvent_t e, cudaStream_t s);
+    cudaError_t (*EventSynchronize)(cudaEvent_t e);
+    cudaError_t (*EventDestroy)(cudaEvent_t e);
     const char *(*GetErrorString)(cudaError_t e);
 } cuda_api;
 
@@ -78,6 +86,10 @@ static const struct {
     {"cudaMemsetAsync", offsetof(cuda_api, MemsetAsync)},
     {"cudaHostRegister", offsetof(cuda_api, HostRegister)},
     {"cudaHostUnregister", offsetof(cuda_api, HostUnregister)},
+    {"cudaEventCreateWithFlags", offsetof(cuda_api, EventCreateWithFlags)},
+    {"cudaEventRecord", offsetof(cuda_api, EventRecord)},
+    {"cudaEventSynchronize", offsetof(cuda_api, EventSynchronize)},
+    {"cudaEventDestroy", offsetof(cuda_api, EventDestroy)},
     {"cudaGetErrorString", offsetof(cuda_api, GetErrorString)},
 };
 
@@ -110,6 +122,7 @@ typedef struct cuda_dev {
     void *pin_ptr;                 /* the range this instance holds a pin reference on, or NULL */
     size_t pin_len;
     int pin_async;                 /* the range is registered: copies from it may be async */
+    cudaEvent_t marks[SL_DEVICE_MAX_MARKS]; /* created on first use; NULL: never marked */
 } cuda_dev;
 
 /* ---- loading the runtime -------------------------------------------------------------------- */
@@ -129,16 +142,25 @@ static int cu_resolve(void *lib, const char *path)
     return 0;
 }
 
+/* The loader's search path first; then the toolkit's usual home, which CUDA's installers do not
+ * always add to ld.so.conf. */
 static void *cu_dlopen_default(char *why, size_t len)
 {
     static const char *const names[] = {"libcudart.so.13", "libcudart.so.12", "libcudart.so.11",
                                         "libcudart.so"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        void *lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-        if (lib)
-            return lib;
-        const char *e = dlerror();
-        snprintf(why, len, "%s", e ? e : "not found");
+    static const char *const dirs[] = {"", "/usr/local/cuda/lib64/",
+                                       "/usr/local/cuda/targets/x86_64-linux/lib/"};
+    for (size_t k = 0; k < sizeof dirs / sizeof dirs[0]; k++) {
+        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+            char path[160];
+            snprintf(path, sizeof path, "%s%s", dirs[k], names[i]);
+            void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+            if (lib)
+                return lib;
+            const char *e = dlerror();
+            if (k == 0)
+                snprintf(why, len, "%s", e ? e : "not found");
+        }
     }
     return NULL;
 }
@@ -320,6 +342,29 @@ static sl_status cuda_fence(void *ctx, sl_err *err)
     return SL_OK;
 }
 
+static sl_status cuda_mark(void *ctx, unsigned tag, sl_err *err)
+{
+    cuda_dev *d = ctx;
+    SL_CHECK(tag < SL_DEVICE_MAX_MARKS, err, SL_E_INVALID_ARG, "cuda device %d: mark %u out of range",
+             d->index, tag);
+    SL_TRY(cu_select(d, err));
+    if (!d->marks[tag])
+        CU_CALL(d, err, "cudaEventCreateWithFlags",
+                g_cu.api.EventCreateWithFlags(&d->marks[tag], CU_EVENT_DISABLE_TIMING));
+    CU_CALL(d, err, "cudaEventRecord", g_cu.api.EventRecord(d->marks[tag], d->stream));
+    return SL_OK;
+}
+
+static sl_status cuda_wait_mark(void *ctx, unsigned tag, sl_err *err)
+{
+    cuda_dev *d = ctx;
+    if (tag >= SL_DEVICE_MAX_MARKS || !d->marks[tag])
+        return SL_OK;
+    SL_TRY(cu_select(d, err));
+    CU_CALL(d, err, "cudaEventSynchronize", g_cu.api.EventSynchronize(d->marks[tag]));
+    return SL_OK;
+}
+
 /* Caller holds g_cu.lock. Returns the entry for ptr, or a free one (refs == 0), or NULL. */
 static cu_pin *cu_pin_slot(void *ptr)
 {
@@ -403,6 +448,10 @@ static void cuda_free(void *ctx)
     if (g_cu.api.SetDevice(d->gpu) == 0) {
         if (d->stream)
             (void)g_cu.api.StreamSynchronize(d->stream);
+        for (unsigned i = 0; i < SL_DEVICE_MAX_MARKS; i++) {
+            if (d->marks[i])
+                (void)g_cu.api.EventDestroy(d->marks[i]);
+        }
         if (d->base)
             (void)g_cu.api.Free(d->base);
         if (d->stream)
@@ -426,6 +475,8 @@ static const sl_device_ops cuda_ops = {
     .fence = cuda_fence,
     .write2d = cuda_write2d,
     .mem_info = cuda_mem_info,
+    .mark = cuda_mark,
+    .wait_mark = cuda_wait_mark,
 };
 
 /* ---- open ----------------------------------------------------------------------------------- */

@@ -43,14 +43,22 @@ typedef struct sl_device_ops {
      * unpin: fences, then releases this instance's pin of the range that starts at ptr.
      * fence: returns once every copy issued so far has finished reading its host source.
      * write2d: rows copies of width bytes, from src + r * src_pitch to dst_off + r * dst_pitch.
-     * mem_info: device free memory (bytes) right before and right after alloc(). */
+     * mem_info: device free memory (bytes) right before and right after alloc().
+     * mark: remembers, under tag (0 <= tag < SL_DEVICE_MAX_MARKS), the copies issued so far;
+     * wait_mark: returns once those copies have finished reading their host sources. With them the
+     *   engine refills the oldest staging slot without waiting for the copies issued after it
+     *   (fence waits for all). Both or neither. */
     sl_status (*pin)(void *ctx, void *ptr, size_t len, sl_err *err);
     void (*unpin)(void *ctx, void *ptr);
     sl_status (*fence)(void *ctx, sl_err *err);
     sl_status (*write2d)(void *ctx, uint64_t dst_off, uint64_t dst_pitch, const void *src,
                          size_t src_pitch, size_t width, size_t rows, sl_err *err);
     void (*mem_info)(const void *ctx, uint64_t *free_before, uint64_t *free_after);
+    sl_status (*mark)(void *ctx, unsigned tag, sl_err *err);
+    sl_status (*wait_mark)(void *ctx, unsigned tag, sl_err *err);
 } sl_device_ops;
+
+#define SL_DEVICE_MAX_MARKS 64u
 
 typedef struct sl_device {
     const sl_device_ops *ops;

@@ -6,9 +6,10 @@
 #include <string.h>
 
 #ifndef SL_WITH_URING
-sl_status sl_io_uring_open(unsigned depth, sl_io *out, sl_err *err)
+sl_status sl_io_uring_open(unsigned depth, int inline_cached, sl_io *out, sl_err *err)
 {
     (void)depth;
+    (void)inline_cached;
     (void)out;
     return sl_err_set(err, SL_E_UNSUPPORTED, "io_uring engine not built in (needs liburing)");
 }
@@ -23,12 +24,14 @@ sl_status sl_io_open(const char *force, unsigned depth, unsigned threads, sl_io 
     if (force && !strcmp(force, "pread"))
         return sl_io_pread_open(depth, threads, out, err);
     if (force && (!strcmp(force, "uring") || !strcmp(force, "io_uring")))
-        return sl_io_uring_open(depth, out, err);
+        return sl_io_uring_open(depth, 0, out, err);
+    if (force && !strcmp(force, "uring-inline"))
+        return sl_io_uring_open(depth, 1, out, err);
     if (force && *force)
-        return sl_err_set(err, SL_E_INVALID_ARG, "unknown I/O engine '%s' (expected pread or uring)",
-                          force);
+        return sl_err_set(err, SL_E_INVALID_ARG,
+                          "unknown I/O engine '%s' (expected pread, uring or uring-inline)", force);
     sl_err tmp = {0};
-    sl_status st = sl_io_uring_open(depth, out, &tmp);
+    sl_status st = sl_io_uring_open(depth, 0, out, &tmp);
     sl_err_clear(&tmp);
     if (st == SL_OK)
         return SL_OK;

@@ -2,7 +2,7 @@
  * 11). The executor submits large positional reads into its staging buffers, at most `depth` in
  * flight, and reaps them in any order. Engines: "io_uring" (io_uring.c, only with liburing) and
  * "pread" (a small thread pool, always available). sl_io_open tries them in that order unless one
- * is forced (argument or SL_IO_ENGINE=pread|uring in the environment).
+ * is forced (argument or SL_IO_ENGINE=pread|uring|uring-inline in the environment).
  *
  * Short reads are the engine's business: a request completes when all `len` bytes arrived, when
  * the file ended (result < len) or on an error (result = -errno). EINTR/EAGAIN are retried. */
@@ -24,6 +24,7 @@ typedef struct sl_io_req {
     int64_t result;    /* out: bytes read (< len only at end of file) or -errno */
     size_t done;       /* engine-private: bytes already read */
     void *user;        /* caller's tag */
+    int buffered;      /* fd is not O_DIRECT: the bytes may come from the page cache */
 } sl_io_req;
 
 typedef struct sl_io_ops {
@@ -42,13 +43,16 @@ typedef struct sl_io {
 } sl_io;
 
 /* Opens an engine allowing `depth` requests in flight; `threads` caps the pread pool (0: up to
- * depth, at most 16). force: NULL or "" for automatic, "pread" or "uring". The environment
- * variable SL_IO_ENGINE=pread|uring overrides an automatic choice (tests use it). */
+ * depth, at most 16). force: NULL or "" for automatic, "pread", "uring" or "uring-inline". The
+ * environment variable SL_IO_ENGINE (same values) overrides an automatic choice (tests and
+ * benchmarks use it). */
 sl_status sl_io_open(const char *force, unsigned depth, unsigned threads, sl_io *out, sl_err *err);
 void sl_io_close(sl_io *io);
 
 sl_status sl_io_pread_open(unsigned depth, unsigned threads, sl_io *out, sl_err *err);
-/* SL_E_UNSUPPORTED when built without liburing or when the kernel refuses io_uring. */
-sl_status sl_io_uring_open(unsigned depth, sl_io *out, sl_err *err);
+/* SL_E_UNSUPPORTED when built without liburing or when the kernel refuses io_uring.
+ * inline_cached: 0 sends buffered reads to the kernel's workers (IOSQE_ASYNC), so page-cache
+ * copies run in parallel; 1 lets the kernel copy them inline at submit (kept for comparisons). */
+sl_status sl_io_uring_open(unsigned depth, int inline_cached, sl_io *out, sl_err *err);
 
 #endif /* SL_IO_H */

@@ -12,6 +12,7 @@
 typedef struct uring_ctx {
     struct io_uring ring;
     unsigned depth, in_flight;
+    int inline_cached;   /* 1: leave buffered reads inline (SL_IO_ENGINE=uring-inline, to compare) */
 } uring_ctx;
 
 static sl_status uring_queue(uring_ctx *c, sl_io_req *r, sl_err *err)
@@ -23,6 +24,14 @@ static sl_status uring_queue(uring_ctx *c, sl_io_req *r, sl_err *err)
     unsigned n = left > (1u << 30) ? (1u << 30) : (unsigned)left;
     io_uring_prep_read(sqe, r->fd, (char *)r->buf + r->done, n, r->off + r->done);
     io_uring_sqe_set_data(sqe, r);
+#ifdef IOSQE_ASYNC
+    /* A buffered read that hits the page cache would otherwise be copied inline, inside
+     * io_uring_submit, one request at a time on the caller's thread: punting it to the kernel's
+     * workers copies several requests in parallel, which the cuda backend needs to keep the
+     * host-to-device link busy. */
+    if (r->buffered && !c->inline_cached)
+        io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
+#endif
     int rc = io_uring_submit(&c->ring);
     if (rc < 0)
         return sl_err_set(err, SL_E_IO, "io_uring_submit: %s", strerror(-rc));
@@ -108,7 +117,14 @@ static const sl_io_ops uring_ops = {
     .close = uring_close,
 };
 
-sl_status sl_io_uring_open(unsigned depth, sl_io *out, sl_err *err)
+static const sl_io_ops uring_inline_ops = {
+    .name = "io_uring-inline",
+    .submit = uring_submit,
+    .wait = uring_wait,
+    .close = uring_close,
+};
+
+sl_status sl_io_uring_open(unsigned depth, int inline_cached, sl_io *out, sl_err *err)
 {
     if (depth == 0)
         depth = 1;
@@ -121,7 +137,8 @@ sl_status sl_io_uring_open(unsigned depth, sl_io *out, sl_err *err)
         return sl_err_set(err, SL_E_UNSUPPORTED, "io_uring_queue_init: %s", strerror(-rc));
     }
     c->depth = depth;
-    out->ops = &uring_ops;
+    c->inline_cached = inline_cached;
+    out->ops = inline_cached ? &uring_inline_ops : &uring_ops;
     out->ctx = c;
     return SL_OK;
 }

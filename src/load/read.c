@@ -74,6 +74,8 @@ typedef struct rd_slot {
     sl_io_req req;
     unsigned char *buf;
     int64_t chunk;
+    unsigned index;
+    int marked;          /* device copies from buf are pending under mark `index` */
 } rd_slot;
 
 typedef struct rd_ctx {
@@ -99,6 +101,8 @@ typedef struct rd_ctx {
     sl_io io;
     uint64_t bytes_read, done_bytes, total_bytes, staging_peak;
     int in_flight;                /* device copies (async: cuda) issued since the last rd_fence */
+    int use_marks;                /* every async device has mark/wait_mark: per-slot waits */
+    int marks_pending;            /* a mark was recorded since the last rd_fence */
     int32_t n_pinned;             /* devices [0, n_pinned) went through ops->pin */
 } rd_ctx;
 
@@ -534,9 +538,9 @@ static sl_status rd_zero_pads(rd_ctx *x)
 
 /* ---- pipeline ------------------------------------------------------------------------------- */
 
-/* Returns once no device copy reads staging any more. Called before a slot is refilled: with the
- * free list's LIFO order the refilled slot is the one just scattered, so the wait overlaps the
- * reads of the other slots still in flight. */
+/* Returns once no device copy reads staging any more. Without marks it is called before a slot is
+ * refilled: with the free list's LIFO order the refilled slot is the one just scattered, so the
+ * wait overlaps the reads of the other slots still in flight. */
 static sl_status rd_fence(rd_ctx *x)
 {
     for (int32_t d = 0; d < x->p->n_devices; d++) {
@@ -545,11 +549,41 @@ static sl_status rd_fence(rd_ctx *x)
             SL_TRY(dev->ops->fence(dev->ctx, x->err));
     }
     x->in_flight = 0;
+    x->marks_pending = 0;
+    for (unsigned i = 0; x->slots && i < x->n_slots; i++)
+        x->slots[i].marked = 0;
+    return SL_OK;
+}
+
+/* After slot s was scattered: its copies are waited for when s is refilled, not before. */
+static sl_status rd_mark(rd_ctx *x, rd_slot *s)
+{
+    for (int32_t d = 0; d < x->p->n_devices; d++) {
+        const sl_device *dev = &x->devs[d].dev;
+        if (dev->ops && dev->ops->mark)
+            SL_TRY(dev->ops->mark(dev->ctx, s->index, x->err));
+    }
+    s->marked = 1;
+    x->in_flight = 0;
+    x->marks_pending = 1;
+    return SL_OK;
+}
+
+static sl_status rd_wait_mark(rd_ctx *x, rd_slot *s)
+{
+    for (int32_t d = 0; d < x->p->n_devices; d++) {
+        const sl_device *dev = &x->devs[d].dev;
+        if (dev->ops && dev->ops->wait_mark)
+            SL_TRY(dev->ops->wait_mark(dev->ctx, s->index, x->err));
+    }
+    s->marked = 0;
     return SL_OK;
 }
 
 static sl_status rd_submit(rd_ctx *x, rd_slot *s, int64_t chunk)
 {
+    if (s->marked)
+        SL_TRY(rd_wait_mark(x, s));
     if (x->in_flight)
         SL_TRY(rd_fence(x));
     const rd_chunk *c = &x->chunks[chunk];
@@ -558,6 +592,7 @@ static sl_status rd_submit(rd_ctx *x, rd_slot *s, int64_t chunk)
     s->req.fd = f->fd;
     s->req.buf = c->dst ? c->dst : s->buf;
     s->req.user = s;
+    s->req.buffered = !f->direct;
     if (f->direct && !c->dst) {
         s->req.off = c->a / RD_ALIGN * RD_ALIGN;
         s->req.len = (size_t)(sl_align_up(c->b_ext, RD_ALIGN) - s->req.off);
@@ -611,25 +646,53 @@ static sl_status rd_complete(rd_ctx *x, rd_slot *s, int *resubmitted)
     const rd_chunk *c = &x->chunks[s->chunk];
     if (!c->dst)
         SL_TRY(rd_scatter_chunk(x, c, s->buf + (c->a - s->req.off)));
+    if (x->use_marks && x->in_flight)
+        SL_TRY(rd_mark(x, s));
     x->done_bytes += c->b - c->a;
     if (x->o->progress)
         x->o->progress(x->o->progress_user, x->done_bytes, x->total_bytes);
     return SL_OK;
 }
 
+/* Free slots: a stack (LIFO) without marks, so that the one fence waits for the copies of the slot
+ * just scattered; a queue (FIFO) with marks, so that the slot refilled is the one whose copies
+ * were issued longest ago and have most likely finished. */
+typedef struct rd_free_list {
+    rd_slot **items;
+    unsigned head, count, cap;
+    int fifo;
+} rd_free_list;
+
+static rd_slot *rd_take(rd_free_list *f)
+{
+    if (!f->fifo)
+        return f->items[--f->count];
+    rd_slot *s = f->items[f->head];
+    f->head = (f->head + 1) % f->cap;
+    f->count--;
+    return s;
+}
+
+static void rd_give(rd_free_list *f, rd_slot *s)
+{
+    f->items[f->fifo ? (f->head + f->count) % f->cap : f->count] = s;
+    f->count++;
+}
+
 static sl_status rd_pipeline(rd_ctx *x)
 {
-    rd_slot **free_slots = calloc(x->n_slots, sizeof *free_slots);
-    if (!free_slots)
+    rd_free_list fl = {.items = calloc(x->n_slots, sizeof(rd_slot *)), .cap = x->n_slots,
+                       .fifo = x->use_marks};
+    if (!fl.items)
         return sl_err_set(x->err, SL_E_NOMEM, "out of memory");
-    unsigned n_free = x->n_slots, busy = 0, peak = 0;
     for (unsigned i = 0; i < x->n_slots; i++)
-        free_slots[i] = &x->slots[i];
+        rd_give(&fl, &x->slots[i]);
+    unsigned busy = 0, peak = 0;
     sl_status st = SL_OK;
     int64_t next = 0;
     while (st == SL_OK && (next < x->n_chunks || busy)) {
-        while (st == SL_OK && next < x->n_chunks && n_free) {
-            st = rd_submit(x, free_slots[--n_free], next++);
+        while (st == SL_OK && next < x->n_chunks && fl.count) {
+            st = rd_submit(x, rd_take(&fl), next++);
             busy++;
             peak = busy > peak ? busy : peak;
         }
@@ -642,11 +705,11 @@ static sl_status rd_pipeline(rd_ctx *x)
         st = rd_complete(x, done->user, &again);
         if (!again) {
             busy--;
-            free_slots[n_free++] = done->user;
+            rd_give(&fl, done->user);
         }
     }
     x->staging_peak = (uint64_t)peak * x->slot_size;
-    free(free_slots);
+    free(fl.items);
     return st;
 }
 
@@ -681,6 +744,23 @@ static void rd_fit_slots(rd_ctx *x)
     }
     x->slot_size = sl_min_u64(x->slot_size, sl_align_up(largest, RD_ALIGN) + 2 * RD_ALIGN);
     x->n_slots = (unsigned)sl_min_u64(x->n_slots, (uint64_t)x->n_chunks);
+}
+
+_Static_assert(RD_MAX_SLOTS <= SL_DEVICE_MAX_MARKS, "one device mark per staging slot");
+
+/* Per-slot waits need every device that copies asynchronously to offer marks. */
+static int rd_can_mark(const rd_ctx *x)
+{
+    int async = 0;
+    for (int32_t d = 0; d < x->p->n_devices; d++) {
+        const sl_device_ops *ops = x->devs[d].dev.ops;
+        if (!ops || !ops->fence)
+            continue;
+        if (!ops->mark || !ops->wait_mark)
+            return 0;
+        async = 1;
+    }
+    return async;
 }
 
 /* Devices that copy asynchronously (cuda) page-lock the staging block once for the whole load. */
@@ -742,8 +822,10 @@ static sl_status rd_alloc_buffers(rd_ctx *x)
     if (!x->slots || !x->staging)
         return sl_err_set(x->err, SL_E_NOMEM, "cannot allocate %llu bytes of staging",
                           (unsigned long long)(x->slot_size * x->n_slots));
-    for (unsigned i = 0; i < x->n_slots; i++)
+    for (unsigned i = 0; i < x->n_slots; i++) {
         x->slots[i].buf = x->staging + (size_t)i * x->slot_size;
+        x->slots[i].index = i;
+    }
     return rd_pin(x);
 }
 
@@ -794,12 +876,13 @@ static sl_status rd_run(rd_ctx *x, const sl_load_file *files, sl_load_stats *sta
     if (x->n_chunks == 0)
         return SL_OK;
     rd_fit_slots(x);
+    x->use_marks = rd_can_mark(x);
     SL_TRY(rd_alloc_buffers(x));
     const unsigned threads = x->o->threads > 0 ? (unsigned)x->o->threads : 0;
     SL_TRY(sl_io_open(NULL, x->n_slots, threads, &x->io, x->err));
     stats->engine = x->io.ops->name;
     sl_status st = rd_pipeline(x);
-    if (st == SL_OK && x->in_flight)
+    if (st == SL_OK && (x->in_flight || x->marks_pending))
         st = rd_fence(x); /* the load ends when the devices hold the bytes, inside the timing */
     stats->io = rd_io_name(x); /* after any EINVAL fallback */
     return st;
