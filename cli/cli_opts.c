@@ -39,7 +39,7 @@ static int opts_gpus(cli_opts *o, const char *v)
 }
 
 /* A plain number is MiB; a number with a unit is a size. */
-static int opts_staging(const cli_opts *o, const char *v, uint64_t *out)
+static int opts_mib(const cli_opts *o, const char *opt, const char *v, uint64_t *out)
 {
     int64_t mib = 0;
     if (cli_parse_int(v, 1, 1 << 20, &mib) == 0) {
@@ -48,7 +48,8 @@ static int opts_staging(const cli_opts *o, const char *v, uint64_t *out)
     }
     if (cli_parse_size(v, out) == 0 && *out >= 4096)
         return CLI_EXIT_OK;
-    return cli_usage_error(o->cmd, "--staging needs MiB (e.g. 64) or a size (e.g. 256M)");
+    return cli_usage_error(o->cmd, "%s needs MiB (e.g. 64) or a size of at least 4096 bytes (e.g. "
+                           "256M)", opt);
 }
 
 static int opts_enum(cli_opts *o, const char *opt, const char *v)
@@ -96,7 +97,9 @@ static int opts_value(cli_opts *o, const char *opt, const char *v)
         o->dist.devices_per_rank = (int32_t)x;
         o->dist_set = 1;
     } else if (!strcmp(opt, "--staging")) {
-        rc = opts_staging(o, v, &o->lo.staging_bytes);
+        rc = opts_mib(o, opt, v, &o->lo.staging_bytes);
+    } else if (!strcmp(opt, "--request")) {
+        rc = opts_mib(o, opt, v, &o->lo.request_bytes);
     } else if (!strcmp(opt, "--max-part-size")) {
         if (cli_parse_size(v, &o->max_part) != 0 || o->max_part == 0)
             rc = cli_usage_error(o->cmd, "--max-part-size needs a size, e.g. 5GB or 512MiB");

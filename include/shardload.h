@@ -259,7 +259,9 @@ void sl_model_free(sl_model *m);
 const char *sl_model_errmsg(const sl_model *m);
 
 typedef struct sl_load_stats {
-    double seconds;
+    double seconds;             /* the whole load, device setup included */
+    double setup_seconds;       /* part of it spent opening devices and allocating their memory
+                                   (for cuda: runtime and context start-up, cudaMalloc) */
     uint64_t bytes_read;        /* checkpoint bytes read from files */
     uint64_t checkpoint_bytes;  /* data bytes of the checkpoint's files */
     const char *io;             /* "direct", "buffered", "mixed", "none" (dummy) */
