@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""gpu_report.py LOG FAILS - the markdown "GPU" section of bench/RESULTS.md from the JSON lines that
+bench/gpu_check.sh wrote: correctness, shardload's throughput per setting (best of the runs), and
+the ratios to pinned host-to-device bandwidth and to PyTorch on the same files. Standard library
+only."""
+import json
+import sys
+import time
+
+
+def load(path):
+    rows = []
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line:
+                rows.append(json.loads(line))
+    return rows
+
+
+def fmt(x, spec=".2f"):
+    return "n/a" if x is None else format(x, spec)
+
+
+def ratio(a, b):
+    return a / b if a and b else None
+
+
+def best_runs(rows):
+    """Best run per (label, cache), by throughput after device setup."""
+    best = {}
+    for r in rows:
+        if "run" not in r:
+            continue
+        key = (r["run"], r["cache"])
+        o = r["out"]
+        cur = best.get(key)
+        if cur is None or o["gbps_after_setup"] > cur["out"]["gbps_after_setup"]:
+            best[key] = dict(r, n=(cur["n"] + 1 if cur else 1))
+        else:
+            cur["n"] += 1
+    return best
+
+
+def main():
+    rows = load(sys.argv[1])
+    fails = int(sys.argv[2]) if len(sys.argv) > 2 else 0
+    env = next((r["env"] for r in rows if "env" in r), {})
+    ck = next((r["checkpoint"] for r in rows if "checkpoint" in r), {})
+    warm = next((r for r in rows if "h2d_pinned_gbps" in r or "torch_skipped" in r), {})
+    cold = next((r for r in rows if "load_file_cold_s" in r), {})
+    nbytes = ck.get("bytes", 0)
+    out = []
+    out.append(f"\n## GPU ({time.strftime('%Y-%m-%d')}): {ck.get('config', '?')}, "
+               f"{nbytes / 1e9:.2f} GB bf16 in {ck.get('files', '?')} files\n")
+    out.append(f"Produced by `bash bench/gpu_check.sh`. GPU: {env.get('gpu', '?')}; {env.get('cpus', '?')} "
+               f"CPUs; kernel {env.get('kernel', '?')}; torch "
+               f"{warm.get('torch', 'n/a (' + warm.get('torch_skipped', 'not run') + ')')}. "
+               f"Failures: {fails}.\n")
+    checks = [r for r in rows if "check" in r]
+    if checks:
+        out += ["| check | parameters | cuda checksums = cpu | device memory delta : plan bytes, per device |",
+                "|---|---|---|---|"]
+        for r in checks:
+            out.append(f"| {r['check']} | {r['params']} | {r['checksums_equal']} | {r['delta_plan']} |")
+        out.append("")
+    best = best_runs(rows)
+    if best:
+        out += ["Throughput: checkpoint bytes read / time. `whole load` is sl_load from the call to the "
+                "last byte on the devices; `after setup` leaves out opening the devices (CUDA runtime and "
+                "context start-up, cudaMalloc), a fixed cost a serving process pays once; `process` is the "
+                "CLI's wall-clock time, planning and teardown included. Best of the runs shown.\n",
+                "| run | cache | engine | GB/s whole load | GB/s after setup | setup s | process s | "
+                "peak RSS MB | staging peak MB | runs |",
+                "|---|---|---|---|---|---|---|---|---|---|"]
+        for (label, cache), r in best.items():
+            o = r["out"]
+            out.append(f"| {label} {r['args'].replace('--device cuda', '').strip()} | {cache} | {o['engine']}, "
+                       f"{o['io']} | {o['gbps']:.2f} | {o['gbps_after_setup']:.2f} | {o['setup_seconds']:.2f} | "
+                       f"{r['wall_s']:.2f} | {o['peak_rss_bytes'] / 1e6:.0f} | {o['staging_peak'] / 1e6:.0f} | "
+                       f"{r['n']} |")
+        out.append("")
+    h2d = warm.get("h2d_pinned_gbps")
+    lf = nbytes / warm["load_file_s"] / 1e9 if warm.get("load_file_s") else None
+    nc = nbytes / warm["narrow_tp2_s"] / 1e9 if warm.get("narrow_tp2_s") else None
+    lfc = nbytes / cold["load_file_cold_s"] / 1e9 if cold.get("load_file_cold_s") else None
+
+    def g(label, cache="warm", key="gbps_after_setup"):
+        r = best.get((label, cache)) or next((v for (k, c), v in best.items()
+                                              if k == label and c.startswith(cache)), None)
+        return r["out"][key] if r else None
+
+    def wall_gbps(label, cache="warm"):
+        r = best.get((label, cache)) or next((v for (k, c), v in best.items()
+                                              if k == label and c.startswith(cache)), None)
+        return nbytes / r["wall_s"] / 1e9 if r and r["wall_s"] else None
+
+    cuda_warm = [(k[0], v["out"]["gbps_after_setup"]) for k, v in best.items()
+                 if k[1] == "warm" and k[0].startswith("cuda_tp1")]
+    top = max(cuda_warm, key=lambda x: x[1]) if cuda_warm else (None, None)
+    out += ["| comparison (same files, same run) | value |", "|---|---|",
+            f"| pinned host-to-device bandwidth, torch, 1 GiB copy (GB/s) | {fmt(h2d)} |",
+            f"| shardload cuda TP 1, default settings, page cache, after setup (GB/s) | {fmt(g('cuda_tp1_default'))} |",
+            f"| ... as a fraction of pinned H2D bandwidth (target >= 0.80) | {fmt(ratio(g('cuda_tp1_default'), h2d))} |",
+            f"| best setting ({top[0]}) as a fraction of pinned H2D | {fmt(ratio(top[1], h2d))} |",
+            f"| safetensors load_file(device='cuda'), page cache, warm process (GB/s) | {fmt(lf)} |",
+            f"| shardload default (after setup) / load_file (target >= 2) | {fmt(ratio(g('cuda_tp1_default'), lf))} |",
+            f"| shardload default, whole CLI process incl. CUDA start-up / load_file | {fmt(ratio(wall_gbps('cuda_tp1_default'), lf))} |",
+            f"| torch whole tensor, narrow, copy per rank, TP 2 (GB/s) | {fmt(nc)} |",
+            f"| shardload TP 2 (after setup) / narrow-and-copy | {fmt(ratio(g('cuda_tp2_default'), nc))} |",
+            f"| from disk: shardload cuda TP 1 default (GB/s, after setup) | {fmt(g('cuda_tp1_default', 'cold'))} |",
+            f"| from disk: safetensors load_file(device='cuda') (GB/s) | {fmt(lfc)} |",
+            f"| from disk: shardload / load_file | {fmt(ratio(g('cuda_tp1_default', 'cold'), lfc))} |"]
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    main()
