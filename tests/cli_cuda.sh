@@ -96,6 +96,14 @@ out=$(fake load "$CK" --device cuda --tp 2 2>&1) || fail "text: $out"
 echo "$out" | grep -q "^device 1: GPU free memory .* bytes (.* used)" || fail "no GPU memory line: $out"
 "$SL" load "$CK" --tp 2 --json | grep -q mem_free_before && fail "cpu reports GPU memory"
 
+# 5b. the ring: slots are reused after their own copies (events); streams are synchronized at the
+# end (fence, unpin, free: 3 per device) and after zeroing vocabulary padding (embed and lm_head:
+# 2 here), never once per chunk
+out=$(fake load "$CK" --device cuda --tp 2 --staging 256K --json 2>"$T/err") || fail "ring: $(cat "$T/err")"
+check_clean "ring"
+[ "$(counter event_syncs)" -gt 20 ] || fail "ring: $(counter event_syncs) event waits for a 256K staging"
+[ "$(counter syncs)" -le 8 ] || fail "ring: $(counter syncs) stream synchronizations (at most 8 expected)"
+
 # 6. --gpus errors
 fake load "$CK" --device cuda --tp 2 --gpus 0,5 >/dev/null 2>"$T/err"
 one_line_error $? "$T/err" "GPU 5" || fail "--gpus 0,5: $(cat "$T/err")"
