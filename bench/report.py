@@ -163,6 +163,13 @@ def main():
     L += ["", "## Machine", "", machine(), ""]
     if chart(by, png):
         L += ["![throughput](chart.png)", ""]
+    # Sections written by other scripts (bench/ring_sim.sh here; bench/gpu_check.sh on a GPU machine,
+    # whose figures this machine cannot renew) are kept, not lost, when this file is rewritten.
+    here = os.path.dirname(os.path.abspath(out))
+    for extra in ("ring.md", "gpu.md"):
+        path = os.path.join(here, extra)
+        if os.path.exists(path):
+            L += [open(path).read().rstrip(), ""]
     open(out, "w").write("\n".join(L))
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make bench: shardload against the machine's limits and the alternatives, on the same files, in
 # one run, interleaved (A B C A B C ...) so that drift on a shared machine hits every contender alike.
-# Writes bench/RESULTS.md, bench/results.jsonl, bench/mpi.jsonl and bench/chart.png.
+# Writes bench/RESULTS.md, bench/results.jsonl, bench/mpi.jsonl, bench/ring.jsonl (ring_sim.sh)
+# and bench/chart.png; RESULTS.md also carries bench/ring.md and, when present, bench/gpu.md.
 #
 # Knobs: BENCH_CONFIG (a name in ../shared/configs, default tinyllama-1.1b, about 2.2 GB in bf16),
 #        BENCH_SIZE (synthesize a larger model: a config name, overrides BENCH_CONFIG),
@@ -106,6 +107,9 @@ done
 echo "bench: MPI ranks 1, 2, 4 (hot)" >&2
 warm
 CK="$CK" TP="$ALT_TP" bash bench/mpi.sh "$SL" > bench/mpi.jsonl || echo '{"bench":"mpi","skipped":"failed"}' > bench/mpi.jsonl
+
+echo "bench: cuda staging ring on the host-memory stand-in" >&2
+bash bench/ring_sim.sh "$CK" >/dev/null || echo "bench: ring_sim failed" >&2
 
 $PY bench/report.py "$OUT" bench/RESULTS.md bench/chart.png "$NAME" "$ALT_TP" "$have_torch" bench/mpi.jsonl
 echo "bench: wrote bench/RESULTS.md and bench/chart.png" >&2

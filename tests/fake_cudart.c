@@ -14,6 +14,16 @@
  *   again fails as CUDA does (cudaErrorHostMemoryAlreadyRegistered), async copies from
  *   unregistered memory and unregistering a range with queued copies are counted.
  *
+ * Timed mode (FAKE_CUDA_GBPS=B, GB/s): each GPU has one copy engine that moves B GB/s. A copy
+ * starts when it is issued or when the engine finishes the one before, whichever is later, and a
+ * synchronization (stream, event, synchronous copy) sleeps until the modelled end of what it waits
+ * for. The engine's busy time is reported, so a benchmark can tell how well loads keep the link
+ * busy (bench/ring_sim.sh) without a GPU. It measures time only: no byte is moved and device
+ * memory is never touched, so that the stand-in's own copies do not slow the load it measures
+ * (the strict untimed mode checks the bytes).
+ * FAKE_CUDA_EVENTS_AS_STREAM=1 makes an event wait wait for its whole stream, i.e. what an engine
+ * that fences the stream before refilling a slot would get, to compare against.
+ *
  * FAKE_CUDA_GPUS (default 2; 0: no GPU) sets the GPU count. At exit the counters are appended to
  * $FAKE_CUDA_LOG, one line of key=value pairs, for the test to check. */
 #define _POSIX_C_SOURCE 200809L /* posix_memalign under -std=c11 */
@@ -22,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define FK_EXPORT __attribute__((visibility("default")))
 #define FK_MAX_GPUS 16
@@ -47,6 +58,7 @@ typedef struct fk_op {
     const unsigned char *src;   /* NULL: memset to value */
     size_t dpitch, spitch, width, height;
     int value;
+    double done_at;             /* timed mode: when the copy engine finishes it */
 } fk_op;
 
 struct fk_stream {
@@ -90,6 +102,9 @@ static struct {
     unsigned long mallocs, frees, async_copies, async_unregistered, sync_copies, copies_2d,
         memsets, registers, register_errors, nonportable, bad_ptr, wrong_gpu, pending_at_unregister,
         max_queue, syncs, event_syncs;
+    double bw;                  /* timed mode: bytes per second per copy engine; 0: off */
+    int events_as_stream;       /* event waits wait for the whole stream (a baseline to compare) */
+    double engine_free[FK_MAX_GPUS], busy, first_start, last_end, slept;
 } g = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static _Thread_local int t_gpu;
@@ -102,7 +117,45 @@ static void fk_init(void)
     g.gpus = n ? atoi(n) : 2;
     g.gpus = g.gpus < 0 ? 0 : g.gpus > FK_MAX_GPUS ? FK_MAX_GPUS : g.gpus;
     g.mem = m ? (size_t)strtoull(m, NULL, 10) : (size_t)1 << 30;
+    const char *bw = getenv("FAKE_CUDA_GBPS");
+    g.bw = bw ? strtod(bw, NULL) * 1e9 : 0.0;
+    g.bw = g.bw > 0 ? g.bw : 0.0;
+    g.events_as_stream = getenv("FAKE_CUDA_EVENTS_AS_STREAM") != NULL;
     g.init = 1;
+}
+
+static double fk_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Timed mode: books the copy engine of gpu for o (memsets run in device memory: no link time). */
+static void fk_book(fk_op *o, int gpu)
+{
+    if (g.bw <= 0)
+        return;
+    const double now = fk_now();
+    const double start = g.engine_free[gpu] > now ? g.engine_free[gpu] : now;
+    const double dur = o->src ? (double)(o->width * o->height) / g.bw : 0.0;
+    o->done_at = start + dur;
+    g.engine_free[gpu] = o->done_at;
+    g.busy += dur;
+    g.first_start = g.first_start > 0 && g.first_start < start ? g.first_start : start;
+    g.last_end = o->done_at > g.last_end ? o->done_at : g.last_end;
+}
+
+/* Timed mode: sleeps until time t (the caller holds the lock, as a blocking CUDA call would hold
+ * the host thread; only the loading thread calls in while reads run in other threads). */
+static void fk_wait_until(double t)
+{
+    const double d = t - fk_now();
+    if (g.bw <= 0 || d <= 0)
+        return;
+    struct timespec ts = {.tv_sec = (time_t)d, .tv_nsec = (long)((d - (double)(time_t)d) * 1e9)};
+    g.slept += d;
+    nanosleep(&ts, NULL);
 }
 
 /* GPU whose allocation holds [p, p + n), or -1. */
@@ -142,6 +195,8 @@ static cudaError_t fk_check_dev(const void *dev, size_t span, int gpu)
 
 static void fk_run(const fk_op *o)
 {
+    if (g.bw > 0)
+        return;
     for (size_t r = 0; r < o->height; r++) {
         if (o->src)
             memcpy(o->dst + r * o->dpitch, o->src + r * o->spitch, o->width);
@@ -153,6 +208,8 @@ static void fk_run(const fk_op *o)
 /* Performs the first k queued ops of s. */
 static void fk_run_first(struct fk_stream *s, size_t k)
 {
+    if (k)
+        fk_wait_until(s->q[k - 1].done_at);
     for (size_t i = 0; i < k; i++)
         fk_run(&s->q[i]);
     memmove(s->q, s->q + k, (s->n - k) * sizeof *s->q);
@@ -174,8 +231,9 @@ static void fk_drain_gpu(int gpu)
     }
 }
 
-static cudaError_t fk_enqueue(struct fk_stream *s, const fk_op *o)
+static cudaError_t fk_enqueue(struct fk_stream *s, fk_op *o)
 {
+    fk_book(o, s->gpu);
     if (s->n == s->cap) {
         size_t cap = s->cap ? 2 * s->cap : 64;
         fk_op *q = realloc(s->q, cap * sizeof *q);
@@ -205,7 +263,7 @@ static cudaError_t fk_check_copy(const fk_op *o, int kind, int gpu)
     return FK_INVALID_VALUE;
 }
 
-static cudaError_t fk_async(const fk_op *o, int kind, struct fk_stream *s)
+static cudaError_t fk_async(fk_op *o, int kind, struct fk_stream *s)
 {
     if (!s)
         return FK_INVALID_HANDLE;
@@ -225,6 +283,9 @@ static cudaError_t fk_sync(const fk_op *o, int kind)
         return e;
     g.sync_copies++;
     fk_drain_gpu(t_gpu);
+    fk_op timed = *o;
+    fk_book(&timed, t_gpu);
+    fk_wait_until(timed.done_at);
     fk_run(o);
     return FK_OK;
 }
@@ -296,7 +357,8 @@ static cudaError_t fk_malloc(void **ptr, size_t n)
         free(a);
         return FK_MEMORY_ALLOCATION;
     }
-    memset(p, 0xA5, n); /* cudaMalloc'd memory is not zero: nor is the stand-in's */
+    if (g.bw <= 0)
+        memset(p, 0xA5, n); /* cudaMalloc'd memory is not zero: nor is the stand-in's */
     *a = (fk_alloc){.p = p, .n = n, .gpu = t_gpu, .next = g.allocs};
     g.allocs = a;
     g.used[t_gpu] += n;
@@ -423,7 +485,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, int kind)
 
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, cudaStream_t s)
 {
-    const fk_op o = fk_op_1d(dst, src, n);
+    fk_op o = fk_op_1d(dst, src, n);
     FK_LOCKED(fk_async(&o, kind, s));
 }
 
@@ -441,7 +503,7 @@ cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitc
 cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
                               size_t width, size_t height, int kind, cudaStream_t s)
 {
-    const fk_op o = {.dst = dst, .src = src, .dpitch = dpitch, .spitch = spitch, .width = width,
+    fk_op o = {.dst = dst, .src = src, .dpitch = dpitch, .spitch = spitch, .width = width,
                      .height = height};
     pthread_mutex_lock(&g.lock);
     g.copies_2d++;
@@ -457,7 +519,7 @@ static cudaError_t fk_memset_async(void *ptr, int value, size_t n, cudaStream_t 
     if (e != FK_OK)
         return e;
     g.memsets++;
-    const fk_op o = {.dst = ptr, .dpitch = n, .width = n, .height = 1, .value = value};
+    fk_op o = {.dst = ptr, .dpitch = n, .width = n, .height = 1, .value = value};
     return fk_enqueue(s, &o);
 }
 
@@ -564,7 +626,9 @@ static cudaError_t fk_event_sync(cudaEvent_t e)
     if (!e)
         return FK_INVALID_HANDLE;
     g.event_syncs++;
-    if (e->s && fk_stream_live(e->s) && e->at > e->s->run)
+    if (e->s && fk_stream_live(e->s) && g.events_as_stream)
+        fk_drain(e->s);
+    else if (e->s && fk_stream_live(e->s) && e->at > e->s->run)
         fk_run_first(e->s, (size_t)(e->at - e->s->run));
     return FK_OK;
 }
@@ -615,10 +679,12 @@ __attribute__((destructor)) static void fk_report(void)
             "fake_cudart mallocs=%lu frees=%lu live_allocs=%lu live_bytes=%zu async=%lu "
             "async_unregistered=%lu sync=%lu copies_2d=%lu memsets=%lu syncs=%lu registers=%lu "
             "register_errors=%lu nonportable=%lu live_registers=%lu bad_ptr=%lu wrong_gpu=%lu "
-            "pending_at_unregister=%lu pending_at_exit=%lu max_queue=%lu event_syncs=%lu\n",
+            "pending_at_unregister=%lu pending_at_exit=%lu max_queue=%lu event_syncs=%lu "
+            "engine_busy_s=%.6f engine_span_s=%.6f slept_s=%.6f\n",
             g.mallocs, g.frees, live_allocs, live_bytes, g.async_copies, g.async_unregistered,
             g.sync_copies, g.copies_2d, g.memsets, g.syncs, g.registers, g.register_errors,
             g.nonportable, live_regs, g.bad_ptr, g.wrong_gpu, g.pending_at_unregister, pending,
-            g.max_queue, g.event_syncs);
+            g.max_queue, g.event_syncs, g.busy, g.last_end > g.first_start ? g.last_end - g.first_start : 0.0,
+            g.slept);
     fclose(f);
 }
