@@ -5,8 +5,8 @@
 # throughput from the page cache (default settings and a small sweep of engine, staging and request
 # size) and from disk, device memory deltas, host peak RSS, pinned host-to-device bandwidth,
 # safetensors.torch.load_file(device="cuda") and PyTorch's whole-tensor-then-narrow-and-copy per
-# rank. Writes a "GPU" section (bench/gpu_report.py) to $OUT or $GPU_WORK and appends it to
-# bench/RESULTS.md.
+# rank. Writes the "GPU" section (bench/gpu_report.py) to bench/gpu.md and $OUT (or $GPU_WORK), and
+# puts it into bench/RESULTS.md in place of the previous one (make bench keeps it).
 #
 # Needs: cmake, a C compiler, jansson and xxhash (liburing optional) either installed or extracted
 # into .devdeps by scripts/devdeps.sh (for machines where nothing can be installed; should the
@@ -16,17 +16,22 @@
 #
 # Knobs: GPU_CONFIG (default tests/configs/llama-3-8b.json), GPU_WORK (work dir, default
 #        build-gpu), GPU_RESULTS (default bench/RESULTS.md), GPU_FAKE=1 (CPU dry run of this script
-#        with the host-memory stand-in tests/fake_cudart.c; torch skipped), GPU_REPS (runs per
-#        measured setting, best kept; default 2).
+#        with the host-memory stand-in tests/fake_cudart.c; torch skipped; results stay in the work
+#        dir), GPU_REPS (runs per measured setting, best kept; default 2), GPU_SL (an already
+#        built shardload: no build; tests/cli_gpu_check_dry.sh uses it).
 set -u -o pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CONFIG=${GPU_CONFIG:-$ROOT/tests/configs/llama-3-8b.json}
 WORK=${GPU_WORK:-$ROOT/build-gpu}
-RESULTS=${GPU_RESULTS:-$ROOT/bench/RESULTS.md}
+if [ "${GPU_FAKE:-0}" = 1 ]; then   # a dry run does not touch the committed results
+    RESULTS=${GPU_RESULTS:-$WORK/RESULTS.md} GPU_MD=$WORK/gpu-fake.md
+else
+    RESULTS=${GPU_RESULTS:-$ROOT/bench/RESULTS.md} GPU_MD=$ROOT/bench/gpu.md
+fi
 REPS=${GPU_REPS:-2}
 PY=${PY:-python3}
 BUILD=$WORK/build
-SL=$BUILD/shardload
+SL=${GPU_SL:-$BUILD/shardload}
 CK=$WORK/ck
 mkdir -p "$WORK" || { echo "gpu_check: cannot create $WORK" >&2; exit 1; }
 OUTD=${OUT:-$WORK}             # the device tool brings back what is under $OUT
@@ -51,7 +56,7 @@ if [ -d "$ROOT/.devdeps/usr" ]; then
     say "using the libraries extracted in .devdeps"
 fi
 if [ "${GPU_FAKE:-0}" = 1 ]; then
-    export SL_CUDART=$BUILD/tests/libfake_cudart.so FAKE_CUDA_GPUS=1 FAKE_CUDA_MEM=$((64 << 30))
+    export SL_CUDART=$(dirname "$SL")/tests/libfake_cudart.so FAKE_CUDA_GPUS=1 FAKE_CUDA_MEM=$((64 << 30))
     GPU_DESC="none (GPU_FAKE=1: host-memory stand-in, CPU dry run)"
 else
     GPU_DESC=$(nvidia-smi --query-gpu=name,memory.total,driver_version,pcie.link.gen.max,pcie.link.width.max \
@@ -75,7 +80,7 @@ build() {
         "${CMAKE_EXTRA[@]}" >"$WORK/cmake.log" 2>&1 || return 1
     cmake --build "$BUILD" -j"$(nproc)" >"$WORK/build.log" 2>&1 || return 2
 }
-build
+if [ -n "${GPU_SL:-}" ]; then true; else build; fi
 case $? in
 0) ;;
 *) cp "$WORK/cmake.log" "$WORK/build.log" "$OUTD/" 2>/dev/null
@@ -103,10 +108,11 @@ record "{\"checkpoint\":{\"config\":\"$(basename "$CONFIG")\",\"bytes\":$CK_BYTE
 # ---- helpers ---------------------------------------------------------------------------------------
 nums() { grep -o "\"$1\":[0-9]*" | cut -d: -f2 | tr '\n' ' '; }
 sums() { grep -o '"xxh3":"[0-9a-f]*"' | tr -d '\n' | md5sum | cut -c1-16; }
-# Evicts the checkpoint from the page cache: drop_caches as root, else fadvise(DONTNEED).
+# Evicts the checkpoint from the page cache: drop_caches as root on the GPU machine, else (and in
+# dry runs, which share a machine with other work) fadvise(DONTNEED) on the files alone.
 evict() {
     sync
-    if [ "$(id -u)" = 0 ] && echo 3 >/proc/sys/vm/drop_caches 2>/dev/null; then
+    if [ "${GPU_FAKE:-0}" != 1 ] && [ "$(id -u)" = 0 ] && echo 3 >/proc/sys/vm/drop_caches 2>/dev/null; then
         echo drop_caches
     else
         "$PY" -c 'import os,sys
@@ -228,9 +234,10 @@ if ! grep -q torch_skipped <<<"$out"; then
 fi
 
 # ---- 8. report ---------------------------------------------------------------------------------------
-"$PY" "$ROOT/bench/gpu_report.py" "$LOG" "$fails" >"$OUTD/gpu_section.md" || die "could not write the report"
-cat "$OUTD/gpu_section.md" >>"$RESULTS"
-cat "$OUTD/gpu_section.md"
-say "wrote $OUTD/gpu_section.md and appended it to $RESULTS"
+"$PY" "$ROOT/bench/gpu_report.py" "$LOG" "$fails" >"$OUTD/gpu.md" || die "could not write the report"
+[ "$OUTD/gpu.md" -ef "$GPU_MD" ] || cp "$OUTD/gpu.md" "$GPU_MD"
+"$PY" "$ROOT/bench/gpu_report.py" --splice "$RESULTS" "$GPU_MD" || die "could not update $RESULTS"
+cat "$GPU_MD"
+say "wrote $GPU_MD (and $OUTD/gpu.md) and put it into $RESULTS as its GPU section"
 [ "$fails" = 0 ] || die "$fails failures (see above)"
 say "ok"

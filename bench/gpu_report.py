@@ -2,8 +2,12 @@
 """gpu_report.py LOG FAILS - the markdown "GPU" section of bench/RESULTS.md from the JSON lines that
 bench/gpu_check.sh wrote: correctness, shardload's throughput per setting (best of the runs), and
 the ratios to pinned host-to-device bandwidth and to PyTorch on the same files. Standard library
-only."""
+only.
+
+gpu_report.py --splice RESULTS SECTION - replaces the "## GPU" section of RESULTS (or appends one)
+with the file SECTION; bench/report.py keeps bench/gpu.md when it rewrites RESULTS."""
 import json
+import os
 import sys
 import time
 
@@ -114,5 +118,20 @@ def main():
     print("\n".join(out))
 
 
+def splice(results, section):
+    old = open(results).read().split("\n") if os.path.exists(results) else []
+    keep, skipping = [], False
+    for line in old:
+        if line.startswith("## "):
+            skipping = line.startswith("## GPU")
+        if not skipping:
+            keep.append(line)
+    text = "\n".join(keep).rstrip() + "\n\n" + open(section).read().strip() + "\n"
+    open(results, "w").write(text)
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1] == "--splice":
+        splice(sys.argv[2], sys.argv[3])
+    else:
+        main()

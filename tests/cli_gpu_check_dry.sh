@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# cli_gpu_check_dry.sh - bench/gpu_check.sh, the script meant for a GPU machine, run through on the
+# host-memory stand-in (GPU_FAKE=1) with a tiny model, so that a mistake in its plumbing (options
+# it passes, the JSON it parses, the report and the RESULTS.md splice) shows here, not in the few
+# minutes a GPU machine is lent for. Twice: the second run must replace the GPU section, not add one.
+# Usage: cli_gpu_check_dry.sh path/to/shardload
+set -u
+SL=${1:?usage: cli_gpu_check_dry.sh SHARDLOAD}
+SL=$(cd "$(dirname "$SL")" && pwd)/$(basename "$SL")
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+T=$(mktemp -d "${TMPDIR:-/tmp}/sl_gpu_dry.XXXXXX")
+trap 'rm -rf "$T"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+cat >"$T/tiny.json" <<'JSON'
+{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":256,"intermediate_size":512,
+ "num_attention_heads":8,"num_key_value_heads":2,"num_hidden_layers":2,"vocab_size":1001,
+ "tie_word_embeddings":false,"torch_dtype":"bfloat16","rms_norm_eps":1e-05,"head_dim":32}
+JSON
+printf '# Results\n\n## Earlier section\n\nkept\n' >"$T/RESULTS.md"
+for i in 1 2; do
+    GPU_FAKE=1 GPU_REPS=1 GPU_SL="$SL" GPU_CONFIG="$T/tiny.json" GPU_WORK="$T/work" \
+        GPU_RESULTS="$T/RESULTS.md" PY=/usr/bin/python3 OUT= bash "$ROOT/bench/gpu_check.sh" \
+        >"$T/out" 2>"$T/err" || fail "run $i: $(tail -5 "$T/err")"
+done
+md=$T/work/gpu.md
+[ -f "$md" ] || fail "no report"
+for tp in 1 2 8; do
+    grep -q "^| tp$tp | [1-9][0-9]* | yes |" "$md" || fail "tp $tp not checked equal: $(cat "$md")"
+done
+grep -q "^| cuda_tp1_default .*| warm | io_uring\|^| cuda_tp1_default .*| warm | pread" "$md" || fail "no warm default run"
+grep -q "^| cuda_tp1_default .*| cold:" "$md" || fail "no cold run"
+grep -q "Failures: 0" "$md" || fail "failures reported: $(cat "$md")"
+[ "$(grep -c '^## GPU' "$T/RESULTS.md")" = 1 ] || fail "RESULTS.md has $(grep -c '^## GPU' "$T/RESULTS.md") GPU sections"
+grep -q "^kept" "$T/RESULTS.md" || fail "the splice lost the other sections"
+[ -f "$ROOT/bench/gpu-fake.md" ] && fail "a dry run wrote into bench/"
+echo "cli_gpu_check_dry: ok"
