@@ -502,12 +502,26 @@ static void strictness(void)
 
     make_tensors(&c, 1);
     add_tensor(&c, "model.layers.0.mlp.extra.weight", 4, 1, 1);
-    check_error("unclaimed", &c, SL_E_UNCLAIMED, "model.layers.0.mlp.extra.weight");
+    check_error("unclaimed", &c, SL_E_UNCLAIMED,
+                "checkpoint tensor 'model.layers.0.mlp.extra.weight' (plan_err_");
+    check_error("unclaimed file", &c, SL_E_UNCLAIMED, "model-00002-of-00002.safetensors) is not claimed");
+    add_tensor(&c, "model.layers.1.mlp.extra2.weight", 4, 1, 1);
+    check_error("two unclaimed", &c, SL_E_UNCLAIMED, "2 checkpoint tensors are not claimed by any rule");
+    check_error("two unclaimed, both named", &c, SL_E_UNCLAIMED, "'model.layers.1.mlp.extra2.weight' (");
+    for (int i = 0; i < 9; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "model.extra%d.weight", i);
+        add_tensor(&c, name, 4, 1, 1);
+    }
+    check_error("eleven unclaimed, eight listed", &c, SL_E_UNCLAIMED, "model.extra5.weight' (");
+    check_error("eleven unclaimed, count", &c, SL_E_UNCLAIMED, "11 checkpoint tensors are not claimed");
     free_tensors();
 
     make_tensors(&c, 1);
     find("model.layers.1.mlp.up_proj.weight")->R = 11;
     check_error("shape", &c, SL_E_SHAPE, "[11, 8] but the config implies [12, 8]");
+    check_error("shape names the file", &c, SL_E_SHAPE,
+                ".safetensors: checkpoint tensor 'model.layers.1.mlp.up_proj.weight' has shape");
     free_tensors();
 
     make_tensors(&c, 0);

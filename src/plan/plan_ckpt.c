@@ -72,6 +72,12 @@ static void shape_str(sl_strbuf *b, uint32_t ndim, const uint64_t *shape)
     sl_strbuf_puts(b, "]");
 }
 
+static const char *tensor_file(const plan_ctx *c, const sl_tensor_info *ti)
+{
+    const char *f = sl_checkpoint_file_path(c->ck, ti->file);
+    return f ? f : "?";
+}
+
 static sl_status check_shape(plan_ctx *c, const sl_tensor_info *ti, const sl_model_tensor *mt)
 {
     int same = ti->ndim == mt->ndim;
@@ -82,8 +88,8 @@ static sl_status check_shape(plan_ctx *c, const sl_tensor_info *ti, const sl_mod
     sl_strbuf a = {0}, b = {0};
     shape_str(&a, ti->ndim, ti->shape);
     shape_str(&b, mt->ndim, mt->shape);
-    sl_err_set(&c->p->err, SL_E_SHAPE, "checkpoint tensor '%s' has shape %s but the config implies "
-               "%s", ti->name, sl_strbuf_str(&a), sl_strbuf_str(&b));
+    sl_err_set(&c->p->err, SL_E_SHAPE, "%s: checkpoint tensor '%s' has shape %s but the config "
+               "implies %s", tensor_file(c, ti), ti->name, sl_strbuf_str(&a), sl_strbuf_str(&b));
     sl_strbuf_free(&a);
     sl_strbuf_free(&b);
     return SL_E_SHAPE;
@@ -97,12 +103,42 @@ static int float_dtype(sl_dtype dt)
 static sl_status check_dtype(plan_ctx *c, const sl_tensor_info *ti)
 {
     SL_CHECK(ti->dtype == c->p->dtype || float_dtype(ti->dtype), &c->p->err, SL_E_UNSUPPORTED,
-             "checkpoint tensor '%s' has dtype %s, which cannot be converted to %s", ti->name,
-             sl_dtype_name(ti->dtype) ? sl_dtype_name(ti->dtype) : "?", sl_dtype_name(c->p->dtype));
+             "%s: checkpoint tensor '%s' has dtype %s, which cannot be converted to %s",
+             tensor_file(c, ti), ti->name, sl_dtype_name(ti->dtype) ? sl_dtype_name(ti->dtype) : "?",
+             sl_dtype_name(c->p->dtype));
     return SL_OK;
 }
 
-static sl_status bind_one(plan_ctx *c, const name_map *mp, int64_t i)
+/* Tensors no rule claims are collected, not reported one at a time: a checkpoint of another
+ * architecture or a renamed export usually has many, and one message that lists them saves a
+ * round of fixing and rerunning. */
+#define UNCLAIMED_LISTED 8
+
+typedef struct unclaimed {
+    sl_strbuf list;
+    int64_t n;
+} unclaimed;
+
+static void unclaimed_add(plan_ctx *c, unclaimed *u, const sl_tensor_info *ti)
+{
+    if (u->n++ < UNCLAIMED_LISTED)
+        sl_strbuf_printf(&u->list, "%s'%s' (%s)", u->n > 1 ? ", " : "", ti->name, tensor_file(c, ti));
+}
+
+static sl_status unclaimed_report(plan_ctx *c, unclaimed *u)
+{
+    sl_status st = SL_OK;
+    if (u->n == 1)
+        st = sl_err_set(&c->p->err, SL_E_UNCLAIMED, "checkpoint tensor %s is not claimed by any "
+                        "rule of the %s table", sl_strbuf_str(&u->list), c->m->cfg.architecture);
+    else if (u->n > 1)
+        st = sl_err_set(&c->p->err, SL_E_UNCLAIMED, "%lld checkpoint tensors are not claimed by any "
+                        "rule of the %s table: %s%s", (long long)u->n, c->m->cfg.architecture,
+                        sl_strbuf_str(&u->list), u->n > UNCLAIMED_LISTED ? ", ..." : "");
+    return st;
+}
+
+static sl_status bind_one(plan_ctx *c, const name_map *mp, int64_t i, unclaimed *u)
 {
     sl_tensor_info ti;
     sl_status st = sl_checkpoint_tensor(c->ck, i, &ti);
@@ -110,9 +146,10 @@ static sl_status bind_one(plan_ctx *c, const name_map *mp, int64_t i)
     if (skipped(ti.name))
         return SL_OK;
     const int64_t k = map_find(c, mp, ti.name);
-    SL_CHECK(k >= 0, &c->p->err, SL_E_UNCLAIMED,
-             "checkpoint tensor '%s' is not claimed by any rule of the %s table", ti.name,
-             c->m->cfg.architecture);
+    if (k < 0) {
+        unclaimed_add(c, u, &ti);
+        return SL_OK;
+    }
     const sl_model_tensor *mt = &c->m->tensors[k];
     if (c->m->cfg.tied && c->m->rules[mt->rule].tied_skip)
         return SL_OK;   /* tied: the embedding serves as lm_head, as in vLLM */
@@ -163,11 +200,15 @@ static sl_status check_missing(plan_ctx *c)
 sl_status sl_plan_bind_checkpoint(plan_ctx *c)
 {
     name_map mp = {0};
+    unclaimed u = {0};
     sl_status st = map_build(c, &mp);
     const int64_t n = sl_checkpoint_tensor_count(c->ck);
     for (int64_t i = 0; st == SL_OK && i < n; i++)
-        st = bind_one(c, &mp, i);
+        st = bind_one(c, &mp, i, &u);
     free(mp.slots);
+    if (st == SL_OK)
+        st = unclaimed_report(c, &u);
+    sl_strbuf_free(&u.list);
     if (st == SL_OK)
         st = check_missing(c);
     if (st == SL_OK) {
