@@ -18,6 +18,8 @@ enum { CLI_EXIT_OK = 0, CLI_EXIT_FAIL = 1, CLI_EXIT_USAGE = 2 };
 
 /* Prints "shardload: error: <msg>" on stderr and returns CLI_EXIT_FAIL. */
 int cli_fail(const char *fmt, ...) CLI_PRINTF(1, 2);
+/* Prints the checkpoint's warnings on stderr, "shardload: warning: ..." one line each. */
+void cli_warnings(const sl_checkpoint *ck);
 /* Prints "shardload <cmd>: <msg>" and a hint to --help on stderr; returns CLI_EXIT_USAGE. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) CLI_PRINTF(2, 3);
 /* Parses "123", "64K", "16M", "5G", "5GB", "2GiB" (powers of 1000 for KB/MB/GB, 1024 for K/M/G,

@@ -176,6 +176,8 @@ static sl_status dist_open(const char *path, const sl_plan_opts *po, int dummy, 
                  *ck ? sl_checkpoint_errmsg(*ck) : "out of memory");
         return st;
     }
+    if (sl_dist_rank() == 0)
+        cli_warnings(*ck);   /* every rank opened the same files: say it once */
     if ((st = sl_plan_build(*ck, po, p)) != SL_OK)
         snprintf(msg, len, "rank %d: %s", (int)sl_dist_rank(), *p ? sl_plan_errmsg(*p) : "out of memory");
     return st;

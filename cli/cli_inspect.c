@@ -123,6 +123,7 @@ int cli_inspect(int argc, char **argv)
         sl_checkpoint_close(ck);
         return rc;
     }
+    cli_warnings(ck);
     if (json)
         inspect_json(ck);
     else

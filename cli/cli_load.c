@@ -219,6 +219,7 @@ static int load_open(const cli_opts *a, sl_checkpoint **ck, sl_plan **p)
     const char *path = a->n_pos ? a->pos[0] : NULL;
     if (path && sl_checkpoint_open(path, ck) != SL_OK)
         return cli_fail("%s", *ck ? sl_checkpoint_errmsg(*ck) : "out of memory");
+    cli_warnings(*ck);
     if (sl_plan_build(*ck, &a->po, p) != SL_OK)
         return cli_fail("%s", *p ? sl_plan_errmsg(*p) : "out of memory");
     return CLI_EXIT_OK;

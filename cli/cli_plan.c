@@ -195,6 +195,7 @@ int cli_plan(int argc, char **argv)
         ret = cli_fail("%s", ck ? sl_checkpoint_errmsg(ck) : "out of memory");
         goto out;
     }
+    cli_warnings(ck);
     if (sl_plan_build(ck, &a.o, &p) != SL_OK) {
         ret = cli_fail("%s", sl_plan_errmsg(p));
         goto out;

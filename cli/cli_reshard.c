@@ -38,7 +38,7 @@ static int reshard_run(const char *path, const char *outdir, cli_opts *a)
     char err[2048];
     if (sl_checkpoint_open(path, &ck) != SL_OK)
         rc = cli_fail("%s", ck ? sl_checkpoint_errmsg(ck) : "out of memory");
-    else if (sl_plan_build(ck, &a->po, &p) != SL_OK)
+    else if (cli_warnings(ck), sl_plan_build(ck, &a->po, &p) != SL_OK)
         rc = cli_fail("%s", p ? sl_plan_errmsg(p) : "out of memory");
     else if (sl_reshard(ck, p, &a->lo, outdir, a->max_part, err, sizeof(err)) != SL_OK)
         rc = cli_fail("%s", err);

@@ -20,6 +20,12 @@ int cli_fail(const char *fmt, ...)
     return CLI_EXIT_FAIL;
 }
 
+void cli_warnings(const sl_checkpoint *ck)
+{
+    for (int64_t i = 0; i < sl_checkpoint_warning_count(ck); i++)
+        fprintf(stderr, "shardload: warning: %s\n", sl_checkpoint_warning(ck, i));
+}
+
 int cli_usage_error(const char *cmd, const char *fmt, ...)
 {
     va_list ap;

@@ -125,6 +125,10 @@ typedef struct sl_tensor_info {
 sl_status sl_checkpoint_open(const char *path, sl_checkpoint **out);
 void sl_checkpoint_close(sl_checkpoint *ck);
 const char *sl_checkpoint_errmsg(const sl_checkpoint *ck);
+/* What an open found odd but not wrong, e.g. an index whose metadata.total_size does not match
+ * its shards (SAFETENSORS.md I7): one line each, naming the file. Borrowed; NULL out of range. */
+int64_t sl_checkpoint_warning_count(const sl_checkpoint *ck);
+const char *sl_checkpoint_warning(const sl_checkpoint *ck, int64_t i);
 
 /* The directory holding the checkpoint (the path itself for a directory). Borrowed. */
 const char *sl_checkpoint_dir(const sl_checkpoint *ck);

@@ -75,5 +75,22 @@ mk "$T/esc.safetensors" '{"q\"\\\u0001\u00e9":{"dtype":"U8","shape":[1],"data_of
 "$SL" inspect --json "$T/esc.safetensors" | "$PY" -c 'import json,sys; d=json.load(sys.stdin); assert d["tensors"][0]["name"]=="q\"\\\x01\u00e9", d' \
   || fail "escaped name in --json"
 
+# I7: an index total_size that disagrees with the shards is a warning (one line, exit 0), not an error
+mkdir -p "$T/idx"
+mk "$T/idx/model-00001-of-00002.safetensors" '{"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}}' 4
+mk "$T/idx/model-00002-of-00002.safetensors" '{"b":{"dtype":"U8","shape":[8],"data_offsets":[0,8]}}' 8
+for size in 12 999; do
+  echo "{\"metadata\":{\"total_size\":$size},\"weight_map\":{\"a\":\"model-00001-of-00002.safetensors\",\"b\":\"model-00002-of-00002.safetensors\"}}" \
+    >"$T/idx/model.safetensors.index.json"
+  "$SL" inspect --json "$T/idx" >"$T/out" 2>"$T/err" || fail "total_size $size: exit $?"
+  "$PY" -c 'import json,sys; json.load(open(sys.argv[1]))' "$T/out" || fail "total_size $size: JSON"
+  if [ $size = 12 ]; then
+    [ ! -s "$T/err" ] || fail "matching total_size warned: $(cat "$T/err")"
+  else
+    [ "$(wc -l <"$T/err")" = 1 ] && grep -q "^shardload: warning: .*model.safetensors.index.json: metadata.total_size is 999 but the shards hold 12 bytes" "$T/err" \
+      || fail "total_size 999: $(cat "$T/err")"
+  fi
+done
+
 if ((fails)); then echo "$fails failure(s)"; exit 1; fi
 echo "cli_inspect: all checks passed"

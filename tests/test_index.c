@@ -116,7 +116,8 @@ static sl_checkpoint *open_expect(const ckdir *d, sl_status want, const char *wh
 static void test_valid_indexed(void)
 {
     ckdir d;
-    /* I7: total_size 999 disagrees with the 16 data bytes: accepted. An extra file is ignored. */
+    /* I7: total_size 999 disagrees with the 16 data bytes: accepted with a warning naming the index.
+     * An extra file is ignored. */
     two_shards(&d, "{\"metadata\":{\"total_size\":999}," GOOD_MAP "}");
     put(&d, "zz-unlisted.safetensors", "{" T("a", "U8", "[1]", 0, 1) "}", 1);
     sl_checkpoint *ck = open_expect(&d, SL_OK, "valid index", NULL, NULL);
@@ -139,9 +140,26 @@ static void test_valid_indexed(void)
         EXPECT(sl_checkpoint_metadata_count(ck, 0) == 1 && sl_checkpoint_metadata(ck, 0, 0, &k, &v) == SL_OK &&
                strcmp(k, "format") == 0 && strcmp(v, "pt") == 0, "metadata");
         EXPECT(sl_checkpoint_metadata_count(ck, 1) == 0, "no metadata in shard 2");
+        const char *w = sl_checkpoint_warning(ck, 0);
+        EXPECT(sl_checkpoint_warning_count(ck) == 1 && w && strstr(w, IDX) &&
+                   strstr(w, "metadata.total_size is 999 but the shards hold 16 bytes"),
+               "I7 warning: %s", w ? w : "(none)");
+        EXPECT(sl_checkpoint_warning(ck, 1) == NULL && sl_checkpoint_warning(ck, -1) == NULL,
+               "warning out of range");
         sl_checkpoint_close(ck);
     }
     fmt_rm_rf(d.dir);
+
+    /* total_size that matches (16 data bytes) or is absent: no warning */
+    const char *const quiet[] = {"{\"metadata\":{\"total_size\":16}," GOOD_MAP "}", "{" GOOD_MAP "}"};
+    for (int i = 0; i < 2; i++) {
+        two_shards(&d, quiet[i]);
+        ck = open_expect(&d, SL_OK, "quiet index", NULL, NULL);
+        EXPECT(ck && sl_checkpoint_warning_count(ck) == 0, "index %d: unexpected warning %s", i,
+               ck ? sl_checkpoint_warning(ck, 0) : "");
+        sl_checkpoint_close(ck);
+        fmt_rm_rf(d.dir);
+    }
 }
 
 static void test_index_errors(void)

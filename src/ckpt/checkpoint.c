@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +40,8 @@ struct sl_checkpoint {
     ck_name *by_name;           /* sorted by name, for O(log n) look-up */
     uint64_t total_bytes;
     bool presharded;            /* every file is model-rank-{d}-part-{p}.safetensors */
+    char **warnings;            /* what is odd but not wrong (I7); the loader never relies on it */
+    size_t n_warnings;
 };
 
 /* ---- reading one file ---- */
@@ -336,6 +339,37 @@ static sl_status ck_load_files(sl_checkpoint *ck, bool from_index)
     return ck_check_duplicates(ck);
 }
 
+static void ck_warn(sl_checkpoint *ck, const char *fmt, ...) SL_PRINTF(2, 3);
+
+/* A warning that cannot be stored (out of memory) is dropped: warnings never fail an open. */
+static void ck_warn(sl_checkpoint *ck, const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    char **w = realloc(ck->warnings, (ck->n_warnings + 1) * sizeof *w);
+    if (!w)
+        return;
+    ck->warnings = w;
+    if ((w[ck->n_warnings] = strdup(buf)) != NULL)
+        ck->n_warnings++;
+}
+
+/* I7: total_size is unreliable (tied weights, writers that count differently), so a mismatch is a
+ * warning, and nothing is ever sized from it. */
+static void ck_check_total_size(sl_checkpoint *ck, const st_index *ix, const char *index_path)
+{
+    uint64_t data = 0;
+    for (size_t f = 0; f < ck->n_files; f++)
+        data += ck->files[f].size - ck->files[f].h.data_start;   /* R11: no overflow */
+    if (ix->has_total_size && ix->total_size != data)
+        ck_warn(ck, "%s: metadata.total_size is %llu but the shards hold %llu bytes of tensor data "
+                "(ignored: nothing is sized from it)", index_path, (unsigned long long)ix->total_size,
+                (unsigned long long)data);
+}
+
 static sl_status ck_open_indexed(sl_checkpoint *ck, const char *index_path)
 {
     st_index ix;
@@ -348,6 +382,8 @@ static sl_status ck_open_indexed(sl_checkpoint *ck, const char *index_path)
         st = ck_load_files(ck, true);
     if (st == SL_OK)
         st = ck_check_index(ck, &ix);
+    if (st == SL_OK)
+        ck_check_total_size(ck, &ix, index_path);
     st_index_free(&ix);
     return st;
 }
@@ -403,6 +439,9 @@ void sl_checkpoint_close(sl_checkpoint *ck)
         free(ck->files[f].path);
         st_header_free(&ck->files[f].h);
     }
+    for (size_t i = 0; i < ck->n_warnings; i++)
+        free(ck->warnings[i]);
+    free(ck->warnings);
     free(ck->files);
     free(ck->tensors);
     free(ck->by_name);
@@ -416,6 +455,16 @@ void sl_checkpoint_close(sl_checkpoint *ck)
 const char *sl_checkpoint_errmsg(const sl_checkpoint *ck)
 {
     return ck ? sl_err_msg(&ck->err) : "out of memory";
+}
+
+int64_t sl_checkpoint_warning_count(const sl_checkpoint *ck)
+{
+    return ck ? (int64_t)ck->n_warnings : 0;
+}
+
+const char *sl_checkpoint_warning(const sl_checkpoint *ck, int64_t i)
+{
+    return ck && i >= 0 && (size_t)i < ck->n_warnings ? ck->warnings[i] : NULL;
 }
 
 const char *sl_checkpoint_dir(const sl_checkpoint *ck)
