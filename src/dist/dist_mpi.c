@@ -6,8 +6,10 @@
  * - cooperative: every rank builds the same chunk list from the whole plan (read_internal.h) and
  *   owns a contiguous run of chunks, balanced by bytes, so each byte is read by one rank. In round
  *   k every rank reads its k-th chunk (or nothing) into its one staging slot, and one
- *   MPI_Alltoallv sends each other rank the part of that chunk its devices need; received pieces
- *   land in size-1 slots. Staging per rank is size slots, which is sized to fit --staging.
+ *   MPI_Alltoallw sends each other rank exactly the bytes of that chunk its devices read (an
+ *   indexed datatype over the slot, built from the same segment list on both sides, so nothing is
+ *   packed or sent twice); they land at the same offsets of one of size-1 receive slots, which is
+ *   then scattered like the chunk itself. Staging per rank is size slots, sized to fit --staging.
  *
  * Failures: every phase ends with an agreement (dist_agree: MPI_Allreduce of the lowest failing
  * rank, then a broadcast of its message), so all ranks leave at the same point and none waits in
@@ -183,6 +185,11 @@ typedef struct dist_ctx {
     unsigned char *recv;            /* size - 1 slots of received pieces */
     uint64_t slot;
     int *cnt;                       /* 4 * size: send counts, send displs, recv counts, recv displs */
+    MPI_Datatype *types;            /* 2 * size: send types, receive types of the current round */
+    sl_rd_segs segs;                /* scratch: the segments of one chunk for one rank */
+    int *blen;                      /* scratch for MPI_Type_create_hindexed, seg_cap entries */
+    MPI_Aint *bdis;
+    int64_t seg_cap;
     sl_rank_stats me;
 } dist_ctx;
 
@@ -256,8 +263,11 @@ static sl_status dist_coop_setup(dist_ctx *c)
     c->local = calloc((size_t)n, 1);
     c->first = calloc((size_t)c->size + 1, sizeof *c->first);
     c->cnt = calloc(4 * (size_t)c->size, sizeof *c->cnt);
-    if (!c->all || !c->local || !c->first || !c->cnt)
+    c->types = calloc(2 * (size_t)c->size, sizeof *c->types);
+    if (!c->all || !c->local || !c->first || !c->cnt || !c->types)
         return sl_err_set(err, SL_E_NOMEM, "out of memory");
+    for (int i = 0; i < 2 * c->size; i++)
+        c->types[i] = MPI_BYTE;
     for (int32_t d = 0; d < n; d++)
         c->all[d].dev.ops = &dist_absent_ops;
     for (int32_t i = 0; i < c->k; i++) {
@@ -307,34 +317,79 @@ static int64_t dist_coop_chunk(const dist_ctx *c, int r, int64_t k)
     return c->first[r] + k < c->first[r + 1] ? c->first[r] + k : -1;
 }
 
-/* Send and receive counts of round k (the receiver computes its own from the same chunk list). */
-static void dist_coop_counts(dist_ctx *c, int64_t k)
+/* The datatype covering the segments of chunk ch that devices [d0, d1) read, with displacements
+ * from the buffer that stands for ch's byte a; *count is 0 (and *t MPI_BYTE) when there are none. */
+static sl_status dist_coop_type(dist_ctx *c, const sl_rd_chunk *ch, int32_t d0, int32_t d1,
+                                MPI_Datatype *t, int *count, uint64_t *bytes)
+{
+    *t = MPI_BYTE;
+    *count = 0;
+    SL_TRY(sl_rd_segments(c->rd, ch, d0, d1, &c->segs));
+    const int64_t n = c->segs.n;
+    if (n == 0)
+        return SL_OK;
+    if (n > c->seg_cap) {
+        int *bl = realloc(c->blen, (size_t)n * sizeof *bl);
+        if (bl)
+            c->blen = bl;
+        MPI_Aint *bd = realloc(c->bdis, (size_t)n * sizeof *bd);
+        if (bd)
+            c->bdis = bd;
+        if (!bl || !bd)
+            return sl_err_set(&c->m->err, SL_E_NOMEM, "out of memory");
+        c->seg_cap = n;
+    }
+    for (int64_t i = 0; i < n; i++) {   /* a chunk fits the slot, whose size fits an int */
+        c->blen[i] = (int)c->segs.seg[i].len;
+        c->bdis[i] = (MPI_Aint)c->segs.seg[i].off;
+        *bytes += c->segs.seg[i].len;
+    }
+    MPI_Type_create_hindexed((int)n, c->blen, c->bdis, MPI_BYTE, t);
+    MPI_Type_commit(t);
+    *count = 1;
+    return SL_OK;
+}
+
+static void dist_coop_free_types(dist_ctx *c)
+{
+    for (int i = 0; i < 2 * c->size; i++) {
+        if (c->types[i] != MPI_BYTE)
+            MPI_Type_free(&c->types[i]);
+        c->types[i] = MPI_BYTE;
+    }
+}
+
+/* Send and receive types of round k: to each other rank the segments of this rank's chunk its
+ * devices read; from each, the segments of its chunk this rank's devices read, into slot q. */
+static sl_status dist_coop_types(dist_ctx *c, int64_t k)
 {
     int *sc = c->cnt, *sd = sc + c->size, *rc = sd + c->size, *rdp = rc + c->size;
+    MPI_Datatype *st = c->types, *rt = st + c->size;
     const int64_t mine = dist_coop_chunk(c, c->rank, k);
     const sl_rd_chunk ch = mine >= 0 ? sl_rd_chunk_at(c->rd, mine) : (sl_rd_chunk){0};
+    uint64_t sent = 0, received = 0;
     for (int q = 0, slot = 0; q < c->size; q++) {
-        uint64_t lo = 0, hi = 0;
         sc[q] = sd[q] = rc[q] = rdp[q] = 0;
         if (q == c->rank)
             continue;
-        if (mine >= 0) {
-            sl_rd_extent(c->rd, &ch, q * c->k, (q + 1) * c->k, &lo, &hi);
-            sc[q] = (int)(hi - lo);
-            sd[q] = (int)(lo - ch.a);
-        }
+        if (mine >= 0)
+            SL_TRY(dist_coop_type(c, &ch, q * c->k, (q + 1) * c->k, &st[q], &sc[q], &sent));
         const int64_t theirs = dist_coop_chunk(c, q, k);
         if (theirs >= 0) {
             const sl_rd_chunk tc = sl_rd_chunk_at(c->rd, theirs);
-            sl_rd_extent(c->rd, &tc, c->me.first_device, c->me.first_device + c->k, &lo, &hi);
-            rc[q] = (int)(hi - lo);
+            SL_TRY(dist_coop_type(c, &tc, c->me.first_device, c->me.first_device + c->k, &rt[q],
+                                  &rc[q], &received));
             rdp[q] = (int)((uint64_t)slot * c->slot);
         }
         slot++;
     }
+    c->me.bytes_sent += sent;
+    c->me.bytes_received += received;
+    return SL_OK;
 }
 
-/* Scatters the pieces received in round k into this rank's devices. */
+/* Scatters what was received in round k: slot q stands for rank q's chunk, holding the bytes
+ * this rank's devices read at their offsets. */
 static sl_status dist_coop_place(dist_ctx *c, int64_t k)
 {
     const int *rc = c->cnt + 2 * c->size, *rdp = rc + c->size;
@@ -343,19 +398,16 @@ static sl_status dist_coop_place(dist_ctx *c, int64_t k)
         if (q == c->rank || theirs < 0 || rc[q] == 0)
             continue;
         const sl_rd_chunk tc = sl_rd_chunk_at(c->rd, theirs);
-        uint64_t lo = 0, hi = 0;
-        sl_rd_extent(c->rd, &tc, c->me.first_device, c->me.first_device + c->k, &lo, &hi);
-        const sl_rd_chunk piece = {.file = tc.file, .a = lo, .b = sl_min_u64(tc.b, hi), .b_ext = hi};
-        SL_TRY(sl_rd_scatter(c->rd, &piece, c->recv + rdp[q]));
-        c->me.bytes_received += (uint64_t)rc[q];
+        SL_TRY(sl_rd_scatter(c->rd, &tc, c->recv + rdp[q]));
     }
     return SL_OK;
 }
 
 static unsigned char dist_none; /* buffer argument for empty sends and receives */
 
-/* One round: read (or not), agree, exchange, place. Returns the agreed status (on failure every
- * rank stops here); *pending carries a local placement failure into the next agreement. */
+/* One round: read (or not) and describe the exchange, agree, exchange, place. Returns the agreed
+ * status (on failure every rank stops here); *pending carries a local placement failure into the
+ * next agreement. */
 static sl_status dist_coop_round(dist_ctx *c, int64_t k, sl_status *pending)
 {
     const unsigned char *data = &dist_none;
@@ -363,13 +415,17 @@ static sl_status dist_coop_round(dist_ctx *c, int64_t k, sl_status *pending)
     sl_status st = *pending;
     if (st == SL_OK && mine >= 0)
         st = sl_rd_read(c->rd, mine, &data);
-    SL_TRY(dist_agree_err(c, st));
-    dist_coop_counts(c, k);
+    if (st == SL_OK)
+        st = dist_coop_types(c, k);
+    st = dist_agree_err(c, st);
+    if (st != SL_OK) {
+        dist_coop_free_types(c);
+        return st;
+    }
     int *sc = c->cnt, *sd = sc + c->size, *rc = sd + c->size, *rdp = rc + c->size;
-    MPI_Alltoallv(data, sc, sd, MPI_BYTE, c->recv ? c->recv : &dist_none, rc, rdp, MPI_BYTE,
-                  MPI_COMM_WORLD);
-    for (int q = 0; q < c->size; q++)
-        c->me.bytes_sent += (uint64_t)sc[q];
+    MPI_Alltoallw(data, sc, sd, c->types, c->recv ? c->recv : &dist_none, rc, rdp,
+                  c->types + c->size, MPI_COMM_WORLD);
+    dist_coop_free_types(c);
     if (mine >= 0) {
         const sl_rd_chunk ch = sl_rd_chunk_at(c->rd, mine);
         st = sl_rd_scatter(c->rd, &ch, data);
@@ -402,9 +458,15 @@ static sl_status dist_run(dist_ctx *c, const sl_dist_opts *d)
     if (st == SL_OK)
         st = c->open(c->open_user, c->m, c->p, c->me.first_device, c->k, c->o);
     SL_TRY(dist_agree_err(c, st));
-    if (d->strategy == SL_DIST_INDEPENDENT || c->o->dummy)
-        return dist_independent(c);
-    return dist_cooperative(c);
+    sl_prefault pf;
+    sl_prefault_start(&pf, c->m);
+    /* One rank reads every byte once either way: the single-process pipeline does it faster. */
+    if (d->strategy == SL_DIST_INDEPENDENT || c->o->dummy || c->size == 1)
+        st = dist_independent(c);
+    else
+        st = dist_cooperative(c);
+    sl_prefault_stop(&pf);
+    return st;
 }
 
 /* Every rank gets every rank's figures; the job's time is the slowest rank's. Only after an
@@ -431,6 +493,10 @@ static void dist_free(dist_ctx *c)
     free(c->first);
     free(c->recv);
     free(c->cnt);
+    free(c->types);
+    free(c->segs.seg);
+    free(c->blen);
+    free(c->bdis);
 }
 
 static sl_status dist_open_backend(void *user, sl_model *m, const sl_plan *p, int32_t first,

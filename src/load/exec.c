@@ -151,16 +151,9 @@ void sl_load_drop_devices(sl_model *m)
 
 /* ---- pre-faulting -------------------------------------------------------------------------- */
 
-typedef struct prefault_job {
-    const sl_model *m;
-    volatile int stop;
-    pthread_t th;
-    int running;
-} prefault_job;
-
 static void *prefault_main(void *arg)
 {
-    prefault_job *j = arg;
+    sl_prefault *j = arg;
     for (int32_t d = 0; d < j->m->n_devices && !j->stop; d++) {
         const sl_device *dev = &j->m->devs[d].dev;
         if (dev->ops->prefault)
@@ -169,14 +162,14 @@ static void *prefault_main(void *arg)
     return NULL;
 }
 
-static void prefault_start(prefault_job *j, const sl_model *m)
+void sl_prefault_start(sl_prefault *j, const sl_model *m)
 {
     j->m = m;
     j->stop = 0;
     j->running = pthread_create(&j->th, NULL, prefault_main, j) == 0;
 }
 
-static void prefault_stop(prefault_job *j)
+void sl_prefault_stop(sl_prefault *j)
 {
     j->stop = 1;
     if (j->running)
@@ -194,11 +187,11 @@ static sl_status load_run(sl_model *m, const sl_load_file *files, int64_t n_file
              "plan reads %lld files, %lld given", (long long)p->n_files, (long long)n_files);
     SL_TRY(sl_load_check_plan(p, files, n_files, o->dummy, &m->err));
     SL_TRY(sl_load_open_devices(m, p, 0, p->n_devices, o));
-    prefault_job pf;
-    prefault_start(&pf, m);
+    sl_prefault pf;
+    sl_prefault_start(&pf, m);
     sl_status st = o->dummy ? sl_load_dummy(p, m->devs, o, &m->stats, &m->err)
                             : sl_load_read(files, n_files, p, m->devs, o, &m->stats, &m->err);
-    prefault_stop(&pf);
+    sl_prefault_stop(&pf);
     return st;
 }
 

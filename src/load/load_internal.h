@@ -11,6 +11,7 @@
 #include "plan/plan_internal.h"
 #include "sl_err.h"
 
+#include <pthread.h>
 #include <stdint.h>
 
 typedef struct sl_load_file {
@@ -52,6 +53,18 @@ sl_status sl_load_open_devices(sl_model *m, const sl_plan *p, int32_t first, int
                                const sl_load_opts *o);
 /* Frees every device of m: what a failed load leaves behind is the message only. */
 void sl_load_drop_devices(sl_model *m);
+
+/* Faults in m's opened devices from a helper thread while the load runs (ops->prefault), so that
+ * first-touch costs leave the loading thread. Stop it before the load returns. */
+typedef struct sl_prefault {
+    const sl_model *m;
+    volatile int stop;
+    pthread_t th;
+    int running;
+} sl_prefault;
+
+void sl_prefault_start(sl_prefault *j, const sl_model *m);
+void sl_prefault_stop(sl_prefault *j);
 
 /* Opens and allocates mesh devices [first, first + count) of p as m->devs[0..count), setting
  * m->n_devices and m->first_device; what it opened is closed through the devices' ops. */

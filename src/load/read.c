@@ -977,23 +977,77 @@ sl_status sl_rd_scatter(sl_rd *r, const sl_rd_chunk *c, const unsigned char *dat
     return rd_scatter_chunk(&r->x, &rc, data);
 }
 
+static int rd_seg_cmp(const void *x, const void *y)
+{
+    const sl_rd_seg *a = x, *b = y;
+    return a->off < b->off ? -1 : a->off > b->off;
+}
+
+static sl_status rd_seg_push(sl_rd_segs *s, uint64_t off, uint64_t len)
+{
+    if (s->n > 0 && s->seg[s->n - 1].off + s->seg[s->n - 1].len == off) {
+        s->seg[s->n - 1].len += len;   /* rows that touch: one range */
+        return SL_OK;
+    }
+    if (s->n == s->cap) {
+        const int64_t cap = s->cap ? 2 * s->cap : 64;
+        sl_rd_seg *g = realloc(s->seg, (size_t)cap * sizeof *g);
+        if (!g)
+            return SL_E_NOMEM;
+        s->seg = g;
+        s->cap = cap;
+    }
+    s->seg[s->n++] = (sl_rd_seg){.off = off, .len = len};
+    return SL_OK;
+}
+
+/* The rows of op r that meet [a, e), clipped to it, relative to a. */
+static sl_status rd_op_segments(const rd_op *r, uint64_t a, uint64_t e, sl_rd_segs *s)
+{
+    const sl_op *op = r->op;
+    const uint64_t row_bytes = op->row_elems * r->ssize;
+    const uint64_t stride = op->rows > 1 ? op->src_stride : row_bytes;
+    uint64_t k = op->rows > 1 && a > op->src_offset ? (a - op->src_offset) / stride : 0;
+    for (; k < op->rows; k++) {
+        const uint64_t rs = op->src_offset + k * stride, re = rs + row_bytes;
+        if (rs >= e)
+            break;
+        if (re <= a)
+            continue;
+        const uint64_t lo = rs > a ? rs : a, hi = re < e ? re : e;
+        SL_TRY(rd_seg_push(s, lo - a, hi - lo));
+    }
+    return SL_OK;
+}
+
 /* Same candidate search as rd_scatter_chunk. */
-void sl_rd_extent(const sl_rd *r, const sl_rd_chunk *c, int32_t d0, int32_t d1, uint64_t *lo,
-                  uint64_t *hi)
+sl_status sl_rd_segments(const sl_rd *r, const sl_rd_chunk *c, int32_t d0, int32_t d1, sl_rd_segs *s)
 {
     const rd_ctx *x = &r->x;
-    uint64_t l = UINT64_MAX, h = 0;
+    s->n = 0;
     for (int64_t i = x->file_first[c->file]; i < x->file_first[c->file + 1]; i++) {
         const rd_op *o = &x->ops[i];
         if (o->op->src_offset >= c->b)
             break;
         if (o->src_end <= c->a || o->dev < d0 || o->dev >= d1)
             continue;
-        l = sl_min_u64(l, sl_max_u64(c->a, o->op->src_offset));
-        h = sl_max_u64(h, sl_min_u64(c->b_ext, o->src_end));
+        if (rd_op_segments(o, c->a, c->b_ext, s) != SL_OK)
+            return sl_err_set(x->err, SL_E_NOMEM, "out of memory");
     }
-    *lo = h ? l : c->a;
-    *hi = h ? h : c->a;
+    /* Several devices (or operations) may need the same bytes: sort, then merge overlaps. */
+    qsort(s->seg, (size_t)s->n, sizeof *s->seg, rd_seg_cmp);
+    int64_t w = 0;
+    for (int64_t i = 0; i < s->n; i++) {
+        const uint64_t end = s->seg[i].off + s->seg[i].len;
+        if (w > 0 && s->seg[i].off <= s->seg[w - 1].off + s->seg[w - 1].len) {
+            const uint64_t prev = s->seg[w - 1].off + s->seg[w - 1].len;
+            s->seg[w - 1].len = (end > prev ? end : prev) - s->seg[w - 1].off;
+        } else {
+            s->seg[w++] = s->seg[i];
+        }
+    }
+    s->n = w;
+    return SL_OK;
 }
 
 void sl_rd_close(sl_rd *r, sl_load_stats *stats)

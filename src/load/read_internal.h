@@ -39,10 +39,21 @@ uint64_t sl_rd_slot_bytes(const sl_rd *r);
 sl_status sl_rd_read(sl_rd *r, int64_t i, const unsigned char **data);
 /* Scatters the elements of c that local devices need; data holds c's bytes [a, b_ext). */
 sl_status sl_rd_scatter(sl_rd *r, const sl_rd_chunk *c, const unsigned char *data);
-/* The part [*lo, *hi) of chunk c that devices [d0, d1) need (lo == hi: none). Sending those bytes
- * as chunk {file, lo, min(b, hi), hi} gives the receiver everything c holds for them. */
-void sl_rd_extent(const sl_rd *r, const sl_rd_chunk *c, int32_t d0, int32_t d1, uint64_t *lo,
-                  uint64_t *hi);
+/* Byte ranges of a chunk, relative to its byte a: disjoint, sorted, none touching the next. */
+typedef struct sl_rd_seg {
+    uint64_t off, len;
+} sl_rd_seg;
+
+typedef struct sl_rd_segs {
+    sl_rd_seg *seg;     /* grown as needed; the caller frees it */
+    int64_t n, cap;
+} sl_rd_segs;
+
+/* The bytes of chunk c that the scatter of devices [d0, d1) reads, as ranges into *s (replacing
+ * its contents). Whoever holds those bytes at the same offsets of a buffer standing for c's bytes
+ * [a, b_ext) can scatter c into those devices: the other bytes are never looked at. Sender and
+ * receiver compute the same list, so only these bytes need to travel. */
+sl_status sl_rd_segments(const sl_rd *r, const sl_rd_chunk *c, int32_t d0, int32_t d1, sl_rd_segs *s);
 /* Records bytes_read, staging_peak, io and engine in stats (may be NULL) and frees r. */
 void sl_rd_close(sl_rd *r, sl_load_stats *stats);
 
