@@ -2,7 +2,8 @@
 # cli_mpi.sh - `shardload load` over MPI (issue 6, docs/mpi.md) with 2 and 4 ranks on one host:
 # per-device checksums equal the single-process load for both strategies (TP 4 and TP 2 x PP 2,
 # 1 and 2 devices per rank); cooperative reads each byte once over all ranks (sum of the ranks'
-# bytes_read == the single-process bytes_read) and keeps each rank's staging within --staging;
+# bytes_read == the single-process bytes_read), sends a rank no more bytes than its devices hold,
+# and keeps each rank's staging within --staging;
 # independent ranks read no more than one process would; a truncated shard fails every rank
 # with one error line naming the file, without hanging. `reshard` over MPI writes, over all ranks,
 # the same files as one process, byte for byte, and fails as cleanly. Skips (77) without mpirun
@@ -67,6 +68,14 @@ for mesh in "--tp 4" "--tp 2 --pp 2"; do
             if [ $dist = cooperative ]; then
                 [ "$sum" = "$ref_read" ] || fail "$what: ranks read $sum, one process $ref_read"
                 [ "$(echo "$out" | json_num bytes_exchanged)" -gt 0 ] || fail "$what: nothing exchanged"
+                # only the bytes a rank's devices read travel to it: never more than they hold
+                read -r -a got <<<"$(echo "$out" | grep -o '"bytes_received":[0-9]*' | cut -d: -f2 | tr '\n' ' ')"
+                read -r -a dev <<<"$(echo "$out" | allocs | grep -o '[0-9]*' | tr '\n' ' ')"
+                for ((q = 0; q < np; q++)); do
+                    held=0
+                    for ((d = q * k; d < (q + 1) * k; d++)); do held=$((held + dev[d])); done
+                    [ "${got[q]}" -le "$held" ] || fail "$what: rank $q received ${got[q]} bytes for devices holding $held"
+                done
             else
                 for x in "${r[@]:1}"; do
                     [ "$x" -le "$ref_read" ] || fail "$what: a rank read $x > $ref_read"
