@@ -7,7 +7,7 @@
 # (more slots in the same budget), a larger budget, and the defaults with whole-stream waits
 # (FAKE_CUDA_EVENTS_AS_STREAM: what fencing the stream before each slot refill gives).
 # Writes bench/ring.jsonl and bench/ring.md (bench/report.py puts it into RESULTS.md).
-# Knobs: RING_GBPS (modelled link speeds, default "1 4"), RING_ROUNDS (default 3).
+# Knobs: RING_GBPS (modelled link speeds, default "2 8 16"), RING_ROUNDS (default 3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CK=${1:?usage: ring_sim.sh CHECKPOINT_DIR}
@@ -15,7 +15,7 @@ SL=build/shardload
 FAKE=build/tests/libfake_cudart.so
 PY=/usr/bin/python3
 ROUNDS=${RING_ROUNDS:-3}
-SPEEDS=${RING_GBPS:-"1 4"}
+SPEEDS=${RING_GBPS:-"2 8 16"}
 OUTJ=bench/ring.jsonl
 [[ -x $SL && -f $FAKE ]] || { echo "ring_sim: build with tests first (make)" >&2; exit 1; }
 T=$(mktemp -d)
