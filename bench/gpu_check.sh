@@ -61,6 +61,7 @@ if [ "${GPU_FAKE:-0}" = 1 ]; then
 else
     GPU_DESC=$(nvidia-smi --query-gpu=name,memory.total,driver_version,pcie.link.gen.max,pcie.link.width.max \
                --format=csv,noheader 2>/dev/null | head -1)
+    [ -n "$GPU_DESC" ] || GPU_DESC=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | head -1)
     [ -n "$GPU_DESC" ] || say "nvidia-smi found no GPU; the cuda loads below will say why they fail"
     if [ -z "${SL_CUDART:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libcudart\.so\.1[1-3]' &&
        ! ls /usr/local/cuda/lib64/libcudart.so.1[1-3]* >/dev/null 2>&1; then

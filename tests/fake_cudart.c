@@ -208,8 +208,9 @@ static void fk_run(const fk_op *o)
 /* Performs the first k queued ops of s. */
 static void fk_run_first(struct fk_stream *s, size_t k)
 {
-    if (k)
-        fk_wait_until(s->q[k - 1].done_at);
+    if (k == 0)
+        return;   /* s->q may still be NULL */
+    fk_wait_until(s->q[k - 1].done_at);
     for (size_t i = 0; i < k; i++)
         fk_run(&s->q[i]);
     memmove(s->q, s->q + k, (s->n - k) * sizeof *s->q);
