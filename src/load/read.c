@@ -1035,7 +1035,8 @@ sl_status sl_rd_segments(const sl_rd *r, const sl_rd_chunk *c, int32_t d0, int32
             return sl_err_set(x->err, SL_E_NOMEM, "out of memory");
     }
     /* Several devices (or operations) may need the same bytes: sort, then merge overlaps. */
-    qsort(s->seg, (size_t)s->n, sizeof *s->seg, rd_seg_cmp);
+    if (s->n > 1)
+        qsort(s->seg, (size_t)s->n, sizeof *s->seg, rd_seg_cmp);
     int64_t w = 0;
     for (int64_t i = 0; i < s->n; i++) {
         const uint64_t end = s->seg[i].off + s->seg[i].len;
