@@ -5,11 +5,13 @@
  *   its devices, so it reads the bytes they need (small gaps merged, as in one process).
  * - cooperative: every rank builds the same chunk list from the whole plan (read_internal.h) and
  *   owns a contiguous run of chunks, balanced by bytes, so each byte is read by one rank. In round
- *   k every rank reads its k-th chunk (or nothing) into its one staging slot, and one
+ *   k every rank takes its k-th chunk (or nothing) from one of its two read slots, starts reading
+ *   its next chunk into the other (so reads overlap the exchange and the scatters), and one
  *   MPI_Alltoallw sends each other rank exactly the bytes of that chunk its devices read (an
  *   indexed datatype over the slot, built from the same segment list on both sides, so nothing is
  *   packed or sent twice); they land at the same offsets of one of size-1 receive slots, which is
- *   then scattered like the chunk itself. Staging per rank is size slots, sized to fit --staging.
+ *   then scattered like the chunk itself. Staging per rank is size + 1 slots, sized to fit
+ *   --staging.
  *
  * Failures: every phase ends with an agreement (dist_agree: MPI_Allreduce of the lowest failing
  * rank, then a broadcast of its message), so all ranks leave at the same point and none waits in
@@ -274,10 +276,10 @@ static sl_status dist_coop_setup(dist_ctx *c)
         c->all[c->me.first_device + i] = c->m->devs[i];
         c->local[c->me.first_device + i] = 1;
     }
-    /* size slots per rank (one read, size-1 received) within the budget; Alltoallv counts and
+    /* size + 1 slots per rank (two read, size-1 received) within the budget; Alltoallw counts and
      * displacements are ints. */
     const uint64_t staging = c->o->staging_bytes ? c->o->staging_bytes : (uint64_t)64 << 20;
-    const uint64_t budget = sl_min_u64(staging, INT_MAX) / (uint64_t)c->size;
+    const uint64_t budget = sl_min_u64(staging, INT_MAX) / ((uint64_t)c->size + 1);
     const sl_rd_setup s = {.files = c->files, .n_files = c->n_files, .p = c->p, .devs = c->all,
                            .local = c->local, .o = c->o, .slot_bytes = budget, .err = err};
     SL_TRY(sl_rd_open(&s, &c->rd));
@@ -412,9 +414,12 @@ static sl_status dist_coop_round(dist_ctx *c, int64_t k, sl_status *pending)
 {
     const unsigned char *data = &dist_none;
     const int64_t mine = dist_coop_chunk(c, c->rank, k);
+    const int64_t next = dist_coop_chunk(c, c->rank, k + 1);
     sl_status st = *pending;
     if (st == SL_OK && mine >= 0)
         st = sl_rd_read(c->rd, mine, &data);
+    if (st == SL_OK && next >= 0)
+        st = sl_rd_start(c->rd, next);   /* read on while this round exchanges and scatters */
     if (st == SL_OK)
         st = dist_coop_types(c, k);
     st = dist_agree_err(c, st);

@@ -902,8 +902,12 @@ sl_status sl_load_read(const sl_load_file *files, int64_t n_files, const sl_plan
 
 /* ---- the engine in pieces (read_internal.h) ------------------------------------------------- */
 
+/* Two slots, so that a rank reads its next chunk while it exchanges and scatters the current
+ * one. Chunk i goes to slot i % n_slots: a rank's chunks are consecutive. */
 struct sl_rd {
     rd_ctx x;
+    int64_t pending[2];   /* chunk being read into slot s, or -1 */
+    int complete[2];      /* its read has completed */
 };
 
 sl_status sl_rd_open(const sl_rd_setup *s, sl_rd **out)
@@ -915,6 +919,7 @@ sl_status sl_rd_open(const sl_rd_setup *s, sl_rd **out)
     rd_ctx *x = &r->x;
     *x = (rd_ctx){.p = s->p, .devs = s->devs, .o = s->o, .err = s->err, .local = s->local,
                   .n_files = s->n_files};
+    r->pending[0] = r->pending[1] = -1;
     rd_size_requests(x);
     if (s->slot_bytes) {
         /* merge_gap stays as sl_load_read's, so the ranges (and bytes read) are the same. */
@@ -924,7 +929,7 @@ sl_status sl_rd_open(const sl_rd_setup *s, sl_rd **out)
         x->request = sl_min_u64((s->slot_bytes - RD_SLOT_SLACK) / RD_ALIGN * RD_ALIGN, RD_MAX_REQUEST);
         x->slot_size = x->request + RD_SLOT_SLACK;
     }
-    x->n_slots = 1;
+    x->n_slots = 2;
     SL_TRY(rd_init_files(x, s->files));
     SL_TRY(rd_collect_ops(x));
     SL_TRY(rd_open_files(x));
@@ -955,18 +960,35 @@ uint64_t sl_rd_slot_bytes(const sl_rd *r)
     return r->x.n_chunks ? r->x.slot_size : 0;
 }
 
+sl_status sl_rd_start(sl_rd *r, int64_t i)
+{
+    rd_ctx *x = &r->x;
+    const unsigned k = (unsigned)(i % x->n_slots);
+    SL_CHECK(i >= 0 && i < x->n_chunks && r->pending[k] < 0, x->err, SL_E_INVALID_ARG,
+             "read of chunk %lld started while its slot is busy", (long long)i);
+    SL_TRY(rd_submit(x, &x->slots[k], i));
+    r->pending[k] = i;
+    r->complete[k] = 0;
+    x->staging_peak = sl_max_u64(x->staging_peak, (uint64_t)(r->pending[k ^ 1] >= 0 ? 2 : 1) * x->slot_size);
+    return SL_OK;
+}
+
 sl_status sl_rd_read(sl_rd *r, int64_t i, const unsigned char **data)
 {
     rd_ctx *x = &r->x;
-    rd_slot *s = &x->slots[0];
-    int again = 1;
-    SL_TRY(rd_submit(x, s, i));
-    while (again) {
+    const unsigned k = (unsigned)(i % x->n_slots);
+    if (r->pending[k] != i)
+        SL_TRY(sl_rd_start(r, i));
+    while (!r->complete[k]) {
         sl_io_req *done = NULL;
+        int again = 0;
         SL_TRY(x->io.ops->wait(x->io.ctx, &done, x->err));
-        SL_TRY(rd_check(x, s, &again));
+        rd_slot *d = done->user;
+        SL_TRY(rd_check(x, d, &again));
+        r->complete[d->index] = !again;
     }
-    x->staging_peak = x->slot_size;
+    r->pending[k] = -1;
+    rd_slot *s = &x->slots[k];
     *data = s->buf + (x->chunks[i].a - s->req.off);
     return SL_OK;
 }

@@ -3,7 +3,8 @@
  *
  * sl_rd_open builds the same chunk list as sl_load_read, from every device's COPY operations, so
  * every process that opens the same plan with the same options gets the same chunks. Reads go
- * one chunk at a time into one staging slot; scatters only reach the devices marked local. */
+ * into two staging slots (the next chunk while the current one is used); scatters only reach the
+ * devices marked local. */
 #ifndef SL_READ_INTERNAL_H
 #define SL_READ_INTERNAL_H
 
@@ -28,14 +29,18 @@ typedef struct sl_rd_setup {
     sl_err *err;
 } sl_rd_setup;
 
-/* Opens the files and sizes one staging slot for the largest chunk. *out is set even on
+/* Opens the files and sizes two staging slots for the largest chunk. *out is set even on
  * failure (unless out of memory); close it with sl_rd_close. */
 sl_status sl_rd_open(const sl_rd_setup *s, sl_rd **out);
 int64_t sl_rd_chunk_count(const sl_rd *r);
 sl_rd_chunk sl_rd_chunk_at(const sl_rd *r, int64_t i);
 /* Bytes of the staging slot (0 without chunks). */
 uint64_t sl_rd_slot_bytes(const sl_rd *r);
-/* Reads chunk i into the slot; *data points at its byte a and stays valid until the next read. */
+/* Starts reading chunk i into slot i % 2 (its slot must not be reading another chunk), so that
+ * it proceeds while the caller works on chunk i - 1. */
+sl_status sl_rd_start(sl_rd *r, int64_t i);
+/* Reads chunk i (waiting for it when started, starting it otherwise); *data points at its byte a
+ * and stays valid until chunk i + 2 is started. */
 sl_status sl_rd_read(sl_rd *r, int64_t i, const unsigned char **data);
 /* Scatters the elements of c that local devices need; data holds c's bytes [a, b_ext). */
 sl_status sl_rd_scatter(sl_rd *r, const sl_rd_chunk *c, const unsigned char *data);
