@@ -93,7 +93,7 @@ plot '%s' using 1:3:xtic(2) with boxes notitle
 
 def mpi_section(path):
     rows = [json.loads(l) for l in open(path) if l.strip()]
-    out = ["", "## MPI: ranks on one host (bench/mpi.sh, hot page cache, one run each)", ""]
+    out = ["", "## MPI: ranks on one host (bench/mpi.sh, hot page cache, median of 3 runs each)", ""]
     if not rows or "skipped" in rows[0]:
         return out + ["Not run: %s." % (rows[0].get("skipped") if rows else "no output")]
     out += ["| ranks | strategy | seconds | GB/s | bytes read | read amplification | bytes exchanged |",
