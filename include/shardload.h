@@ -283,6 +283,13 @@ sl_status sl_model_read_param(const sl_model *m, int32_t dev, int64_t i, uint64_
                               uint64_t nbytes);
 /* Host pointer of a parameter for the cpu backend; NULL for others. */
 const void *sl_model_param_host_ptr(const sl_model *m, int32_t dev, int64_t i);
+/* Address of parameter i of device dev in that device's memory, to hand the weights to an engine
+ * (torch.from_blob, DLPack, cuBLAS): the host address for cpu, the CUDA device address for cuda,
+ * valid on GPU sl_model_device_gpu(m, dev). Owned by the model, valid until sl_model_free. NULL
+ * out of range or when the device holds no bytes. */
+void *sl_model_param_ptr(const sl_model *m, int32_t dev, int64_t i);
+/* GPU ordinal of device dev for cuda; -1 for host backends and out of range. */
+int32_t sl_model_device_gpu(const sl_model *m, int32_t dev);
 /* XXH3-64 of one parameter's bytes. */
 sl_status sl_model_param_xxh3(const sl_model *m, int32_t dev, int64_t i, uint64_t *out);
 /* Free device memory (bytes, from cudaMemGetInfo on the device's GPU) right before and right after

@@ -47,7 +47,11 @@ static int compare_model(const sl_model *m, const sl_plan *p, unsigned char *con
             unsigned char *got = malloc(n + 1);
             EXPECT(sl_model_read_param(m, d, i, 0, got, n) == SL_OK, "read_param");
             const void *hp = sl_model_param_host_ptr(m, d, i);
-            if (memcmp(got, want + p->devices[d].params[i].offset, n) || (n && memcmp(hp, got, n))) {
+            /* the device's own address: host memory for cpu and for the cuda stand-in */
+            const void *dp = sl_model_param_ptr(m, d, i);
+            EXPECT(!hp || hp == dp, "device %d param %lld: host and device pointers differ", d, (long long)i);
+            EXPECT(!n || dp, "device %d param %lld: no device pointer", d, (long long)i);
+            if (memcmp(got, want + p->devices[d].params[i].offset, n) || (n && memcmp(dp, got, n))) {
                 for (uint64_t b = 0; b < n; b++) {
                     if (got[b] != want[p->devices[d].params[i].offset + b]) {
                         fprintf(stderr, "device %d param %s: first difference at byte %llu\n", d,
@@ -105,6 +109,41 @@ static void fill_floats(unsigned char *b, sl_dtype dt, size_t n, unsigned seed)
     }
 }
 
+/* The same plan through the cuda backend on the host-memory stand-in (2 fake GPUs, so device d
+ * is on GPU d % 2 and --gpus reverses that): the bytes, the device pointers and GPU ordinals. */
+static void test_tp_layout_cuda(const sl_load_file *f, const sl_plan *p, unsigned char *const *fd)
+{
+    const int32_t reversed[2] = {1, 0};
+    setenv("SL_CUDART", SL_FAKE_CUDART, 1);
+    setenv("FAKE_CUDA_GPUS", "2", 1);
+    for (int g = 0; g < 2; g++) {
+        sl_load_opts o;
+        sl_load_opts_init(&o);
+        o.device = "cuda";
+        o.request_bytes = 4096;
+        o.staging_bytes = 64 << 10;
+        o.gpus = g ? reversed : NULL;
+        o.n_gpus = g ? 2 : 0;
+        sl_model *m = NULL;
+        int skip = 0;
+        sl_status st = run_load(f, 1, p, &o, engines[0], &m, &skip);
+        EXPECT(st == SL_OK, "cuda load: %s", sl_model_errmsg(m));
+        if (st == SL_OK) {
+            EXPECT(!compare_model(m, p, fd), "cuda (stand-in) contents, gpus %d", g);
+            for (int32_t d = 0; d < 2; d++) {
+                EXPECT(sl_model_device_gpu(m, d) == (g ? reversed[d] : d), "device %d on GPU %d", d,
+                       sl_model_device_gpu(m, d));
+                EXPECT(sl_model_param_host_ptr(m, d, 0) == NULL, "cuda has no host pointer");
+            }
+            EXPECT(sl_model_device_gpu(m, 2) == -1 && sl_model_param_ptr(m, 2, 0) == NULL &&
+                       sl_model_param_ptr(m, 0, 99) == NULL, "out of range");
+        }
+        sl_model_free(m);
+    }
+    unsetenv("SL_CUDART");
+    unsetenv("FAKE_CUDA_GPUS");
+}
+
 static void test_tp_layout(sl_dtype plan_dt)
 {
     /* file: 16 junk | W1 F32 [64,96] | 2 junk | W2 BF16 [40,200] (misaligned) | E F16 [21,64] */
@@ -152,6 +191,7 @@ static void test_tp_layout(sl_dtype plan_dt)
                 sl_model_stats(m, &s);
                 EXPECT(!compare_model(m, p, fd), "tp layout %s io %d dtype %s", engines[e], mi,
                        sl_dtype_name(plan_dt));
+                EXPECT(sl_model_device_gpu(m, 0) == -1, "cpu device on a GPU");
                 EXPECT(!strcmp(s.engine, e ? "io_uring" : "pread"), "engine %s", s.engine);
                 if (mi == 0)
                     EXPECT(s.bytes_read == size - o1 && !strcmp(s.io, "buffered"),
@@ -166,6 +206,7 @@ static void test_tp_layout(sl_dtype plan_dt)
             sl_model_free(m);
         }
     }
+    test_tp_layout_cuda(&f, p, fd);
     tp_free(p);
     free(data);
     unlink(path);
@@ -547,12 +588,14 @@ int main(void)
     if (!direct_ok)
         fprintf(stderr, "O_DIRECT refused in %s: direct-mode cases skipped\n", dir);
     test_mt19937();
+    /* first: a loaded CUDA runtime stays for the process, so the "none" case comes before
+     * test_tp_layout loads the stand-in; which also checks that a failed load is retried */
+    test_changed();
     test_tp_layout(SL_DTYPE_BF16);
     test_tp_layout(SL_DTYPE_F32);
     test_read_once();
     test_random_plans();
     test_direct_runs();
-    test_changed();
     test_dummy();
     rmdir(dir);
     if (tu_failures)

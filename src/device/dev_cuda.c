@@ -101,16 +101,16 @@ typedef struct cu_pin {
     int registered;    /* 0: cudaHostRegister failed; copies from it are synchronous */
 } cu_pin;
 
-/* Process state: the runtime is loaded once and never unloaded (unloading libcudart while other
- * code may still hold its streams is unsafe, and the driver keeps its context anyway). */
+/* Process state: once loaded, the runtime is never unloaded (unloading libcudart while other code
+ * may still hold its streams is unsafe, and the driver keeps its context anyway). A failed load is
+ * not remembered: the next open tries again, e.g. after the caller has set SL_CUDART. */
 static struct {
-    pthread_once_t once;
+    pthread_mutex_t load_lock;     /* guards loaded and the api table while it is filled */
+    int loaded;
     pthread_mutex_t lock;          /* guards pins */
     cuda_api api;
-    sl_status load_st;
-    char load_msg[768];
     cu_pin pins[CU_MAX_PINS];
-} g_cu = {.once = PTHREAD_ONCE_INIT, .lock = PTHREAD_MUTEX_INITIALIZER};
+} g_cu = {.load_lock = PTHREAD_MUTEX_INITIALIZER, .lock = PTHREAD_MUTEX_INITIALIZER};
 
 typedef struct cuda_dev {
     int32_t index;
@@ -127,13 +127,12 @@ typedef struct cuda_dev {
 
 /* ---- loading the runtime -------------------------------------------------------------------- */
 
-static int cu_resolve(void *lib, const char *path)
+static int cu_resolve(void *lib, const char *path, char *msg, size_t len)
 {
     for (size_t i = 0; i < sizeof cu_syms / sizeof cu_syms[0]; i++) {
         void *sym = dlsym(lib, cu_syms[i].name);
         if (!sym) {
-            snprintf(g_cu.load_msg, sizeof g_cu.load_msg,
-                     "device 'cuda': the CUDA runtime %s lacks %s", path, cu_syms[i].name);
+            snprintf(msg, len, "device 'cuda': the CUDA runtime %s lacks %s", path, cu_syms[i].name);
             return -1;
         }
         /* memcpy: ISO C has no cast from an object pointer to a function pointer. */
@@ -165,40 +164,41 @@ static void *cu_dlopen_default(char *why, size_t len)
     return NULL;
 }
 
-static void cu_load_once(void)
+/* Caller holds load_lock. 0 when the table is filled; else msg says why. */
+static int cu_try_load(char *msg, size_t len)
 {
     const char *env = getenv("SL_CUDART");
     char why[512] = "";
     void *lib = NULL;
-    g_cu.load_st = SL_E_UNSUPPORTED;
     if (env && *env) {
         lib = dlopen(env, RTLD_NOW | RTLD_LOCAL);
         if (!lib) {
             const char *e = dlerror();
-            snprintf(g_cu.load_msg, sizeof g_cu.load_msg,
-                     "device 'cuda': CUDA runtime not found: cannot load SL_CUDART=%s (%s); use "
-                     "--device cpu", env, e ? e : "dlopen failed");
-            return;
+            snprintf(msg, len, "device 'cuda': CUDA runtime not found: cannot load SL_CUDART=%s "
+                     "(%s); use --device cpu", env, e ? e : "dlopen failed");
+            return -1;
         }
     } else if (!(lib = cu_dlopen_default(why, sizeof why))) {
-        snprintf(g_cu.load_msg, sizeof g_cu.load_msg,
-                 "device 'cuda': CUDA runtime not found (libcudart.so.13/12/11: %s); install it, "
-                 "set SL_CUDART, or use --device cpu", why);
-        return;
+        snprintf(msg, len, "device 'cuda': CUDA runtime not found (libcudart.so.13/12/11: %s); "
+                 "install it, set SL_CUDART, or use --device cpu", why);
+        return -1;
     }
-    if (cu_resolve(lib, env && *env ? env : "libcudart") != 0) {
+    if (cu_resolve(lib, env && *env ? env : "libcudart", msg, len) != 0) {
         dlclose(lib);
-        return;
+        return -1;
     }
-    g_cu.load_st = SL_OK;
+    return 0;
 }
 
 static sl_status cu_load(sl_err *err)
 {
-    pthread_once(&g_cu.once, cu_load_once);
-    if (g_cu.load_st != SL_OK)
-        return sl_err_set(err, g_cu.load_st, "%s", g_cu.load_msg);
-    return SL_OK;
+    char msg[768] = "";
+    pthread_mutex_lock(&g_cu.load_lock);
+    if (!g_cu.loaded)
+        g_cu.loaded = cu_try_load(msg, sizeof msg) == 0;
+    const int ok = g_cu.loaded;
+    pthread_mutex_unlock(&g_cu.load_lock);
+    return ok ? SL_OK : sl_err_set(err, SL_E_UNSUPPORTED, "%s", msg);
 }
 
 /* ---- helpers -------------------------------------------------------------------------------- */
@@ -426,6 +426,16 @@ static void *cuda_host_ptr(void *ctx)
     return NULL;
 }
 
+static void *cuda_device_ptr(void *ctx)
+{
+    return ((cuda_dev *)ctx)->base;
+}
+
+static int cuda_gpu(const void *ctx)
+{
+    return ((const cuda_dev *)ctx)->gpu;
+}
+
 static uint64_t cuda_allocated(const void *ctx)
 {
     return ((const cuda_dev *)ctx)->bytes;
@@ -475,6 +485,8 @@ static const sl_device_ops cuda_ops = {
     .fence = cuda_fence,
     .write2d = cuda_write2d,
     .mem_info = cuda_mem_info,
+    .device_ptr = cuda_device_ptr,
+    .gpu = cuda_gpu,
     .mark = cuda_mark,
     .wait_mark = cuda_wait_mark,
 };

@@ -44,6 +44,8 @@ typedef struct sl_device_ops {
      * fence: returns once every copy issued so far has finished reading its host source.
      * write2d: rows copies of width bytes, from src + r * src_pitch to dst_off + r * dst_pitch.
      * mem_info: device free memory (bytes) right before and right after alloc().
+     * device_ptr: address of offset 0 in the device's own address space (the CUDA device address),
+     *   for callers that hand the weights to a framework; gpu: the GPU ordinal.
      * mark: remembers, under tag (0 <= tag < SL_DEVICE_MAX_MARKS), the copies issued so far;
      * wait_mark: returns once those copies have finished reading their host sources. With them the
      *   engine refills the oldest staging slot without waiting for the copies issued after it
@@ -54,6 +56,8 @@ typedef struct sl_device_ops {
     sl_status (*write2d)(void *ctx, uint64_t dst_off, uint64_t dst_pitch, const void *src,
                          size_t src_pitch, size_t width, size_t rows, sl_err *err);
     void (*mem_info)(const void *ctx, uint64_t *free_before, uint64_t *free_after);
+    void *(*device_ptr)(void *ctx);
+    int (*gpu)(const void *ctx);
     sl_status (*mark)(void *ctx, unsigned tag, sl_err *err);
     sl_status (*wait_mark)(void *ctx, unsigned tag, sl_err *err);
 } sl_device_ops;

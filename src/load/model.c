@@ -122,6 +122,23 @@ const void *sl_model_param_host_ptr(const sl_model *m, int32_t dev, int64_t i)
     return base ? base + md->param_off[i] : NULL;
 }
 
+void *sl_model_param_ptr(const sl_model *m, int32_t dev, int64_t i)
+{
+    if (!m || dev < 0 || dev >= m->n_devices || i < 0 || i >= m->devs[dev].n_params)
+        return NULL;
+    const sl_model_dev *md = &m->devs[dev];
+    unsigned char *base = md->dev.ops->device_ptr ? md->dev.ops->device_ptr(md->dev.ctx)
+                                                  : md->dev.ops->host_ptr(md->dev.ctx);
+    return base ? base + md->param_off[i] : NULL;
+}
+
+int32_t sl_model_device_gpu(const sl_model *m, int32_t dev)
+{
+    if (!m || dev < 0 || dev >= m->n_devices || !m->devs[dev].dev.ops->gpu)
+        return -1;
+    return m->devs[dev].dev.ops->gpu(m->devs[dev].dev.ctx);
+}
+
 /* Host memory is hashed in place; other backends stream through a bounded bounce buffer. */
 sl_status sl_model_param_xxh3(const sl_model *m, int32_t dev, int64_t i, uint64_t *out)
 {
