@@ -51,6 +51,12 @@ static sl_status uring_submit(void *ctx, sl_io_req *r, sl_err *err)
 /* Returns 1 when r is complete, 0 when it was resubmitted for its remaining bytes. */
 static int uring_account(uring_ctx *c, sl_io_req *r, int res, sl_status *st, sl_err *err)
 {
+    if (res == -EINVAL && r->buffered && !c->inline_cached) {
+        /* kernels before 5.6 do not know IOSQE_ASYNC: go on without it */
+        c->inline_cached = 1;
+        *st = uring_queue(c, r, err);
+        return *st != SL_OK;
+    }
     if (res == -EINTR || res == -EAGAIN || (res > 0 && r->done + (size_t)res < r->len)) {
         if (res > 0)
             r->done += (size_t)res;
