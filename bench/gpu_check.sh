@@ -165,6 +165,7 @@ for ((i = 0; i < REPS; i++)); do
     run cuda_tp1_stg256_pread warm pread -- --device cuda --staging 256 --request 8
     run cuda_tp1_stg1024 warm "" -- --device cuda --staging 1024 --request 16
     run cuda_tp2_default warm "" -- --device cuda --tp 2
+    run cuda_tp8_default warm "" -- --device cuda --tp 8   # narrow rows: 2-D copies
     run cpu_tp1_default warm "" --
 done
 
