@@ -969,7 +969,8 @@ sl_status sl_rd_start(sl_rd *r, int64_t i)
     SL_TRY(rd_submit(x, &x->slots[k], i));
     r->pending[k] = i;
     r->complete[k] = 0;
-    x->staging_peak = sl_max_u64(x->staging_peak, (uint64_t)(r->pending[k ^ 1] >= 0 ? 2 : 1) * x->slot_size);
+    /* both slots are allocated and touched: count them, whether or not one is idle just now */
+    x->staging_peak = (uint64_t)x->n_slots * x->slot_size;
     return SL_OK;
 }
 
