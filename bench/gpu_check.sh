@@ -137,21 +137,25 @@ run() {
 }
 
 # ---- 4. correctness: cuda vs cpu; allocations and memory deltas --------------------------------------
-warm
-for tp in 1 2 8; do
-    cpu=$(timeout 300 "$SL" load "$CK" --tp $tp --checksums --json 2>"$WORK/err") || { bad "cpu load tp $tp: $(cat "$WORK/err")"; continue; }
-    cuda=$(timeout 300 "$SL" load "$CK" --tp $tp --device cuda --checksums --json 2>"$WORK/err") || { bad "cuda load tp $tp: $(cat "$WORK/err")"; continue; }
+# check LABEL -- ARGS: the same load on cpu and cuda, checksums, allocations and memory deltas.
+check() {
+    local label=$1 cpu cuda n ok plan alloc before after p deltas d ndev
+    shift 2
+    cpu=$(timeout 300 "$SL" load "$CK" "$@" --checksums --json 2>"$WORK/err") || { bad "cpu load $label: $(cat "$WORK/err")"; return; }
+    cuda=$(timeout 300 "$SL" load "$CK" "$@" --device cuda --checksums --json 2>"$WORK/err") || { bad "cuda load $label: $(cat "$WORK/err")"; return; }
     n=$(echo "$cpu" | grep -o '"xxh3"' | wc -l)
-    [ "$n" -gt 0 ] && [ "$(echo "$cpu" | sums)" = "$(echo "$cuda" | sums)" ] && ok=yes || { ok=no; bad "tp $tp: cuda checksums differ from cpu"; }
-    plan=$("$SL" plan "$CK" --tp $tp --json | grep -o '"bytes":[0-9]*,"params"' | grep -o '[0-9]*' | tr '\n' ' ')
+    [ "$n" -gt 0 ] && [ "$(echo "$cpu" | sums)" = "$(echo "$cuda" | sums)" ] && ok=yes || { ok=no; bad "$label: cuda checksums differ from cpu"; }
+    plan=$("$SL" plan "$CK" "$@" --json | grep -o '"bytes":[0-9]*,"params"' | grep -o '[0-9]*' | tr '\n' ' ')
     alloc=$(echo "$cuda" | nums allocated_bytes)
-    [ "$alloc" = "$plan" ] || bad "tp $tp: allocated '$alloc' != plan '$plan'"
+    [ "$alloc" = "$plan" ] || bad "$label: allocated '$alloc' != plan '$plan'"
     before=($(echo "$cuda" | nums mem_free_before)) after=($(echo "$cuda" | nums mem_free_after))
-    p=($plan) deltas=""
-    for ((d = 0; d < tp; d++)); do deltas="$deltas$((before[d] - after[d])):${p[d]} "; done
-    record "{\"check\":\"tp$tp\",\"params\":$n,\"checksums_equal\":\"$ok\",\"delta_plan\":\"${deltas% }\"}"
-    say "tp $tp: $n parameter checksums equal cpu: $ok; device memory delta:plan per device: $deltas"
-done
+    p=($plan) deltas="" ndev=${#p[@]}
+    for ((d = 0; d < ndev; d++)); do deltas="$deltas$((before[d] - after[d])):${p[d]} "; done
+    record "{\"check\":\"$label\",\"params\":$n,\"checksums_equal\":\"$ok\",\"delta_plan\":\"${deltas% }\"}"
+    say "$label: $n parameter checksums equal cpu: $ok; device memory delta:plan per device: $deltas"
+}
+warm
+for tp in 1 2 8; do check tp$tp -- --tp $tp; done
 
 # ---- 5. shardload throughput from the page cache ------------------------------------------------------
 warm
@@ -235,7 +239,12 @@ if ! grep -q torch_skipped <<<"$out"; then
     say "torch (from disk): $out"
 fi
 
-# ---- 8. report ---------------------------------------------------------------------------------------
+# ---- 8. conversion on the way (bf16 checkpoint to f32 devices: host conversion, bounce copies) ----
+warm
+check tp2_to_f32 -- --tp 2 --dtype f32
+run cuda_tp1_to_f32 warm "" -- --device cuda --dtype f32
+
+# ---- 9. report ---------------------------------------------------------------------------------------
 "$PY" "$ROOT/bench/gpu_report.py" "$LOG" "$fails" >"$OUTD/gpu.md" || die "could not write the report"
 [ "$OUTD/gpu.md" -ef "$GPU_MD" ] || cp "$OUTD/gpu.md" "$GPU_MD"
 "$PY" "$ROOT/bench/gpu_report.py" --splice "$RESULTS" "$GPU_MD" || die "could not update $RESULTS"

@@ -24,8 +24,8 @@ for i in 1 2; do
 done
 md=$T/work/gpu.md
 [ -f "$md" ] || fail "no report"
-for tp in 1 2 8; do
-    grep -q "^| tp$tp | [1-9][0-9]* | yes |" "$md" || fail "tp $tp not checked equal: $(cat "$md")"
+for check in tp1 tp2 tp8 tp2_to_f32; do
+    grep -q "^| $check | [1-9][0-9]* | yes |" "$md" || fail "$check not checked equal: $(cat "$md")"
 done
 grep -q "^| cuda_tp1_default .*| warm | io_uring\|^| cuda_tp1_default .*| warm | pread" "$md" || fail "no warm default run"
 grep -q "^| cuda_tp1_default .*| cold:" "$md" || fail "no cold run"
