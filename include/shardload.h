@@ -257,7 +257,10 @@ typedef struct sl_load_opts {
 void sl_load_opts_init(sl_load_opts *o);
 
 /* Executes plan p (built from ck, which may be NULL when o->dummy) on the devices. On failure every
- * device allocation is freed and *out's errmsg names the file and offset involved. */
+ * device allocation is freed and *out's errmsg names the file and offset involved.
+ * cuda: the calling thread's current CUDA device is left set to a GPU the load used (restoring the
+ * previous one would create a context on GPU 0 in processes that never chose a device); callers
+ * that rely on it set it again afterwards, e.g. torch.cuda.set_device. */
 sl_status sl_load(const sl_checkpoint *ck, const sl_plan *p, const sl_load_opts *o, sl_model **out);
 void sl_model_free(sl_model *m);
 const char *sl_model_errmsg(const sl_model *m);
