@@ -3,6 +3,7 @@
 #ifndef FMT_TESTUTIL_H
 #define FMT_TESTUTIL_H
 
+#include "expect.h"
 #include "shardload.h"
 
 #include <stdarg.h>
@@ -12,18 +13,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static int fmt_failures;
-
-#define EXPECT(cond, ...)                                                  \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            fmt_failures++;                                                \
-            fprintf(stderr, "%s:%d: FAIL %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fputc('\n', stderr);                                           \
-        }                                                                  \
-    } while (0)
 
 typedef struct fmt_buf {
     unsigned char *p;

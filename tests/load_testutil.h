@@ -3,6 +3,7 @@
 #ifndef SL_LOAD_TESTUTIL_H
 #define SL_LOAD_TESTUTIL_H
 
+#include "expect.h"
 #include "load/load_internal.h"
 #include "plan/plan_internal.h"
 
@@ -13,18 +14,6 @@
 #include <unistd.h>
 
 #define TP_MAX 64
-
-static int tu_failures;
-
-#define EXPECT(cond, ...)                                    \
-    do {                                                     \
-        if (!(cond)) {                                       \
-            fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);  \
-            fprintf(stderr, __VA_ARGS__);                    \
-            fputc('\n', stderr);                             \
-            tu_failures++;                                   \
-        }                                                    \
-    } while (0)
 
 /* A plan of n_dev devices, each with room for TP_MAX params and ops. */
 static sl_plan *tp_new(int32_t n_dev, sl_dtype dt, int64_t n_files)

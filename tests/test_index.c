@@ -251,9 +251,9 @@ int main(void)
     test_index_errors();
     test_no_index();
     test_single_file();
-    if (fmt_failures)
-        fprintf(stderr, "%d check(s) failed\n", fmt_failures);
+    if (expect_failures)
+        fprintf(stderr, "%d check(s) failed\n", expect_failures);
     else
         printf("test_index: all checks passed\n");
-    return fmt_failures ? 1 : 0;
+    return expect_failures ? 1 : 0;
 }

@@ -598,7 +598,7 @@ int main(void)
     test_direct_runs();
     test_dummy();
     rmdir(dir);
-    if (tu_failures)
-        fprintf(stderr, "%d failures\n", tu_failures);
-    return tu_failures ? 1 : 0;
+    if (expect_failures)
+        fprintf(stderr, "%d failures\n", expect_failures);
+    return expect_failures ? 1 : 0;
 }

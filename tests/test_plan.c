@@ -2,6 +2,7 @@
  * (kv replication, vocab padding, biases, head_dim, tied embeddings with PP, vLLM's PP split,
  * spmd tiles), every planning error, the embedded rule tables and --rules equivalence.
  * Exit 0 pass, 1 fail. */
+#include "expect.h"
 #include "shardload.h"
 
 #include "plan/plan_internal.h"
@@ -14,18 +15,6 @@
 
 #define CONFIGS SL_TEST_CONFIGS
 #define RULES SL_RULES_DIR
-
-static int failures;
-
-#define EXPECT(c, ...)                                            \
-    do {                                                          \
-        if (!(c)) {                                               \
-            failures++;                                           \
-            fprintf(stderr, "%s:%d: FAIL: ", __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                         \
-            fputc('\n', stderr);                                  \
-        }                                                         \
-    } while (0)
 
 static sl_status build(const char *config, const char *rules, int tp, int pp, sl_layout layout,
                        sl_plan **p)
@@ -309,9 +298,9 @@ int main(void)
     rules_equivalence();
     embedded_tables();
     remove(cfg_path());
-    if (failures)
-        fprintf(stderr, "%d failure(s)\n", failures);
+    if (expect_failures)
+        fprintf(stderr, "%d failure(s)\n", expect_failures);
     else
         printf("test_plan: all passed\n");
-    return failures ? 1 : 0;
+    return expect_failures ? 1 : 0;
 }

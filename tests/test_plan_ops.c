@@ -6,6 +6,7 @@
  * one assembled from SHARDING.md's formulas written out again below (not from the planner):
  * fused qkv with kv-head replication, gate_up, column slices of o/down, vocab padding, tied
  * embeddings, vLLM's pipeline split, and the spmd tiles. Exit 0 pass, 1 fail. */
+#include "expect.h"
 #include "shardload.h"
 
 #include "plan/plan_internal.h"
@@ -17,18 +18,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static int failures;
-
-#define EXPECT(c, ...)                                         \
-    do {                                                       \
-        if (!(c)) {                                            \
-            failures++;                                        \
-            fprintf(stderr, "%s:%d: FAIL: ", __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                      \
-            fputc('\n', stderr);                               \
-        }                                                      \
-    } while (0)
 
 /* ---- the model ------------------------------------------------------------------------------- */
 
@@ -577,9 +566,9 @@ int main(void)
     free_tensors();
 
     strictness();
-    if (failures)
-        fprintf(stderr, "%d failure(s)\n", failures);
+    if (expect_failures)
+        fprintf(stderr, "%d failure(s)\n", expect_failures);
     else
         printf("test_plan_ops: all passed\n");
-    return failures ? 1 : 0;
+    return expect_failures ? 1 : 0;
 }

@@ -149,9 +149,9 @@ int main(void)
     test_round_trip(dir);
     test_unfinished_removed(dir);
     fmt_rm_rf(dir);
-    if (fmt_failures)
-        fprintf(stderr, "%d check(s) failed\n", fmt_failures);
+    if (expect_failures)
+        fprintf(stderr, "%d check(s) failed\n", expect_failures);
     else
         printf("test_writer: all checks passed\n");
-    return fmt_failures ? 1 : 0;
+    return expect_failures ? 1 : 0;
 }
