@@ -1,6 +1,6 @@
 /* cli_demo.c - `shardload demo` (what `make demo` runs): synthesizes a small built-in model in a
- * temporary directory, plans and loads it at TP=2 on cpu, prints the plan and the load report,
- * and removes the directory. */
+ * temporary directory, plans and loads it at TP=2 on cpu (and on CUDA GPUs when there are any),
+ * prints the plan and the load reports, and removes the directory. */
 #define _XOPEN_SOURCE 700
 #include "cli.h"
 
@@ -62,6 +62,14 @@ static int demo_run(const char *dir)
         fflush(stdout);
         rc = cli_load(4, load);
     }
+    char *load_cuda[] = {"load", ck, "--tp", "2", "--device", "cuda", NULL};
+    if (rc == CLI_EXIT_OK && sl_cuda_gpu_count() > 0) {
+        printf("\n== shardload load %s --tp 2 --device cuda\n", ck);
+        fflush(stdout);
+        rc = cli_load(6, load_cuda);
+    } else if (rc == CLI_EXIT_OK) {
+        printf("\n(no CUDA GPU here: the same load with --device cuda is skipped)\n");
+    }
     return rc;
 }
 
@@ -69,7 +77,8 @@ int cli_demo(int argc, char **argv)
 {
     if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
         printf("usage: shardload demo\n\nSynthesizes a small built-in model in a temporary directory,\n"
-               "plans and loads it at TP=2 on cpu, prints the plan and the report, and cleans up.\n");
+               "plans and loads it at TP=2 on cpu (and on CUDA GPUs when there are any), prints\n"
+               "the plan and the reports, and cleans up.\n");
         return CLI_EXIT_OK;
     }
     if (argc > 1)

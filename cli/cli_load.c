@@ -48,7 +48,7 @@ static void load_help(FILE *out)
             "                  \"gbps\",\"gbps_after_setup\",\n"
             "                  \"peak_rss_bytes\",\"io\",\"devices\":[{\"index\",\"allocated_bytes\",\n"
             "                  \"params\":[{\"name\",\"xxh3\"}]}]} (params only with --checksums;\n"
-            "                  cuda adds \"mem_free_before\",\"mem_free_after\" per device)\n"
+            "                  cuda adds \"gpu\",\"mem_free_before\",\"mem_free_after\" per device)\n"
             "  --config FILE   the model's config.json; default PATH's directory/config.json\n"
             "  --rules FILE    rule table for the architecture instead of the built-in one\n"
             "  --dist S        under mpirun (docs/mpi.md): cooperative (default: each byte read by\n"
@@ -146,11 +146,13 @@ static void load_print_mem(const sl_model *m, int32_t d, int json)
     char b1[32], b2[32], b3[32];
     if (sl_model_device_mem(m, d, &before, &after) != SL_OK)
         return;
+    const int gpu = (int)sl_model_device_gpu(m, d);
     if (json) {
-        printf(",\"mem_free_before\":%" PRIu64 ",\"mem_free_after\":%" PRIu64, before, after);
+        printf(",\"gpu\":%d,\"mem_free_before\":%" PRIu64 ",\"mem_free_after\":%" PRIu64, gpu,
+               before, after);
         return;
     }
-    printf("device %d: GPU free memory %s -> %s bytes (%s used)\n", (int)d,
+    printf("device %d: GPU %d free memory %s -> %s bytes (%s used)\n", (int)d, gpu,
            cli_commas(before, b1, sizeof b1), cli_commas(after, b2, sizeof b2),
            cli_commas(before >= after ? before - after : 0, b3, sizeof b3));
 }

@@ -256,6 +256,10 @@ typedef struct sl_load_opts {
 
 void sl_load_opts_init(sl_load_opts *o);
 
+/* Number of CUDA GPUs the runtime sees (SL_CUDART or libcudart found as for device "cuda"); 0
+ * without a runtime or a GPU. */
+int32_t sl_cuda_gpu_count(void);
+
 /* Executes plan p (built from ck, which may be NULL when o->dummy) on the devices. On failure every
  * device allocation is freed and *out's errmsg names the file and offset involved.
  * cuda: the calling thread's current CUDA device is left set to a GPU the load used (restoring the

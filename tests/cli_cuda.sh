@@ -71,6 +71,7 @@ for eng in uring pread; do
     [ "$(counter async)" -gt 0 ] || fail "tp4 $eng: no async copies"
     [ "$(counter copies_2d)" -gt 0 ] || fail "tp4 $eng: no 2-D copies"
     [ "$(counter mallocs)" = 4 ] || fail "tp4 $eng: $(counter mallocs) cudaMalloc calls"
+    [ "$(echo "$out" | nums gpu)" = "0 1 1 0 " ] || fail "tp4 $eng: gpus '$(echo "$out" | nums gpu)' for --gpus 0,1,1,0"
     # slots are refilled after waiting for their own copies (events), not the whole stream
     [ "$(counter event_syncs)" -gt 0 ] || fail "tp4 $eng: no per-slot waits (event_syncs=0)"
 done
@@ -93,7 +94,7 @@ check_clean "dummy"
 
 # 5. reports: text line for cuda, no memory figures for cpu
 out=$(fake load "$CK" --device cuda --tp 2 2>&1) || fail "text: $out"
-echo "$out" | grep -q "^device 1: GPU free memory .* bytes (.* used)" || fail "no GPU memory line: $out"
+echo "$out" | grep -q "^device 1: GPU 1 free memory .* bytes (.* used)" || fail "no GPU memory line: $out"
 "$SL" load "$CK" --tp 2 --json | grep -q mem_free_before && fail "cpu reports GPU memory"
 
 # 5b. the ring: slots are reused after their own copies (events); streams are synchronized at the
@@ -103,6 +104,13 @@ out=$(fake load "$CK" --device cuda --tp 2 --staging 256K --json 2>"$T/err") || 
 check_clean "ring"
 [ "$(counter event_syncs)" -gt 20 ] || fail "ring: $(counter event_syncs) event waits for a 256K staging"
 [ "$(counter syncs)" -le 8 ] || fail "ring: $(counter syncs) stream synchronizations (at most 8 expected)"
+
+# 5c. `shardload demo` (make demo) adds the cuda load when a GPU is there, and says so when not
+out=$(fake demo 2>&1) || fail "demo: $out"
+echo "$out" | grep -q "^== shardload load .* --tp 2 --device cuda" && echo "$out" | grep -q "^device 1: GPU 1 free memory" \
+    || fail "demo on the stand-in: no cuda load: $out"
+out=$(SL_CUDART="$T/nonexistent/libcudart.so" "$SL" demo 2>&1) || fail "demo without a runtime: $out"
+echo "$out" | grep -q "no CUDA GPU here" || fail "demo without a runtime: $out"
 
 # 6. --gpus errors
 fake load "$CK" --device cuda --tp 2 --gpus 0,5 >/dev/null 2>"$T/err"

@@ -520,6 +520,16 @@ static sl_status cu_gpu_count(int *count, sl_err *err)
     return SL_OK;
 }
 
+int32_t sl_cuda_gpu_count(void)
+{
+    sl_err e = {0};
+    int n = 0;
+    if (cu_load(&e) != SL_OK || g_cu.api.GetDeviceCount(&n) != 0 || n < 0)
+        n = 0;
+    sl_err_clear(&e);
+    return n;
+}
+
 sl_status sl_device_cuda_open(int32_t index, const sl_load_opts *o, sl_device *out, sl_err *err)
 {
     int count = 0, gpu = 0;
