@@ -164,7 +164,7 @@ for ((i = 0; i < REPS; i++)); do
     run cuda_tp1_uring_inline warm uring-inline -- --device cuda
     run cuda_tp1_pread warm pread -- --device cuda
     run cuda_tp1_req8 warm "" -- --device cuda --request 8
-    run cuda_tp1_req4 warm "" -- --device cuda --request 4
+    run cuda_tp1_req16 warm "" -- --device cuda --request 16   # 3 slots: the default before slots followed CPUs
     run cuda_tp1_stg256 warm "" -- --device cuda --staging 256
     run cuda_tp1_stg256_pread warm pread -- --device cuda --staging 256 --request 8
     run cuda_tp1_stg1024 warm "" -- --device cuda --staging 1024 --request 16

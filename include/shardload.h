@@ -241,7 +241,8 @@ typedef void (*sl_progress_fn)(void *user, uint64_t done_bytes, uint64_t total_b
 typedef struct sl_load_opts {
     const char *device;        /* "cpu" (default) or "cuda" */
     sl_io_mode io;
-    int32_t threads;           /* I/O threads / queue depth; 0: automatic */
+    int32_t threads;           /* I/O threads / queue depth, and for non-host devices the number
+                                  of staging slots when request_bytes is 0; 0: automatic */
     uint64_t staging_bytes;    /* host staging budget; default 64 MiB */
     uint64_t request_bytes;    /* size of one read request; default 16 MiB */
     int32_t dummy;             /* 1: fill per SHARDING.md's dummy rule, read no file */

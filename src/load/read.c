@@ -36,6 +36,8 @@
 #define RD_SLOT_SLACK (3u * RD_ALIGN)      /* alignment below a and above b_ext, plus the tail */
 #define RD_MAX_SLOTS 64u
 #define RD_MAX_REQUEST ((uint64_t)256 << 20)
+#define RD_DEFAULT_REQUEST ((uint64_t)16 << 20)
+#define RD_MIN_AUTO_REQUEST ((uint64_t)4 << 20)
 #define RD_BOUNCE ((size_t)256 << 10)
 #define RD_CACHE_SAMPLES 64u
 #define RD_DIRECT_MIN ((uint64_t)2 << 20)   /* above merge_gap, so merged gaps never cross one */
@@ -716,10 +718,16 @@ static sl_status rd_pipeline(rd_ctx *x)
 /* ---- setup ---------------------------------------------------------------------------------- */
 
 /* Request size: multiple of 4096, and at least two slots fit in the staging budget when possible. */
-static void rd_size_requests(rd_ctx *x)
+static uint64_t rd_staging_budget(const rd_ctx *x)
 {
-    uint64_t req = x->o->request_bytes ? x->o->request_bytes : (uint64_t)16 << 20;
-    uint64_t staging = x->o->staging_bytes ? x->o->staging_bytes : (uint64_t)64 << 20;
+    return x->o->staging_bytes ? x->o->staging_bytes : (uint64_t)64 << 20;
+}
+
+/* Request size req (a multiple of 4096), cut so that at least two slots fit the budget when
+ * possible, and the number of slots it gives. */
+static void rd_set_request(rd_ctx *x, uint64_t req)
+{
+    const uint64_t staging = rd_staging_budget(x);
     req = sl_min_u64(sl_max_u64(req / RD_ALIGN * RD_ALIGN, RD_ALIGN), RD_MAX_REQUEST);
     if (staging < 2 * (req + RD_SLOT_SLACK) && staging / 2 > RD_SLOT_SLACK + RD_ALIGN)
         req = (staging / 2 - RD_SLOT_SLACK) / RD_ALIGN * RD_ALIGN;
@@ -729,8 +737,32 @@ static void rd_size_requests(rd_ctx *x)
     x->slot_size = req + RD_SLOT_SLACK;
     uint64_t n = staging / x->slot_size;
     x->n_slots = (unsigned)sl_max_u64(1, sl_min_u64(n, RD_MAX_SLOTS));
+}
+
+static void rd_size_requests(rd_ctx *x)
+{
+    rd_set_request(x, x->o->request_bytes ? x->o->request_bytes : RD_DEFAULT_REQUEST);
     /* Gaps under 1 MiB (or a sixteenth of a small request) are cheaper to read than to skip. */
-    x->merge_gap = sl_min_u64((uint64_t)1 << 20, req / 16);
+    x->merge_gap = sl_min_u64((uint64_t)1 << 20, x->request / 16);
+}
+
+/* Devices that are not host memory (cuda) take every byte through staging, and from the page
+ * cache each slot's read is one CPU copy: the number of slots in flight, not their size, sets the
+ * pace. Unless a request size was asked for, such loads cut the budget into about as many slots
+ * as --threads says, or as there are CPUs (at most 16), with requests between 4 and 16 MiB.
+ * merge_gap stays. */
+static void rd_size_for_devices(rd_ctx *x)
+{
+    int staged = 0;
+    for (int32_t d = 0; d < x->p->n_devices; d++)
+        staged |= !x->host[d] && x->devs[d].bytes > 0 && (!x->local || x->local[d]);
+    if (x->o->request_bytes || !staged)
+        return;
+    const long n = x->o->threads > 0 ? (long)x->o->threads : sysconf(_SC_NPROCESSORS_ONLN);
+    const uint64_t want = rd_staging_budget(x) / (uint64_t)(n < 2 ? 2 : n > 16 ? 16 : n);
+    const uint64_t req = sl_min_u64(sl_max_u64(want, RD_MIN_AUTO_REQUEST), RD_DEFAULT_REQUEST);
+    if (req < x->request)
+        rd_set_request(x, req);
 }
 
 /* A small checkpoint does not need the whole budget: no more slots than chunks, and slots only
@@ -869,6 +901,7 @@ static sl_status rd_run(rd_ctx *x, const sl_load_file *files, sl_load_stats *sta
     SL_TRY(rd_collect_ops(x));
     SL_TRY(rd_open_files(x));
     SL_TRY(rd_host_ptrs(x));
+    rd_size_for_devices(x);
     SL_TRY(rd_zero_pads(x));
     rd_mark_direct(x);
     SL_TRY(rd_build_chunks(x));
