@@ -244,7 +244,9 @@ typedef struct sl_load_opts {
     int32_t threads;           /* I/O threads / queue depth, and for non-host devices the number
                                   of staging slots when request_bytes is 0; 0: automatic */
     uint64_t staging_bytes;    /* host staging budget; default 64 MiB */
-    uint64_t request_bytes;    /* size of one read request; default 16 MiB */
+    uint64_t request_bytes;    /* size of one read request; 0 (default): 16 MiB, and for non-host
+                                  devices (cuda) what cuts the budget into about `threads` (or as
+                                  many as CPUs, at most 16) slots, 4 to 16 MiB each */
     int32_t dummy;             /* 1: fill per SHARDING.md's dummy rule, read no file */
     uint64_t seed;             /* dummy seed; default 1234 */
     int32_t numa;              /* cpu backend: bind device d to NUMA node d % nodes; 0: off */

@@ -14,7 +14,6 @@ void sl_load_opts_init(sl_load_opts *o)
     o->device = "cpu";
     o->io = SL_IO_AUTO;
     o->staging_bytes = (uint64_t)64 << 20;
-    o->request_bytes = (uint64_t)16 << 20;
     o->seed = 1234;
 }
 
