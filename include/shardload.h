@@ -253,6 +253,14 @@ typedef struct sl_load_opts {
     const int32_t *gpus;       /* cuda backend: GPU of mesh device d is gpus[d] (n_gpus entries, at
                                   least one per device); NULL: d % number of GPUs */
     int32_t n_gpus;
+    /* Optional: dest[d] is memory the caller owns for mesh device d, at least
+     * sl_plan_device_bytes(p, d) bytes: host memory for cpu, a CUDA device address (on the GPU that
+     * device maps to) for cuda. The load writes the device's bytes there, padding zeros included,
+     * and the model neither allocates nor frees it: an engine allocates its weights its own way and
+     * views parameter i at dest[d] + sl_plan_param(p, d, i).offset. n_dest entries; a NULL entry
+     * (or d >= n_dest) is allocated by the backend as usual. Under MPI, indexed by global device. */
+    void *const *dest;
+    int32_t n_dest;
     sl_progress_fn progress;   /* may be NULL; called from the loading thread */
     void *progress_user;
 } sl_load_opts;
@@ -285,7 +293,8 @@ typedef struct sl_load_stats {
 
 sl_status sl_model_stats(const sl_model *m, sl_load_stats *out);
 int32_t sl_model_device_count(const sl_model *m);
-/* Bytes the backend allocated for device dev. */
+/* Bytes of device memory the model holds for device dev: what the backend allocated, or the
+ * caller's memory used (opts.dest). */
 uint64_t sl_model_device_allocated(const sl_model *m, int32_t dev);
 /* Copies nbytes of parameter i of device dev, from byte off, into host memory dst (works for every
  * backend; for cuda it is a device-to-host copy). */

@@ -6,6 +6,7 @@
 
 #include "load/convert.h"
 
+#include <dlfcn.h>
 #include <math.h>
 #include <sys/stat.h>
 
@@ -200,6 +201,73 @@ static void test_request_sizing(void)
     unlink(path);
 }
 
+/* opts.dest: the caller's memory for each device, on cpu (malloc'd, dirty) and on the cuda
+ * stand-in (cudaMalloc'd by the test through the same library): the bytes land there, padding
+ * zeroed, parameter pointers are dest + offset, and the model leaves the memory to the caller. */
+static void test_dest(const sl_load_file *f, const sl_plan *p, unsigned char *const *fd)
+{
+    typedef int (*malloc_fn)(void **, size_t);
+    typedef int (*free_fn)(void *);
+    typedef int (*setdev_fn)(int);
+    void *lib = dlopen(SL_FAKE_CUDART, RTLD_NOW | RTLD_LOCAL);
+    malloc_fn cmalloc = NULL;
+    free_fn cfree = NULL;
+    setdev_fn csetdev = NULL;
+    if (lib) { /* ISO C has no cast from an object pointer to a function pointer: memcpy */
+        void *s1 = dlsym(lib, "cudaMalloc"), *s2 = dlsym(lib, "cudaFree"), *s3 = dlsym(lib, "cudaSetDevice");
+        memcpy(&cmalloc, &s1, sizeof s1);
+        memcpy(&cfree, &s2, sizeof s2);
+        memcpy(&csetdev, &s3, sizeof s3);
+    }
+    EXPECT(cmalloc && cfree && csetdev, "stand-in not loadable: %s", dlerror());
+    setenv("SL_CUDART", SL_FAKE_CUDART, 1);
+    setenv("FAKE_CUDA_GPUS", "2", 1);
+    for (int cuda = 0; cuda < 2 && cmalloc && cfree && csetdev; cuda++) {
+        void *dest[2] = {NULL, NULL};
+        for (int32_t d = 0; d < 2; d++) {
+            const size_t n = (size_t)p->devices[d].bytes;
+            if (cuda) {
+                EXPECT(csetdev(d) == 0 && cmalloc(&dest[d], n) == 0, "stand-in cudaMalloc");
+            } else {
+                dest[d] = malloc(n);
+                memset(dest[d], 0xCD, n); /* padding must be zeroed by the load */
+            }
+        }
+        sl_load_opts o;
+        sl_load_opts_init(&o);
+        o.device = cuda ? "cuda" : "cpu";
+        o.dest = dest;
+        o.n_dest = 2;
+        o.staging_bytes = 64 << 10;
+        sl_model *m = NULL;
+        int skip = 0;
+        sl_status st = run_load(f, 1, p, &o, engines[0], &m, &skip);
+        EXPECT(st == SL_OK, "dest load (%s): %s", o.device, sl_model_errmsg(m));
+        for (int32_t d = 0; st == SL_OK && d < 2; d++) {
+            EXPECT(sl_model_device_allocated(m, d) == p->devices[d].bytes, "dest: bytes held");
+            for (int64_t i = 0; i < p->devices[d].n_params; i++)
+                EXPECT(sl_model_param_ptr(m, d, i) == (unsigned char *)dest[d] + p->devices[d].params[i].offset,
+                       "dest (%s): device %d param %lld not at dest + offset", o.device, d, (long long)i);
+        }
+        EXPECT(st != SL_OK || !compare_model(m, p, fd), "dest (%s): contents", o.device);
+        sl_model_free(m);
+        for (int32_t d = 0; d < 2; d++) { /* still the caller's, still holding the bytes */
+            unsigned char *want = oracle(p, d, fd);
+            EXPECT(st != SL_OK || !memcmp(dest[d], want, (size_t)p->devices[d].bytes),
+                   "dest (%s): device %d bytes after sl_model_free", o.device, d);
+            free(want);
+            if (cuda)
+                EXPECT(cfree(dest[d]) == 0, "dest: the model freed the caller's device memory");
+            else
+                free(dest[d]);
+        }
+    }
+    unsetenv("SL_CUDART");
+    unsetenv("FAKE_CUDA_GPUS");
+    if (lib)
+        dlclose(lib);
+}
+
 static void test_tp_layout(sl_dtype plan_dt)
 {
     /* file: 16 junk | W1 F32 [64,96] | 2 junk | W2 BF16 [40,200] (misaligned) | E F16 [21,64] */
@@ -263,6 +331,7 @@ static void test_tp_layout(sl_dtype plan_dt)
         }
     }
     test_tp_layout_cuda(&f, p, fd);
+    test_dest(&f, p, fd);
     tp_free(p);
     free(data);
     unlink(path);

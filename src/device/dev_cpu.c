@@ -26,7 +26,8 @@ typedef struct cpu_dev {
     int32_t node;          /* NUMA node to bind to, -1 for none */
     unsigned char *base;   /* NULL when bytes == 0 */
     uint64_t bytes;
-    size_t map_len;
+    size_t map_len;        /* 0 when base is not ours */
+    unsigned char *dest;   /* the caller's memory (opts.dest), or NULL */
 } cpu_dev;
 
 /* NUMA nodes present: /sys/devices/system/node/node<N> entries (1 when the directory is absent). */
@@ -59,6 +60,11 @@ static sl_status cpu_alloc(void *ctx, uint64_t bytes, sl_err *err)
     cpu_dev *d = ctx;
     if (bytes == 0)
         return SL_OK;
+    if (d->dest) { /* not ours to bind, advise or pre-fault */
+        d->base = d->dest;
+        d->bytes = bytes;
+        return SL_OK;
+    }
     if (bytes > (uint64_t)SIZE_MAX - 65536)
         return sl_err_set(err, SL_E_NOMEM, "cpu device %d: %llu bytes do not fit in memory", d->index,
                           (unsigned long long)bytes);
@@ -136,6 +142,12 @@ static void cpu_prefault(void *ctx, const volatile int *stop)
     }
 }
 
+/* Our own mapping is fresh anonymous memory: zero until written. The caller's is not known. */
+static int cpu_zeroed(const void *ctx)
+{
+    return ((const cpu_dev *)ctx)->map_len > 0;
+}
+
 static void *cpu_host_ptr(void *ctx)
 {
     return ((cpu_dev *)ctx)->base;
@@ -151,7 +163,7 @@ static void cpu_free(void *ctx)
     cpu_dev *d = ctx;
     if (!d)
         return;
-    if (d->base)
+    if (d->base && d->map_len)
         munmap(d->base, d->map_len);
     free(d);
 }
@@ -166,6 +178,7 @@ static const sl_device_ops cpu_ops = {
     .host_ptr = cpu_host_ptr,
     .allocated = cpu_allocated,
     .free = cpu_free,
+    .zeroed = cpu_zeroed,
 };
 
 sl_status sl_device_cpu_open(int32_t index, const sl_load_opts *o, sl_device *out, sl_err *err)
@@ -174,6 +187,7 @@ sl_status sl_device_cpu_open(int32_t index, const sl_load_opts *o, sl_device *ou
     if (!d)
         return sl_err_set(err, SL_E_NOMEM, "out of memory");
     d->index = index;
+    d->dest = sl_device_dest(o, index);
     /* --numa: device d on node d % nodes, so that a host with several sockets spreads the mesh. */
     d->node = o && o->numa ? index % cpu_numa_nodes() : -1;
     if (d->node >= 64) {

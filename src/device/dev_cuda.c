@@ -118,6 +118,7 @@ typedef struct cuda_dev {
     cudaStream_t stream;
     unsigned char *base;           /* NULL when bytes == 0 */
     uint64_t bytes;
+    unsigned char *dest;           /* the caller's device memory (opts.dest): never freed here */
     uint64_t free_before, free_after;
     void *pin_ptr;                 /* the range this instance holds a pin reference on, or NULL */
     size_t pin_len;
@@ -256,6 +257,11 @@ static sl_status cuda_alloc(void *ctx, uint64_t bytes, sl_err *err)
     d->free_before = d->free_after = fr;
     if (bytes == 0)
         return SL_OK;
+    if (d->dest) {
+        d->base = d->dest;
+        d->bytes = bytes;
+        return SL_OK;
+    }
     cudaError_t e = g_cu.api.Malloc(&p, (size_t)bytes);
     if (e != 0)
         return sl_err_set(err, SL_E_NOMEM, "cuda device %d (GPU %d): cudaMalloc of %llu bytes failed: %s "
@@ -462,7 +468,7 @@ static void cuda_free(void *ctx)
             if (d->marks[i])
                 (void)g_cu.api.EventDestroy(d->marks[i]);
         }
-        if (d->base)
+        if (d->base && !d->dest)
             (void)g_cu.api.Free(d->base);
         if (d->stream)
             (void)g_cu.api.StreamDestroy(d->stream);
@@ -541,6 +547,7 @@ sl_status sl_device_cuda_open(int32_t index, const sl_load_opts *o, sl_device *o
         return sl_err_set(err, SL_E_NOMEM, "out of memory");
     d->index = index;
     d->gpu = gpu;
+    d->dest = sl_device_dest(o, index);
     sl_status st = cu_select(d, err);
     cudaError_t e = st == SL_OK ? g_cu.api.StreamCreate(&d->stream) : 0;
     if (st == SL_OK && e != 0)

@@ -57,6 +57,9 @@ typedef struct sl_device_ops {
                          size_t src_pitch, size_t width, size_t rows, sl_err *err);
     void (*mem_info)(const void *ctx, uint64_t *free_before, uint64_t *free_after);
     void *(*device_ptr)(void *ctx);
+    /* 1 when the memory is known to hold zeros before any write (fresh anonymous pages), so that
+     * zero-filled padding needs no writes; NULL or 0: it must be zeroed. */
+    int (*zeroed)(const void *ctx);
     int (*gpu)(const void *ctx);
     sl_status (*mark)(void *ctx, unsigned tag, sl_err *err);
     sl_status (*wait_mark)(void *ctx, unsigned tag, sl_err *err);
@@ -68,6 +71,12 @@ typedef struct sl_device {
     const sl_device_ops *ops;
     void *ctx;
 } sl_device;
+
+/* The caller's memory for mesh device index (opts.dest), or NULL: allocate. */
+static inline void *sl_device_dest(const sl_load_opts *o, int32_t index)
+{
+    return o && o->dest && index >= 0 && index < o->n_dest ? o->dest[index] : NULL;
+}
 
 /* Creates the backend instance for mesh device `index` ("cpu" or "cuda", NULL = "cpu").
  * Nothing is allocated yet. SL_E_UNSUPPORTED when the backend is not available here. */

@@ -519,15 +519,17 @@ static sl_status rd_scatter_chunk(rd_ctx *x, const rd_chunk *c, const unsigned c
     return SL_OK;
 }
 
-/* Padding (ZERO operations): host memory is fresh anonymous memory, zero already; other memory
- * (cudaMalloc, file devices) is not. Their ranges are disjoint from every copy's. */
+/* Padding (ZERO operations): a backend's own host memory is fresh anonymous memory, zero already;
+ * other memory (cudaMalloc, file devices, the caller's opts.dest) is not. Their ranges are disjoint
+ * from every copy's. */
 static sl_status rd_zero_pads(rd_ctx *x)
 {
     const uint64_t es = sl_dtype_bits(x->p->dtype) / 8;
     for (int32_t d = 0; d < x->p->n_devices; d++) {
         const sl_plan_device *pd = &x->p->devices[d];
         const sl_device *dev = &x->devs[d].dev;
-        if (x->host[d] || (x->local && !x->local[d]) || !dev->ops || !dev->ops->zero)
+        if ((x->local && !x->local[d]) || !dev->ops || !dev->ops->zero ||
+            (dev->ops->zeroed && dev->ops->zeroed(dev->ctx)))
             continue;
         for (int64_t k = 0; k < pd->n_ops; k++) {
             const sl_op *op = &pd->ops[k];
