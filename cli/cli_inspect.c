@@ -12,8 +12,11 @@ static void inspect_help(FILE *out)
     fprintf(out, "usage: shardload inspect PATH [--json]\n\n"
                  "Validates a .safetensors file, or a directory of shards (with or without\n"
                  "model.safetensors.index.json), and lists its files, tensors and metadata.\n\n"
-                 "  --json   machine-readable output: {\"files\":[...],\"tensors\":[...],\"total_bytes\":N,...}\n"
+                 "  --json   machine-readable output: {\"files\":[...],\"tensors\":[...],\"total_bytes\":N,\n"
+                 "           \"metadata\":{...},\"warnings\":[...]}\n"
                  "  --help   this text\n\n"
+                 "Warnings (odd but valid, e.g. an index total_size that disagrees with the shards)\n"
+                 "go to stderr as 'shardload: warning: ...' and do not change the exit status.\n"
                  "Exit status: 0 valid, 1 invalid (one line on stderr), 2 usage error.\n");
 }
 
@@ -63,7 +66,12 @@ static void inspect_json(const sl_checkpoint *ck)
         }
         putchar('}');
     }
-    printf("}}\n");
+    printf("},\"warnings\":[");
+    for (int64_t i = 0; i < sl_checkpoint_warning_count(ck); i++) {
+        printf(i ? "," : "");
+        cli_json_str(stdout, sl_checkpoint_warning(ck, i));
+    }
+    printf("]}\n");
 }
 
 static void inspect_text(const sl_checkpoint *ck)

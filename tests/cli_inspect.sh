@@ -83,7 +83,8 @@ for size in 12 999; do
   echo "{\"metadata\":{\"total_size\":$size},\"weight_map\":{\"a\":\"model-00001-of-00002.safetensors\",\"b\":\"model-00002-of-00002.safetensors\"}}" \
     >"$T/idx/model.safetensors.index.json"
   "$SL" inspect --json "$T/idx" >"$T/out" 2>"$T/err" || fail "total_size $size: exit $?"
-  "$PY" -c 'import json,sys; json.load(open(sys.argv[1]))' "$T/out" || fail "total_size $size: JSON"
+  "$PY" -c 'import json,sys; w=json.load(open(sys.argv[1]))["warnings"]; assert len(w) == (sys.argv[2] != "12"), w; assert all("total_size is 999" in x for x in w), w' "$T/out" "$size" \
+    || fail "total_size $size: JSON warnings: $(cat "$T/out")"
   if [ $size = 12 ]; then
     [ ! -s "$T/err" ] || fail "matching total_size warned: $(cat "$T/err")"
   else
