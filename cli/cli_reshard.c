@@ -8,7 +8,8 @@ static void reshard_help(FILE *out)
 {
     fprintf(out,
             "usage: shardload reshard PATH OUTDIR [--tp T] [--pp P] [--layout tp|spmd] [--dtype D]\n"
-            "                         [--max-part-size SIZE] [--staging MiB] [--threads N]\n"
+            "                         [--max-part-size SIZE] [--staging MiB] [--request MiB]\n"
+            "                         [--threads N]\n"
             "                         [--io auto|direct|buffered] [--config FILE] [--rules FILE]\n"
             "                         [--dist cooperative|independent] [--devices-per-rank K]\n\n"
             "Writes each device's parameters, with exactly their device shapes (padding included),\n"
@@ -19,6 +20,8 @@ static void reshard_help(FILE *out)
             "  --tp T, --pp P, --layout L, --dtype D, --config FILE, --rules FILE   as for `load`\n"
             "  --max-part-size SIZE   largest part file, e.g. 5GB, 512MiB (default 5GB)\n"
             "  --staging MiB          host staging budget (default 64)\n"
+            "  --request MiB          size of one read request (default: the budget cut into\n"
+            "                         about --threads or CPU-count slots of 4 to 16 MiB)\n"
             "  --threads N            I/O requests in flight (default automatic)\n"
             "  --io M                 auto, direct or buffered (default auto)\n"
             "  --dist S, --devices-per-rank K   under mpirun, as for `load` (docs/mpi.md): rank r\n"
@@ -28,7 +31,8 @@ static void reshard_help(FILE *out)
 
 static const char *const reshard_allowed[] = {
     "--tp",      "--pp",      "--layout", "--dtype",         "--config", "--rules",
-    "--staging", "--threads", "--io",     "--max-part-size", "--dist",   "--devices-per-rank", NULL};
+    "--staging", "--request", "--threads", "--io", "--max-part-size", "--dist",
+    "--devices-per-rank", NULL};
 
 static int reshard_run(const char *path, const char *outdir, cli_opts *a)
 {

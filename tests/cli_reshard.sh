@@ -65,6 +65,13 @@ check_mesh "$T/a" --tp 4 --layout spmd >/dev/null
 check_mesh "$T/a" --tp 2 --dtype f32 >/dev/null
 rq=$(check_mesh "$T/q" --tp 2 --pp 3 --dtype bf16)
 check_mesh "$T/q" --tp 1 >/dev/null
+# the request size changes how the reads are cut, never the files written
+r1=$(check_mesh "$T/a" --tp 4)
+"$SL" reshard "$T/a" "$T/req4k" --tp 4 --max-part-size 20KB --staging 1 --request 4K >/dev/null 2>"$T/err" ||
+    fail "reshard --request 4K: $(cat "$T/err")"
+for f in "$r1"/*.safetensors; do
+    cmp -s "$f" "$T/req4k/$(basename "$f")" || fail "--request 4K wrote a different $(basename "$f")"
+done
 
 # 3. file names, metadata and the tied embedding's name
 [ -n "$rq" ] && [ -f "$rq/model-rank-5-part-0.safetensors" ] || fail "no model-rank-5-part-0 in $rq"
