@@ -184,7 +184,7 @@ typedef struct dist_ctx {
     unsigned char *local;           /* p->n_devices flags */
     sl_rd *rd;
     int64_t *first;                 /* size + 1: rank r reads chunks [first[r], first[r+1]) */
-    unsigned char *recv;            /* size - 1 slots of received pieces */
+    unsigned char *recv;            /* size - 1 slots of received pieces (in the engine's staging) */
     uint64_t slot;
     int *cnt;                       /* 4 * size: send counts, send displs, recv counts, recv displs */
     MPI_Datatype *types;            /* 2 * size: send types, receive types of the current round */
@@ -280,13 +280,14 @@ static sl_status dist_coop_setup(dist_ctx *c)
      * displacements are ints. */
     const uint64_t staging = c->o->staging_bytes ? c->o->staging_bytes : (uint64_t)64 << 20;
     const uint64_t budget = sl_min_u64(staging, INT_MAX) / ((uint64_t)c->size + 1);
+    /* The receive slots live in the engine's staging block, so that devices that copy
+     * asynchronously (cuda) copy received pieces from page-locked memory too. */
     const sl_rd_setup s = {.files = c->files, .n_files = c->n_files, .p = c->p, .devs = c->all,
-                           .local = c->local, .o = c->o, .slot_bytes = budget, .err = err};
+                           .local = c->local, .o = c->o, .slot_bytes = budget,
+                           .extra_slots = (unsigned)(c->size - 1), .err = err};
     SL_TRY(sl_rd_open(&s, &c->rd));
     c->slot = sl_rd_slot_bytes(c->rd);
-    if (c->size > 1 && c->slot && !(c->recv = malloc((size_t)(c->slot * (uint64_t)(c->size - 1)))))
-        return sl_err_set(err, SL_E_NOMEM, "cannot allocate %llu bytes of staging",
-                          (unsigned long long)(c->slot * (uint64_t)(c->size - 1)));
+    c->recv = sl_rd_extra(c->rd);
     return SL_OK;
 }
 
@@ -428,9 +429,18 @@ static sl_status dist_coop_round(dist_ctx *c, int64_t k, sl_status *pending)
         return st;
     }
     int *sc = c->cnt, *sd = sc + c->size, *rc = sd + c->size, *rdp = rc + c->size;
+    /* The receive slots may still be read by last round's device copies: wait before they are
+     * refilled (seldom a wait: starting this round's read-ahead fenced them already). A failure
+     * still takes part in the exchange, which the other ranks have entered, and is reported at
+     * the next agreement. */
+    const sl_status fenced = sl_rd_fence(c->rd);
     MPI_Alltoallw(data, sc, sd, c->types, c->recv ? c->recv : &dist_none, rc, rdp,
                   c->types + c->size, MPI_COMM_WORLD);
     dist_coop_free_types(c);
+    if (fenced != SL_OK) {
+        *pending = fenced;
+        return SL_OK;
+    }
     if (mine >= 0) {
         const sl_rd_chunk ch = sl_rd_chunk_at(c->rd, mine);
         st = sl_rd_scatter(c->rd, &ch, data);
@@ -496,7 +506,6 @@ static void dist_free(dist_ctx *c)
     free(c->all);
     free(c->local);
     free(c->first);
-    free(c->recv);
     free(c->cnt);
     free(c->types);
     free(c->segs.seg);

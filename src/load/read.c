@@ -97,6 +97,7 @@ typedef struct rd_ctx {
     int allow_direct;             /* sl_load_read: whole devices are local, direct reads allowed */
     uint64_t request, merge_gap, slot_size;
     unsigned n_slots;
+    unsigned extra_slots;         /* sl_rd_setup.extra_slots, after the read slots */
     unsigned char *staging;
     rd_slot *slots;
     unsigned char *bounce;
@@ -782,6 +783,13 @@ static void rd_fit_slots(rd_ctx *x)
 
 _Static_assert(RD_MAX_SLOTS <= SL_DEVICE_MAX_MARKS, "one device mark per staging slot");
 
+/* The staging block: the read slots, then extra_slots more of the same size for the caller
+ * (sl_rd_extra), page-locked together. */
+static size_t rd_staging_len(const rd_ctx *x)
+{
+    return (size_t)(x->slot_size * (x->n_slots + x->extra_slots));
+}
+
 /* Per-slot waits need every device that copies asynchronously to offer marks. */
 static int rd_can_mark(const rd_ctx *x)
 {
@@ -800,7 +808,7 @@ static int rd_can_mark(const rd_ctx *x)
 /* Devices that copy asynchronously (cuda) page-lock the staging block once for the whole load. */
 static sl_status rd_pin(rd_ctx *x)
 {
-    const size_t len = (size_t)(x->slot_size * x->n_slots);
+    const size_t len = rd_staging_len(x);
     for (; x->n_pinned < x->p->n_devices; x->n_pinned++) {
         const sl_device *d = &x->devs[x->n_pinned].dev;
         if (d->ops && d->ops->pin)
@@ -852,10 +860,10 @@ static sl_status rd_alloc_buffers(rd_ctx *x)
     if (need_bounce && !(x->bounce = malloc(RD_BOUNCE)))
         return sl_err_set(x->err, SL_E_NOMEM, "out of memory");
     x->slots = calloc(x->n_slots, sizeof *x->slots);
-    x->staging = rd_staging_alloc((size_t)(x->slot_size * x->n_slots));
+    x->staging = rd_staging_alloc(rd_staging_len(x));
     if (!x->slots || !x->staging)
         return sl_err_set(x->err, SL_E_NOMEM, "cannot allocate %llu bytes of staging",
-                          (unsigned long long)(x->slot_size * x->n_slots));
+                          (unsigned long long)rd_staging_len(x));
     for (unsigned i = 0; i < x->n_slots; i++) {
         x->slots[i].buf = x->staging + (size_t)i * x->slot_size;
         x->slots[i].index = i;
@@ -892,7 +900,7 @@ static void rd_free(rd_ctx *x)
     free(x->slots);
     rd_unpin(x);
     if (x->staging)
-        munmap(x->staging, (size_t)(x->slot_size * x->n_slots));
+        munmap(x->staging, rd_staging_len(x));
     free(x->bounce);
 }
 
@@ -955,6 +963,7 @@ sl_status sl_rd_open(const sl_rd_setup *s, sl_rd **out)
     *x = (rd_ctx){.p = s->p, .devs = s->devs, .o = s->o, .err = s->err, .local = s->local,
                   .n_files = s->n_files};
     r->pending[0] = r->pending[1] = -1;
+    x->extra_slots = s->extra_slots;
     rd_size_requests(x);
     if (s->slot_bytes) {
         /* merge_gap stays as sl_load_read's, so the ranges (and bytes read) are the same. */
@@ -993,6 +1002,16 @@ sl_rd_chunk sl_rd_chunk_at(const sl_rd *r, int64_t i)
 uint64_t sl_rd_slot_bytes(const sl_rd *r)
 {
     return r->x.n_chunks ? r->x.slot_size : 0;
+}
+
+unsigned char *sl_rd_extra(sl_rd *r)
+{
+    return r->x.staging && r->x.extra_slots ? r->x.staging + (size_t)r->x.n_slots * r->x.slot_size : NULL;
+}
+
+sl_status sl_rd_fence(sl_rd *r)
+{
+    return r->x.in_flight ? rd_fence(&r->x) : SL_OK;
 }
 
 sl_status sl_rd_start(sl_rd *r, int64_t i)

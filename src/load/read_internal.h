@@ -26,6 +26,7 @@ typedef struct sl_rd_setup {
     const unsigned char *local;   /* p->n_devices flags; NULL: all */
     const sl_load_opts *o;
     uint64_t slot_bytes;          /* most bytes the staging slot may take; 0: from o */
+    unsigned extra_slots;         /* slots for the caller after the read slots (sl_rd_extra) */
     sl_err *err;
 } sl_rd_setup;
 
@@ -36,6 +37,12 @@ int64_t sl_rd_chunk_count(const sl_rd *r);
 sl_rd_chunk sl_rd_chunk_at(const sl_rd *r, int64_t i);
 /* Bytes of the staging slot (0 without chunks). */
 uint64_t sl_rd_slot_bytes(const sl_rd *r);
+/* The extra_slots slots after the read slots, page-locked with them for async device copies, or
+ * NULL (none asked for, or no chunks). Copies out of them may still run after sl_rd_scatter
+ * returns: call sl_rd_fence before writing into them again. */
+unsigned char *sl_rd_extra(sl_rd *r);
+/* Returns once no device copy reads staging (the read slots or the extra ones) any more. */
+sl_status sl_rd_fence(sl_rd *r);
 /* Starts reading chunk i into slot i % 2 (its slot must not be reading another chunk), so that
  * it proceeds while the caller works on chunk i - 1. */
 sl_status sl_rd_start(sl_rd *r, int64_t i);
