@@ -84,6 +84,11 @@ out=$(fake load "$CK" --device cuda --tp 2 --dtype f32 --staging 256K --checksum
 plan2=$("$SL" plan "$CK" --tp 2 --dtype f32 --json | grep -o '"bytes":[0-9]*,"params"' | grep -o '[0-9]*' | tr '\n' ' ')
 [ "$(echo "$out" | nums allocated_bytes)" = "$plan2" ] || fail "tp2 f32: allocated != plan"
 check_clean "tp2 f32"
+# converted pieces go through a page-locked ring of the staging block: asynchronous, none synchronous
+fake load "$CK" --device cuda --tp 2 --dtype f32 --staging 256K >/dev/null 2>"$T/err" || fail "tp2 f32 ring: $(cat "$T/err")"
+check_clean "tp2 f32 ring"
+[ "$(counter sync)" = 0 ] && [ "$(counter async)" -gt 0 ] ||
+    fail "tp2 f32 ring: $(counter sync) synchronous, $(counter async) asynchronous copies"
 
 # 4. dummy weights (worker threads write through the backend; padding zeroed) match cpu
 ref=$("$SL" load --format dummy --config "$T/tiny.json" --tp 2 --pp 2 --checksums --json | sums)

@@ -65,7 +65,7 @@ typedef struct sl_device_ops {
     sl_status (*wait_mark)(void *ctx, unsigned tag, sl_err *err);
 } sl_device_ops;
 
-#define SL_DEVICE_MAX_MARKS 64u
+#define SL_DEVICE_MAX_MARKS 68u
 
 typedef struct sl_device {
     const sl_device_ops *ops;

@@ -39,6 +39,8 @@
 #define RD_DEFAULT_REQUEST ((uint64_t)16 << 20)
 #define RD_MIN_AUTO_REQUEST ((uint64_t)4 << 20)
 #define RD_BOUNCE ((size_t)256 << 10)
+#define RD_RING 4u                          /* pieces of the bounce buffer in flight (cuda) */
+#define RD_RING_PIECE (RD_BOUNCE / RD_RING)
 #define RD_CACHE_SAMPLES 64u
 #define RD_DIRECT_MIN ((uint64_t)2 << 20)   /* above merge_gap, so merged gaps never cross one */
 
@@ -100,7 +102,11 @@ typedef struct rd_ctx {
     unsigned extra_slots;         /* sl_rd_setup.extra_slots, after the read slots */
     unsigned char *staging;
     rd_slot *slots;
-    unsigned char *bounce;
+    unsigned char *bounce;        /* converted pieces for non-host devices */
+    int ring;                     /* bounce lies in the page-locked staging block: RD_RING pieces,
+                                     each copied asynchronously and reused after its mark */
+    unsigned ring_next;
+    int32_t ring_dev[RD_RING];    /* device whose copy still reads piece k, or -1 */
     sl_io io;
     uint64_t bytes_read, done_bytes, total_bytes, staging_peak;
     int in_flight;                /* device copies (async: cuda) issued since the last rd_fence */
@@ -403,6 +409,32 @@ static uint64_t ceil_div(uint64_t a, uint64_t b)
     return a / b + (a % b != 0);
 }
 
+/* Converted elements for an asynchronous device go through the ring: piece k is converted, copied
+ * asynchronously and marked (tag RD_MAX_SLOTS + k), and waited for only when it comes round
+ * again, so converting one piece overlaps copying the ones before. */
+static sl_status rd_put_ring(rd_ctx *x, const rd_op *r, uint64_t dst_off, const unsigned char *src,
+                             uint64_t n)
+{
+    const sl_device *d = &x->devs[r->dev].dev;
+    const uint64_t per = RD_RING_PIECE / r->dsize;
+    for (uint64_t i = 0; i < n; i += per) {
+        const unsigned k = x->ring_next++ % RD_RING;
+        if (x->ring_dev[k] >= 0) {
+            const sl_device *prev = &x->devs[x->ring_dev[k]].dev;
+            SL_TRY(prev->ops->wait_mark(prev->ctx, RD_MAX_SLOTS + k, x->err));
+            x->ring_dev[k] = -1;
+        }
+        unsigned char *piece = x->bounce + (size_t)k * RD_RING_PIECE;
+        const uint64_t m = sl_min_u64(per, n - i);
+        sl_convert(piece, x->p->dtype, src + i * r->ssize, r->op->src_dtype, (size_t)m);
+        SL_TRY(d->ops->write(d->ctx, dst_off + i * r->dsize, piece, (size_t)(m * r->dsize), x->err));
+        SL_TRY(d->ops->mark(d->ctx, RD_MAX_SLOTS + k, x->err));
+        x->ring_dev[k] = r->dev;
+        x->marks_pending = 1;
+    }
+    return SL_OK;
+}
+
 /* Writes n elements of src (in src_dt) to device offset dst_off, converting as needed. */
 static sl_status rd_put(rd_ctx *x, const rd_op *r, uint64_t dst_off, const unsigned char *src,
                         uint64_t n)
@@ -416,6 +448,8 @@ static sl_status rd_put(rd_ctx *x, const rd_op *r, uint64_t dst_off, const unsig
     x->in_flight |= d->ops->fence != NULL; /* copies may read staging until rd_fence */
     if (sdt == ddt)
         return d->ops->write(d->ctx, dst_off, src, (size_t)(n * r->ssize), x->err);
+    if (x->ring)
+        return rd_put_ring(x, r, dst_off, src, n);
     const uint64_t per = RD_BOUNCE / 4;
     for (uint64_t i = 0; i < n; i += per) {
         const uint64_t m = sl_min_u64(per, n - i);
@@ -557,6 +591,8 @@ static sl_status rd_fence(rd_ctx *x)
     x->marks_pending = 0;
     for (unsigned i = 0; x->slots && i < x->n_slots; i++)
         x->slots[i].marked = 0;
+    for (unsigned k = 0; k < RD_RING; k++)
+        x->ring_dev[k] = -1;
     return SL_OK;
 }
 
@@ -781,13 +817,14 @@ static void rd_fit_slots(rd_ctx *x)
     x->n_slots = (unsigned)sl_min_u64(x->n_slots, (uint64_t)x->n_chunks);
 }
 
-_Static_assert(RD_MAX_SLOTS <= SL_DEVICE_MAX_MARKS, "one device mark per staging slot");
+_Static_assert(RD_MAX_SLOTS + RD_RING <= SL_DEVICE_MAX_MARKS,
+               "one device mark per staging slot and per bounce piece");
 
 /* The staging block: the read slots, then extra_slots more of the same size for the caller
  * (sl_rd_extra), page-locked together. */
 static size_t rd_staging_len(const rd_ctx *x)
 {
-    return (size_t)(x->slot_size * (x->n_slots + x->extra_slots));
+    return (size_t)(x->slot_size * (x->n_slots + x->extra_slots)) + (x->ring ? RD_BOUNCE : 0);
 }
 
 /* Per-slot waits need every device that copies asynchronously to offer marks. */
@@ -857,13 +894,18 @@ static sl_status rd_alloc_buffers(rd_ctx *x)
     int need_bounce = 0;
     for (int32_t d = 0; d < x->p->n_devices; d++)
         need_bounce |= x->host[d] == NULL && x->devs[d].bytes > 0;
-    if (need_bounce && !(x->bounce = malloc(RD_BOUNCE)))
+    x->ring = need_bounce && x->use_marks;   /* page-locked with the slots, at their end */
+    for (unsigned k = 0; k < RD_RING; k++)
+        x->ring_dev[k] = -1;
+    if (need_bounce && !x->ring && !(x->bounce = malloc(RD_BOUNCE)))
         return sl_err_set(x->err, SL_E_NOMEM, "out of memory");
     x->slots = calloc(x->n_slots, sizeof *x->slots);
     x->staging = rd_staging_alloc(rd_staging_len(x));
     if (!x->slots || !x->staging)
         return sl_err_set(x->err, SL_E_NOMEM, "cannot allocate %llu bytes of staging",
                           (unsigned long long)rd_staging_len(x));
+    if (x->ring)
+        x->bounce = x->staging + rd_staging_len(x) - RD_BOUNCE;
     for (unsigned i = 0; i < x->n_slots; i++) {
         x->slots[i].buf = x->staging + (size_t)i * x->slot_size;
         x->slots[i].index = i;
@@ -901,7 +943,8 @@ static void rd_free(rd_ctx *x)
     rd_unpin(x);
     if (x->staging)
         munmap(x->staging, rd_staging_len(x));
-    free(x->bounce);
+    if (!x->ring)
+        free(x->bounce);
 }
 
 static sl_status rd_run(rd_ctx *x, const sl_load_file *files, sl_load_stats *stats)
