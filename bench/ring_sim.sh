@@ -5,7 +5,9 @@
 # FAKE_CUDA_GBPS), and reports the engine's busy time over the load time after device setup.
 # 1.0 means the link never waited for reads. Settings compared: the defaults, smaller requests
 # (more slots in the same budget), a larger budget, and the defaults with whole-stream waits
-# (FAKE_CUDA_EVENTS_AS_STREAM: what fencing the stream before each slot refill gives).
+# (FAKE_CUDA_EVENTS_AS_STREAM: what fencing the stream before each slot refill gives), and the
+# defaults with a bf16 -> f32 conversion (host conversion through the ring of pinned pieces; the
+# link then carries twice the bytes).
 # Writes bench/ring.jsonl and bench/ring.md (bench/report.py puts it into RESULTS.md).
 # Knobs: RING_GBPS (modelled link speeds, default "2 8 16"), RING_ROUNDS (default 3).
 set -euo pipefail
@@ -24,7 +26,7 @@ trap 'rm -rf "$T"' EXIT
 bytes=$(cat "$CK"/*.safetensors | wc -c)   # also warms the page cache
 
 settings=("default|" "request 8 MiB|--request 8" "request 4 MiB|--request 4" "staging 256 MiB|--staging 256"
-          "default, whole-stream waits|")
+          "default, whole-stream waits|" "default, converted to f32 on the way|--dtype f32")
 for ((r = 0; r < ROUNDS; r++)); do
   for gbps in $SPEEDS; do
     for s in "${settings[@]}"; do
