@@ -117,6 +117,17 @@ echo "$out" | grep -q "^== shardload load .* --tp 2 --device cuda" && echo "$out
 out=$(SL_CUDART="$T/nonexistent/libcudart.so" "$SL" demo 2>&1) || fail "demo without a runtime: $out"
 echo "$out" | grep -q "no CUDA GPU here" || fail "demo without a runtime: $out"
 
+# 5d. examples/load_to_gpu.c (built next to the CLI): device addresses and GPUs through the API
+EX=$(dirname "$SL")/load_to_gpu
+if [ -x "$EX" ]; then
+    rm -f "$T/log"
+    out=$(FAKE_CUDA_LOG="$T/log" SL_CUDART="$FAKE" "$EX" "$CK" 2 2>&1) || fail "load_to_gpu: $out"
+    echo "$out" | grep -q "^device 1 on GPU 1: [0-9]* parameters, [0-9]* bytes; .* at 0x" || fail "load_to_gpu: $out"
+    check_clean "load_to_gpu"
+    out=$(SL_CUDART="$T/nonexistent/libcudart.so" "$EX" "$CK" 2>&1); [ $? -eq 1 ] && echo "$out" | grep -q "no CUDA GPU" \
+        || fail "load_to_gpu without a runtime: $out"
+fi
+
 # 6. --gpus errors
 fake load "$CK" --device cuda --tp 2 --gpus 0,5 >/dev/null 2>"$T/err"
 one_line_error $? "$T/err" "GPU 5" || fail "--gpus 0,5: $(cat "$T/err")"
