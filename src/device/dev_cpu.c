@@ -91,11 +91,7 @@ static sl_status cpu_alloc(void *ctx, uint64_t bytes, sl_err *err)
 
 static sl_status cpu_check_range(const cpu_dev *d, uint64_t off, uint64_t n, sl_err *err)
 {
-    if (off > d->bytes || n > d->bytes - off)
-        return sl_err_set(err, SL_E_INVALID_ARG, "cpu device %d: range [%llu, +%llu) outside %llu bytes",
-                          d->index, (unsigned long long)off, (unsigned long long)n,
-                          (unsigned long long)d->bytes);
-    return SL_OK;
+    return sl_device_check_range("cpu", d->index, d->bytes, off, n, err);
 }
 
 static sl_status cpu_write(void *ctx, uint64_t off, const void *src, size_t n, sl_err *err)

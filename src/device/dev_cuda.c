@@ -229,11 +229,7 @@ static sl_status cu_select(const cuda_dev *d, sl_err *err)
 
 static sl_status cu_check_range(const cuda_dev *d, uint64_t off, uint64_t n, sl_err *err)
 {
-    if (off > d->bytes || n > d->bytes - off)
-        return sl_err_set(err, SL_E_INVALID_ARG, "cuda device %d: range [%llu, +%llu) outside %llu bytes",
-                          d->index, (unsigned long long)off, (unsigned long long)n,
-                          (unsigned long long)d->bytes);
-    return SL_OK;
+    return sl_device_check_range("cuda", d->index, d->bytes, off, n, err);
 }
 
 /* 1 when [src, src + n) lies inside this device's registered range: the copy may be async. */

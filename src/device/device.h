@@ -83,6 +83,10 @@ static inline void *sl_device_dest(const sl_load_opts *o, int32_t index)
 sl_status sl_device_open(const char *name, int32_t index, const sl_load_opts *o, sl_device *out,
                          sl_err *err);
 void sl_device_close(sl_device *d);
+/* SL_OK when [off, off + n) lies inside a device of size bytes, else SL_E_INVALID_ARG naming the
+ * backend and device (overflow-safe). */
+sl_status sl_device_check_range(const char *backend, int32_t index, uint64_t size, uint64_t off,
+                                uint64_t n, sl_err *err);
 
 /* Backend constructors, one per file. */
 sl_status sl_device_cpu_open(int32_t index, const sl_load_opts *o, sl_device *out, sl_err *err);
