@@ -48,6 +48,22 @@ one_line_error $? "$T/err" "CUDA runtime not found" || fail "no runtime: $(cat "
 FAKE_CUDA_GPUS=0 SL_CUDART="$FAKE" "$SL" load "$CK" --device cuda >/dev/null 2>"$T/err"
 one_line_error $? "$T/err" "no CUDA GPU" || fail "no GPU: $(cat "$T/err")"
 
+# 1b. a real CUDA runtime, where the toolkit is installed: every entry point the backend uses
+# resolves in it (a misspelt or missing symbol says "lacks"), and without a GPU or driver the load
+# fails in one line; with a GPU it must load.
+for real in /usr/local/cuda/lib64/libcudart.so.1[1-3] /usr/local/cuda/targets/x86_64-linux/lib/libcudart.so.1[1-3]; do
+    [ -f "$real" ] || continue
+    SL_CUDART="$real" "$SL" load "$CK" --device cuda >/dev/null 2>"$T/err"
+    rc=$?
+    if grep -q "lacks" "$T/err"; then
+        fail "real runtime $real: $(cat "$T/err")"
+    elif [ $rc -ne 0 ] && ! one_line_error $rc "$T/err" "no CUDA GPU"; then
+        fail "real runtime $real: rc $rc: $(cat "$T/err")"
+    fi
+    echo "cli_cuda: real runtime $real: $([ $rc -eq 0 ] && echo loaded || cat "$T/err")"
+    break
+done
+
 # 2. TP 4 on 2 GPUs, small staging (many slot refills), both read engines: same bytes as cpu
 plan4=$("$SL" plan "$CK" --tp 4 --json | grep -o '"bytes":[0-9]*,"params"' | grep -o '[0-9]*' | tr '\n' ' ')
 ref=$("$SL" load "$CK" --tp 4 --checksums --json | sums)
