@@ -9,24 +9,15 @@
 set -u
 SL=${1:?usage: cli_cuda.sh SHARDLOAD}
 FAKE=${FAKE_CUDART:-$(dirname "$SL")/tests/libfake_cudart.so}
-T=$(mktemp -d "${TMPDIR:-/tmp}/sl_cli_cuda.XXXXXX")
-trap 'rm -rf "$T"' EXIT
-fails=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+. "$(dirname "$0")/lib.sh"
 [ -f "$FAKE" ] || { echo "FAIL: fake CUDA runtime not found at $FAKE (set FAKE_CUDART)" >&2; exit 1; }
 
-cat > "$T/tiny.json" <<'JSON'
-{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":256,"intermediate_size":512,
- "num_attention_heads":8,"num_key_value_heads":2,"num_hidden_layers":2,"vocab_size":1001,
- "tie_word_embeddings":false,"torch_dtype":"bfloat16","rms_norm_eps":1e-05,"head_dim":32}
-JSON
+tiny_config "$T/tiny.json"
 if ! "$SL" synth --config "$T/tiny.json" "$T/ck" --max-shard-size 600KB >/dev/null 2>"$T/err"; then
     echo "skip: synth unavailable: $(cat "$T/err")" >&2
     exit 77
 fi
 CK="$T/ck"
-sums() { grep -o '"xxh3":"[0-9a-f]*"' | tr -d '\n'; }
-nums() { grep -o "\"$1\":[0-9]*" | grep -o '[0-9]*$' | tr '\n' ' '; }
 one_line_error() { # rc file pattern
     [ "$1" -eq 1 ] && [ "$(wc -l <"$2")" -eq 1 ] && grep -q "^shardload: error: .*$3" "$2"
 }
@@ -153,5 +144,5 @@ fake load "$CK" --device cuda --gpus 0,x >/dev/null 2>&1; [ $? -eq 2 ] || fail "
 fake load "$CK" --device cuda --gpus 0,,1 >/dev/null 2>&1; [ $? -eq 2 ] || fail "--gpus 0,,1 should exit 2"
 "$SL" load --help | grep -q -- "--gpus" || fail "--help lacks --gpus"
 
-[ $fails -eq 0 ] || { echo "$fails failures" >&2; exit 1; }
+finish
 echo "cli_cuda: ok"

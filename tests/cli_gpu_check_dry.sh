@@ -8,14 +8,9 @@ set -u
 SL=${1:?usage: cli_gpu_check_dry.sh SHARDLOAD}
 SL=$(cd "$(dirname "$SL")" && pwd)/$(basename "$SL")
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-T=$(mktemp -d "${TMPDIR:-/tmp}/sl_gpu_dry.XXXXXX")
-trap 'rm -rf "$T"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-cat >"$T/tiny.json" <<'JSON'
-{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":256,"intermediate_size":512,
- "num_attention_heads":8,"num_key_value_heads":2,"num_hidden_layers":2,"vocab_size":1001,
- "tie_word_embeddings":false,"torch_dtype":"bfloat16","rms_norm_eps":1e-05,"head_dim":32}
-JSON
+. "$(dirname "$0")/lib.sh"
+fail() { echo "FAIL: $*" >&2; exit 1; }   # each step needs the one before: stop at the first
+tiny_config "$T/tiny.json"
 printf '# Results\n\n## Earlier section\n\nkept\n' >"$T/RESULTS.md"
 for i in 1 2; do
     GPU_FAKE=1 GPU_REPS=1 GPU_SL="$SL" GPU_CONFIG="$T/tiny.json" GPU_WORK="$T/work" \

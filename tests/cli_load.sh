@@ -5,23 +5,15 @@
 # line naming the file, usage errors exit 2. Usage: cli_load.sh path/to/shardload
 set -u
 SL=${1:?usage: cli_load.sh SHARDLOAD}
-T=$(mktemp -d "${TMPDIR:-/tmp}/sl_cli_load.XXXXXX")
-trap 'rm -rf "$T"' EXIT
-fails=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+. "$(dirname "$0")/lib.sh"
 
-cat > "$T/tiny.json" <<'JSON'
-{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":256,"intermediate_size":512,
- "num_attention_heads":8,"num_key_value_heads":2,"num_hidden_layers":2,"vocab_size":1001,
- "tie_word_embeddings":false,"torch_dtype":"bfloat16","rms_norm_eps":1e-05,"head_dim":32}
-JSON
+tiny_config "$T/tiny.json"
 if ! "$SL" synth --config "$T/tiny.json" "$T/ck" --max-shard-size 600KB >/dev/null 2>"$T/err"; then
     echo "skip: synth unavailable: $(cat "$T/err")" >&2
     exit 77
 fi
 CK="$T/ck"
 json_field() { sed -n "s/.*\"$1\":\([^,}]*\).*/\1/p" | head -1 | tr -d '"'; }
-sums() { grep -o '"xxh3":"[0-9a-f]*"' | tr -d '\n'; }
 
 # 1. same checksums for every engine x io mode; bytes read once; allocations equal the plan
 ref=""
@@ -98,5 +90,5 @@ for o in --tp --pp --layout --dtype --device --io --threads --staging --format -
     echo "$help" | grep -q -- "$o" || fail "--help lacks $o"
 done
 
-[ $fails -eq 0 ] || { echo "$fails failures" >&2; exit 1; }
+finish
 echo "cli_load: ok"

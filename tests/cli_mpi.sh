@@ -12,10 +12,7 @@
 set -u
 SL=${1:?usage: cli_mpi.sh SHARDLOAD}
 command -v mpirun >/dev/null 2>&1 || { echo "skip: no mpirun" >&2; exit 77; }
-T=$(mktemp -d "${TMPDIR:-/tmp}/sl_cli_mpi.XXXXXX")
-trap 'rm -rf "$T"' EXIT
-fails=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+. "$(dirname "$0")/lib.sh"
 
 # Containers often have no usable network interface: shared memory and self are enough here.
 export OMPI_MCA_btl=self,vader OMPI_MCA_plm_rsh_agent= OMPI_MCA_rmaps_base_oversubscribe=1
@@ -26,17 +23,12 @@ export OMPI_MCA_btl=self,vader OMPI_MCA_plm_rsh_agent= OMPI_MCA_rmaps_base_overs
 RANK_ASAN="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 MPIRUN=(env ASAN_OPTIONS="$RANK_ASAN" timeout 60 mpirun --allow-run-as-root --oversubscribe)
 
-cat > "$T/tiny.json" <<'JSON'
-{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":256,"intermediate_size":512,
- "num_attention_heads":8,"num_key_value_heads":4,"num_hidden_layers":2,"vocab_size":1001,
- "tie_word_embeddings":false,"torch_dtype":"bfloat16","rms_norm_eps":1e-05,"head_dim":32}
-JSON
+tiny_config "$T/tiny.json" 4
 "$SL" synth --config "$T/tiny.json" "$T/ck" --max-shard-size 600KB >/dev/null || { fail "synth"; exit 1; }
 CK="$T/ck"
 probe=$("${MPIRUN[@]}" -np 1 "$SL" load "$CK" --dist cooperative 2>&1)
 if echo "$probe" | grep -q "built without it"; then echo "skip: built without MPI" >&2; exit 77; fi
 
-sums() { grep -o '"xxh3":"[0-9a-f]*"' | tr -d '\n'; }
 allocs() { grep -o '"allocated_bytes":[0-9]*' | tr '\n' ' '; }
 # "bytes_read" values: the job's total first, then one per rank
 reads() { grep -o '"bytes_read":[0-9]*' | grep -o '[0-9]*' | tr '\n' ' '; }
@@ -170,5 +162,5 @@ each_rank 4 "$SL" reshard "$CK" "$T/rs-r3" --tp 4 >"$T/out" 2>"$T/err"
 # 7. without mpirun nothing changes: no ranks in the report
 "$SL" load "$CK" --tp 2 --json | grep -q '"ranks"' && fail "single-process JSON has ranks"
 
-[ $fails -eq 0 ] || { echo "$fails failure(s)" >&2; exit 1; }
+finish
 echo "cli_mpi: ok"

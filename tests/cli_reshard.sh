@@ -7,10 +7,7 @@
 # file is a clear error. Usage: cli_reshard.sh path/to/shardload
 set -u
 SL=${1:?usage: cli_reshard.sh SHARDLOAD}
-T=$(mktemp -d "${TMPDIR:-/tmp}/sl_cli_reshard.XXXXXX")
-trap 'rm -rf "$T"' EXIT
-fails=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+. "$(dirname "$0")/lib.sh"
 sums() { grep -o '"name":"[^"]*","xxh3":"[0-9a-f]*"' | tr -d '\n'; }
 field() { grep -o "\"$1\":[0-9]*" | head -1 | grep -o '[0-9]*$'; }
 
@@ -115,8 +112,5 @@ out=$("$SL" plan "$ri" --tp 1 2>&1); rc=$?
 out=$("$SL" demo 2>&1) || fail "demo: $out"
 echo "$out" | grep -q "Loading weights took" && echo "$out" | grep -q "device 1: " || fail "demo output: $out"
 
-if [ $fails -ne 0 ]; then
-    echo "$fails failed"
-    exit 1
-fi
+finish
 echo "cli_reshard: all passed"

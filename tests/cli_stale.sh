@@ -6,10 +6,7 @@
 # Usage: cli_stale.sh path/to/shardload
 set -u
 SL=${1:?usage: cli_stale.sh SHARDLOAD}
-T=$(mktemp -d "${TMPDIR:-/tmp}/sl_cli_stale.XXXXXX")
-trap 'rm -rf "$T"' EXIT
-fails=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+. "$(dirname "$0")/lib.sh"
 
 cat > "$T/llama.json" <<'JSON'
 {"architectures":["LlamaForCausalLM"],"hidden_size":128,"intermediate_size":256,
@@ -55,8 +52,5 @@ cp -r "$T/a" "$T/self"
 "$SL" reshard "$T/self" "$T/self" --tp 2 >/dev/null 2>&1
 [ -f "$T/self/config.json" ] || fail "reshard into the checkpoint's directory removed its config.json"
 
-if [ $fails -ne 0 ]; then
-    echo "$fails failed"
-    exit 1
-fi
+finish
 echo "cli_stale: all passed"

@@ -1,0 +1,24 @@
+# lib.sh - what the CLI tests (tests/cli_*.sh) share, sourced after they set SL:
+#   T            a temporary folder, removed at exit
+#   fail MSG     counts a failure (the script goes on, so one run lists them all); finish ends with
+#                exit 1 when any was counted
+#   tiny_config FILE [KV_HEADS]
+#                a 2-layer Llama with hidden size 256 and a vocabulary of 1001, which no TP degree
+#                divides, so every split pads (2 KV heads unless told)
+#   sums, nums   pick fields out of `load --json`: the parameter checksums, or the numbers of a field
+T=$(mktemp -d "${TMPDIR:-/tmp}/sl_$(basename "$0" .sh).XXXXXX") || exit 1
+trap 'rm -rf "$T"' EXIT
+fails=0
+fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+finish() {
+    [ "$fails" -eq 0 ] || { echo "$(basename "$0"): $fails failure(s)" >&2; exit 1; }
+}
+tiny_config() {
+    cat >"$1" <<JSON
+{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":256,"intermediate_size":512,
+ "num_attention_heads":8,"num_key_value_heads":${2:-2},"num_hidden_layers":2,"vocab_size":1001,
+ "tie_word_embeddings":false,"torch_dtype":"bfloat16","rms_norm_eps":1e-05,"head_dim":32}
+JSON
+}
+sums() { grep -o '"xxh3":"[0-9a-f]*"' | tr -d '\n'; }
+nums() { grep -o "\"$1\":[0-9]*" | grep -o '[0-9]*$' | tr '\n' ' '; }
