@@ -4,7 +4,8 @@
 # through SL_CUDART; it defers async copies to stream synchronization, so a missing fence gives
 # wrong bytes), loads match the cpu backend's checksums at TP 4 (2 fake GPUs, --gpus) and TP 2
 # with f32 conversion, allocations and cudaMemGetInfo deltas equal the plan's bytes, staging is
-# registered once per process, async copies only come from registered memory, and nothing leaks.
+# registered once per process, async copies only come from registered memory, and nothing leaks,
+# also when a runtime call fails mid-load (the stand-in's fault injection).
 # Usage: cli_cuda.sh path/to/shardload   (FAKE_CUDART overrides the stand-in's path)
 set -u
 SL=${1:?usage: cli_cuda.sh SHARDLOAD}
@@ -135,7 +136,37 @@ if [ -x "$EX" ]; then
         || fail "load_to_gpu without a runtime: $out"
 fi
 
-# 6. --gpus errors
+# 6. runtime failures (FAKE_CUDA_FAIL=NAME:N fails the N-th call of NAME), at each kind of call the
+# load makes: exit 1 with one line naming the device, the GPU and the call; nothing left allocated,
+# registered or queued (a copy still reading staging when it is unmapped would be a wild DMA on a
+# real GPU). The stand-in counts the injection, so a case cannot pass by never failing.
+for c in "cudaStreamCreate:2" "cudaMalloc:2" "cudaMemsetAsync:1" "cudaMemcpyAsync:5" \
+         "cudaMemcpy2DAsync:3" "cudaEventCreateWithFlags:2" "cudaEventRecord:4" \
+         "cudaEventSynchronize:3" "cudaStreamSynchronize:1" "cudaSetDevice:30" \
+         "cudaMemcpyAsync:7 --dtype f32" "cudaEventSynchronize:2 --dtype f32" "cudaMemcpy:3 --format dummy"; do
+    spec=${c%% *} extra=""
+    [ "$spec" = "$c" ] || extra=${c#* }
+    FAKE_CUDA_FAIL=$spec fake load "$CK" --device cuda --tp 2 --staging 256K $extra >/dev/null 2>"$T/err"
+    one_line_error $? "$T/err" "cuda device [0-9] (GPU [0-9]): ${spec%%:*}.* failed" || fail "fault $c: $(cat "$T/err")"
+    [ "$(counter injected)" = 1 ] || fail "fault $c: the stand-in injected $(counter injected) failures"
+    check_clean "fault $c"
+done
+# out of device memory: the second device of GPU 0 does not fit
+FAKE_CUDA_MEM=2000000 fake load "$CK" --device cuda --tp 2 --gpus 0,0 >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "cuda device 1 (GPU 0): cudaMalloc of [0-9]* bytes failed: out of memory ([0-9]* bytes free)" \
+    || fail "out of memory: $(cat "$T/err")"
+check_clean "out of memory"
+# staging that cannot be page-locked (cudaHostRegister refused: locked-memory limits) still loads,
+# with synchronous copies
+ref=$("$SL" load "$CK" --tp 2 --checksums --json | sums)
+out=$(FAKE_CUDA_FAIL=cudaHostRegister:1 fake load "$CK" --device cuda --tp 2 --staging 256K --checksums --json 2>"$T/err") \
+    || fail "unregistered staging: $(cat "$T/err")"
+[ -n "$ref" ] && [ "$(echo "$out" | sums)" = "$ref" ] || fail "unregistered staging: checksums differ from cpu"
+[ "$(counter injected)" = 1 ] && [ "$(counter async)" = 0 ] && [ "$(counter sync)" -gt 0 ] \
+    || fail "unregistered staging: $(cat "$T/log")"
+check_clean "unregistered staging"
+
+# 7. --gpus errors
 fake load "$CK" --device cuda --tp 2 --gpus 0,5 >/dev/null 2>"$T/err"
 one_line_error $? "$T/err" "GPU 5" || fail "--gpus 0,5: $(cat "$T/err")"
 fake load "$CK" --device cuda --tp 2 --gpus 1 >/dev/null 2>"$T/err"

@@ -24,6 +24,12 @@
  * FAKE_CUDA_EVENTS_AS_STREAM=1 makes an event wait wait for its whole stream, i.e. what an engine
  * that fences the stream before refilling a slot would get, to compare against.
  *
+ * Fault injection (FAKE_CUDA_FAIL=NAME:N): the N-th call of entry point NAME (e.g.
+ * cudaMemcpyAsync:5) fails with cudaErrorLaunchFailure and does nothing, as an asynchronous fault
+ * reported at that call would look to the caller; other calls go on working (a real GPU may
+ * refuse every later call of a broken context; the caller's cleanup must be right either way).
+ * Tests in one process with the stand-in set it with fake_cuda_fail() instead.
+ *
  * FAKE_CUDA_GPUS (default 2; 0: no GPU) sets the GPU count. At exit the counters are appended to
  * $FAKE_CUDA_LOG, one line of key=value pairs, for the test to check. */
 #define _POSIX_C_SOURCE 200809L /* posix_memalign under -std=c11 */
@@ -48,7 +54,8 @@ enum {
     FK_INVALID_DEVICE = 101,
     FK_INVALID_HANDLE = 400,
     FK_ALREADY_REGISTERED = 712,
-    FK_NOT_REGISTERED = 713
+    FK_NOT_REGISTERED = 713,
+    FK_LAUNCH_FAILURE = 719
 };
 
 enum { FK_H2D = 1, FK_D2H = 2 };
@@ -105,6 +112,8 @@ static struct {
     double bw;                  /* timed mode: bytes per second per copy engine; 0: off */
     int events_as_stream;       /* event waits wait for the whole stream (a baseline to compare) */
     double engine_free[FK_MAX_GPUS], busy, first_start, last_end, slept;
+    char fail_name[64];         /* FAKE_CUDA_FAIL: entry point to fail ... */
+    unsigned long fail_at, fail_calls, injected; /* ... at its fail_at-th call */
 } g = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static _Thread_local int t_gpu;
@@ -121,6 +130,11 @@ static void fk_init(void)
     g.bw = bw ? strtod(bw, NULL) * 1e9 : 0.0;
     g.bw = g.bw > 0 ? g.bw : 0.0;
     g.events_as_stream = getenv("FAKE_CUDA_EVENTS_AS_STREAM") != NULL;
+    const char *f = getenv("FAKE_CUDA_FAIL"), *colon = f ? strchr(f, ':') : NULL;
+    if (colon && (size_t)(colon - f) < sizeof g.fail_name) {
+        memcpy(g.fail_name, f, (size_t)(colon - f));
+        g.fail_at = strtoul(colon + 1, NULL, 10);
+    }
     g.init = 1;
 }
 
@@ -317,13 +331,41 @@ FK_EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t e);
 FK_EXPORT cudaError_t cudaEventDestroy(cudaEvent_t e);
 FK_EXPORT const char *cudaGetErrorString(cudaError_t e);
 
-#define FK_LOCKED(expr)                      \
-    do {                                     \
-        pthread_mutex_lock(&g.lock);         \
-        fk_init();                           \
-        cudaError_t fk_e_ = (expr);          \
-        pthread_mutex_unlock(&g.lock);       \
-        return fk_e_;                        \
+/* 1 when this call of entry point name is the one FAKE_CUDA_FAIL picks. */
+static int fk_inject(const char *name)
+{
+    if (!g.fail_at || strcmp(name, g.fail_name) != 0 || ++g.fail_calls != g.fail_at)
+        return 0;
+    g.injected++;
+    return 1;
+}
+
+/* For tests that load the stand-in in their own process (test_load): FAKE_CUDA_FAIL from now on;
+ * name NULL stops injecting. Returns the failures injected since the previous call. Not part of
+ * the CUDA runtime. */
+FK_EXPORT unsigned long fake_cuda_fail(const char *name, unsigned long at);
+unsigned long fake_cuda_fail(const char *name, unsigned long at)
+{
+    pthread_mutex_lock(&g.lock);
+    fk_init();
+    static unsigned long reported;
+    const unsigned long n = g.injected - reported;
+    reported = g.injected;
+    snprintf(g.fail_name, sizeof g.fail_name, "%s", name ? name : "");
+    g.fail_at = name ? at : 0;
+    g.fail_calls = 0;
+    pthread_mutex_unlock(&g.lock);
+    return n;
+}
+
+/* Every entry point runs under the lock; __func__ is its name, for FAKE_CUDA_FAIL. */
+#define FK_LOCKED(expr)                                                      \
+    do {                                                                     \
+        pthread_mutex_lock(&g.lock);                                         \
+        fk_init();                                                           \
+        cudaError_t fk_e_ = fk_inject(__func__) ? FK_LAUNCH_FAILURE : (expr); \
+        pthread_mutex_unlock(&g.lock);                                       \
+        return fk_e_;                                                        \
     } while (0)
 
 static cudaError_t fk_device_count(int *count)
@@ -656,6 +698,7 @@ const char *cudaGetErrorString(cudaError_t e)
     case FK_INVALID_HANDLE: return "invalid resource handle";
     case FK_ALREADY_REGISTERED: return "part or all of the requested memory range is already mapped";
     case FK_NOT_REGISTERED: return "pointer does not correspond to a registered memory region";
+    case FK_LAUNCH_FAILURE: return "unspecified launch failure";
     default: return "unknown error";
     }
 }
@@ -681,11 +724,11 @@ __attribute__((destructor)) static void fk_report(void)
             "async_unregistered=%lu sync=%lu copies_2d=%lu memsets=%lu syncs=%lu registers=%lu "
             "register_errors=%lu nonportable=%lu live_registers=%lu bad_ptr=%lu wrong_gpu=%lu "
             "pending_at_unregister=%lu pending_at_exit=%lu max_queue=%lu event_syncs=%lu "
-            "engine_busy_s=%.6f engine_span_s=%.6f slept_s=%.6f\n",
+            "injected=%lu engine_busy_s=%.6f engine_span_s=%.6f slept_s=%.6f\n",
             g.mallocs, g.frees, live_allocs, live_bytes, g.async_copies, g.async_unregistered,
             g.sync_copies, g.copies_2d, g.memsets, g.syncs, g.registers, g.register_errors,
             g.nonportable, live_regs, g.bad_ptr, g.wrong_gpu, g.pending_at_unregister, pending,
-            g.max_queue, g.event_syncs, g.busy, g.last_end > g.first_start ? g.last_end - g.first_start : 0.0,
+            g.max_queue, g.event_syncs, g.injected, g.busy, g.last_end > g.first_start ? g.last_end - g.first_start : 0.0,
             g.slept);
     fclose(f);
 }

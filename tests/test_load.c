@@ -145,6 +145,60 @@ static void test_tp_layout_cuda(const sl_load_file *f, const sl_plan *p, unsigne
     unsetenv("FAKE_CUDA_GPUS");
 }
 
+/* A CUDA call failing in the middle of a load (the stand-in's fault injection): the load returns
+ * the error naming the call, and the failed model holds no device and no GPU memory even before
+ * sl_model_free, so an engine can retry or fall back with all of its memory. */
+static void test_cuda_fault(const sl_load_file *f, const sl_plan *p)
+{
+    typedef unsigned long (*fail_fn)(const char *, unsigned long);
+    typedef int (*info_fn)(size_t *, size_t *);
+    typedef int (*setdev_fn)(int);
+    void *lib = dlopen(SL_FAKE_CUDART, RTLD_NOW | RTLD_LOCAL);
+    fail_fn inject = NULL;
+    info_fn info = NULL;
+    setdev_fn setdev = NULL;
+    if (lib) { /* ISO C has no cast from an object pointer to a function pointer: memcpy */
+        void *s1 = dlsym(lib, "fake_cuda_fail"), *s2 = dlsym(lib, "cudaMemGetInfo"),
+             *s3 = dlsym(lib, "cudaSetDevice");
+        memcpy(&inject, &s1, sizeof s1);
+        memcpy(&info, &s2, sizeof s2);
+        memcpy(&setdev, &s3, sizeof s3);
+    }
+    EXPECT(inject && info && setdev, "stand-in not loadable: %s", dlerror());
+    setenv("SL_CUDART", SL_FAKE_CUDART, 1);
+    setenv("FAKE_CUDA_GPUS", "2", 1);
+    static const char *const calls[] = {"cudaMemcpyAsync", "cudaEventSynchronize", "cudaMemcpy2DAsync"};
+    /* w1's rows are f32 in the file: 2-D copies only when the plan keeps f32 */
+    const size_t n_calls = p->dtype == SL_DTYPE_F32 ? 3 : 2;
+    for (size_t k = 0; inject && info && setdev && k < n_calls; k++) {
+        sl_load_opts o;
+        sl_load_opts_init(&o);
+        o.device = "cuda";
+        o.request_bytes = 4096;
+        o.staging_bytes = 64 << 10;
+        sl_model *m = NULL;
+        int skip = 0;
+        inject(calls[k], 2);
+        sl_status st = run_load(f, 1, p, &o, engines[0], &m, &skip);
+        EXPECT(inject(NULL, 0) == 1, "fault in %s: not injected", calls[k]);
+        EXPECT(st == SL_E_DEVICE && strstr(sl_model_errmsg(m), calls[k]) &&
+                   strstr(sl_model_errmsg(m), "cuda device "),
+               "fault in %s: %s %s", calls[k], sl_status_str(st), sl_model_errmsg(m));
+        EXPECT(sl_model_device_count(m) == 0 && sl_model_param_ptr(m, 0, 0) == NULL,
+               "fault in %s: the failed model still has devices", calls[k]);
+        for (int gpu = 0; gpu < 2; gpu++) {
+            size_t fr = 0, total = 1;
+            EXPECT(setdev(gpu) == 0 && info(&fr, &total) == 0 && fr == total,
+                   "fault in %s: GPU %d still has %zu bytes allocated", calls[k], gpu, total - fr);
+        }
+        sl_model_free(m);
+    }
+    unsetenv("SL_CUDART");
+    unsetenv("FAKE_CUDA_GPUS");
+    if (lib)
+        dlclose(lib);
+}
+
 /* cuda devices take every byte through staging: without --request, the budget is cut into about
  * --threads slots (requests of 4 to 16 MiB); an explicit request is kept. Converting on the way
  * takes a sixteenth of the budget (4 MiB of 64) for the ring of conversion pieces, and the slots
@@ -340,6 +394,7 @@ static void test_tp_layout(sl_dtype plan_dt)
         }
     }
     test_tp_layout_cuda(&f, p, fd);
+    test_cuda_fault(&f, p);
     test_dest(&f, p, fd);
     tp_free(p);
     free(data);
