@@ -4,9 +4,10 @@
 # backend (TP 1, 2 and 8), then measure, on the same files in the same run: shardload's load
 # throughput from the page cache (default settings and a small sweep of engine, staging and request
 # size) and from disk, device memory deltas, host peak RSS, pinned host-to-device bandwidth,
-# safetensors.torch.load_file(device="cuda") and PyTorch's whole-tensor-then-narrow-and-copy per
-# rank. Writes the "GPU" section (bench/gpu_report.py) to bench/gpu.md and $OUT (or $GPU_WORK), and
-# puts it into bench/RESULTS.md in place of the previous one (make bench keeps it).
+# safetensors.torch.load_file(device="cuda"), PyTorch's whole-tensor-then-narrow-and-copy per rank,
+# and what the copy engine gives 1-D copies and narrow 2-D rows (bench/gpu_copy.c). Writes the
+# "GPU" section (bench/gpu_report.py) to bench/gpu.md and $OUT (or $GPU_WORK), and puts it into
+# bench/RESULTS.md in place of the previous one (make bench keeps it).
 #
 # Needs: cmake, a C compiler, jansson and xxhash (liburing optional) either installed or extracted
 # into .devdeps by scripts/devdeps.sh (for machines where nothing can be installed; should the
@@ -18,7 +19,8 @@
 #        build-gpu), GPU_RESULTS (default bench/RESULTS.md), GPU_FAKE=1 (CPU dry run of this script
 #        with the host-memory stand-in tests/fake_cudart.c; torch skipped; results stay in the work
 #        dir), GPU_REPS (runs per measured setting, best kept; default 2), GPU_SL (an already
-#        built shardload: no build; tests/cli_gpu_check_dry.sh uses it).
+#        built shardload: no build; tests/cli_gpu_check_dry.sh uses it), GPU_COPY_MIB (bytes per
+#        bench/gpu_copy.c measurement, default 1024).
 set -u -o pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CONFIG=${GPU_CONFIG:-$ROOT/tests/configs/llama-3-8b.json}
@@ -58,6 +60,7 @@ fi
 if [ "${GPU_FAKE:-0}" = 1 ]; then
     export SL_CUDART=$(dirname "$SL")/tests/libfake_cudart.so FAKE_CUDA_GPUS=1 FAKE_CUDA_MEM=$((64 << 30))
     GPU_DESC="none (GPU_FAKE=1: host-memory stand-in, CPU dry run)"
+    GPU_COPY_MIB=${GPU_COPY_MIB:-32}
 else
     GPU_DESC=$(nvidia-smi --query-gpu=name,memory.total,driver_version,pcie.link.gen.max,pcie.link.width.max \
                --format=csv,noheader 2>/dev/null | head -1)
@@ -227,6 +230,20 @@ PYEOF
 out=$(timeout 400 "$PY" -c "$PYT" warm $FILES 2>"$WORK/torch.err") || out="{\"torch_skipped\":$(jstr "python failed: $(tail -2 "$WORK/torch.err")")}"
 record "$out"
 say "torch (page cache): $out"
+
+# ---- 6b. the copy engine as the backend drives it (bench/gpu_copy.c): 1-D copies from registered
+# memory by chunk size, and narrow rows as 2-D copies against a host gather -----------------------
+GC=$WORK/gpu_copy
+if ${CC:-cc} -std=c11 -O2 -o "$GC" "$ROOT/bench/gpu_copy.c" -ldl 2>"$WORK/gpu_copy.err"; then
+    if gc=$(timeout 120 "$GC" "${GPU_COPY_MIB:-1024}" 3 2>>"$WORK/gpu_copy.err"); then
+        while read -r l; do record "$l"; done <<<"$gc"
+        say "copy engine: $(echo "$gc" | grep -o '"copy":"[a-z0-9]*","[a-z]*":[0-9]*\|"gbps":[0-9.]*' | paste -sd' ')"
+    else
+        bad "gpu_copy: $(tail -2 "$WORK/gpu_copy.err")"
+    fi
+else
+    say "gpu_copy not built: $(head -3 "$WORK/gpu_copy.err")"
+fi
 
 # ---- 7. from disk ------------------------------------------------------------------------------------
 how=$(evict); run cuda_tp1_default cold:$how "" -- --device cuda

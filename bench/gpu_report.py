@@ -84,6 +84,21 @@ def main():
                        f"{r['wall_s']:.2f} | {o['peak_rss_bytes'] / 1e6:.0f} | {o['staging_peak'] / 1e6:.0f} | "
                        f"{r['n']} |")
         out.append("")
+    copies = [r for r in rows if "copy" in r]
+    if copies:
+        one_d = {r["chunk"]: r["gbps"] for r in copies if r["copy"] == "1d"}
+        out += ["Copy engine as the backend drives it (bench/gpu_copy.c: memory mmap'd and page-locked "
+                "with cudaHostRegister, as the staging block is; one stream). 1-D: GB/s by copy size. "
+                "Narrow rows (W of every P bytes, TP 8 column splits of Llama-3-8B are 1 KiB of 8 KiB "
+                "and 3.5 KiB of 28 KiB): one cudaMemcpy2DAsync per 16 MiB of source, against gathering "
+                "the rows on the host with memcpy (one thread), which would then still need its 1-D copy.\n",
+                "| copy | GB/s | fraction of 1-D 16 MiB |", "|---|---|---|"]
+        ref = one_d.get(16 << 20)
+        for r in copies:
+            what = (f"1-D, {r['chunk'] >> 20} MiB copies" if r["copy"] == "1d" else
+                    f"{'2-D' if r['copy'] == '2d' else 'host gather'}, rows {r['width']} of {r['pitch']}")
+            out.append(f"| {what} | {r['gbps']:.2f} | {fmt(ratio(r['gbps'], ref))} |")
+        out.append("")
     h2d = warm.get("h2d_pinned_gbps")
     lf = nbytes / warm["load_file_s"] / 1e9 if warm.get("load_file_s") else None
     nc = nbytes / warm["narrow_tp2_s"] / 1e9 if warm.get("narrow_tp2_s") else None

@@ -24,6 +24,8 @@ for check in tp1 tp2 tp8 tp2_to_f32; do
 done
 grep -q "^| cuda_tp1_default .*| warm | io_uring\|^| cuda_tp1_default .*| warm | pread" "$md" || fail "no warm default run"
 grep -q "^| cuda_tp1_default .*| cold:" "$md" || fail "no cold run"
+grep -q "^| 2-D, rows 1024 of 8192 | [0-9.]* |" "$md" && grep -q "^| 1-D, 16 MiB copies |" "$md" \
+    || fail "no copy-engine table (bench/gpu_copy.c): $(cat "$md")"
 grep -q "Failures: 0" "$md" || fail "failures reported: $(cat "$md")"
 [ "$(grep -c '^## GPU' "$T/RESULTS.md")" = 1 ] || fail "RESULTS.md has $(grep -c '^## GPU' "$T/RESULTS.md") GPU sections"
 grep -q "^kept" "$T/RESULTS.md" || fail "the splice lost the other sections"
