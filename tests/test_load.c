@@ -145,6 +145,16 @@ static void test_tp_layout_cuda(const sl_load_file *f, const sl_plan *p, unsigne
     unsetenv("FAKE_CUDA_GPUS");
 }
 
+/* Entry point `name` of the stand-in (lib: dlopen'd by the test; the same library shardload loads
+ * through SL_CUDART) into the function pointer at fn; it stays NULL when missing. ISO C has no cast
+ * from an object pointer to a function pointer: memcpy. */
+static void fake_sym(void *lib, const char *name, void *fn, size_t fn_size)
+{
+    void *sym = lib ? dlsym(lib, name) : NULL;
+    if (sym && fn_size == sizeof sym)
+        memcpy(fn, &sym, sizeof sym);
+}
+
 /* A CUDA call failing in the middle of a load (the stand-in's fault injection): the load returns
  * the error naming the call, and the failed model holds no device and no GPU memory even before
  * sl_model_free, so an engine can retry or fall back with all of its memory. */
@@ -157,13 +167,9 @@ static void test_cuda_fault(const sl_load_file *f, const sl_plan *p)
     fail_fn inject = NULL;
     info_fn info = NULL;
     setdev_fn setdev = NULL;
-    if (lib) { /* ISO C has no cast from an object pointer to a function pointer: memcpy */
-        void *s1 = dlsym(lib, "fake_cuda_fail"), *s2 = dlsym(lib, "cudaMemGetInfo"),
-             *s3 = dlsym(lib, "cudaSetDevice");
-        memcpy(&inject, &s1, sizeof s1);
-        memcpy(&info, &s2, sizeof s2);
-        memcpy(&setdev, &s3, sizeof s3);
-    }
+    fake_sym(lib, "fake_cuda_fail", &inject, sizeof inject);
+    fake_sym(lib, "cudaMemGetInfo", &info, sizeof info);
+    fake_sym(lib, "cudaSetDevice", &setdev, sizeof setdev);
     EXPECT(inject && info && setdev, "stand-in not loadable: %s", dlerror());
     setenv("SL_CUDART", SL_FAKE_CUDART, 1);
     setenv("FAKE_CUDA_GPUS", "2", 1);
@@ -276,12 +282,9 @@ static void test_dest(const sl_load_file *f, const sl_plan *p, unsigned char *co
     malloc_fn cmalloc = NULL;
     free_fn cfree = NULL;
     setdev_fn csetdev = NULL;
-    if (lib) { /* ISO C has no cast from an object pointer to a function pointer: memcpy */
-        void *s1 = dlsym(lib, "cudaMalloc"), *s2 = dlsym(lib, "cudaFree"), *s3 = dlsym(lib, "cudaSetDevice");
-        memcpy(&cmalloc, &s1, sizeof s1);
-        memcpy(&cfree, &s2, sizeof s2);
-        memcpy(&csetdev, &s3, sizeof s3);
-    }
+    fake_sym(lib, "cudaMalloc", &cmalloc, sizeof cmalloc);
+    fake_sym(lib, "cudaFree", &cfree, sizeof cfree);
+    fake_sym(lib, "cudaSetDevice", &csetdev, sizeof csetdev);
     EXPECT(cmalloc && cfree && csetdev, "stand-in not loadable: %s", dlerror());
     setenv("SL_CUDART", SL_FAKE_CUDART, 1);
     setenv("FAKE_CUDA_GPUS", "2", 1);
