@@ -173,6 +173,7 @@ for ((i = 0; i < REPS; i++)); do
     run cuda_tp1_stg1024 warm "" -- --device cuda --staging 1024 --request 16
     run cuda_tp2_default warm "" -- --device cuda --tp 2
     run cuda_tp8_default warm "" -- --device cuda --tp 8   # narrow rows: 2-D copies
+    SL_GATHER_ROWS=65536 run cuda_tp8_gather warm "" -- --device cuda --tp 8   # ... gathered on the host
     run cpu_tp1_default warm "" --
 done
 
@@ -256,10 +257,13 @@ if ! grep -q torch_skipped <<<"$out"; then
     say "torch (from disk): $out"
 fi
 
-# ---- 8. conversion on the way (bf16 checkpoint to f32 devices: host conversion, bounce copies) ----
+# ---- 8. conversion on the way (bf16 checkpoint to f32 devices: host conversion into the ring of
+# page-locked pieces), and narrow rows gathered on the host (SL_GATHER_ROWS) instead of 2-D copies --
 warm
 check tp2_to_f32 -- --tp 2 --dtype f32
+SL_GATHER_ROWS=65536 check tp8_gather -- --tp 8
 run cuda_tp1_to_f32 warm "" -- --device cuda --dtype f32
+run cuda_tp8_to_f32 warm "" -- --device cuda --tp 8 --dtype f32   # converted rows: gathered into pieces
 
 # ---- 9. report ---------------------------------------------------------------------------------------
 "$PY" "$ROOT/bench/gpu_report.py" "$LOG" "$fails" >"$OUTD/gpu.md" || die "could not write the report"

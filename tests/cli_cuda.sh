@@ -84,7 +84,7 @@ for eng in uring pread; do
     [ "$(counter event_syncs)" -gt 0 ] || fail "tp4 $eng: no per-slot waits (event_syncs=0)"
 done
 
-# 3. TP 2 with f32 conversion (bounce buffer, synchronous copies), default GPU mapping
+# 3. TP 2 with f32 conversion (through the ring of page-locked pieces), default GPU mapping
 ref=$("$SL" load "$CK" --tp 2 --dtype f32 --checksums --json | sums)
 out=$(fake load "$CK" --device cuda --tp 2 --dtype f32 --staging 256K --checksums --json 2>"$T/err") \
     || fail "tp2 f32: $(cat "$T/err")"
@@ -97,6 +97,21 @@ fake load "$CK" --device cuda --tp 2 --dtype f32 --staging 256K >/dev/null 2>"$T
 check_clean "tp2 f32 ring"
 [ "$(counter sync)" = 0 ] && [ "$(counter async)" -gt 0 ] ||
     fail "tp2 f32 ring: $(counter sync) synchronous, $(counter async) asynchronous copies"
+# converted rows of column-split weights are gathered into ring pieces: a copy (and an event) per
+# row would be over 2000 here (o_proj and down_proj: 256 rows each, 2 layers, 2 devices)
+fake load "$CK" --device cuda --tp 2 --dtype f32 >/dev/null 2>"$T/err" || fail "tp2 f32 rows: $(cat "$T/err")"
+[ "$(counter async)" -lt 200 ] && [ "$(counter event_syncs)" -lt 200 ] ||
+    fail "tp2 f32 rows: $(counter async) copies, $(counter event_syncs) event waits (one per row?)"
+check_clean "tp2 f32 rows"
+
+# 3b. SL_GATHER_ROWS (a benchmark knob): narrow same-dtype rows gathered on the host instead of
+# 2-D copies, same bytes
+ref=$("$SL" load "$CK" --tp 4 --checksums --json | sums)
+out=$(SL_GATHER_ROWS=65536 fake load "$CK" --device cuda --tp 4 --checksums --json 2>"$T/err") \
+    || fail "gather: $(cat "$T/err")"
+[ -n "$ref" ] && [ "$(echo "$out" | sums)" = "$ref" ] || fail "gather: checksums differ from cpu"
+[ "$(counter copies_2d)" = 0 ] && [ "$(counter async)" -gt 0 ] || fail "gather: $(cat "$T/log")"
+check_clean "gather"
 
 # 4. dummy weights (worker threads write through the backend; padding zeroed) match cpu
 ref=$("$SL" load --format dummy --config "$T/tiny.json" --tp 2 --pp 2 --checksums --json | sums)

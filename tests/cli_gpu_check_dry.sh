@@ -19,11 +19,12 @@ for i in 1 2; do
 done
 md=$T/work/gpu.md
 [ -f "$md" ] || fail "no report"
-for check in tp1 tp2 tp8 tp2_to_f32; do
+for check in tp1 tp2 tp8 tp2_to_f32 tp8_gather; do
     grep -q "^| $check | [1-9][0-9]* | yes |" "$md" || fail "$check not checked equal: $(cat "$md")"
 done
 grep -q "^| cuda_tp1_default .*| warm | io_uring\|^| cuda_tp1_default .*| warm | pread" "$md" || fail "no warm default run"
 grep -q "^| cuda_tp1_default .*| cold:" "$md" || fail "no cold run"
+grep -q "^| cuda_tp8_gather .*| warm |" "$md" && grep -q "^| cuda_tp8_to_f32 .*| warm |" "$md" || fail "no gather or converting TP 8 run"
 grep -q "^| 2-D, rows 1024 of 8192 | [0-9.]* |" "$md" && grep -q "^| 1-D, 16 MiB copies |" "$md" \
     || fail "no copy-engine table (bench/gpu_copy.c): $(cat "$md")"
 grep -q "Failures: 0" "$md" || fail "failures reported: $(cat "$md")"

@@ -94,6 +94,18 @@ if [ -f "$FAKE" ]; then
     out=$(SL_CUDART="$FAKE" FAKE_CUDA_GPUS=2 "${MPIRUN[@]}" -np 2 "$SL" load "$CK" --tp 4 --devices-per-rank 2 \
           --device cuda --io buffered --checksums --json --staging 256K 2>"$T/err") || fail "cuda: $(cat "$T/err")"
     [ "$(echo "$out" | sums)" = "$ref" ] || fail "cuda: checksums differ from one cpu process"
+    # converting on the way: pieces go through each rank's ring of page-locked pieces, rows
+    # gathered, asynchronously (one synchronous copy per row before: over 500 per rank here)
+    ref32=$("$SL" load "$CK" --tp 4 --dtype f32 --checksums --json | sums)
+    out=$(SL_CUDART="$FAKE" FAKE_CUDA_GPUS=2 "${MPIRUN[@]}" -np 2 "$SL" load "$CK" --tp 4 --devices-per-rank 2 \
+          --device cuda --dtype f32 --checksums --json 2>"$T/err") || fail "cuda f32: $(cat "$T/err")"
+    [ -n "$ref32" ] && [ "$(echo "$out" | sums)" = "$ref32" ] || fail "cuda f32: checksums differ from one cpu process"
+    rm -f "$T/log"
+    SL_CUDART="$FAKE" FAKE_CUDA_GPUS=2 FAKE_CUDA_LOG="$T/log" "${MPIRUN[@]}" -np 2 "$SL" load "$CK" --tp 4 \
+        --devices-per-rank 2 --device cuda --dtype f32 >/dev/null 2>"$T/err" || fail "cuda f32 copies: $(cat "$T/err")"
+    [ "$(grep -c ' sync=0 ' "$T/log")" = 2 ] && [ "$(grep -c ' async=[1-9][0-9]* ' "$T/log")" = 2 ] \
+        && [ "$(grep -c ' live_allocs=0 .*live_registers=0 ' "$T/log")" = 2 ] \
+        || fail "cuda f32 copies: $(cat "$T/log")"
 fi
 
 # 3. text report on rank 0 only

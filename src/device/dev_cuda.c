@@ -17,9 +17,9 @@
  * when write() returns: before it refills a slot the engine waits for that slot's copies, with
  * wait_mark() (an event recorded by mark() after the slot's copies) or fence() (the whole stream).
  * (The engine's conversion pieces live in the same pinned block, each with its own mark.) Copies
- * from any other host memory (dummy buffers, the MPI path's bounce buffer) are synchronous
- * cudaMemcpy, which returns once the source has been consumed, so callers may reuse it at once.
- * Our streams are ordinary (blocking) streams, so such a cudaMemcpy on the legacy default stream
+ * from any other host memory (dummy buffers, the engine's bounce buffer when its budget is too
+ * small for a ring) are synchronous cudaMemcpy, which returns once the source has been consumed,
+ * so callers may reuse it at once. Our streams are ordinary (blocking) streams, so such a cudaMemcpy on the legacy default stream
  * is also ordered after the stream's pending copies. */
 #include "device/device.h"
 

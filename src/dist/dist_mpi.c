@@ -276,15 +276,16 @@ static sl_status dist_coop_setup(dist_ctx *c)
         c->all[c->me.first_device + i] = c->m->devs[i];
         c->local[c->me.first_device + i] = 1;
     }
-    /* size + 1 slots per rank (two read, size-1 received) within the budget; Alltoallw counts and
-     * displacements are ints. */
+    /* size + 1 slots per rank (two read, size-1 received) and the conversion ring within the
+     * budget; Alltoallw counts and displacements are ints. */
     const uint64_t staging = c->o->staging_bytes ? c->o->staging_bytes : (uint64_t)64 << 20;
-    const uint64_t budget = sl_min_u64(staging, INT_MAX) / ((uint64_t)c->size + 1);
+    const uint64_t ring = sl_rd_ring_budget(staging);
+    const uint64_t budget = sl_min_u64(staging - ring, INT_MAX) / ((uint64_t)c->size + 1);
     /* The receive slots live in the engine's staging block, so that devices that copy
      * asynchronously (cuda) copy received pieces from page-locked memory too. */
     const sl_rd_setup s = {.files = c->files, .n_files = c->n_files, .p = c->p, .devs = c->all,
                            .local = c->local, .o = c->o, .slot_bytes = budget,
-                           .extra_slots = (unsigned)(c->size - 1), .err = err};
+                           .extra_slots = (unsigned)(c->size - 1), .ring_bytes = ring, .err = err};
     SL_TRY(sl_rd_open(&s, &c->rd));
     c->slot = sl_rd_slot_bytes(c->rd);
     c->recv = sl_rd_extra(c->rd);

@@ -105,6 +105,8 @@ typedef struct rd_ctx {
     rd_slot *slots;
     unsigned char *bounce;        /* converted pieces for non-host devices */
     uint64_t bounce_bytes;        /* its size */
+    uint64_t gather_rows;         /* SL_GATHER_ROWS: same-dtype rows narrower than this many bytes
+                                     are gathered through the ring (rd_gathers); 0: never */
     int ring;                     /* bounce lies in the page-locked staging block: RD_RING pieces,
                                      each copied asynchronously and reused after its mark; its
                                      bytes come out of the staging budget */
@@ -412,28 +414,51 @@ static uint64_t ceil_div(uint64_t a, uint64_t b)
     return a / b + (a % b != 0);
 }
 
-/* Converted elements for an asynchronous device go through the ring: piece k is converted, copied
- * asynchronously and marked (tag RD_MAX_SLOTS + k), and waited for only when it comes round
- * again, so converting one piece overlaps copying the ones before. */
+/* The ring (asynchronous devices): piece k is filled, copied asynchronously and marked (tag
+ * RD_MAX_SLOTS + k), and waited for only when it comes round again, so filling one piece overlaps
+ * copying the ones before. */
+static uint64_t rd_ring_piece_bytes(const rd_ctx *x)
+{
+    return x->bounce_bytes / RD_RING;
+}
+
+/* The next piece, once the copy that last read it is done; *k: its index. */
+static sl_status rd_ring_take(rd_ctx *x, unsigned *k, unsigned char **piece)
+{
+    *k = x->ring_next++ % RD_RING;
+    if (x->ring_dev[*k] >= 0) {
+        const sl_device *prev = &x->devs[x->ring_dev[*k]].dev;
+        SL_TRY(prev->ops->wait_mark(prev->ctx, RD_MAX_SLOTS + *k, x->err));
+        x->ring_dev[*k] = -1;
+    }
+    *piece = x->bounce + (size_t)(*k * rd_ring_piece_bytes(x));
+    return SL_OK;
+}
+
+/* After piece k's copy to device dev was issued. */
+static sl_status rd_ring_mark(rd_ctx *x, unsigned k, int32_t dev)
+{
+    const sl_device *d = &x->devs[dev].dev;
+    SL_TRY(d->ops->mark(d->ctx, RD_MAX_SLOTS + k, x->err));
+    x->ring_dev[k] = dev;
+    x->marks_pending = 1;
+    return SL_OK;
+}
+
+/* n converted elements through the ring, a piece at a time. */
 static sl_status rd_put_ring(rd_ctx *x, const rd_op *r, uint64_t dst_off, const unsigned char *src,
                              uint64_t n)
 {
     const sl_device *d = &x->devs[r->dev].dev;
-    const uint64_t piece_bytes = x->bounce_bytes / RD_RING, per = piece_bytes / r->dsize;
+    const uint64_t per = rd_ring_piece_bytes(x) / r->dsize;
     for (uint64_t i = 0; i < n; i += per) {
-        const unsigned k = x->ring_next++ % RD_RING;
-        if (x->ring_dev[k] >= 0) {
-            const sl_device *prev = &x->devs[x->ring_dev[k]].dev;
-            SL_TRY(prev->ops->wait_mark(prev->ctx, RD_MAX_SLOTS + k, x->err));
-            x->ring_dev[k] = -1;
-        }
-        unsigned char *piece = x->bounce + (size_t)(k * piece_bytes);
+        unsigned k;
+        unsigned char *piece;
+        SL_TRY(rd_ring_take(x, &k, &piece));
         const uint64_t m = sl_min_u64(per, n - i);
         sl_convert(piece, x->p->dtype, src + i * r->ssize, r->op->src_dtype, (size_t)m);
         SL_TRY(d->ops->write(d->ctx, dst_off + i * r->dsize, piece, (size_t)(m * r->dsize), x->err));
-        SL_TRY(d->ops->mark(d->ctx, RD_MAX_SLOTS + k, x->err));
-        x->ring_dev[k] = r->dev;
-        x->marks_pending = 1;
+        SL_TRY(rd_ring_mark(x, k, r->dev));
     }
     return SL_OK;
 }
@@ -473,9 +498,52 @@ static uint64_t rd_whole_rows(const rd_op *r, uint64_t k, uint64_t b)
     return last >= k ? sl_min_u64(last + 1, op->rows) - k : 0;
 }
 
-/* Several whole rows of a same-dtype op, from row k (starting inside the chunk), go to a device
- * with 2-D copies in one call: one cudaMemcpy2DAsync instead of a copy per row. *n: rows
- * written, 0 when this does not apply (the caller copies row by row). */
+/* 1 when whole rows of r are gathered into ring pieces rather than sent one copy per row (or as
+ * one 2-D copy): converted rows always (a copy, an event and a wait per row would make a column
+ * split's thousands of rows as many tiny copies), and same-dtype rows narrower than gather_rows. */
+static int rd_gathers(const rd_ctx *x, const rd_op *r)
+{
+    const sl_op *op = r->op;
+    const uint64_t dst_row = op->row_elems * r->dsize;
+    return x->ring && op->rows > 1 && dst_row <= rd_ring_piece_bytes(x) &&
+           (op->dst_stride == dst_row || x->devs[r->dev].dev.ops->write2d) &&
+           (op->src_dtype != x->p->dtype ||
+            (dst_row < x->gather_rows && op->src_stride != op->row_elems * r->ssize));
+}
+
+/* rows whole rows from row k, src at row k's first byte: as many as fit in a ring piece are
+ * converted (or copied) into it back to back, and the piece goes in one copy (2-D when the
+ * destination rows are not adjacent). */
+static sl_status rd_gather_rows(rd_ctx *x, const rd_op *r, uint64_t k, uint64_t rows,
+                                const unsigned char *src)
+{
+    const sl_op *op = r->op;
+    const sl_device *d = &x->devs[r->dev].dev;
+    const uint64_t dst_row = op->row_elems * r->dsize, per = rd_ring_piece_bytes(x) / dst_row;
+    x->in_flight = 1;
+    for (uint64_t i = 0; i < rows; i += per) {
+        unsigned p;
+        unsigned char *piece;
+        SL_TRY(rd_ring_take(x, &p, &piece));
+        const uint64_t m = sl_min_u64(per, rows - i);
+        for (uint64_t j = 0; j < m; j++)
+            sl_convert(piece + j * dst_row, x->p->dtype, src + (i + j) * op->src_stride,
+                       op->src_dtype, (size_t)op->row_elems);
+        const uint64_t dst_off = op->dst_offset + (k + i) * op->dst_stride;
+        if (op->dst_stride == dst_row)
+            SL_TRY(d->ops->write(d->ctx, dst_off, piece, (size_t)(m * dst_row), x->err));
+        else
+            SL_TRY(d->ops->write2d(d->ctx, dst_off, op->dst_stride, piece, (size_t)dst_row,
+                                   (size_t)dst_row, (size_t)m, x->err));
+        SL_TRY(rd_ring_mark(x, p, r->dev));
+    }
+    return SL_OK;
+}
+
+/* Several whole rows of an op, from row k (starting inside the chunk), go to a device that is
+ * not host memory in few calls: gathered through the ring (rd_gathers), or else, same dtype, as
+ * one 2-D copy (cudaMemcpy2DAsync) instead of a copy per row. *n: rows written, 0 when neither
+ * applies (the caller copies row by row). */
 static sl_status rd_put_rows(rd_ctx *x, const rd_op *r, uint64_t k, uint64_t a, uint64_t b,
                              const unsigned char *data, uint64_t *n)
 {
@@ -483,13 +551,17 @@ static sl_status rd_put_rows(rd_ctx *x, const rd_op *r, uint64_t k, uint64_t a, 
     const sl_device *d = &x->devs[r->dev].dev;
     const uint64_t rs = op->src_offset + k * op->src_stride;
     *n = 0;
-    if (!d->ops->write2d || x->host[r->dev] || op->src_dtype != x->p->dtype || op->rows < 2 ||
-        rs < a || op->src_stride > SIZE_MAX)
+    if (x->host[r->dev] || op->rows < 2 || rs < a || op->src_stride > SIZE_MAX)
+        return SL_OK;
+    const int gather = rd_gathers(x, r);
+    if (!gather && (!d->ops->write2d || op->src_dtype != x->p->dtype))
         return SL_OK;
     const uint64_t rows = rd_whole_rows(r, k, b);
     if (rows < 2)
         return SL_OK;
     *n = rows;
+    if (gather)
+        return rd_gather_rows(x, r, k, rows, data + (rs - a));
     x->in_flight = 1;
     return d->ops->write2d(d->ctx, op->dst_offset + k * op->dst_stride, op->dst_stride,
                            data + (rs - a), (size_t)op->src_stride,
@@ -788,18 +860,49 @@ static void rd_size_requests(rd_ctx *x)
     x->merge_gap = sl_min_u64((uint64_t)1 << 20, x->request / 16);
 }
 
-/* 1 when some local device that is not host memory receives converted elements. */
-static int rd_converts(const rd_ctx *x)
+/* 1 when some local device that is not host memory receives converted elements; with
+ * narrow_too, also narrow strided rows that SL_GATHER_ROWS asks to gather. */
+static int rd_staged_work(const rd_ctx *x, int narrow_too)
 {
     for (int64_t i = 0; i < x->n_ops; i++) {
-        const int32_t d = x->ops[i].dev;
-        if (!x->host[d] && (!x->local || x->local[d]) && x->ops[i].op->src_dtype != x->p->dtype)
+        const rd_op *r = &x->ops[i];
+        if (x->host[r->dev] || (x->local && !x->local[r->dev]))
+            continue;
+        if (r->op->src_dtype != x->p->dtype)
+            return 1;
+        const uint64_t row = r->op->row_elems * r->ssize;
+        if (narrow_too && r->op->rows > 1 && row < x->gather_rows && r->op->src_stride != row)
             return 1;
     }
     return 0;
 }
 
+static int rd_converts(const rd_ctx *x)
+{
+    return rd_staged_work(x, 0);
+}
+
 static int rd_can_mark(const rd_ctx *x);
+
+uint64_t sl_rd_ring_budget(uint64_t staging)
+{
+    const uint64_t ring = sl_min_u64(sl_max_u64(staging / 16, RD_RING_MIN), RD_RING_MAX);
+    return sl_min_u64(ring, staging / 4);   /* a small budget stays mostly slots */
+}
+
+/* The ring, out of at most max_bytes, when the local devices copy asynchronously and some of
+ * their elements are converted (or narrow rows gathered: SL_GATHER_ROWS, for benchmarks, see
+ * docs/engine.md). Without it, conversions go through a small synchronous bounce buffer. */
+static void rd_plan_ring(rd_ctx *x, uint64_t max_bytes)
+{
+    const uint64_t unit = (uint64_t)RD_RING * RD_ALIGN;
+    const char *g = getenv("SL_GATHER_ROWS");
+    x->gather_rows = g ? strtoull(g, NULL, 10) : 0;
+    if (max_bytes < unit || !rd_staged_work(x, 1) || !rd_can_mark(x))
+        return;
+    x->ring = 1;
+    x->bounce_bytes = max_bytes / unit * unit;
+}
 
 /* Devices that are not host memory (cuda) take every byte through staging, and from the page
  * cache each slot's read is one CPU copy: the number of slots in flight, not their size, sets the
@@ -817,14 +920,8 @@ static void rd_size_for_devices(rd_ctx *x)
     if (!staged)
         return;
     uint64_t budget = rd_staging_budget(x);
-    if (rd_converts(x) && rd_can_mark(x)) {
-        const uint64_t unit = (uint64_t)RD_RING * RD_ALIGN;
-        x->ring = 1;
-        uint64_t ring = sl_min_u64(sl_max_u64(budget / 16, RD_RING_MIN), RD_RING_MAX);
-        ring = sl_min_u64(ring, budget / 4);   /* a small budget stays mostly slots */
-        x->bounce_bytes = sl_max_u64(ring / unit * unit, unit);
-        budget = budget > x->bounce_bytes ? budget - x->bounce_bytes : 0;
-    }
+    rd_plan_ring(x, sl_rd_ring_budget(budget));
+    budget = budget > x->bounce_bytes ? budget - x->bounce_bytes : 0;
     uint64_t req = x->o->request_bytes;
     if (!req) {
         const long n = x->o->threads > 0 ? (long)x->o->threads : sysconf(_SC_NPROCESSORS_ONLN);
@@ -1050,6 +1147,7 @@ sl_status sl_rd_open(const sl_rd_setup *s, sl_rd **out)
     SL_TRY(rd_collect_ops(x));
     SL_TRY(rd_open_files(x));
     SL_TRY(rd_host_ptrs(x));
+    rd_plan_ring(x, s->ring_bytes);
     SL_TRY(rd_zero_pads(x));      /* local devices only */
     SL_TRY(rd_build_chunks(x));   /* no direct reads: other ranks may need any chunk's bytes */
     if (x->n_chunks == 0)

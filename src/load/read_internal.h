@@ -27,8 +27,15 @@ typedef struct sl_rd_setup {
     const sl_load_opts *o;
     uint64_t slot_bytes;          /* most bytes the staging slot may take; 0: from o */
     unsigned extra_slots;         /* slots for the caller after the read slots (sl_rd_extra) */
+    uint64_t ring_bytes;          /* most bytes for the ring of conversion pieces (page-locked with
+                                     the slots; used only when local devices copy asynchronously
+                                     and elements are converted); 0: none */
     sl_err *err;
 } sl_rd_setup;
+
+/* The part of a staging budget that a load keeps for the ring of conversion pieces: a sixteenth,
+ * 64 KiB to 4 MiB, at most a quarter. */
+uint64_t sl_rd_ring_budget(uint64_t staging);
 
 /* Opens the files and sizes two staging slots for the largest chunk. *out is set even on
  * failure (unless out of memory); close it with sl_rd_close. */
