@@ -3,6 +3,7 @@
  * integer reference of round-to-nearest-even. */
 #include "expect.h"
 #include "load/convert.h"
+#include "sl_pool.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -199,11 +200,53 @@ static void test_buffers(void)
     EXPECT(sl_convert_supported(SL_DTYPE_I32, SL_DTYPE_I32), "equal always supported");
 }
 
+/* sl_convert_rows with a pool of helper threads gives the same bytes as one thread: one long run
+ * (split by elements, sizes around the threshold and not a multiple of 64) and strided rows (split
+ * by rows), and never writes between or past the destination rows. */
+static void test_parallel(void)
+{
+    sl_pool *pool = sl_pool_new(3);
+    EXPECT(pool && sl_pool_parts(pool) == 4, "pool of 3 helpers");
+    EXPECT(sl_pool_parts(NULL) == 1, "no pool: one part");
+    const size_t n = ((size_t)1 << 20) + 77;
+    float *src = malloc(n * 4);
+    uint16_t *one = malloc(n * 2 + 64), *many = malloc(n * 2 + 64);
+    for (size_t i = 0; src && i < n; i++)
+        src[i] = (float)((long)(i % 4099) - 2049) * 1.37e-3f;
+    const size_t sizes[] = {1000, ((size_t)512 << 10) - 1, (size_t)512 << 10, ((size_t)512 << 10) + 65, n};
+    for (size_t k = 0; src && one && many && k < sizeof sizes / sizeof sizes[0]; k++) {
+        memset(one, 0xEE, n * 2 + 64);
+        memset(many, 0xEE, n * 2 + 64);
+        sl_convert_rows(NULL, one, 0, SL_DTYPE_BF16, src, 0, SL_DTYPE_F32, sizes[k], 1);
+        sl_convert_rows(pool, many, 0, SL_DTYPE_BF16, src, 0, SL_DTYPE_F32, sizes[k], 1);
+        EXPECT(!memcmp(one, many, n * 2 + 64), "run of %zu: threads differ from one thread", sizes[k]);
+        EXPECT(one[sizes[k]] == 0xEEEE, "run of %zu: wrote past the end", sizes[k]);
+    }
+    /* 690 rows of 800 f32 elements out of every 1500, packed into rows of 1024 bf16 elements */
+    const size_t rows = 690, elems = 800, spitch = 1500 * 4, dpitch = 1024 * 2;
+    for (int pass = 0; src && one && many && pass < 2; pass++) {
+        uint16_t *out = pass ? many : one;
+        memset(out, 0xEE, n * 2 + 64);
+        sl_convert_rows(pass ? pool : NULL, out, dpitch, SL_DTYPE_BF16, src, spitch, SL_DTYPE_F32, elems, rows);
+    }
+    EXPECT(!memcmp(one, many, rows * dpitch), "strided rows: threads differ from one thread");
+    EXPECT(one[800] == 0xEEEE && many[1023] == 0xEEEE && one[1] == sl_f32_to_bf16(src[1]) &&
+               many[1024 + 5] == sl_f32_to_bf16(src[1500 + 5]),
+           "strided rows: wrong placement");
+    sl_convert_rows(pool, many, 0, SL_DTYPE_BF16, src, 0, SL_DTYPE_F32, 0, 5); /* nothing to do */
+    free(src);
+    free(one);
+    free(many);
+    sl_pool_free(pool);
+    sl_pool_free(NULL);
+}
+
 int main(void)
 {
     test_all_16bit();
     test_f32_narrowing();
     test_buffers();
+    test_parallel();
     if (expect_failures)
         fprintf(stderr, "%d expect_failures\n", expect_failures);
     return expect_failures ? 1 : 0;

@@ -404,6 +404,49 @@ static void test_tp_layout(sl_dtype plan_dt)
     unlink(path);
 }
 
+/* Large conversions are shared with helper threads (sl_convert_rows on the engine's pool): an f32
+ * tensor of 1.2 M elements, whole on device 0 (one run, split by elements) and column-split on
+ * device 1 (1200 rows of 512: on cuda, 1024 rows fill a 1 MiB ring piece, split by rows), into
+ * bf16 and f16, on cpu and on the cuda stand-in, equal to the one-thread oracle byte for byte. */
+static void test_convert_threads(void)
+{
+    const uint64_t rows = 1200, cols = 1024, size = rows * cols * 4;
+    unsigned char *data = malloc(size);
+    fill_floats(data, SL_DTYPE_F32, rows * cols, 11);
+    char path[600];
+    snprintf(path, sizeof path, "%s/big.bin", dir);
+    tu_write_file(path, data, size);
+    unsigned char *fd[1] = {data};
+    sl_load_file f = {path, size};
+    const sl_dtype dts[2] = {SL_DTYPE_BF16, SL_DTYPE_F16};
+    setenv("SL_CUDART", SL_FAKE_CUDART, 1);
+    setenv("FAKE_CUDA_GPUS", "2", 1);
+    for (int t = 0; t < 2; t++) {
+        sl_plan *p = tp_new(2, dts[t], 1);
+        int64_t w = tp_param(p, 0, "whole", rows, cols);
+        tp_copy(p, 0, w, SL_DTYPE_F32, 0, 0, 0, 0, 0, 1, rows * cols);
+        int64_t c = tp_param(p, 1, "columns", rows, cols / 2);
+        tp_copy(p, 1, c, SL_DTYPE_F32, 0, cols / 2 * 4, cols * 4, 0, cols / 2, rows, cols / 2);
+        for (int cuda = 0; cuda < 2; cuda++) {
+            sl_load_opts o;
+            sl_load_opts_init(&o);
+            o.device = cuda ? "cuda" : "cpu";
+            sl_model *m = NULL;
+            int skip = 0;
+            sl_status st = run_load(&f, 1, p, &o, engines[0], &m, &skip);
+            EXPECT(st == SL_OK, "f32 -> %s on %s: %s", sl_dtype_name(dts[t]), o.device, sl_model_errmsg(m));
+            EXPECT(st != SL_OK || !compare_model(m, p, fd), "f32 -> %s on %s: contents",
+                   sl_dtype_name(dts[t]), o.device);
+            sl_model_free(m);
+        }
+        tp_free(p);
+    }
+    unsetenv("SL_CUDART");
+    unsetenv("FAKE_CUDA_GPUS");
+    free(data);
+    unlink(path);
+}
+
 /* ---- test 2: replicated bytes are read once ------------------------------------------------- */
 
 static void test_read_once(void)
@@ -785,6 +828,7 @@ int main(void)
     test_changed();
     test_tp_layout(SL_DTYPE_BF16);
     test_tp_layout(SL_DTYPE_F32);
+    test_convert_threads();
     test_request_sizing();
     test_read_once();
     test_random_plans();

@@ -15,6 +15,13 @@ int sl_convert_supported(sl_dtype dst, sl_dtype src);
 /* Converts n elements. The pair must be supported (equal dtypes are a memcpy). */
 void sl_convert(void *dst, sl_dtype dst_dt, const void *src, sl_dtype src_dt, size_t n);
 
+typedef struct sl_pool sl_pool;
+/* rows rows of row_elems elements each, row r from src + r * src_pitch to dst + r * dst_pitch
+ * (pitches in bytes; rows == 1: one run). With a pool (sl_pool.h), large jobs are shared among its
+ * threads, by rows or, for one run, by elements; NULL: the calling thread alone. */
+void sl_convert_rows(sl_pool *pool, void *dst, size_t dst_pitch, sl_dtype dst_dt, const void *src,
+                     size_t src_pitch, sl_dtype src_dt, size_t row_elems, size_t rows);
+
 /* Scalar conversions, exposed for tests and for the dummy filler. */
 uint16_t sl_f32_to_bf16(float f);
 uint16_t sl_f32_to_f16(float f);
