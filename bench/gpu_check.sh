@@ -234,8 +234,12 @@ say "torch (page cache): $out"
 
 # ---- 6b. the copy engine as the backend drives it (bench/gpu_copy.c): 1-D copies from registered
 # memory by chunk size, and narrow rows as 2-D copies against a host gather -----------------------
-GC=$WORK/gpu_copy
-if ${CC:-cc} -std=c11 -O2 -o "$GC" "$ROOT/bench/gpu_copy.c" -ldl 2>"$WORK/gpu_copy.err"; then
+# Built next to shardload when the build had tests (with its sanitizers: a dry run's stand-in may
+# be an ASan build), else compiled here.
+GC=$(dirname "$SL")/bench/gpu_copy
+[ -x "$GC" ] || GC=$WORK/gpu_copy
+: >"$WORK/gpu_copy.err"
+if [ -x "$GC" ] || ${CC:-cc} -std=c11 -O2 -o "$GC" "$ROOT/bench/gpu_copy.c" -ldl 2>"$WORK/gpu_copy.err"; then
     if gc=$(timeout 120 "$GC" "${GPU_COPY_MIB:-1024}" 3 2>>"$WORK/gpu_copy.err"); then
         while read -r l; do record "$l"; done <<<"$gc"
         say "copy engine: $(echo "$gc" | grep -o '"copy":"[a-z0-9]*","[a-z]*":[0-9]*\|"gbps":[0-9.]*' | paste -sd' ')"
