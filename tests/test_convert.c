@@ -6,6 +6,7 @@
 #include "sl_pool.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -200,6 +201,27 @@ static void test_buffers(void)
     EXPECT(sl_convert_supported(SL_DTYPE_I32, SL_DTYPE_I32), "equal always supported");
 }
 
+static void count_parts(void *ctx, unsigned part, unsigned parts)
+{
+    atomic_ulong *sum = ctx;
+    atomic_fetch_add(sum, (unsigned long)(part + 1) * parts);
+}
+
+/* Many short jobs back to back: every part of every job runs exactly once, and no wake-up is lost
+ * (a lost one hangs here, and ctest's timeout fails the test). */
+static void test_pool(void)
+{
+    sl_pool *pool = sl_pool_new(3);
+    atomic_ulong sum = 0;
+    unsigned long want = 0;
+    for (int i = 0; pool && i < 20000; i++) {
+        sl_pool_run(pool, count_parts, &sum);
+        want += 4 * (1 + 2 + 3 + 4);
+    }
+    EXPECT(pool && atomic_load(&sum) == want, "pool: parts run %lu, want %lu", atomic_load(&sum), want);
+    sl_pool_free(pool);
+}
+
 /* sl_convert_rows with a pool of helper threads gives the same bytes as one thread: one long run
  * (split by elements, sizes around the threshold and not a multiple of 64) and strided rows (split
  * by rows), and never writes between or past the destination rows. */
@@ -246,6 +268,7 @@ int main(void)
     test_all_16bit();
     test_f32_narrowing();
     test_buffers();
+    test_pool();
     test_parallel();
     if (expect_failures)
         fprintf(stderr, "%d expect_failures\n", expect_failures);
