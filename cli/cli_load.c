@@ -63,6 +63,8 @@ static void load_help(FILE *out)
             "Environment: SL_IO_ENGINE=pread|uring|uring-inline forces the read engine (default\n"
             "io_uring when available, else a pread thread pool; uring-inline lets page-cache reads\n"
             "be copied inline at submit instead of by the kernel's workers).\n"
+            "SL_GATHER_ROWS=BYTES (cuda, for benchmarks): same-dtype rows narrower than BYTES are\n"
+            "gathered on the host and copied in pieces instead of as 2-D copies.\n"
             "Exit status: 0 success, 1 failure (one line on stderr), 2 usage error.\n");
 }
 
