@@ -20,7 +20,8 @@
 #        with the host-memory stand-in tests/fake_cudart.c; torch skipped; results stay in the work
 #        dir), GPU_REPS (runs per measured setting, best kept; default 2), GPU_SL (an already
 #        built shardload: no build; tests/cli_gpu_check_dry.sh uses it), GPU_COPY_MIB (bytes per
-#        bench/gpu_copy.c measurement, default 1024).
+#        bench/gpu_copy.c measurement, default 1024), GPU_BUDGET_S (seconds after which the
+#        remaining sections are skipped and the report written; default 450).
 set -u -o pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CONFIG=${GPU_CONFIG:-$ROOT/tests/configs/llama-3-8b.json}
@@ -110,6 +111,15 @@ say "checkpoint: $(echo $FILES | wc -w) files, $CK_BYTES bytes"
 record "{\"checkpoint\":{\"config\":\"$(basename "$CONFIG")\",\"bytes\":$CK_BYTES,\"files\":$(echo $FILES | wc -w)}}"
 
 # ---- helpers ---------------------------------------------------------------------------------------
+# A device machine is lent for minutes: past GPU_BUDGET_S seconds (default 450) the sections still
+# to come are skipped (recorded as such) so that the report is always written.
+BUDGET=${GPU_BUDGET_S:-450}
+in_time() { [ $(($(date +%s) - T0)) -lt "$BUDGET" ]; }
+late() {   # late WHAT: 0 (and WHAT recorded as skipped) once the budget is spent
+    in_time && return 1
+    say "skipping $1: $(($(date +%s) - T0)) s used of GPU_BUDGET_S=$BUDGET"
+    record "{\"skipped\":$(jstr "$1"),\"elapsed_s\":$(($(date +%s) - T0))}"
+}
 nums() { grep -o "\"$1\":[0-9]*" | cut -d: -f2 | tr '\n' ' '; }
 sums() { grep -o '"xxh3":"[0-9a-f]*"' | tr -d '\n' | md5sum | cut -c1-16; }
 # Evicts the checkpoint from the page cache: drop_caches as root on the GPU machine, else (and in
@@ -163,6 +173,7 @@ for tp in 1 2 8; do check tp$tp -- --tp $tp; done
 # ---- 5. shardload throughput from the page cache ------------------------------------------------------
 warm
 for ((i = 0; i < REPS; i++)); do
+    late "warm sweep, round $((i + 1)) of $REPS" && break
     run cuda_tp1_default warm "" -- --device cuda
     run cuda_tp1_uring_inline warm uring-inline -- --device cuda
     run cuda_tp1_pread warm pread -- --device cuda
@@ -228,9 +239,13 @@ print(json.dumps({"torch": torch.__version__, "h2d_pinned_gbps": h2d, "load_file
                   "narrow_tp2_s": t_nc, "bytes": nbytes}))
 PYEOF
 )
-out=$(timeout 400 "$PY" -c "$PYT" warm $FILES 2>"$WORK/torch.err") || out="{\"torch_skipped\":$(jstr "python failed: $(tail -2 "$WORK/torch.err")")}"
-record "$out"
-say "torch (page cache): $out"
+if late "torch (page cache)"; then
+    out='{"torch_skipped":"time budget"}'
+else
+    out=$(timeout 400 "$PY" -c "$PYT" warm $FILES 2>"$WORK/torch.err") || out="{\"torch_skipped\":$(jstr "python failed: $(tail -2 "$WORK/torch.err")")}"
+    record "$out"
+    say "torch (page cache): $out"
+fi
 
 # ---- 6b. the copy engine as the backend drives it (bench/gpu_copy.c): 1-D copies from registered
 # memory by chunk size, and narrow rows as 2-D copies against a host gather -----------------------
@@ -239,7 +254,9 @@ say "torch (page cache): $out"
 GC=$(dirname "$SL")/bench/gpu_copy
 [ -x "$GC" ] || GC=$WORK/gpu_copy
 : >"$WORK/gpu_copy.err"
-if [ -x "$GC" ] || ${CC:-cc} -std=c11 -O2 -o "$GC" "$ROOT/bench/gpu_copy.c" -ldl 2>"$WORK/gpu_copy.err"; then
+if late "gpu_copy"; then
+    true
+elif [ -x "$GC" ] || ${CC:-cc} -std=c11 -O2 -o "$GC" "$ROOT/bench/gpu_copy.c" -ldl 2>"$WORK/gpu_copy.err"; then
     if gc=$(timeout 120 "$GC" "${GPU_COPY_MIB:-1024}" 3 2>>"$WORK/gpu_copy.err"); then
         while read -r l; do record "$l"; done <<<"$gc"
         say "copy engine: $(echo "$gc" | grep -o '"copy":"[a-z0-9]*","[a-z]*":[0-9]*\|"gbps":[0-9.]*' | paste -sd' ')"
@@ -251,10 +268,10 @@ else
 fi
 
 # ---- 7. from disk ------------------------------------------------------------------------------------
-how=$(evict); run cuda_tp1_default cold:$how "" -- --device cuda
-how=$(evict); run cuda_tp1_stg256 cold:$how "" -- --device cuda --staging 256
-how=$(evict); run cpu_tp1_default cold:$how "" --
-if ! grep -q torch_skipped <<<"$out"; then
+late "cold: cuda default" || { how=$(evict); run cuda_tp1_default cold:$how "" -- --device cuda; }
+late "cold: cuda staging 256" || { how=$(evict); run cuda_tp1_stg256 cold:$how "" -- --device cuda --staging 256; }
+late "cold: cpu default" || { how=$(evict); run cpu_tp1_default cold:$how "" --; }
+if ! grep -q torch_skipped <<<"$out" && ! late "cold: torch"; then
     how=$(evict)
     out=$(timeout 300 "$PY" -c "$PYT" cold $FILES 2>>"$WORK/torch.err") || out="{\"torch_skipped\":\"cold run failed\"}"
     record "${out%\}},\"cache\":\"cold:$how\"}"
@@ -263,11 +280,11 @@ fi
 
 # ---- 8. conversion on the way (bf16 checkpoint to f32 devices: host conversion into the ring of
 # page-locked pieces), and narrow rows gathered on the host (SL_GATHER_ROWS) instead of 2-D copies --
-warm
-check tp2_to_f32 -- --tp 2 --dtype f32
-SL_GATHER_ROWS=65536 check tp8_gather -- --tp 8
-run cuda_tp1_to_f32 warm "" -- --device cuda --dtype f32
-run cuda_tp8_to_f32 warm "" -- --device cuda --tp 8 --dtype f32   # converted rows: gathered into pieces
+in_time && warm
+late "check tp2_to_f32" || check tp2_to_f32 -- --tp 2 --dtype f32
+late "check tp8_gather" || SL_GATHER_ROWS=65536 check tp8_gather -- --tp 8
+late "cuda_tp1_to_f32" || run cuda_tp1_to_f32 warm "" -- --device cuda --dtype f32
+late "cuda_tp8_to_f32" || run cuda_tp8_to_f32 warm "" -- --device cuda --tp 8 --dtype f32   # rows gathered into pieces
 
 # ---- 9. report ---------------------------------------------------------------------------------------
 "$PY" "$ROOT/bench/gpu_report.py" "$LOG" "$fails" >"$OUTD/gpu.md" || die "could not write the report"

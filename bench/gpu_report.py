@@ -61,6 +61,9 @@ def main():
                f"CPUs; kernel {env.get('kernel', '?')}; torch "
                f"{warm.get('torch', 'n/a (' + warm.get('torch_skipped', 'not run') + ')')}. "
                f"Failures: {fails}.\n")
+    skipped = [f"{r['skipped']} (at {r['elapsed_s']} s)" for r in rows if "skipped" in r]
+    if skipped:
+        out.append("Skipped for time (GPU_BUDGET_S): " + "; ".join(skipped) + ".\n")
     checks = [r for r in rows if "check" in r]
     if checks:
         out += ["| check | parameters | cuda checksums = cpu | device memory delta : plan bytes, per device |",

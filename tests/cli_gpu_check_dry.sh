@@ -31,4 +31,10 @@ grep -q "Failures: 0" "$md" || fail "failures reported: $(cat "$md")"
 [ "$(grep -c '^## GPU' "$T/RESULTS.md")" = 1 ] || fail "RESULTS.md has $(grep -c '^## GPU' "$T/RESULTS.md") GPU sections"
 grep -q "^kept" "$T/RESULTS.md" || fail "the splice lost the other sections"
 [ -f "$ROOT/bench/gpu-fake.md" ] && fail "a dry run wrote into bench/"
+# out of time (GPU_BUDGET_S=0): the checks run, every later section is skipped, the report is written
+GPU_FAKE=1 GPU_REPS=1 GPU_BUDGET_S=0 GPU_SL="$SL" GPU_CONFIG="$T/tiny.json" GPU_WORK="$T/work" \
+    GPU_RESULTS="$T/RESULTS.md" PY=/usr/bin/python3 OUT= bash "$ROOT/bench/gpu_check.sh" \
+    >"$T/out" 2>"$T/err" || fail "budget 0: $(tail -5 "$T/err")"
+grep -q "^| tp8 | [1-9][0-9]* | yes |" "$md" && grep -q "^Skipped for time (GPU_BUDGET_S): warm sweep, round 1 of 1" "$md" &&
+    grep -q "cuda_tp8_to_f32 (at" "$md" && ! grep -q "^| cuda_tp1_default" "$md" || fail "budget 0: $(cat "$md")"
 echo "cli_gpu_check_dry: ok"
