@@ -7,7 +7,8 @@
 # (more slots in the same budget), a larger budget, and the defaults with whole-stream waits
 # (FAKE_CUDA_EVENTS_AS_STREAM: what fencing the stream before each slot refill gives), and the
 # defaults with a bf16 -> f32 conversion (host conversion through the ring of pinned pieces; the
-# link then carries twice the bytes).
+# link then carries twice the bytes), and TP 8 on the one modelled GPU, plain and converted (column
+# splits: narrow rows, as 2-D copies or, converted, packed into ring pieces).
 # Writes bench/ring.jsonl and bench/ring.md (bench/report.py puts it into RESULTS.md).
 # Knobs: RING_GBPS (modelled link speeds, default "2 8 16"), RING_ROUNDS (default 3).
 set -euo pipefail
@@ -26,7 +27,9 @@ trap 'rm -rf "$T"' EXIT
 bytes=$(cat "$CK"/*.safetensors | wc -c)   # also warms the page cache
 
 settings=("default|" "request 8 MiB|--request 8" "request 4 MiB|--request 4" "staging 256 MiB|--staging 256"
-          "default, whole-stream waits|" "default, converted to f32 on the way|--dtype f32")
+          "default, whole-stream waits|" "default, converted to f32 on the way|--dtype f32"
+          "TP 8 on one GPU (narrow rows as 2-D copies)|--tp 8"
+          "TP 8 on one GPU, converted to f32 (rows gathered into pieces)|--tp 8 --dtype f32")
 for ((r = 0; r < ROUNDS; r++)); do
   for gbps in $SPEEDS; do
     for s in "${settings[@]}"; do
@@ -54,7 +57,7 @@ for r in rows:
 n = len(next(iter(groups.values())))
 print("\n## cuda staging ring on the host-memory stand-in (no GPU)\n")
 print(f"`bash bench/ring_sim.sh` (part of `make bench`): {rows[0]['bytes'] / 1e9:.2f} GB from the page cache, "
-      "TP 1, `--device cuda` on tests/fake_cudart.c with one modelled copy engine of the given speed. "
+      "TP 1 unless said, `--device cuda` on tests/fake_cudart.c with one modelled copy engine of the given speed. "
       "Link utilization = engine busy time / load time after device setup (1.0: the link never waited "
       f"for reads). Median of {n} interleaved runs; this machine's reads bound it at the higher speed.\n")
 print("| link GB/s | setting | link utilization | load s after setup | staging peak MB |")
