@@ -676,14 +676,23 @@ static sl_status rd_fence(rd_ctx *x)
     return SL_OK;
 }
 
-/* After slot s was scattered: its copies are waited for when s is refilled, not before. */
-static sl_status rd_mark(rd_ctx *x, rd_slot *s)
+/* Records (wait 0) or waits for (wait 1) mark `tag` on every device that has marks. */
+static sl_status rd_marks(rd_ctx *x, unsigned tag, int wait)
 {
     for (int32_t d = 0; d < x->p->n_devices; d++) {
         const sl_device *dev = &x->devs[d].dev;
-        if (dev->ops && dev->ops->mark)
-            SL_TRY(dev->ops->mark(dev->ctx, s->index, x->err));
+        sl_status (*op)(void *, unsigned, sl_err *) =
+            !dev->ops ? NULL : wait ? dev->ops->wait_mark : dev->ops->mark;
+        if (op)
+            SL_TRY(op(dev->ctx, tag, x->err));
     }
+    return SL_OK;
+}
+
+/* After slot s was scattered: its copies are waited for when s is refilled, not before. */
+static sl_status rd_mark(rd_ctx *x, rd_slot *s)
+{
+    SL_TRY(rd_marks(x, s->index, 0));
     s->marked = 1;
     x->in_flight = 0;
     x->marks_pending = 1;
@@ -692,11 +701,7 @@ static sl_status rd_mark(rd_ctx *x, rd_slot *s)
 
 static sl_status rd_wait_mark(rd_ctx *x, rd_slot *s)
 {
-    for (int32_t d = 0; d < x->p->n_devices; d++) {
-        const sl_device *dev = &x->devs[d].dev;
-        if (dev->ops && dev->ops->wait_mark)
-            SL_TRY(dev->ops->wait_mark(dev->ctx, s->index, x->err));
-    }
+    SL_TRY(rd_marks(x, s->index, 1));
     s->marked = 0;
     return SL_OK;
 }
