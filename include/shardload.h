@@ -261,6 +261,20 @@ typedef struct sl_load_opts {
      * (or d >= n_dest) is allocated by the backend as usual. Under MPI, indexed by global device. */
     void *const *dest;
     int32_t n_dest;
+    /* Optional: the mesh devices this process loads (n_devices distinct indices, each in
+     * [0, sl_plan_device_count)); NULL: all of them. Only these devices are allocated and only the
+     * checkpoint bytes they need are read: an engine rank loads devices = {rank}. The model's local
+     * device k is mesh device devices[k] (sl_model_device_index). Not for sl_load_dist. */
+    const int32_t *devices;
+    int32_t n_devices;
+    /* Optional, per-parameter destinations: param_dest[d][i] is memory the caller owns for
+     * parameter i of mesh device d, at least sl_plan_param(p, d, i).nbytes bytes (host memory; cpu
+     * only), so that an engine with its own allocator gets each weight in its own tensor and no
+     * second copy exists. A NULL param_dest[d] (or d >= n_param_dest) is allocated as usual; within
+     * a table every parameter with bytes needs a pointer, and dest[d] must not also be given.
+     * Checked before any byte is read. Under MPI, indexed by global device. */
+    void *const *const *param_dest;
+    int32_t n_param_dest;
     sl_progress_fn progress;   /* may be NULL; called from the loading thread */
     void *progress_user;
 } sl_load_opts;

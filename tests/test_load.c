@@ -334,6 +334,129 @@ static void test_dest(const sl_load_file *f, const sl_plan *p, unsigned char *co
         dlclose(lib);
 }
 
+/* Local device k of m holds exactly mesh device d's bytes of p. */
+static void expect_device(const sl_model *m, int32_t k, const sl_plan *p, int32_t d,
+                          unsigned char *const *fd, const char *what)
+{
+    unsigned char *want = oracle(p, d, fd);
+    unsigned char *got = malloc((size_t)p->devices[d].bytes + 1);
+    EXPECT(sl_model_device_index(m, k) == d, "%s: local %d is mesh %d, want %d", what, k,
+           sl_model_device_index(m, k), d);
+    for (int64_t i = 0; i < p->devices[d].n_params; i++) {
+        const sl_plan_param_t *pp = &p->devices[d].params[i];
+        EXPECT(sl_model_read_param(m, k, i, 0, got, pp->nbytes) == SL_OK &&
+                   !memcmp(got, want + pp->offset, pp->nbytes),
+               "%s: mesh device %d param %s", what, d, pp->name);
+    }
+    free(got);
+    free(want);
+}
+
+/* opts.devices: a process loads some mesh devices only, in the order given, and the engine reads
+ * only what they need; bad lists are refused before anything is allocated. */
+static void test_devices(const sl_load_file *f, const sl_plan *p, unsigned char *const *fd)
+{
+    static const int32_t one[] = {1}, both[] = {1, 0}, dup[] = {0, 0}, out[] = {2};
+    sl_load_opts o;
+    sl_load_opts_init(&o);
+    o.staging_bytes = 64 << 10;
+    int skip = 0;
+    sl_model *m = NULL;
+    o.devices = one;
+    o.n_devices = 1;
+    sl_status st = run_load(f, 1, p, &o, engines[0], &m, &skip);
+    EXPECT(st == SL_OK && sl_model_device_count(m) == 1, "devices {1}: %s", sl_model_errmsg(m));
+    if (st == SL_OK) {
+        expect_device(m, 0, p, 1, fd, "devices {1}");
+        EXPECT(sl_model_device_allocated(m, 0) == p->devices[1].bytes, "devices {1}: bytes held");
+    }
+    sl_model_free(m);
+    o.devices = both;
+    o.n_devices = 2;
+    st = run_load(f, 1, p, &o, engines[0], &m, &skip);
+    EXPECT(st == SL_OK && sl_model_device_count(m) == 2, "devices {1,0}: %s", sl_model_errmsg(m));
+    if (st == SL_OK) {
+        expect_device(m, 0, p, 1, fd, "devices {1,0}");
+        expect_device(m, 1, p, 0, fd, "devices {1,0}");
+    }
+    sl_model_free(m);
+    const struct { const int32_t *list; int32_t n; const char *msg; } bad[] = {
+        {dup, 2, "mesh device 0 chosen twice"},
+        {out, 1, "mesh device 2 out of range [0, 2)"},
+        {one, 0, "0 devices chosen of a 2-device mesh"},
+    };
+    for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+        o.devices = bad[b].list;
+        o.n_devices = bad[b].n;
+        st = run_load(f, 1, p, &o, engines[0], &m, &skip);
+        EXPECT(st == SL_E_INVALID_ARG && strstr(sl_model_errmsg(m), bad[b].msg) &&
+                   sl_model_device_count(m) == 0,
+               "devices refusal %zu: %s", b, sl_model_errmsg(m));
+        sl_model_free(m);
+    }
+}
+
+/* opts.param_dest: every parameter in its own block of the caller's, written in place (padding
+ * zeroed), still the caller's after sl_model_free; a missing block, dest given too, or a cuda
+ * device is refused before any byte is read. */
+static void test_param_dest(const sl_load_file *f, const sl_plan *p, unsigned char *const *fd)
+{
+    void *blocks[2][TP_MAX] = {{0}};
+    void *const *table[2] = {blocks[0], blocks[1]};
+    for (int32_t d = 0; d < 2; d++)
+        for (int64_t i = 0; i < p->devices[d].n_params; i++) {
+            blocks[d][i] = malloc((size_t)p->devices[d].params[i].nbytes + 1);
+            memset(blocks[d][i], 0xCD, (size_t)p->devices[d].params[i].nbytes);
+        }
+    sl_load_opts o;
+    sl_load_opts_init(&o);
+    o.staging_bytes = 64 << 10;
+    o.param_dest = table;
+    o.n_param_dest = 2;
+    int skip = 0;
+    sl_model *m = NULL;
+    sl_status st = run_load(f, 1, p, &o, engines[0], &m, &skip);
+    EXPECT(st == SL_OK, "param_dest load: %s", sl_model_errmsg(m));
+    for (int32_t d = 0; st == SL_OK && d < 2; d++) {
+        expect_device(m, d, p, d, fd, "param_dest");
+        for (int64_t i = 0; i < p->devices[d].n_params; i++)
+            EXPECT(sl_model_param_ptr(m, d, i) == blocks[d][i], "param_dest: device %d param %lld "
+                   "not in its block", d, (long long)i);
+    }
+    sl_model_free(m);
+    for (int32_t d = 0; st == SL_OK && d < 2; d++) {
+        unsigned char *want = oracle(p, d, fd);
+        for (int64_t i = 0; i < p->devices[d].n_params; i++)
+            EXPECT(!memcmp(blocks[d][i], want + p->devices[d].params[i].offset,
+                           (size_t)p->devices[d].params[i].nbytes),
+                   "param_dest: device %d param %lld after sl_model_free", d, (long long)i);
+        free(want);
+    }
+    void *keep = blocks[1][0];
+    blocks[1][0] = NULL;
+    st = run_load(f, 1, p, &o, engines[0], &m, &skip);
+    EXPECT(st == SL_E_INVALID_ARG && strstr(sl_model_errmsg(m), p->devices[1].params[0].name) &&
+               sl_model_device_count(m) == 0, "param_dest hole: %s", sl_model_errmsg(m));
+    sl_model_free(m);
+    blocks[1][0] = keep;
+    void *whole[2] = {keep, NULL};
+    o.dest = whole;
+    o.n_dest = 1;
+    st = run_load(f, 1, p, &o, engines[0], &m, &skip);
+    EXPECT(st == SL_E_INVALID_ARG && strstr(sl_model_errmsg(m), "both"), "param_dest + dest: %s",
+           sl_model_errmsg(m));
+    sl_model_free(m);
+    o.dest = NULL;
+    o.device = "cuda";
+    st = run_load(f, 1, p, &o, engines[0], &m, &skip);
+    EXPECT(st == SL_E_UNSUPPORTED && strstr(sl_model_errmsg(m), "per-parameter"),
+           "param_dest on cuda: %s", sl_model_errmsg(m));
+    sl_model_free(m);
+    for (int32_t d = 0; d < 2; d++)
+        for (int64_t i = 0; i < p->devices[d].n_params; i++)
+            free(blocks[d][i]);
+}
+
 static void test_tp_layout(sl_dtype plan_dt)
 {
     /* file: 16 junk | W1 F32 [64,96] | 2 junk | W2 BF16 [40,200] (misaligned) | E F16 [21,64] */
@@ -399,6 +522,8 @@ static void test_tp_layout(sl_dtype plan_dt)
     test_tp_layout_cuda(&f, p, fd);
     test_cuda_fault(&f, p);
     test_dest(&f, p, fd);
+    test_devices(&f, p, fd);
+    test_param_dest(&f, p, fd);
     tp_free(p);
     free(data);
     unlink(path);

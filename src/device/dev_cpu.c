@@ -9,8 +9,11 @@
  * writes bytes, so it can race with the scatter threads safely. */
 #include "device/device.h"
 
+#include "sl_bytes.h"
+
 #include <dirent.h>
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -28,6 +31,10 @@ typedef struct cpu_dev {
     uint64_t bytes;
     size_t map_len;        /* 0 when base is not ours */
     unsigned char *dest;   /* the caller's memory (opts.dest), or NULL */
+    int64_t n_segs;        /* > 0: the caller's block per parameter (opts.param_dest), no base */
+    uint64_t *seg_off;     /* n_segs entries each, owned */
+    uint64_t *seg_len;
+    unsigned char **seg_ptr;
 } cpu_dev;
 
 /* NUMA nodes present: /sys/devices/system/node/node<N> entries (1 when the directory is absent). */
@@ -60,6 +67,10 @@ static sl_status cpu_alloc(void *ctx, uint64_t bytes, sl_err *err)
     cpu_dev *d = ctx;
     if (bytes == 0)
         return SL_OK;
+    if (d->n_segs) { /* the caller's blocks: nothing to allocate; sizes checked at open */
+        d->bytes = bytes;
+        return SL_OK;
+    }
     if (d->dest) { /* not ours to bind, advise or pre-fault */
         d->base = d->dest;
         d->bytes = bytes;
@@ -94,31 +105,52 @@ static sl_status cpu_check_range(const cpu_dev *d, uint64_t off, uint64_t n, sl_
     return sl_device_check_range("cpu", d->index, d->bytes, off, n, err);
 }
 
+typedef enum cpu_xfer { CPU_WRITE, CPU_ZERO, CPU_READ } cpu_xfer;
+
+static void cpu_xfer_at(unsigned char *at, cpu_xfer how, unsigned char *host, size_t n)
+{
+    if (how == CPU_WRITE)
+        memcpy(at, host, n);
+    else if (how == CPU_ZERO)
+        memset(at, 0, n);
+    else
+        memcpy(host, at, n);
+}
+
+/* One range of device bytes, range-checked, through the base or across the parameter blocks it
+ * spans (a write may cover several parameters when the engine coalesces). */
+static sl_status cpu_xfer_range(cpu_dev *d, uint64_t off, unsigned char *host, uint64_t n,
+                                cpu_xfer how, sl_err *err)
+{
+    SL_TRY(cpu_check_range(d, off, n, err));
+    if (n && !d->n_segs) {
+        cpu_xfer_at(d->base + off, how, host, (size_t)n);
+        return SL_OK;
+    }
+    for (int64_t i = sl_device_seg_find(d->seg_off, d->n_segs, off); n; i++) {
+        const uint64_t in = off - d->seg_off[i], m = sl_min_u64(n, d->seg_len[i] - in);
+        cpu_xfer_at(d->seg_ptr[i] + in, how, host, (size_t)m);
+        off += m;
+        n -= m;
+        host = host ? host + m : NULL;
+    }
+    return SL_OK;
+}
+
 static sl_status cpu_write(void *ctx, uint64_t off, const void *src, size_t n, sl_err *err)
 {
-    cpu_dev *d = ctx;
-    SL_TRY(cpu_check_range(d, off, n, err));
-    if (n)
-        memcpy(d->base + off, src, n);
-    return SL_OK;
+    /* The cast drops const for the shared helper only; CPU_WRITE never writes to src. */
+    return cpu_xfer_range(ctx, off, (unsigned char *)(uintptr_t)src, n, CPU_WRITE, err);
 }
 
 static sl_status cpu_zero(void *ctx, uint64_t off, uint64_t n, sl_err *err)
 {
-    cpu_dev *d = ctx;
-    SL_TRY(cpu_check_range(d, off, n, err));
-    if (n)
-        memset(d->base + off, 0, (size_t)n);
-    return SL_OK;
+    return cpu_xfer_range(ctx, off, NULL, n, CPU_ZERO, err);
 }
 
 static sl_status cpu_read(void *ctx, uint64_t off, void *dst, size_t n, sl_err *err)
 {
-    cpu_dev *d = ctx;
-    SL_TRY(cpu_check_range(d, off, n, err));
-    if (n)
-        memcpy(dst, d->base + off, n);
-    return SL_OK;
+    return cpu_xfer_range(ctx, off, dst, n, CPU_READ, err);
 }
 
 /* Populates in 8 MiB steps so that a stop request (load failed) is noticed quickly. It walks from
@@ -161,6 +193,9 @@ static void cpu_free(void *ctx)
         return;
     if (d->base && d->map_len)
         munmap(d->base, d->map_len);
+    free(d->seg_off);
+    free(d->seg_len);
+    free(d->seg_ptr);
     free(d);
 }
 
@@ -177,11 +212,37 @@ static const sl_device_ops cpu_ops = {
     .zeroed = cpu_zeroed,
 };
 
-sl_status sl_device_cpu_open(int32_t index, const sl_load_opts *o, sl_device *out, sl_err *err)
+/* Copies the caller's per-parameter blocks (the table it passed need not outlive the load). */
+static sl_status cpu_take_segs(cpu_dev *d, const sl_device_segs *segs, sl_err *err)
+{
+    const size_t n = (size_t)segs->n + 1;
+    d->seg_off = calloc(n, sizeof *d->seg_off);
+    d->seg_len = calloc(n, sizeof *d->seg_len);
+    d->seg_ptr = calloc(n, sizeof *d->seg_ptr);
+    if (!d->seg_off || !d->seg_len || !d->seg_ptr)
+        return sl_err_set(err, SL_E_NOMEM, "out of memory");
+    for (int64_t i = 0; i < segs->n; i++) {
+        d->seg_off[i] = segs->off[i];
+        d->seg_len[i] = segs->len[i];
+        d->seg_ptr[i] = segs->ptr[i];
+    }
+    d->n_segs = segs->n;
+    return SL_OK;
+}
+
+sl_status sl_device_cpu_open(int32_t index, const sl_load_opts *o, const sl_device_segs *segs,
+                             sl_device *out, sl_err *err)
 {
     cpu_dev *d = calloc(1, sizeof *d);
     if (!d)
         return sl_err_set(err, SL_E_NOMEM, "out of memory");
+    if (segs && segs->n > 0) {
+        const sl_status st = cpu_take_segs(d, segs, err);
+        if (st != SL_OK) {
+            cpu_free(d);
+            return st;
+        }
+    }
     d->index = index;
     d->dest = sl_device_dest(o, index);
     /* --numa: device d on node d % nodes, so that a host with several sockets spreads the mesh. */

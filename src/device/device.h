@@ -78,10 +78,25 @@ static inline void *sl_device_dest(const sl_load_opts *o, int32_t index)
     return o && o->dest && index >= 0 && index < o->n_dest ? o->dest[index] : NULL;
 }
 
-/* Creates the backend instance for mesh device `index` ("cpu" or "cuda", NULL = "cpu").
- * Nothing is allocated yet. SL_E_UNSUPPORTED when the backend is not available here. */
-sl_status sl_device_open(const char *name, int32_t index, const sl_load_opts *o, sl_device *out,
-                         sl_err *err);
+/* A device whose parameters live in the caller's memory, one block each (opts.param_dest):
+ * segment i holds device bytes [off[i], off[i] + len[i]) at ptr[i]. Segments are sorted, packed
+ * and cover the device, as the plan's parameters do. Borrowed for the call only. */
+typedef struct sl_device_segs {
+    int64_t n;
+    const uint64_t *off;
+    const uint64_t *len;
+    void *const *ptr;
+} sl_device_segs;
+
+/* Index of the segment that holds device byte off (the last one starting at or before it, so
+ * empty segments are skipped); -1 before the first. */
+int64_t sl_device_seg_find(const uint64_t *seg_off, int64_t n, uint64_t off);
+
+/* Creates the backend instance for mesh device `index` ("cpu" or "cuda", NULL = "cpu"), in the
+ * caller's per-parameter blocks when segs is not NULL. Nothing is allocated yet.
+ * SL_E_UNSUPPORTED when the backend is not available here, or cannot use segs. */
+sl_status sl_device_open(const char *name, int32_t index, const sl_load_opts *o,
+                         const sl_device_segs *segs, sl_device *out, sl_err *err);
 void sl_device_close(sl_device *d);
 /* SL_OK when [off, off + n) lies inside a device of size bytes, else SL_E_INVALID_ARG naming the
  * backend and device (overflow-safe). */
@@ -89,7 +104,8 @@ sl_status sl_device_check_range(const char *backend, int32_t index, uint64_t siz
                                 uint64_t n, sl_err *err);
 
 /* Backend constructors, one per file. */
-sl_status sl_device_cpu_open(int32_t index, const sl_load_opts *o, sl_device *out, sl_err *err);
+sl_status sl_device_cpu_open(int32_t index, const sl_load_opts *o, const sl_device_segs *segs,
+                             sl_device *out, sl_err *err);
 sl_status sl_device_cuda_open(int32_t index, const sl_load_opts *o, sl_device *out, sl_err *err);
 
 #endif /* SL_DEVICE_H */

@@ -550,6 +550,11 @@ sl_status sl_load_dist_devices(const sl_checkpoint *ck, const sl_plan *p, const 
         return sl_err_set(&m->err, !dist_active() ? SL_E_UNSUPPORTED : SL_E_INVALID_ARG,
                           !dist_active() ? "MPI is not initialized (sl_dist_init)"
                                           : "no plan or no device opener");
+    /* Every rank sees the same options, so all refuse together and none waits on the others. */
+    if (o->devices)
+        return sl_err_set(&m->err, SL_E_INVALID_ARG,
+                          "devices: under MPI each rank holds its devices_per_rank devices; "
+                          "choose them with sl_dist_opts, not sl_load_opts.devices");
     dist_ctx c = {.m = m, .p = p, .o = o, .k = d->devices_per_rank, .open = open, .open_user = user};
     MPI_Comm_rank(MPI_COMM_WORLD, &c.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &c.size);

@@ -98,6 +98,55 @@ static double now_seconds(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* The caller's per-parameter blocks for mesh device `index` (opts.param_dest), checked: every
+ * parameter with bytes has one, and the device is not also given whole (opts.dest). */
+static sl_status dev_segs(const sl_plan_device *pd, const sl_model_dev *md, const sl_load_opts *o,
+                          sl_device_segs *segs, sl_err *err)
+{
+    void *const *ptr = o->param_dest[pd->index];
+    SL_CHECK(!sl_device_dest(o, pd->index), err, SL_E_INVALID_ARG,
+             "device %d has both a buffer (dest) and per-parameter destinations (param_dest)",
+             pd->index);
+    for (int64_t k = 0; k < pd->n_params; k++)
+        SL_CHECK(ptr[k] || !pd->params[k].nbytes, err, SL_E_INVALID_ARG,
+                 "device %d: no destination for parameter '%s' (%llu bytes)", pd->index,
+                 pd->params[k].name, (unsigned long long)pd->params[k].nbytes);
+    *segs = (sl_device_segs){.n = pd->n_params, .off = md->param_off, .len = md->param_bytes,
+                             .ptr = ptr};
+    return SL_OK;
+}
+
+static int has_param_dest(const sl_load_opts *o, int32_t index)
+{
+    return o->param_dest && index >= 0 && index < o->n_param_dest && o->param_dest[index];
+}
+
+static sl_status open_device(sl_model_dev *md, const sl_plan_device *pd, const sl_load_opts *o,
+                             sl_err *err)
+{
+    md->n_params = pd->n_params;
+    md->bytes = pd->bytes;
+    md->param_off = calloc((size_t)pd->n_params + 1, sizeof *md->param_off);
+    md->param_bytes = calloc((size_t)pd->n_params + 1, sizeof *md->param_bytes);
+    if (!md->param_off || !md->param_bytes)
+        return sl_err_set(err, SL_E_NOMEM, "out of memory");
+    for (int64_t k = 0; k < pd->n_params; k++) {
+        md->param_off[k] = pd->params[k].offset;
+        md->param_bytes[k] = pd->params[k].nbytes;
+    }
+    sl_device_segs segs, *use = NULL;
+    if (has_param_dest(o, pd->index)) {
+        SL_TRY(dev_segs(pd, md, o, &segs, err));
+        md->param_ptr = calloc((size_t)pd->n_params + 1, sizeof *md->param_ptr);
+        if (!md->param_ptr)
+            return sl_err_set(err, SL_E_NOMEM, "out of memory");
+        memcpy(md->param_ptr, segs.ptr, (size_t)pd->n_params * sizeof *md->param_ptr);
+        use = &segs;
+    }
+    SL_TRY(sl_device_open(o->device, pd->index, o, use, &md->dev, err));
+    return md->dev.ops->alloc(md->dev.ctx, pd->bytes, err);
+}
+
 static sl_status open_devices(sl_model *m, const sl_plan *p, int32_t first, int32_t count,
                               const sl_load_opts *o)
 {
@@ -106,22 +155,8 @@ static sl_status open_devices(sl_model *m, const sl_plan *p, int32_t first, int3
         return sl_err_set(&m->err, SL_E_NOMEM, "out of memory");
     m->n_devices = count;
     m->first_device = first;
-    for (int32_t i = 0; i < count; i++) {
-        const sl_plan_device *pd = &p->devices[first + i];
-        sl_model_dev *md = &m->devs[i];
-        md->n_params = pd->n_params;
-        md->bytes = pd->bytes;
-        md->param_off = calloc((size_t)pd->n_params + 1, sizeof *md->param_off);
-        md->param_bytes = calloc((size_t)pd->n_params + 1, sizeof *md->param_bytes);
-        if (!md->param_off || !md->param_bytes)
-            return sl_err_set(&m->err, SL_E_NOMEM, "out of memory");
-        for (int64_t k = 0; k < pd->n_params; k++) {
-            md->param_off[k] = pd->params[k].offset;
-            md->param_bytes[k] = pd->params[k].nbytes;
-        }
-        SL_TRY(sl_device_open(o->device, first + i, o, &md->dev, &m->err));
-        SL_TRY(md->dev.ops->alloc(md->dev.ctx, pd->bytes, &m->err));
-    }
+    for (int32_t i = 0; i < count; i++)
+        SL_TRY(open_device(&m->devs[i], &p->devices[first + i], o, &m->err));
     return SL_OK;
 }
 
@@ -139,13 +174,16 @@ sl_status sl_load_open_devices(sl_model *m, const sl_plan *p, int32_t first, int
 /* Frees every device: what a failed load leaves behind is the message only. */
 void sl_load_drop_devices(sl_model *m)
 {
-    for (int32_t d = 0; d < m->n_devices; d++) {
+    for (int32_t d = 0; m->devs && d < m->n_devices; d++) {
         sl_device_close(&m->devs[d].dev);
         free(m->devs[d].param_off);
         free(m->devs[d].param_bytes);
+        free(m->devs[d].param_ptr);
     }
     free(m->devs);
+    free(m->mesh_index);
     m->devs = NULL;
+    m->mesh_index = NULL;
     m->n_devices = 0;
 }
 
@@ -179,6 +217,45 @@ void sl_prefault_stop(sl_prefault *j)
 
 /* ---- sl_load_files ------------------------------------------------------------------------- */
 
+/* The part of p this process loads (opts.devices): a plan whose device list holds copies of the
+ * chosen devices' entries (their arrays stay p's), so that the engine reads only the bytes they
+ * need. Every mesh device when no list is given. view->devices is freed by the caller. */
+static sl_status load_view(const sl_plan *p, const sl_load_opts *o, sl_plan *view, sl_err *err)
+{
+    *view = *p;
+    view->devices = NULL;
+    const int32_t n = o->devices ? o->n_devices : p->n_devices;
+    SL_CHECK(n > 0 && n <= p->n_devices, err, SL_E_INVALID_ARG,
+             "devices: %d devices chosen of a %d-device mesh", (int)n, (int)p->n_devices);
+    view->devices = calloc((size_t)n, sizeof *view->devices);
+    if (!view->devices)
+        return sl_err_set(err, SL_E_NOMEM, "out of memory");
+    view->n_devices = n;
+    for (int32_t i = 0; i < n; i++) {
+        const int32_t d = o->devices ? o->devices[i] : i;
+        SL_CHECK(d >= 0 && d < p->n_devices, err, SL_E_INVALID_ARG,
+                 "devices: mesh device %d out of range [0, %d)", (int)d, (int)p->n_devices);
+        for (int32_t j = 0; o->devices && j < i; j++)
+            SL_CHECK(o->devices[j] != d, err, SL_E_INVALID_ARG,
+                     "devices: mesh device %d chosen twice", (int)d);
+        view->devices[i] = p->devices[d];
+    }
+    return SL_OK;
+}
+
+/* Remembers which mesh device each local device is, when they were chosen. */
+static sl_status load_mesh_index(sl_model *m, const sl_plan *view, const sl_load_opts *o)
+{
+    if (!o->devices)
+        return SL_OK;
+    m->mesh_index = calloc((size_t)view->n_devices, sizeof *m->mesh_index);
+    if (!m->mesh_index)
+        return sl_err_set(&m->err, SL_E_NOMEM, "out of memory");
+    for (int32_t i = 0; i < view->n_devices; i++)
+        m->mesh_index[i] = view->devices[i].index;
+    return SL_OK;
+}
+
 static sl_status load_run(sl_model *m, const sl_load_file *files, int64_t n_files, const sl_plan *p,
                           const sl_load_opts *o)
 {
@@ -186,12 +263,20 @@ static sl_status load_run(sl_model *m, const sl_load_file *files, int64_t n_file
     SL_CHECK(o->dummy || n_files >= p->n_files, &m->err, SL_E_INVALID_ARG,
              "plan reads %lld files, %lld given", (long long)p->n_files, (long long)n_files);
     SL_TRY(sl_load_check_plan(p, files, n_files, o->dummy, &m->err));
-    SL_TRY(sl_load_open_devices(m, p, 0, p->n_devices, o));
-    sl_prefault pf;
-    sl_prefault_start(&pf, m);
-    sl_status st = o->dummy ? sl_load_dummy(p, m->devs, o, &m->stats, &m->err)
-                            : sl_load_read(files, n_files, p, m->devs, o, &m->stats, &m->err);
-    sl_prefault_stop(&pf);
+    sl_plan view;
+    sl_status st = load_view(p, o, &view, &m->err);
+    if (st == SL_OK)
+        st = sl_load_open_devices(m, &view, 0, view.n_devices, o);
+    if (st == SL_OK)
+        st = load_mesh_index(m, &view, o);
+    if (st == SL_OK) {
+        sl_prefault pf;
+        sl_prefault_start(&pf, m);
+        st = o->dummy ? sl_load_dummy(&view, m->devs, o, &m->stats, &m->err)
+                      : sl_load_read(files, n_files, &view, m->devs, o, &m->stats, &m->err);
+        sl_prefault_stop(&pf);
+    }
+    free(view.devices);
     return st;
 }
 

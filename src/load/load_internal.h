@@ -25,6 +25,7 @@ typedef struct sl_model_dev {
     uint64_t *param_off;     /* n_params entries */
     uint64_t *param_bytes;
     uint64_t bytes;
+    void **param_ptr;        /* the caller's block per parameter (opts.param_dest), or NULL */
 } sl_model_dev;
 
 struct sl_model {
@@ -34,6 +35,7 @@ struct sl_model {
     sl_model_dev *devs;
     sl_load_stats stats;
     int32_t first_device;    /* mesh index of devs[0] (sl_load_dist: this rank's first device) */
+    int32_t *mesh_index;     /* n_devices entries when opts.devices chose them; NULL: consecutive */
     int32_t n_ranks;         /* 0 for sl_load; else ranks entries */
     sl_rank_stats *ranks;
 };

@@ -36,12 +36,7 @@ void sl_model_free(sl_model *m)
 {
     if (!m)
         return;
-    for (int32_t d = 0; d < m->n_devices; d++) {
-        sl_device_close(&m->devs[d].dev);
-        free(m->devs[d].param_off);
-        free(m->devs[d].param_bytes);
-    }
-    free(m->devs);
+    sl_load_drop_devices(m);
     free(m->ranks);
     sl_err_clear(&m->err);
     free(m);
@@ -117,6 +112,8 @@ const void *sl_model_param_host_ptr(const sl_model *m, int32_t dev, int64_t i)
     if (!m || dev < 0 || dev >= m->n_devices || i < 0 || i >= m->devs[dev].n_params)
         return NULL;
     const sl_model_dev *md = &m->devs[dev];
+    if (md->param_ptr)
+        return md->param_ptr[i];
     const unsigned char *base = md->dev.ops->host_ptr(md->dev.ctx);
     return base ? base + md->param_off[i] : NULL;
 }
@@ -126,6 +123,8 @@ void *sl_model_param_ptr(const sl_model *m, int32_t dev, int64_t i)
     if (!m || dev < 0 || dev >= m->n_devices || i < 0 || i >= m->devs[dev].n_params)
         return NULL;
     const sl_model_dev *md = &m->devs[dev];
+    if (md->param_ptr)
+        return md->param_bytes[i] ? md->param_ptr[i] : NULL;
     unsigned char *base = md->dev.ops->device_ptr ? md->dev.ops->device_ptr(md->dev.ctx)
                                                   : md->dev.ops->host_ptr(md->dev.ctx);
     return base ? base + md->param_off[i] : NULL;
@@ -172,7 +171,7 @@ int32_t sl_model_device_index(const sl_model *m, int32_t dev)
 {
     if (!m || dev < 0 || dev >= m->n_devices)
         return -1;
-    return m->first_device + dev;
+    return m->mesh_index ? m->mesh_index[dev] : m->first_device + dev;
 }
 
 int32_t sl_model_rank_count(const sl_model *m)
