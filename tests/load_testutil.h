@@ -94,11 +94,12 @@ static void tu_write_file(const char *path, const void *data, size_t n)
     fclose(f);
 }
 
-/* A scratch directory under TMPDIR (or the build dir), removed by the caller. */
+/* A scratch directory under TMPDIR, or /tmp when it is unset: never the current directory,
+ * which may be the source tree when a test is run by hand. Removed by the caller. */
 static void tu_tmpdir(char *buf, size_t len, const char *tag)
 {
     const char *t = getenv("TMPDIR");
-    snprintf(buf, len, "%s/sl_%s_XXXXXX", t && *t ? t : ".", tag);
+    snprintf(buf, len, "%s/sl_%s_XXXXXX", t && *t ? t : "/tmp", tag);
     if (!mkdtemp(buf)) {
         fprintf(stderr, "mkdtemp failed\n");
         exit(1);
