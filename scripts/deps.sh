@@ -21,6 +21,10 @@ done
 if [[ $what == test || $what == bench ]]; then
   /usr/bin/python3 -c 'import numpy' >/dev/null 2>&1 || missing+=(python3-numpy)
   command -v clang >/dev/null 2>&1 || missing+=(clang)
+  # The sanitizer runtimes are only a Recommends of clang's packages, which --no-install-recommends
+  # skips: without them nothing links with -fsanitize (make test-asan, make fuzz).
+  echo 'int main(void) { return 0; }' |
+    clang -x c -fsanitize=address,undefined - -o /dev/null >/dev/null 2>&1 || missing+=(libclang-rt-dev)
   command -v xxd >/dev/null 2>&1 || missing+=(xxd)
   command -v mpirun >/dev/null 2>&1 || missing+=(openmpi-bin)
   dpkg-query -W -f='${Status}' libopenmpi-dev 2>/dev/null | grep -q "install ok installed" ||
