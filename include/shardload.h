@@ -22,6 +22,10 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+/* Built with -fvisibility=hidden, the library exports only what this header declares. */
+#if defined(SL_BUILDING_LIBRARY) && defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
 
 #define SL_VERSION_MAJOR 0
 #define SL_VERSION_MINOR 1
@@ -227,6 +231,9 @@ uint64_t sl_plan_device_bytes(const sl_plan *p, int32_t dev);
 uint64_t sl_plan_total_bytes(const sl_plan *p);
 /* Checkpoint bytes to read when each byte is read once; UINT64_MAX without a checkpoint. */
 uint64_t sl_plan_read_bytes(const sl_plan *p);
+/* Tensor- and pipeline-parallel rank of device dev (spmd: its mesh position, pp rank 0);
+ * SL_E_INVALID_ARG out of range. */
+sl_status sl_plan_device_ranks(const sl_plan *p, int32_t dev, int32_t *tp_rank, int32_t *pp_rank);
 /* Bytes device dev needs from checkpoint file f. */
 uint64_t sl_plan_device_file_bytes(const sl_plan *p, int32_t dev, int64_t file);
 
@@ -416,6 +423,16 @@ sl_status sl_synth(const char *config_path, const char *rules_path, const char *
 
 /* XXH3-64 of a buffer (the checksum used by --checksums). */
 uint64_t sl_xxh3(const void *data, size_t n);
+
+/* sizeof the public struct of that name ("sl_load_opts", "sl_plan_opts", "sl_tensor_info",
+ * "sl_param_info", "sl_load_stats", "sl_rank_stats", "sl_dist_opts") as this library was built;
+ * 0 for another name. Bindings that declare the structs themselves (Python's ctypes) check their
+ * layout against it before the first call. */
+size_t sl_struct_size(const char *name);
+
+#if defined(SL_BUILDING_LIBRARY) && defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }

@@ -2,6 +2,7 @@
 #include "load/load_internal.h"
 
 #include <stdlib.h>
+#include <string.h>
 #include <xxhash.h>
 
 #include "sl_bytes.h"
@@ -20,6 +21,20 @@ void sl_load_opts_init(sl_load_opts *o)
 uint64_t sl_xxh3(const void *data, size_t n)
 {
     return XXH3_64bits(data, n);
+}
+
+size_t sl_struct_size(const char *name)
+{
+    static const struct { const char *name; size_t size; } sizes[] = {
+        {"sl_load_opts", sizeof(sl_load_opts)},   {"sl_plan_opts", sizeof(sl_plan_opts)},
+        {"sl_tensor_info", sizeof(sl_tensor_info)}, {"sl_param_info", sizeof(sl_param_info)},
+        {"sl_load_stats", sizeof(sl_load_stats)}, {"sl_rank_stats", sizeof(sl_rank_stats)},
+        {"sl_dist_opts", sizeof(sl_dist_opts)},
+    };
+    for (size_t i = 0; name && i < sizeof sizes / sizeof sizes[0]; i++)
+        if (!strcmp(name, sizes[i].name))
+            return sizes[i].size;
+    return 0;
 }
 
 sl_model *sl_model_new(void)

@@ -66,6 +66,18 @@ uint64_t sl_plan_device_bytes(const sl_plan *p, int32_t dev)
     return d ? d->bytes : 0;
 }
 
+sl_status sl_plan_device_ranks(const sl_plan *p, int32_t dev, int32_t *tp_rank, int32_t *pp_rank)
+{
+    const sl_plan_device *d = plan_device(p, dev);
+    if (!d)
+        return SL_E_INVALID_ARG;
+    if (tp_rank)
+        *tp_rank = d->tp_rank;
+    if (pp_rank)
+        *pp_rank = d->pp_rank;
+    return SL_OK;
+}
+
 uint64_t sl_plan_total_bytes(const sl_plan *p)
 {
     return p->total_bytes;
