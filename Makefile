@@ -5,8 +5,9 @@ ASAN      ?= build-asan
 FUZZB     ?= build-fuzz
 CMAKE_ARGS ?=
 FUZZ_SECONDS ?= 60
+PREFIX    ?= /usr/local
 
-.PHONY: all deps test test-release test-asan demo fuzz bench clean
+.PHONY: all deps install test test-release test-asan demo fuzz bench clean
 
 all: deps
 	cmake -S . -B $(BUILD) -DSL_WERROR=ON $(CMAKE_ARGS) >/dev/null
@@ -14,6 +15,11 @@ all: deps
 
 deps:
 	@scripts/deps.sh build
+
+# libshardload.so.0 and .a, the CLI, the header, shardload.pc and the CMake package into PREFIX
+# (DESTDIR is honoured); then `pkg-config --cflags --libs shardload` with PKG_CONFIG_PATH=PREFIX/lib/pkgconfig.
+install: all
+	cmake --install $(BUILD) --prefix $(abspath $(PREFIX))
 
 # Release build tests, then every unit test and the fuzz corpus replay again under ASan+UBSan.
 test:
