@@ -1,0 +1,30 @@
+"""shardload: load safetensors checkpoints straight into each device's tensor-parallel,
+pipeline-parallel or SPMD shard, zero-copy into NumPy and PyTorch.
+
+A thin layer over the C library (libshardload.so, shipped inside this package): the planner,
+the I/O engines and the device backends are the C core's; this package only turns arguments into
+options and memory into views. NumPy is required; torch, ml_dtypes and tqdm are used when
+installed.
+"""
+from __future__ import annotations
+
+from . import _native
+from .checkpoint import Checkpoint, Tensor, inspect, open
+from .errors import (ArgumentError, CheckpointError, DeviceError, Error, FormatError, LoadError,
+                     PlanError, UnsupportedError)
+from .model import Model, load, load_into
+from .plan import Device, Param, Plan, plan
+from .tools import reshard, synth
+
+__version__ = "0.1.0"
+
+
+def cuda_gpu_count() -> int:
+    """GPUs the CUDA runtime sees (0 without a runtime or a GPU)."""
+    return int(_native.lib.sl_cuda_gpu_count())
+
+
+__all__ = ["ArgumentError", "Checkpoint", "CheckpointError", "Device", "DeviceError", "Error",
+           "FormatError", "LoadError", "Model", "Param", "Plan", "PlanError", "Tensor",
+           "UnsupportedError", "cuda_gpu_count", "inspect", "load", "load_into", "open", "plan",
+           "reshard", "synth", "__version__"]

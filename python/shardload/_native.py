@@ -1,0 +1,163 @@
+"""The C core through ctypes: the library, the public structs and the function signatures.
+
+ctypes releases the GIL around every call into the library, so loads from several threads run
+in parallel. The structs mirror include/shardload.h; their sizes are checked against the
+library's own (sl_struct_size) when it is loaded, so a binding out of step with the library fails
+at import instead of corrupting memory.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_double, c_int, c_int32, c_int64,
+                    c_size_t, c_uint32, c_uint64, c_void_p)
+from pathlib import Path
+from typing import Any
+
+from .errors import error_class
+
+PROGRESS_FN = CFUNCTYPE(None, c_void_p, c_uint64, c_uint64)
+
+
+class TensorInfo(Structure):
+    _fields_ = [("name", c_char_p), ("dtype", c_int), ("ndim", c_uint32),
+                ("shape", POINTER(c_uint64)), ("file", c_int32), ("offset", c_uint64),
+                ("nbytes", c_uint64)]
+
+
+class PlanOpts(Structure):
+    _fields_ = [("tp", c_int32), ("pp", c_int32), ("layout", c_int), ("dtype", c_int32),
+                ("config_path", c_char_p), ("rules_path", c_char_p)]
+
+
+class ParamInfo(Structure):
+    _fields_ = [("name", c_char_p), ("dtype", c_int), ("ndim", c_uint32),
+                ("shape", POINTER(c_uint64)), ("nbytes", c_uint64), ("offset", c_uint64)]
+
+
+class LoadOpts(Structure):
+    _fields_ = [("device", c_char_p), ("io", c_int), ("threads", c_int32),
+                ("staging_bytes", c_uint64), ("request_bytes", c_uint64), ("dummy", c_int32),
+                ("seed", c_uint64), ("numa", c_int32), ("gpus", POINTER(c_int32)),
+                ("n_gpus", c_int32), ("dest", POINTER(c_void_p)), ("n_dest", c_int32),
+                ("devices", POINTER(c_int32)), ("n_devices", c_int32),
+                ("param_dest", POINTER(POINTER(c_void_p))), ("n_param_dest", c_int32),
+                ("progress", PROGRESS_FN), ("progress_user", c_void_p)]
+
+
+class LoadStats(Structure):
+    _fields_ = [("seconds", c_double), ("setup_seconds", c_double), ("bytes_read", c_uint64),
+                ("checkpoint_bytes", c_uint64), ("io", c_char_p), ("engine", c_char_p),
+                ("staging_peak", c_uint64)]
+
+
+_STRUCTS = {"sl_tensor_info": TensorInfo, "sl_plan_opts": PlanOpts, "sl_param_info": ParamInfo,
+            "sl_load_opts": LoadOpts, "sl_load_stats": LoadStats}
+
+_P = c_void_p  # every handle is opaque
+_SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
+    "sl_status_str": (c_char_p, [c_int]),
+    "sl_dtype_name": (c_char_p, [c_int]),
+    "sl_dtype_bits": (c_uint32, [c_int]),
+    "sl_struct_size": (c_size_t, [c_char_p]),
+    "sl_xxh3": (c_uint64, [c_void_p, c_size_t]),
+    "sl_checkpoint_open": (c_int, [c_char_p, POINTER(_P)]),
+    "sl_checkpoint_close": (None, [_P]),
+    "sl_checkpoint_errmsg": (c_char_p, [_P]),
+    "sl_checkpoint_warning_count": (c_int64, [_P]),
+    "sl_checkpoint_warning": (c_char_p, [_P, c_int64]),
+    "sl_checkpoint_dir": (c_char_p, [_P]),
+    "sl_checkpoint_file_count": (c_int64, [_P]),
+    "sl_checkpoint_file_path": (c_char_p, [_P, c_int64]),
+    "sl_checkpoint_file_size": (c_uint64, [_P, c_int64]),
+    "sl_checkpoint_metadata_count": (c_int64, [_P, c_int64]),
+    "sl_checkpoint_metadata": (c_int, [_P, c_int64, c_int64, POINTER(c_char_p), POINTER(c_char_p)]),
+    "sl_checkpoint_tensor_count": (c_int64, [_P]),
+    "sl_checkpoint_tensor": (c_int, [_P, c_int64, POINTER(TensorInfo)]),
+    "sl_checkpoint_total_bytes": (c_uint64, [_P]),
+    "sl_plan_opts_init": (None, [POINTER(PlanOpts)]),
+    "sl_plan_build": (c_int, [_P, POINTER(PlanOpts), POINTER(_P)]),
+    "sl_plan_free": (None, [_P]),
+    "sl_plan_errmsg": (c_char_p, [_P]),
+    "sl_plan_layout": (c_int, [_P]),
+    "sl_plan_tp": (c_int32, [_P]),
+    "sl_plan_pp": (c_int32, [_P]),
+    "sl_plan_dtype": (c_int, [_P]),
+    "sl_plan_device_count": (c_int32, [_P]),
+    "sl_plan_device_ranks": (c_int, [_P, c_int32, POINTER(c_int32), POINTER(c_int32)]),
+    "sl_plan_param_count": (c_int64, [_P, c_int32]),
+    "sl_plan_param": (c_int, [_P, c_int32, c_int64, POINTER(ParamInfo)]),
+    "sl_plan_device_bytes": (c_uint64, [_P, c_int32]),
+    "sl_plan_total_bytes": (c_uint64, [_P]),
+    "sl_plan_read_bytes": (c_uint64, [_P]),
+    "sl_load_opts_init": (None, [POINTER(LoadOpts)]),
+    "sl_cuda_gpu_count": (c_int32, []),
+    "sl_load": (c_int, [_P, _P, POINTER(LoadOpts), POINTER(_P)]),
+    "sl_model_free": (None, [_P]),
+    "sl_model_errmsg": (c_char_p, [_P]),
+    "sl_model_stats": (c_int, [_P, POINTER(LoadStats)]),
+    "sl_model_device_count": (c_int32, [_P]),
+    "sl_model_device_index": (c_int32, [_P, c_int32]),
+    "sl_model_device_allocated": (c_uint64, [_P, c_int32]),
+    "sl_model_device_gpu": (c_int32, [_P, c_int32]),
+    "sl_model_param_ptr": (c_void_p, [_P, c_int32, c_int64]),
+    "sl_model_param_xxh3": (c_int, [_P, c_int32, c_int64, POINTER(c_uint64)]),
+    "sl_model_read_param": (c_int, [_P, c_int32, c_int64, c_uint64, c_void_p, c_uint64]),
+    "sl_reshard": (c_int, [_P, _P, POINTER(LoadOpts), c_char_p, c_uint64, c_char_p, c_size_t]),
+    "sl_synth": (c_int, [c_char_p, c_char_p, c_char_p, c_int32, c_uint64, c_uint64, c_char_p,
+                         c_size_t]),
+}
+
+
+def _library_path() -> str:
+    """SHARDLOAD_LIBRARY, else the libshardload.so installed inside this package."""
+    override = os.environ.get("SHARDLOAD_LIBRARY")
+    if override:
+        return override
+    here = Path(__file__).resolve().parent
+    for name in ("libshardload.so", "libshardload.so.0"):
+        if (here / name).exists():
+            return str(here / name)
+    raise ImportError(f"shardload: libshardload.so is not in {here} (install the package with "
+                      "`pip install .`, or set SHARDLOAD_LIBRARY to a built libshardload.so)")
+
+
+def _load() -> ctypes.CDLL:
+    lib = ctypes.CDLL(_library_path())
+    for name, (restype, argtypes) in _SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+    for cname, struct in _STRUCTS.items():
+        want = lib.sl_struct_size(cname.encode())
+        if want != ctypes.sizeof(struct):
+            raise ImportError(f"shardload: {cname} is {want} bytes in {_library_path()} but "
+                              f"{ctypes.sizeof(struct)} in this binding: library and package differ")
+    return lib
+
+
+lib = _load()
+
+
+def text(b: bytes | None) -> str:
+    """A string the library returned (UTF-8; undecodable bytes kept as surrogates)."""
+    return "" if b is None else b.decode("utf-8", "surrogateescape")
+
+
+def status_name(st: int) -> str:
+    return text(lib.sl_status_str(st))
+
+
+def raise_status(st: int, message: bytes | str | None) -> None:
+    """Raises the exception of status st with the handle's message; nothing for SL_OK."""
+    if st == 0:
+        return
+    msg = message if isinstance(message, str) else text(message)
+    raise error_class(st)(status_name(st), msg or "out of memory")
+
+
+def fspath(path: Any) -> bytes:
+    """A path argument as the bytes the C core takes."""
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise TypeError(f"expected a path (str or os.PathLike), got {type(path).__name__}")
+    return os.fsencode(path)

@@ -1,0 +1,104 @@
+"""shardload.open / shardload.inspect: a validated checkpoint and its listing."""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import Any
+
+from . import _native as N
+from ._dtypes import NAMES
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """One checkpoint tensor: where its bytes are, and what they hold."""
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    file: str
+    offset: int          # absolute byte offset in file
+    nbytes: int
+
+
+class Checkpoint:
+    """A safetensors file or Hugging Face directory, every header read and validated.
+
+    Holds the C handle until close() (or garbage collection); plan() and load() reuse it.
+    """
+
+    def __init__(self, path: Any) -> None:
+        self._h = ctypes.c_void_p()
+        st = N.lib.sl_checkpoint_open(N.fspath(path), ctypes.byref(self._h))
+        if st != 0:
+            msg = N.lib.sl_checkpoint_errmsg(self._h) if self._h else None
+            self.close()
+            N.raise_status(st, msg)
+        self.path = str(path)
+        lib, h = N.lib, self._h
+        self.files: list[str] = [N.text(lib.sl_checkpoint_file_path(h, f))
+                                 for f in range(lib.sl_checkpoint_file_count(h))]
+        self.total_bytes: int = lib.sl_checkpoint_total_bytes(h)
+        self.warnings: list[str] = [N.text(lib.sl_checkpoint_warning(h, i))
+                                    for i in range(lib.sl_checkpoint_warning_count(h))]
+        self.metadata: dict[str, dict[str, str]] = {f: self._file_metadata(i)
+                                                    for i, f in enumerate(self.files)}
+        self.tensors: list[Tensor] = self._tensors()
+
+    def _file_metadata(self, f: int) -> dict[str, str]:
+        out: dict[str, str] = {}
+        k, v = ctypes.c_char_p(), ctypes.c_char_p()
+        i = 0
+        while N.lib.sl_checkpoint_metadata(self._h, f, i, ctypes.byref(k), ctypes.byref(v)) == 0:
+            out[N.text(k.value)] = N.text(v.value)
+            i += 1
+        return out
+
+    def _tensors(self) -> list[Tensor]:
+        info = N.TensorInfo()
+        out = []
+        for i in range(N.lib.sl_checkpoint_tensor_count(self._h)):
+            N.lib.sl_checkpoint_tensor(self._h, i, ctypes.byref(info))
+            out.append(Tensor(N.text(info.name), NAMES[info.dtype],
+                              tuple(info.shape[k] for k in range(info.ndim)),
+                              self.files[info.file], info.offset, info.nbytes))
+        return out
+
+    @property
+    def handle(self) -> ctypes.c_void_p:
+        if not self._h:
+            raise ValueError("checkpoint is closed")
+        return self._h
+
+    def close(self) -> None:
+        if getattr(self, "_h", None):
+            N.lib.sl_checkpoint_close(self._h)
+            self._h = ctypes.c_void_p()
+
+    def __enter__(self) -> "Checkpoint":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"Checkpoint({self.path!r}, {len(self.files)} files, {len(self.tensors)} tensors, "
+                f"{self.total_bytes} bytes)")
+
+
+def open(path: Any) -> Checkpoint:  # noqa: A001 - the API's name
+    """Opens and validates a checkpoint (a .safetensors file or a directory)."""
+    return Checkpoint(path)
+
+
+def inspect(path: Any) -> dict[str, Any]:
+    """What `shardload inspect PATH --json` prints, as a dict."""
+    with Checkpoint(path) as ck:
+        return {"files": ck.files,
+                "tensors": [{"name": t.name, "dtype": t.dtype, "shape": list(t.shape),
+                             "file": t.file, "offset": t.offset, "nbytes": t.nbytes}
+                            for t in ck.tensors],
+                "total_bytes": ck.total_bytes, "metadata": ck.metadata,
+                "warnings": ck.warnings}

@@ -1,0 +1,361 @@
+"""shardload.load / shardload.load_into: run a plan on devices and hand out zero-copy views."""
+from __future__ import annotations
+
+import ctypes
+import resource
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from . import _dlpack
+from . import _native as N
+from ._dtypes import element_shape, numpy_dtype, raw_numpy_dtype, torch_dtype
+from .checkpoint import Checkpoint
+from .errors import DeviceError, UnsupportedError
+from .plan import Param, Plan
+
+_IO = {"auto": 0, "direct": 1, "buffered": 2}
+Progress = Callable[[int, int], None] | None | bool
+
+
+class _Native:
+    """Owns one sl_model; every view made from it holds a reference, so the weights live until
+    the last view is gone, whatever happens to the Model object."""
+
+    def __init__(self, h: ctypes.c_void_p) -> None:
+        self.h = h
+
+    def __del__(self) -> None:
+        if self.h:
+            N.lib.sl_model_free(self.h)
+            self.h = ctypes.c_void_p()
+
+
+class _HostBuffer:
+    """nbytes of host memory at ptr, as NumPy's array interface, keeping the owner alive."""
+
+    def __init__(self, ptr: int, nbytes: int, owner: _Native) -> None:
+        self.owner = owner
+        self.__array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "version": 3,
+                                    "data": (ptr, False)}
+
+
+class _ProgressBridge:
+    """The C progress callback: forwards to the user's callable (or a tqdm bar) and keeps the
+    first exception it raises, re-raised once the load returns."""
+
+    def __init__(self, progress: Progress, label: str) -> None:
+        self.fn: Callable[[int, int], None] | None = None
+        self.bar: Any = None
+        self.error: BaseException | None = None
+        if callable(progress):
+            self.fn = progress
+        elif progress is None and sys.stderr.isatty():
+            try:
+                from tqdm import tqdm
+                self.bar = tqdm(total=0, unit="B", unit_scale=True, desc=label)
+            except ImportError:
+                pass
+        self.c = N.PROGRESS_FN(self._call) if (self.fn or self.bar) else N.PROGRESS_FN()
+
+    def _call(self, _user: Any, done: int, total: int) -> None:
+        if self.error is not None:
+            return
+        try:
+            if self.fn:
+                self.fn(done, total)
+            else:
+                self.bar.total = total
+                self.bar.update(done - self.bar.n)
+        except BaseException as e:  # noqa: BLE001 - re-raised after the load
+            self.error = e
+
+    def finish(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        if self.error is not None:
+            raise self.error
+
+
+def _int_list(name: str, v: Iterable[int] | None) -> list[int] | None:
+    if v is None:
+        return None
+    if isinstance(v, (str, bytes)) or not isinstance(v, Iterable):
+        raise TypeError(f"{name} must be a list of ints, got {type(v).__name__}")
+    out = list(v)
+    for x in out:
+        if isinstance(x, bool) or not isinstance(x, int):
+            raise TypeError(f"{name} must be a list of ints, got {x!r}")
+    return out
+
+
+def _load_opts(device: str, io: str, staging: int, threads: int, dummy: bool,
+               seed: int) -> N.LoadOpts:
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device {device!r}: expected 'cpu' or 'cuda'")
+    if io not in _IO:
+        raise ValueError(f"io {io!r}: expected 'auto', 'direct' or 'buffered'")
+    for what, v in (("staging", staging), ("threads", threads), ("seed", seed)):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError(f"{what} must be an int, got {type(v).__name__}")
+    if staging <= 0 or threads < 0 or seed < 0:
+        raise ValueError("staging must be > 0 bytes, threads >= 0 and seed >= 0")
+    o = N.LoadOpts()
+    N.lib.sl_load_opts_init(ctypes.byref(o))
+    o.device, o.io, o.staging_bytes = device.encode(), _IO[io], staging
+    o.threads, o.dummy, o.seed = threads, int(bool(dummy)), seed
+    return o
+
+
+def _set_list(o: N.LoadOpts, keep: list[Any], field: str, count: str,
+              values: list[int] | None) -> None:
+    if values is None:
+        return
+    arr = (ctypes.c_int32 * max(len(values), 1))(*values)
+    keep.append(arr)
+    setattr(o, field, ctypes.cast(arr, ctypes.POINTER(ctypes.c_int32)))
+    setattr(o, count, len(values))
+
+
+def _run(ck: Checkpoint | None, plan: Plan, o: N.LoadOpts, progress: Progress) -> _Native:
+    bridge = _ProgressBridge(progress, "shardload")
+    o.progress = bridge.c
+    h = ctypes.c_void_p()
+    st = N.lib.sl_load(ck.handle if ck else None, plan.handle, ctypes.byref(o), ctypes.byref(h))
+    native = _Native(h)
+    if st != 0:
+        N.raise_status(st, N.lib.sl_model_errmsg(h) if h else None)
+    bridge.finish()
+    return native
+
+
+class Model:
+    """Loaded weights: the mesh devices this process holds, each parameter a view in place."""
+
+    def __init__(self, native: _Native, plan: Plan, device: str) -> None:
+        self._native: _Native | None = native
+        self.plan = plan
+        self.device = device
+        h = native.h
+        self.devices: list[int] = [N.lib.sl_model_device_index(h, k)
+                                   for k in range(N.lib.sl_model_device_count(h))]
+        self._local = {d: k for k, d in enumerate(self.devices)}
+        self.stats: dict[str, Any] = self._stats()
+
+    def _h(self) -> _Native:
+        if self._native is None:
+            raise ValueError("model is closed (views made before close() stay valid)")
+        return self._native
+
+    def _stats(self) -> dict[str, Any]:
+        h = self._h().h
+        s = N.LoadStats()
+        N.lib.sl_model_stats(h, ctypes.byref(s))
+        moved = s.bytes_read if s.bytes_read else sum(
+            N.lib.sl_model_device_allocated(h, k) for k in range(len(self.devices)))
+        after = s.seconds - s.setup_seconds
+        devs = []
+        for k, d in enumerate(self.devices):
+            entry: dict[str, Any] = {"index": d,
+                                     "allocated_bytes": N.lib.sl_model_device_allocated(h, k)}
+            gpu = N.lib.sl_model_device_gpu(h, k)
+            if gpu >= 0:
+                entry["gpu"] = gpu
+            devs.append(entry)
+        return {"seconds": s.seconds, "setup_seconds": s.setup_seconds,
+                "bytes_read": s.bytes_read,
+                "gbps": moved / s.seconds / 1e9 if s.seconds > 0 else 0.0,
+                "gbps_after_setup": moved / after / 1e9 if after > 0 else 0.0,
+                "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                "io": N.text(s.io), "engine": N.text(s.engine), "staging_peak": s.staging_peak,
+                "devices": devs}
+
+    def _local_of(self, d: int) -> int:
+        if d not in self._local:
+            raise IndexError(f"mesh device {d} is not loaded here (loaded: {self.devices})")
+        return self._local[d]
+
+    def params(self, d: int) -> tuple[Param, ...]:
+        """The parameters of mesh device d, in buffer order."""
+        self._local_of(d)
+        return self.plan.devices[d].params
+
+    def _ptr(self, d: int, i: int) -> int:
+        return N.lib.sl_model_param_ptr(self._h().h, self._local_of(d), i) or 0
+
+    def _host_array(self, d: int, i: int, p: Param, raw: bool) -> np.ndarray:
+        dt = raw_numpy_dtype(p.dtype) if raw else numpy_dtype(p.dtype)
+        shape = element_shape(p.dtype, p.shape, p.nbytes)
+        if p.nbytes == 0:
+            return np.zeros(shape, dt)
+        buf = np.asarray(_HostBuffer(self._ptr(d, i), p.nbytes, self._h()))
+        return buf.view(dt).reshape(shape)
+
+    def numpy(self, d: int) -> dict[str, np.ndarray]:
+        """Zero-copy NumPy views of mesh device d's parameters (host devices only)."""
+        if self.device != "cpu":
+            raise DeviceError("SL_E_DEVICE", f"device {d} is {self.device} memory: NumPy cannot "
+                              "view it; use .torch(d), .dlpack(d, name) or .read(d, name)")
+        return {p.name: self._host_array(d, i, p, False) for i, p in enumerate(self.params(d))}
+
+    def torch(self, d: int) -> dict[str, Any]:
+        """Zero-copy torch tensors of mesh device d (CPU, or CUDA on the device's GPU)."""
+        import torch
+        out = {}
+        for i, p in enumerate(self.params(d)):
+            if self.device == "cpu":
+                t = torch.from_numpy(self._host_array(d, i, p, True))
+            else:
+                t = torch.from_dlpack(self._view(d, i, p))
+            tdt = torch_dtype(p.dtype)
+            out[p.name] = t if t.dtype == tdt else t.view(tdt)
+        return out
+
+    def _view(self, d: int, i: int, p: Param) -> _dlpack.DLPackView:
+        k = self._local_of(d)
+        gpu = N.lib.sl_model_device_gpu(self._h().h, k)
+        dev = (_dlpack.KDL_CUDA, gpu) if gpu >= 0 else (_dlpack.KDL_CPU, 0)
+        shape = element_shape(p.dtype, p.shape, p.nbytes)
+        return _dlpack.DLPackView(self._ptr(d, i), p.dtype, shape, dev, self._h())
+
+    def dlpack(self, d: int, name: str) -> Any:
+        """A DLPack capsule of one parameter, in place (f8 and packed types as uint8 bits)."""
+        for i, p in enumerate(self.params(d)):
+            if p.name == name:
+                return self._view(d, i, p).__dlpack__()
+        raise KeyError(f"mesh device {d} has no parameter {name!r}")
+
+    def read(self, d: int, name: str) -> np.ndarray:
+        """A host copy of one parameter, from any backend."""
+        for i, p in enumerate(self.params(d)):
+            if p.name == name:
+                out = np.empty(element_shape(p.dtype, p.shape, p.nbytes), numpy_dtype(p.dtype))
+                st = N.lib.sl_model_read_param(self._h().h, self._local_of(d), i, 0,
+                                               out.ctypes.data, p.nbytes)
+                N.raise_status(st, N.lib.sl_model_errmsg(self._h().h))
+                return out
+        raise KeyError(f"mesh device {d} has no parameter {name!r}")
+
+    def checksums(self, d: int) -> dict[str, int]:
+        """XXH3-64 of every parameter of mesh device d, as `load --checksums` prints them."""
+        h, k = self._h().h, self._local_of(d)
+        out = {}
+        v = ctypes.c_uint64()
+        for i, p in enumerate(self.params(d)):
+            st = N.lib.sl_model_param_xxh3(h, k, i, ctypes.byref(v))
+            N.raise_status(st, N.lib.sl_model_errmsg(h))
+            out[p.name] = v.value
+        return out
+
+    def close(self) -> None:
+        """Drops this object's hold on the weights; views already made keep them alive."""
+        self._native = None
+
+    def __enter__(self) -> "Model":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._native is None else f"devices {self.devices}"
+        return f"Model({self.device}, {state}, plan {self.plan!r})"
+
+
+def load(path: Any = None, *, tp: int = 1, pp: int = 1, ep: bool = False, layout: str = "tp",
+         dtype: Any = None, device: str = "cpu", gpus: Iterable[int] | None = None,
+         devices: Iterable[int] | None = None, io: str = "auto", staging: int = 64 << 20,
+         threads: int = 0, dummy: bool = False, seed: int = 1234, config: Any = None,
+         rules: Any = None, progress: Progress = None) -> Model:
+    """Plans path for a tp x pp mesh and loads the devices this process wants (all by default).
+
+    With dummy=True and no path the plan comes from config alone and no file is read.
+    """
+    o = _load_opts(device, io, staging, threads, dummy, seed)
+    keep: list[Any] = []
+    _set_list(o, keep, "gpus", "n_gpus", _int_list("gpus", gpus))
+    _set_list(o, keep, "devices", "n_devices", _int_list("devices", devices))
+    if path is None and not dummy:
+        raise ValueError("load needs a checkpoint path (or dummy=True with config=)")
+    ck = Checkpoint(path) if path is not None else None
+    try:
+        plan = Plan(ck, config=config, tp=tp, pp=pp, ep=ep, layout=layout, dtype=dtype,
+                    rules=rules)
+        return Model(_run(ck, plan, o, progress), plan, device)
+    finally:
+        if ck is not None:
+            ck.close()
+
+
+def _tensor_ptr(name: str, t: Any, p: Param) -> int:
+    """The address of an engine tensor that must receive parameter p, checked."""
+    want_np = numpy_dtype(p.dtype)
+    if isinstance(t, np.ndarray):
+        if not t.flags.c_contiguous or not t.flags.writeable:
+            raise ValueError(f"parameter '{name}': array is not C-contiguous and writeable")
+        ok_dtype = t.dtype in (want_np, raw_numpy_dtype(p.dtype))
+        where, ptr, nbytes = "cpu", t.ctypes.data, t.nbytes
+    elif type(t).__module__.startswith("torch"):
+        if not t.is_contiguous():
+            raise ValueError(f"parameter '{name}': tensor is not contiguous")
+        ok_dtype = t.dtype == torch_dtype(p.dtype)
+        where, ptr, nbytes = t.device.type, t.data_ptr(), t.numel() * t.element_size()
+    else:
+        raise TypeError(f"parameter '{name}': expected a torch.Tensor or numpy.ndarray, got "
+                        f"{type(t).__name__}")
+    if tuple(t.shape) != p.shape:
+        raise ValueError(f"parameter '{name}': shape {tuple(t.shape)}, plan has {p.shape}")
+    if not ok_dtype:
+        raise ValueError(f"parameter '{name}': dtype {t.dtype}, plan has {p.dtype}")
+    if where != "cpu":
+        raise UnsupportedError("SL_E_UNSUPPORTED", f"parameter '{name}': {where} tensor; "
+                               "load_into fills host (cpu) tensors only so far")
+    if nbytes != p.nbytes:
+        raise ValueError(f"parameter '{name}': {nbytes} bytes, plan has {p.nbytes}")
+    return ptr
+
+
+def _dest_table(plan: Plan, rank: int, tensors: Mapping[str, Any]) -> list[int]:
+    params = plan.devices[rank].params
+    names = {p.name for p in params}
+    missing = [p.name for p in params if p.name not in tensors]
+    extra = sorted(n for n in tensors if n not in names)
+    if missing:
+        raise ValueError(f"tensors: no tensor for parameter '{missing[0]}' of rank {rank} "
+                         f"({len(missing)} missing)")
+    if extra:
+        raise ValueError(f"tensors: '{extra[0]}' is not a parameter of rank {rank} "
+                         f"({len(extra)} extra)")
+    return [_tensor_ptr(p.name, tensors[p.name], p) for p in params]
+
+
+def load_into(path: Any, tensors: Mapping[str, Any], *, tp: int = 1, pp: int = 1,
+              ep: bool = False, rank: int = 0, layout: str = "tp", dtype: Any = None,
+              io: str = "auto", staging: int = 64 << 20, threads: int = 0, config: Any = None,
+              rules: Any = None, progress: Progress = None) -> dict[str, Any]:
+    """Fills an engine's own tensors (name -> tensor of mesh device `rank`) in place.
+
+    Every name, shape, dtype and device is checked before any byte is read; no second copy of
+    the weights is made. Returns the load's stats.
+    """
+    if not isinstance(tensors, Mapping):
+        raise TypeError(f"tensors must be a mapping name -> tensor, got {type(tensors).__name__}")
+    o = _load_opts("cpu", io, staging, threads, False, 1234)
+    with Checkpoint(path) as ck:
+        plan = Plan(ck, config=config, tp=tp, pp=pp, ep=ep, layout=layout, dtype=dtype,
+                    rules=rules)
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < len(plan.devices):
+            raise ValueError(f"rank {rank!r}: expected 0 <= rank < {len(plan.devices)}")
+        ptrs = _dest_table(plan, rank, tensors)
+        keep: list[Any] = []
+        _set_list(o, keep, "devices", "n_devices", [rank])
+        row = (ctypes.c_void_p * max(len(ptrs), 1))(*ptrs)
+        table = (ctypes.POINTER(ctypes.c_void_p) * (rank + 1))()
+        table[rank] = ctypes.cast(row, ctypes.POINTER(ctypes.c_void_p))
+        o.param_dest, o.n_param_dest = table, rank + 1
+        model = Model(_run(ck, plan, o, progress), plan, "cpu")
+        stats = model.stats
+        model.close()
+        return stats

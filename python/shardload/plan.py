@@ -1,0 +1,128 @@
+"""shardload.plan: what each mesh device holds, from a checkpoint or from a config alone."""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import Any
+
+from . import _native as N
+from ._dtypes import NAMES, target_value
+from .checkpoint import Checkpoint
+
+_LAYOUTS = {"tp": 0, "spmd": 1}
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter of a device: packed at offset in the device's buffer."""
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    nbytes: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class Device:
+    index: int
+    tp_rank: int
+    pp_rank: int
+    bytes: int
+    params: tuple[Param, ...]
+
+    def param(self, name: str) -> Param:
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise KeyError(f"device {self.index} has no parameter {name!r}")
+
+
+def _check_mesh(tp: int, pp: int, ep: bool, layout: str) -> None:
+    for what, v in (("tp", tp), ("pp", pp)):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError(f"{what} must be an int, got {type(v).__name__}")
+        if v < 1:
+            raise ValueError(f"{what} must be >= 1, got {v}")
+    if layout not in _LAYOUTS:
+        raise ValueError(f"layout {layout!r}: expected 'tp' or 'spmd'")
+    if ep:
+        raise NotImplementedError("ep=True: expert parallelism is not in the planner yet "
+                                  "(MoE/EP issue); only dense models can be planned")
+
+
+class Plan:
+    """The placement of a model on a mesh of tp * pp devices (SHARDING.md).
+
+    ``devices[d]`` lists device d's parameters; ``total_bytes`` sums them, ``read_bytes`` is
+    what a load reads when each checkpoint byte is read once (None from a config alone).
+    """
+
+    def __init__(self, ck: Checkpoint | None, *, config: Any = None, tp: int = 1, pp: int = 1,
+                 ep: bool = False, layout: str = "tp", dtype: Any = None,
+                 rules: Any = None) -> None:
+        _check_mesh(tp, pp, ep, layout)
+        if ck is None and config is None:
+            raise ValueError("plan needs a checkpoint path or config= (a config.json)")
+        opts = N.PlanOpts()
+        N.lib.sl_plan_opts_init(ctypes.byref(opts))
+        opts.tp, opts.pp, opts.layout = tp, pp, _LAYOUTS[layout]
+        opts.dtype = target_value(dtype)
+        keep = [N.fspath(x) if x is not None else None for x in (config, rules)]
+        opts.config_path, opts.rules_path = keep[0], keep[1]
+        self._h = ctypes.c_void_p()
+        st = N.lib.sl_plan_build(ck.handle if ck else None, ctypes.byref(opts),
+                                 ctypes.byref(self._h))
+        if st != 0:
+            msg = N.lib.sl_plan_errmsg(self._h) if self._h else None
+            self.close()
+            N.raise_status(st, msg)
+        self.layout = layout
+        self.tp, self.pp = tp, pp
+        self.dtype: str = NAMES[N.lib.sl_plan_dtype(self._h)]
+        self.devices: list[Device] = [self._device(d)
+                                      for d in range(N.lib.sl_plan_device_count(self._h))]
+        self.total_bytes: int = N.lib.sl_plan_total_bytes(self._h)
+        rb = N.lib.sl_plan_read_bytes(self._h)
+        self.read_bytes: int | None = None if rb == 2**64 - 1 else rb
+
+    def _device(self, d: int) -> Device:
+        tp_rank, pp_rank = ctypes.c_int32(), ctypes.c_int32()
+        N.lib.sl_plan_device_ranks(self._h, d, ctypes.byref(tp_rank), ctypes.byref(pp_rank))
+        info = N.ParamInfo()
+        params = []
+        for i in range(N.lib.sl_plan_param_count(self._h, d)):
+            N.lib.sl_plan_param(self._h, d, i, ctypes.byref(info))
+            params.append(Param(N.text(info.name), NAMES[info.dtype],
+                                tuple(info.shape[k] for k in range(info.ndim)), info.nbytes,
+                                info.offset))
+        return Device(d, tp_rank.value, pp_rank.value, N.lib.sl_plan_device_bytes(self._h, d),
+                      tuple(params))
+
+    @property
+    def handle(self) -> ctypes.c_void_p:
+        if not self._h:
+            raise ValueError("plan is closed")
+        return self._h
+
+    def close(self) -> None:
+        if getattr(self, "_h", None):
+            N.lib.sl_plan_free(self._h)
+            self._h = ctypes.c_void_p()
+
+    def __del__(self) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"Plan(layout={self.layout!r}, tp={self.tp}, pp={self.pp}, dtype={self.dtype}, "
+                f"{len(self.devices)} devices, {self.total_bytes} bytes)")
+
+
+def plan(path: Any = None, *, config: Any = None, tp: int = 1, pp: int = 1, ep: bool = False,
+         layout: str = "tp", dtype: Any = None, rules: Any = None) -> Plan:
+    """Plans a checkpoint (path) or, with path None, a model from its config alone."""
+    if path is None:
+        return Plan(None, config=config, tp=tp, pp=pp, ep=ep, layout=layout, dtype=dtype,
+                    rules=rules)
+    with Checkpoint(path) as ck:
+        return Plan(ck, config=config, tp=tp, pp=pp, ep=ep, layout=layout, dtype=dtype,
+                    rules=rules)

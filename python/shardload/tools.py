@@ -1,0 +1,48 @@
+"""shardload.reshard / shardload.synth: the CLI's writers."""
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+from . import _native as N
+from ._dtypes import target_value
+from .checkpoint import Checkpoint
+from .model import _load_opts
+from .plan import Plan
+
+_ERRLEN = 1024
+
+
+def _size(name: str, v: int | None) -> int:
+    if v is None:
+        return 0
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ValueError(f"{name} must be a byte count >= 0, got {v!r}")
+    return v
+
+
+def reshard(path: Any, out: Any, *, tp: int = 1, pp: int = 1, layout: str = "tp",
+            dtype: Any = None, config: Any = None, rules: Any = None,
+            max_part_size: int | None = None, staging: int = 64 << 20, io: str = "auto",
+            threads: int = 0) -> None:
+    """Writes per-device pre-sharded files (model-rank-{d}-part-{p}.safetensors) into out."""
+    o = _load_opts("cpu", io, staging, threads, False, 1234)
+    err = ctypes.create_string_buffer(_ERRLEN)
+    with Checkpoint(path) as ck:
+        plan = Plan(ck, config=config, tp=tp, pp=pp, layout=layout, dtype=dtype, rules=rules)
+        st = N.lib.sl_reshard(ck.handle, plan.handle, ctypes.byref(o), N.fspath(out),
+                              _size("max_part_size", max_part_size), err, _ERRLEN)
+        plan.close()
+    N.raise_status(st, err.value)
+
+
+def synth(config: Any, out: Any, *, dtype: Any = None, seed: int = 1234,
+          max_shard_size: int | None = None, rules: Any = None) -> None:
+    """Writes a synthetic Hugging Face checkpoint of config's shapes (random values from seed)."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be an int >= 0, got {seed!r}")
+    err = ctypes.create_string_buffer(_ERRLEN)
+    st = N.lib.sl_synth(N.fspath(config), N.fspath(rules) if rules is not None else None,
+                        N.fspath(out), target_value(dtype), seed,
+                        _size("max_shard_size", max_shard_size), err, _ERRLEN)
+    N.raise_status(st, err.value)

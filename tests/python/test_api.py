@@ -1,0 +1,281 @@
+"""The Python API end to end: every call, zero-copy views, their lifetime, threads, progress."""
+from __future__ import annotations
+
+import gc
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import shardload
+from sl_fixtures import CONFIGS, TINY, ckpt_copy, cli, fake_cudart, tiny_ckpt, tiny_config  # noqa: F401
+
+
+def test_import_needs_neither_torch_nor_jax() -> None:
+    code = ("import sys, shardload; bad = [m for m in ('torch', 'jax') if m in sys.modules]; "
+            "print(*bad); sys.exit(1 if bad else 0)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_open(tiny_ckpt: Path) -> None:
+    with shardload.open(tiny_ckpt) as ck:
+        assert len(ck.files) == 4 and all(f.endswith(".safetensors") for f in ck.files)
+        assert ck.total_bytes == sum(t.nbytes for t in ck.tensors)
+        emb = next(t for t in ck.tensors if t.name == "model.embed_tokens.weight")
+        assert (emb.dtype, emb.shape, emb.nbytes) == ("BF16", (1001, 256), 1001 * 256 * 2)
+        assert emb.file in ck.files and emb.offset >= 8
+        assert set(ck.metadata) == set(ck.files) and ck.warnings == []
+    with pytest.raises(ValueError, match="closed"):
+        _ = ck.handle
+
+
+def test_inspect_matches_cli(tiny_ckpt: Path, cli: str) -> None:
+    want = json.loads(subprocess.run([cli, "inspect", str(tiny_ckpt), "--json"], check=True,
+                                     capture_output=True, text=True).stdout)
+    assert shardload.inspect(tiny_ckpt) == want
+
+
+def test_plan_from_checkpoint(tiny_ckpt: Path) -> None:
+    p = shardload.plan(tiny_ckpt, tp=2, pp=2)
+    assert len(p.devices) == 4 and p.dtype == "BF16"
+    assert [(d.index, d.tp_rank, d.pp_rank) for d in p.devices] == [
+        (0, 0, 0), (1, 1, 0), (2, 0, 1), (3, 1, 1)]
+    assert p.total_bytes == sum(d.bytes for d in p.devices)
+    assert p.read_bytes == shardload.open(tiny_ckpt).total_bytes
+    for d in p.devices:
+        offs = [q.offset for q in d.params]
+        assert offs == sorted(offs) and sum(q.nbytes for q in d.params) == d.bytes
+    qkv = p.devices[0].param("model.layers.0.self_attn.qkv_proj.weight")
+    assert qkv.shape == ((8 // 2 + 2 // 2 * 2) * 32, 256)  # q heads of the rank + its k and v
+
+
+def test_plan_from_config_alone() -> None:
+    p = shardload.plan(config=CONFIGS / "llama-3-8b.json", tp=8)
+    assert [d.bytes for d in p.devices] == [2_008_031_232] * 8  # the README's figure
+    assert p.read_bytes is None
+    f32 = shardload.plan(config=CONFIGS / "llama-3-8b.json", tp=8, dtype="f32")
+    assert f32.dtype == "F32" and f32.total_bytes == 2 * p.total_bytes
+    spmd = shardload.plan(config=CONFIGS / "llama-3-8b.json", tp=4, layout="spmd")
+    assert spmd.layout == "spmd" and len(spmd.devices) == 4
+
+
+def test_load_numpy_zero_copy(tiny_ckpt: Path) -> None:
+    m = shardload.load(tiny_ckpt, tp=2)
+    assert m.devices == [0, 1]
+    for d in m.devices:
+        arrays = m.numpy(d)
+        assert list(arrays) == [q.name for q in m.plan.devices[d].params]
+        for i, (name, a) in enumerate(arrays.items()):
+            q = m.plan.devices[d].params[i]
+            assert a.shape == q.shape and a.nbytes == q.nbytes and a.dtype.name == "bfloat16"
+            assert a.ctypes.data == m._ptr(d, i)  # the library's own pointer: no copy
+        base = arrays[next(iter(arrays))].ctypes.data
+        assert all(a.ctypes.data - base == q.offset
+                   for a, q in zip(arrays.values(), m.plan.devices[d].params))
+    s = m.stats
+    assert s["bytes_read"] == shardload.open(tiny_ckpt).total_bytes
+    assert [x["index"] for x in s["devices"]] == [0, 1]
+    assert s["staging_peak"] <= 64 << 20 and s["io"] in ("direct", "buffered", "mixed")
+
+
+def test_torch_and_dlpack_views(tiny_ckpt: Path) -> None:
+    torch = pytest.importorskip("torch")
+    m = shardload.load(tiny_ckpt, tp=2)
+    ts = m.torch(1)
+    for i, (name, t) in enumerate(ts.items()):
+        assert t.dtype == torch.bfloat16 and t.data_ptr() == m._ptr(1, i)
+        assert t.device.type == "cpu" and t.is_contiguous()
+    name = "model.norm.weight"
+    x = torch.from_dlpack(m.dlpack(1, name))
+    assert x.data_ptr() == ts[name].data_ptr() and torch.equal(x, ts[name])
+    assert torch.equal(ts[name].float(), torch.from_numpy(m.read(1, name).astype(np.float32)))
+    with pytest.raises(KeyError):
+        m.dlpack(1, "nope")
+
+
+def test_views_outlive_the_model(tiny_ckpt: Path) -> None:
+    m = shardload.load(tiny_ckpt, tp=2)
+    want = {k: v.copy() for k, v in m.numpy(0).items()}
+    views = m.numpy(0)
+    cap = m.dlpack(0, "model.norm.weight")
+    m.close()
+    with pytest.raises(ValueError, match="closed"):
+        m.numpy(0)
+    del m
+    gc.collect()
+    for k, v in views.items():
+        assert np.array_equal(v.view(np.uint16), want[k].view(np.uint16))
+    del cap  # an unconsumed capsule frees its reference itself
+    gc.collect()
+
+
+def test_views_outlive_the_model_in_threads(tiny_ckpt: Path) -> None:
+    ref = {k: v.copy() for k, v in shardload.load(tiny_ckpt, tp=2).numpy(1).items()}
+    errors: list[str] = []
+
+    def work() -> None:
+        for _ in range(3):
+            with shardload.load(tiny_ckpt, tp=2, devices=[1], progress=False) as m:
+                views = m.numpy(1)
+            gc.collect()
+            for k, v in views.items():
+                if not np.array_equal(v.view(np.uint16), ref[k].view(np.uint16)):
+                    errors.append(k)
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_concurrent_loads_agree(tiny_ckpt: Path) -> None:
+    want = shardload.load(tiny_ckpt, tp=4).checksums(3)
+    got: list[dict[str, int]] = []
+    threads = [threading.Thread(target=lambda: got.append(
+        shardload.load(tiny_ckpt, tp=4, staging=1 << 20).checksums(3))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == [want] * 4
+
+
+def test_devices_loads_only_those(tiny_ckpt: Path) -> None:
+    full = shardload.load(tiny_ckpt, tp=4)
+    m = shardload.load(tiny_ckpt, tp=4, devices=[3, 1])
+    assert m.devices == [3, 1]
+    assert [x["allocated_bytes"] for x in m.stats["devices"]] == [
+        m.plan.devices[3].bytes, m.plan.devices[1].bytes]
+    assert m.checksums(3) == full.checksums(3) and m.checksums(1) == full.checksums(1)
+    one = shardload.load(tiny_ckpt, tp=4, devices=[2])
+    assert one.stats["bytes_read"] < full.stats["bytes_read"]  # its own rows only
+    with pytest.raises(IndexError, match="not loaded"):
+        one.numpy(0)
+
+
+def test_checksums_match_the_cli(tiny_ckpt: Path, cli: str) -> None:
+    out = subprocess.run([cli, "load", str(tiny_ckpt), "--tp", "2", "--checksums", "--json"],
+                         check=True, capture_output=True, text=True).stdout
+    rep = json.loads(out)
+    m = shardload.load(tiny_ckpt, tp=2)
+    assert set(m.stats) - {"devices"} <= set(rep)
+    for dev in rep["devices"]:
+        assert {p["name"]: int(p["xxh3"], 16) for p in dev["params"]} == m.checksums(dev["index"])
+
+
+def test_checksums_are_xxh3_of_the_bytes(tiny_ckpt: Path) -> None:
+    import oracle_shards
+    m = shardload.load(tiny_ckpt, tp=2)
+    sums = m.checksums(0)
+    for name, a in m.numpy(0).items():
+        assert "%016x" % sums[name] == oracle_shards.xxh3(a.view(np.uint16))
+
+
+def test_dtype_conversion(tiny_ckpt: Path) -> None:
+    import oracle_shards
+    bf = shardload.load(tiny_ckpt, tp=2).numpy(0)
+    f32 = shardload.load(tiny_ckpt, tp=2, dtype="float32").numpy(0)
+    for k in bf:
+        assert f32[k].dtype == np.float32
+        assert np.array_equal(f32[k], oracle_shards.bf16_to_f32(bf[k].view(np.uint16)))
+
+
+def test_progress(tiny_ckpt: Path) -> None:
+    seen: list[tuple[int, int]] = []
+    shardload.load(tiny_ckpt, tp=2, staging=1 << 20, progress=lambda d, t: seen.append((d, t)))
+    assert seen and seen[-1][0] == seen[-1][1] > 0
+    assert all(a[0] <= b[0] for a, b in zip(seen, seen[1:]))
+
+    def boom(done: int, total: int) -> None:
+        raise RuntimeError("stop")
+    with pytest.raises(RuntimeError, match="stop"):
+        shardload.load(tiny_ckpt, tp=2, progress=boom)
+    shardload.load(tiny_ckpt, progress=False)
+
+
+def test_dummy_from_config(tiny_config: Path, cli: str) -> None:
+    m = shardload.load(config=tiny_config, dummy=True, tp=2, seed=7)
+    again = shardload.load(config=tiny_config, dummy=True, tp=2, seed=7)
+    assert m.checksums(1) == again.checksums(1)
+    assert m.checksums(1) != shardload.load(config=tiny_config, dummy=True, tp=2).checksums(1)
+    rep = json.loads(subprocess.run(
+        [cli, "load", "--config", str(tiny_config), "--format", "dummy", "--tp", "2", "--seed",
+         "7", "--checksums", "--json"], check=True, capture_output=True, text=True).stdout)
+    assert {p["name"]: int(p["xxh3"], 16) for p in rep["devices"][1]["params"]} == m.checksums(1)
+
+
+def test_reshard_then_load(tiny_ckpt: Path, tmp_path: Path) -> None:
+    out = tmp_path / "tp2"
+    shardload.reshard(tiny_ckpt, out, tp=2)
+    assert sorted(p.name for p in out.glob("*.safetensors"))[0].startswith("model-rank-0-part-")
+    assert shardload.load(out, tp=2).checksums(1) == shardload.load(tiny_ckpt, tp=2).checksums(1)
+
+
+def test_synth(tmp_path: Path) -> None:
+    shardload.synth(CONFIGS / "qwen3-0.6b.json", tmp_path / "q", dtype="bf16", seed=3,
+                    max_shard_size=None)
+    assert shardload.open(tmp_path / "q").total_bytes > 1 << 30
+    with pytest.raises(shardload.PlanError) as e:
+        shardload.synth(tmp_path / "missing.json", tmp_path / "x")
+    assert "missing.json" in e.value.message
+
+
+def test_load_into(tiny_ckpt: Path) -> None:
+    torch = pytest.importorskip("torch")
+    plan = shardload.plan(tiny_ckpt, tp=4)
+    for rank in range(4):
+        mine = {q.name: torch.full(q.shape, 7, dtype=torch.bfloat16)
+                for q in plan.devices[rank].params}
+        ptrs = {k: t.data_ptr() for k, t in mine.items()}
+        stats = shardload.load_into(tiny_ckpt, mine, tp=4, rank=rank, staging=1 << 20)
+        assert stats["devices"] == [{"index": rank, "allocated_bytes": plan.devices[rank].bytes}]
+        ref = shardload.load(tiny_ckpt, tp=4, devices=[rank]).torch(rank)
+        for k, t in mine.items():
+            assert t.data_ptr() == ptrs[k] and torch.equal(t, ref[k]), k
+
+
+def test_load_into_numpy(tiny_ckpt: Path) -> None:
+    import ml_dtypes
+    plan = shardload.plan(tiny_ckpt, tp=2, dtype="f32")
+    mine = {q.name: np.zeros(q.shape, np.float32) for q in plan.devices[1].params}
+    shardload.load_into(tiny_ckpt, mine, tp=2, rank=1, dtype="f32")
+    ref = shardload.load(tiny_ckpt, tp=2, devices=[1], dtype="f32").numpy(1)
+    assert all(np.array_equal(mine[k], ref[k]) for k in ref)
+    bf = {q.name: np.zeros(q.shape, ml_dtypes.bfloat16)
+          for q in shardload.plan(tiny_ckpt, tp=2).devices[0].params}
+    shardload.load_into(tiny_ckpt, bf, tp=2, rank=0)
+    ref0 = shardload.load(tiny_ckpt, tp=2, devices=[0]).numpy(0)
+    assert all(np.array_equal(bf[k].view(np.uint16), ref0[k].view(np.uint16)) for k in ref0)
+
+
+def test_fake_cuda(tiny_ckpt: Path, fake_cudart: str) -> None:
+    """device="cuda" on the host-memory stand-in, in a child process (a runtime stays loaded)."""
+    code = f"""
+import shardload, numpy as np
+cpu = shardload.load({str(tiny_ckpt)!r}, tp=2)
+m = shardload.load({str(tiny_ckpt)!r}, tp=2, device="cuda", gpus=[1, 0])
+assert [x["gpu"] for x in m.stats["devices"]] == [1, 0], m.stats
+for d in (0, 1):
+    assert m.checksums(d) == cpu.checksums(d)
+    v = m._view(d, 0, m.plan.devices[d].params[0])
+    assert v.__dlpack_device__() == (2, 1 - d)
+name = "model.norm.weight"
+assert np.array_equal(m.read(1, name).view(np.uint16), cpu.numpy(1)[name].view(np.uint16))
+try:
+    m.numpy(0)
+    raise SystemExit("numpy() of device memory did not fail")
+except shardload.DeviceError as e:
+    assert "torch" in e.message
+print("ok")
+"""
+    env = dict(os.environ, SL_CUDART=fake_cudart, FAKE_CUDA_GPUS="2")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr

@@ -1,0 +1,193 @@
+"""Errors: every argument checked in Python or refused by the core with a message that names the
+file, tensor or parameter; load_into refusals come before any byte is read."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import shardload
+from sl_fixtures import ckpt_copy, tiny_ckpt, tiny_config  # noqa: F401
+
+BAD_ARGS = [
+    (dict(tp=0), ValueError, "tp must be >= 1"),
+    (dict(tp="2"), TypeError, "tp must be an int"),
+    (dict(pp=True), TypeError, "pp must be an int"),
+    (dict(layout="zigzag"), ValueError, "layout 'zigzag'"),
+    (dict(dtype="int7"), ValueError, "dtype 'int7'"),
+    (dict(device="tpu"), ValueError, "device 'tpu'"),
+    (dict(io="mmap"), ValueError, "io 'mmap'"),
+    (dict(staging=0), ValueError, "staging must be > 0"),
+    (dict(threads=-1), ValueError, "threads >= 0"),
+    (dict(devices="01"), TypeError, "devices must be a list of ints"),
+    (dict(devices=[0.5]), TypeError, "devices must be a list of ints"),
+    (dict(gpus=3), TypeError, "gpus must be a list of ints"),
+    (dict(ep=True), NotImplementedError, "expert parallelism"),
+]
+
+
+@pytest.mark.parametrize("kwargs,exc,msg", BAD_ARGS, ids=[str(a[0]) for a in BAD_ARGS])
+def test_bad_arguments(tiny_ckpt: Path, kwargs: dict, exc: type, msg: str) -> None:
+    with pytest.raises(exc, match=msg):
+        shardload.load(tiny_ckpt, **kwargs)
+
+
+@pytest.mark.parametrize("devices,msg", [([0, 0], "chosen twice"), ([4], "out of range"),
+                                         ([], "0 devices chosen")])
+def test_bad_devices_refused_by_the_core(tiny_ckpt: Path, devices: list, msg: str) -> None:
+    with pytest.raises(shardload.ArgumentError, match=msg) as e:
+        shardload.load(tiny_ckpt, tp=4, devices=devices)
+    assert e.value.status == "SL_E_INVALID_ARG" and isinstance(e.value, ValueError)
+
+
+def test_missing_path(tmp_path: Path) -> None:
+    with pytest.raises(shardload.CheckpointError) as e:
+        shardload.open(tmp_path / "nothing")
+    assert e.value.status == "SL_E_NOT_FOUND" and "nothing" in e.value.message
+    with pytest.raises(TypeError, match="path"):
+        shardload.open(42)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="needs a checkpoint path"):
+        shardload.load()
+
+
+def test_malformed_header_names_the_file(ckpt_copy: Path) -> None:
+    f = sorted(ckpt_copy.glob("*.safetensors"))[1]
+    raw = bytearray(f.read_bytes())
+    raw[9] = ord("#")  # inside the JSON header
+    f.write_bytes(bytes(raw))
+    with pytest.raises(shardload.FormatError) as e:
+        shardload.load(ckpt_copy)
+    assert e.value.status == "SL_E_HEADER_JSON" and f.name in e.value.message
+
+
+def test_truncated_file(ckpt_copy: Path) -> None:
+    f = sorted(ckpt_copy.glob("*.safetensors"))[0]
+    os.truncate(f, f.stat().st_size - 2)
+    with pytest.raises(shardload.FormatError, match=f.name) as e:
+        shardload.open(ckpt_copy)
+    assert e.value.status == "SL_E_INCOMPLETE"
+
+
+def _drop_tensor(ck: Path, name: str) -> None:
+    idx = ck / "model.safetensors.index.json"
+    j = json.loads(idx.read_text())
+    j["weight_map"].pop(name)
+    idx.write_text(json.dumps(j))
+
+
+def test_missing_weight_is_a_plan_error(ckpt_copy: Path) -> None:
+    # The index no longer names the tensor, but its file still holds it: the index is wrong.
+    _drop_tensor(ckpt_copy, "model.layers.1.mlp.down_proj.weight")
+    with pytest.raises(shardload.Error) as e:
+        shardload.load(ckpt_copy)
+    assert "model.layers.1.mlp.down_proj.weight" in e.value.message
+
+
+def test_wrong_shape_names_the_tensor(ckpt_copy: Path) -> None:
+    cfg = json.loads((ckpt_copy / "config.json").read_text())
+    cfg["intermediate_size"] = 256
+    (ckpt_copy / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(shardload.PlanError) as e:
+        shardload.plan(ckpt_copy)
+    assert e.value.status == "SL_E_SHAPE" and "mlp" in e.value.message
+
+
+def test_indivisible_mesh(tiny_ckpt: Path) -> None:
+    with pytest.raises(shardload.PlanError) as e:
+        shardload.plan(tiny_ckpt, tp=3)
+    assert e.value.status == "SL_E_DIVISIBILITY"
+
+
+def test_plan_without_anything() -> None:
+    with pytest.raises(ValueError, match="config="):
+        shardload.plan()
+    with pytest.raises(shardload.PlanError):
+        shardload.plan(config="/nonexistent/config.json")
+
+
+def test_file_changed_during_load(ckpt_copy: Path) -> None:
+    ck = shardload.open(ckpt_copy)
+    p = shardload.Plan(ck, tp=2)
+    f = Path(ck.files[0])
+    os.truncate(f, f.stat().st_size - 64)
+    from shardload.model import _load_opts, _run
+    with pytest.raises(shardload.LoadError) as e:
+        _run(ck, p, _load_opts("cpu", "auto", 1 << 20, 0, False, 1), False)
+    assert e.value.status == "SL_E_CHANGED" and f.name in e.value.message
+
+
+# ---- load_into refusals --------------------------------------------------------------------
+
+@pytest.fixture()
+def engine_tensors(tiny_ckpt: Path) -> dict:
+    torch = pytest.importorskip("torch")
+    plan = shardload.plan(tiny_ckpt, tp=2)
+    return {q.name: torch.full(q.shape, 3, dtype=torch.bfloat16) for q in plan.devices[1].params}
+
+
+def _refused(tiny_ckpt: Path, tensors: dict, match: str) -> None:
+    torch = pytest.importorskip("torch")
+    before = {k: v.clone() if hasattr(v, "clone") else v.copy() for k, v in tensors.items()}
+    with pytest.raises((ValueError, TypeError, shardload.Error), match=match):
+        shardload.load_into(tiny_ckpt, tensors, tp=2, rank=1)
+    for k, v in tensors.items():  # nothing was read into them
+        b = before[k]
+        if getattr(v, "is_meta", False):
+            continue
+        assert torch.equal(v, b) if hasattr(v, "clone") else np.array_equal(v, b), k
+
+
+def test_load_into_missing_name(tiny_ckpt: Path, engine_tensors: dict) -> None:
+    engine_tensors.pop("model.norm.weight")
+    _refused(tiny_ckpt, engine_tensors, "no tensor for parameter 'model.norm.weight'")
+
+
+def test_load_into_extra_name(tiny_ckpt: Path, engine_tensors: dict) -> None:
+    import torch
+    engine_tensors["model.layers.0.extra"] = torch.zeros(2)
+    _refused(tiny_ckpt, engine_tensors, "'model.layers.0.extra' is not a parameter")
+
+
+def test_load_into_wrong_shape(tiny_ckpt: Path, engine_tensors: dict) -> None:
+    import torch
+    engine_tensors["model.norm.weight"] = torch.zeros(255, dtype=torch.bfloat16)
+    _refused(tiny_ckpt, engine_tensors, r"'model.norm.weight': shape \(255,\)")
+
+
+def test_load_into_wrong_dtype(tiny_ckpt: Path, engine_tensors: dict) -> None:
+    import torch
+    engine_tensors["model.norm.weight"] = torch.zeros(256, dtype=torch.float16)
+    _refused(tiny_ckpt, engine_tensors, "'model.norm.weight': dtype torch.float16")
+
+
+def test_load_into_non_contiguous(tiny_ckpt: Path, engine_tensors: dict) -> None:
+    name = "model.layers.0.self_attn.o_proj.weight"
+    t = engine_tensors[name]
+    engine_tensors[name] = t.t().contiguous().t()  # same shape, column-major
+    _refused(tiny_ckpt, engine_tensors, f"'{name}': tensor is not contiguous")
+
+
+def test_load_into_read_only_array(tiny_ckpt: Path) -> None:
+    import ml_dtypes
+    plan = shardload.plan(tiny_ckpt, tp=2)
+    arrays = {q.name: np.zeros(q.shape, ml_dtypes.bfloat16) for q in plan.devices[1].params}
+    arrays["model.norm.weight"].flags.writeable = False
+    _refused(tiny_ckpt, arrays, "'model.norm.weight': array is not C-contiguous and writeable")
+
+
+def test_load_into_wrong_type_and_rank(tiny_ckpt: Path, engine_tensors: dict) -> None:
+    engine_tensors["model.norm.weight"] = [0.0] * 256
+    _refused(tiny_ckpt, engine_tensors, "expected a torch.Tensor or numpy.ndarray, got list")
+    with pytest.raises(ValueError, match="rank 2"):
+        shardload.load_into(tiny_ckpt, {}, tp=2, rank=2)
+    with pytest.raises(TypeError, match="mapping"):
+        shardload.load_into(tiny_ckpt, [], tp=2)  # type: ignore[arg-type]
+
+
+def test_load_into_meta_device_refused(tiny_ckpt: Path, engine_tensors: dict) -> None:
+    import torch
+    engine_tensors["model.norm.weight"] = torch.empty(256, dtype=torch.bfloat16, device="meta")
+    _refused(tiny_ckpt, engine_tensors, "'model.norm.weight': meta tensor")
