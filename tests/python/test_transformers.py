@@ -1,0 +1,128 @@
+"""transformers end to end: tiny random Llama, Mistral, Qwen2 and Qwen3 checkpoints, written by
+save_pretrained as several shards with an index, loaded by shardload (layout "spmd", tp=1: the
+checkpoint's names and whole tensors) into a fresh transformers model, give bitwise the same
+logits as from_pretrained of the same directory; the model's tensors are shardload's memory."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import shardload
+from hf_tiny import build_model, config_dtype, save_tiny, torch, transformers
+
+# (architecture, dtype, tie_word_embeddings, config overrides)
+CASES = [
+    ("LlamaForCausalLM", "float32", True, {}),
+    ("MistralForCausalLM", "float32", False, {}),
+    ("Qwen2ForCausalLM", "float32", False, {}),           # q/k/v biases
+    ("Qwen3ForCausalLM", "float32", True, {"head_dim": 32}),  # head_dim != H/nh, q/k norms
+    ("LlamaForCausalLM", "bfloat16", False, {}),
+    ("Qwen2ForCausalLM", "bfloat16", True, {}),
+]
+IDS = [f"{a.removesuffix('ForCausalLM').lower()}-{d}-{'tied' if t else 'untied'}"
+       for a, d, t, _ in CASES]
+TIED_ALIASES = {"lm_head.weight": "model.embed_tokens.weight"}
+
+
+class Case:
+    def __init__(self, arch: str, dtype: Any, tied: bool, ckpt: Path, ids: Any,
+                 logits: Any) -> None:
+        self.arch, self.dtype, self.tied, self.ckpt = arch, dtype, tied, ckpt
+        self.ids, self.logits = ids, logits
+
+    def fresh(self, seed: int) -> Any:
+        """A new model from the directory's own config, random weights (not the saved ones)."""
+        cfg = transformers.AutoConfig.from_pretrained(self.ckpt)
+        cfg._attn_implementation = "eager"
+        cfg.dtype = self.dtype
+        return build_model(self.arch, cfg, seed)
+
+    def forward(self, model: Any) -> Any:
+        with torch.no_grad():
+            return model(self.ids).logits
+
+
+@pytest.fixture(scope="module", params=CASES, ids=IDS)
+def case(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Case:
+    arch, dname, tied, over = request.param
+    dtype = getattr(torch, dname)
+    ckpt, _ = save_tiny(tmp_path_factory.mktemp("hf") / "model", arch, dtype=dtype, tied=tied,
+                        seed=7, **over)
+    ref = transformers.AutoModelForCausalLM.from_pretrained(ckpt, attn_implementation="eager")
+    assert ref.dtype == dtype and type(ref).__name__ == arch
+    ids = torch.randint(0, 1000, (2, 11), generator=torch.Generator().manual_seed(3))
+    c = Case(arch, dtype, tied, ckpt, ids, None)
+    c.logits = c.forward(ref.eval())
+    return c
+
+
+def test_checkpoint_is_sharded_with_index(case: Case) -> None:
+    index = json.loads((case.ckpt / "model.safetensors.index.json").read_text())
+    with shardload.open(case.ckpt) as ck:
+        assert sorted(Path(f).name for f in ck.files) == sorted(set(index["weight_map"].values()))
+        assert {t.name for t in ck.tensors} == set(index["weight_map"])
+        assert ("lm_head.weight" in index["weight_map"]) == (not case.tied)
+
+
+def test_load_state_dict_bitwise_and_zero_copy(case: Case) -> None:
+    with shardload.open(case.ckpt) as ck:
+        ck_shapes = {t.name: t.shape for t in ck.tensors}
+    model = shardload.load(case.ckpt, layout="spmd", tp=1, dtype=case.dtype)
+    assert model.devices == [0]
+    views = model.torch(0)
+    # spmd at tp=1: exactly the checkpoint's names and whole tensors, in the model's dtype.
+    assert {n: tuple(v.shape) for n, v in views.items()} == ck_shapes
+    assert all(v.dtype == case.dtype for v in views.values())
+
+    fresh = case.fresh(seed=1234)
+    assert not torch.equal(case.forward(fresh), case.logits)  # it really starts elsewhere
+    # A tied checkpoint has no lm_head.weight and shardload plans none (SHARDING.md: tied
+    # embeddings); transformers' state dict still lists it, as an alias of the embedding.
+    # That alias is the only key the engine adds, and it adds the same view.
+    missing = set(fresh.state_dict()) - set(views)
+    assert missing == (set(TIED_ALIASES) if case.tied else set())
+    assert set(views) <= set(fresh.state_dict())
+    state = dict(views)
+    for alias in missing:
+        state[alias] = views[TIED_ALIASES[alias]]
+    result = fresh.load_state_dict(state, strict=True, assign=True)
+    assert not result.missing_keys and not result.unexpected_keys
+
+    for name, t in fresh.state_dict().items():  # zero-copy: the model holds shardload's memory
+        assert t.data_ptr() == state[name].data_ptr(), name
+    if case.tied:
+        assert fresh.lm_head.weight.data_ptr() == fresh.model.embed_tokens.weight.data_ptr()
+    model.close()  # the views, now the model's parameters, keep the weights alive
+    assert torch.equal(case.forward(fresh), case.logits)
+
+
+def test_load_into_own_parameters_bitwise(case: Case) -> None:
+    fresh = case.fresh(seed=4321)
+    plan = shardload.plan(case.ckpt, layout="spmd", tp=1, dtype=case.dtype)
+    sd = fresh.state_dict()
+    names = [p.name for p in plan.devices[0].params]
+    # The engine's own tensors for the plan's parameters; a tied lm_head shares the embedding.
+    assert set(sd) - set(names) == (set(TIED_ALIASES) if case.tied else set())
+    targets = {n: sd[n] for n in names}
+    ptrs = {n: t.data_ptr() for n, t in sd.items()}
+
+    stats = shardload.load_into(case.ckpt, targets, layout="spmd", tp=1, dtype=case.dtype)
+    assert stats["bytes_read"] >= sum(p.nbytes for p in plan.devices[0].params)
+    assert {n: t.data_ptr() for n, t in fresh.state_dict().items()} == ptrs  # filled in place
+    if case.tied:
+        assert fresh.lm_head.weight is fresh.model.embed_tokens.weight
+    assert torch.equal(case.forward(fresh), case.logits)
+
+
+@pytest.mark.xfail(raises=shardload.PlanError, strict=True,
+                   reason="C core reads only config 'torch_dtype'; transformers 5 writes 'dtype' "
+                          "(src/plan/model_desc.c): plan without dtype= fails with SL_E_CONFIG")
+def test_plan_takes_dtype_from_transformers5_config(tmp_path: Path) -> None:
+    ckpt, _ = save_tiny(tmp_path / "m", "LlamaForCausalLM", dtype=torch.bfloat16)
+    cfg = json.loads((ckpt / "config.json").read_text())
+    assert "torch_dtype" not in cfg and cfg["dtype"] == "bfloat16"  # what transformers 5 writes
+    assert config_dtype(ckpt) == torch.bfloat16
+    assert shardload.plan(ckpt, layout="spmd").dtype == "BF16"
