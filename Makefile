@@ -7,7 +7,7 @@ CMAKE_ARGS ?=
 FUZZ_SECONDS ?= 60
 PREFIX    ?= /usr/local
 
-.PHONY: all deps install test test-release test-asan demo fuzz bench clean
+.PHONY: all deps install test test-release test-python test-asan demo fuzz bench clean
 
 all: deps
 	cmake -S . -B $(BUILD) -DSL_WERROR=ON $(CMAKE_ARGS) >/dev/null
@@ -21,13 +21,21 @@ deps:
 install: all
 	cmake --install $(BUILD) --prefix $(abspath $(PREFIX))
 
-# Release build tests, then every unit test and the fuzz corpus replay again under ASan+UBSan.
+# Release build tests, the Python package's tests (pytest in .venv), then every unit test and the
+# fuzz corpus replay again under ASan+UBSan.
 test:
 	@scripts/deps.sh test
-	$(MAKE) --no-print-directory test-release test-asan
+	$(MAKE) --no-print-directory test-release test-python test-asan
 
 test-release: all
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# The package is built from this tree into .venv (scripts/pyenv.sh); the tests cross-check it with
+# the CLI and the CUDA stand-in of the same tree's build.
+test-python: all
+	scripts/pyenv.sh
+	SL_CLI=$(abspath $(BUILD))/shardload SL_FAKE_CUDART=$(abspath $(BUILD))/tests/libfake_cudart.so \
+	  .venv/bin/python -m pytest -q -p no:cacheprovider tests/python
 
 test-asan:
 	CC=clang cmake -S . -B $(ASAN) -DSL_WERROR=ON -DSL_SANITIZE=address,undefined \
@@ -55,4 +63,4 @@ bench: all
 	bash bench/run.sh
 
 clean:
-	rm -rf $(BUILD) $(ASAN) $(FUZZB)
+	rm -rf $(BUILD) $(ASAN) $(FUZZB) .venv
