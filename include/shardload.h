@@ -275,9 +275,9 @@ typedef struct sl_load_opts {
     const int32_t *devices;
     int32_t n_devices;
     /* Optional, per-parameter destinations: param_dest[d][i] is memory the caller owns for
-     * parameter i of mesh device d, at least sl_plan_param(p, d, i).nbytes bytes (host memory; cpu
-     * only), so that an engine with its own allocator gets each weight in its own tensor and no
-     * second copy exists. A NULL param_dest[d] (or d >= n_param_dest) is allocated as usual; within
+     * parameter i of mesh device d, at least sl_plan_param(p, d, i).nbytes bytes (host memory for
+     * cpu, a CUDA device address on the device's GPU for cuda), so that an engine with its own
+     * allocator gets each weight in its own tensor and no second copy exists. A NULL param_dest[d] (or d >= n_param_dest) is allocated as usual; within
      * a table every parameter with bytes needs a pointer, and dest[d] must not also be given.
      * Checked before any byte is read. Under MPI, indexed by global device. */
     void *const *const *param_dest;

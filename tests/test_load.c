@@ -273,10 +273,11 @@ static void test_request_sizing(void)
 /* opts.dest: the caller's memory for each device, on cpu (malloc'd, dirty) and on the cuda
  * stand-in (cudaMalloc'd by the test through the same library): the bytes land there, padding
  * zeroed, parameter pointers are dest + offset, and the model leaves the memory to the caller. */
+typedef int (*malloc_fn)(void **, size_t);
+typedef int (*free_fn)(void *);
+
 static void test_dest(const sl_load_file *f, const sl_plan *p, unsigned char *const *fd)
 {
-    typedef int (*malloc_fn)(void **, size_t);
-    typedef int (*free_fn)(void *);
     typedef int (*setdev_fn)(int);
     void *lib = dlopen(SL_FAKE_CUDART, RTLD_NOW | RTLD_LOCAL);
     malloc_fn cmalloc = NULL;
@@ -396,32 +397,39 @@ static void test_devices(const sl_load_file *f, const sl_plan *p, unsigned char 
     }
 }
 
-/* opts.param_dest: every parameter in its own block of the caller's, written in place (padding
- * zeroed), still the caller's after sl_model_free; a missing block, dest given too, or a cuda
- * device is refused before any byte is read. */
-static void test_param_dest(const sl_load_file *f, const sl_plan *p, unsigned char *const *fd)
+/* opts.param_dest: every parameter in its own block of the caller's (host memory, or the cuda
+ * stand-in's device memory), written in place (padding zeroed), still the caller's after
+ * sl_model_free; a missing block or dest given too is refused before any byte is read. */
+static void param_dest_case(const sl_load_file *f, const sl_plan *p, unsigned char *const *fd,
+                            malloc_fn cmalloc, free_fn cfree)
 {
+    const char *dev = cmalloc ? "cuda" : "cpu";
     void *blocks[2][TP_MAX] = {{0}};
     void *const *table[2] = {blocks[0], blocks[1]};
     for (int32_t d = 0; d < 2; d++)
         for (int64_t i = 0; i < p->devices[d].n_params; i++) {
-            blocks[d][i] = malloc((size_t)p->devices[d].params[i].nbytes + 1);
-            memset(blocks[d][i], 0xCD, (size_t)p->devices[d].params[i].nbytes);
+            const size_t n = (size_t)p->devices[d].params[i].nbytes + 1;
+            if (cmalloc)
+                EXPECT(cmalloc(&blocks[d][i], n) == 0, "stand-in cudaMalloc");
+            else
+                blocks[d][i] = malloc(n);
+            memset(blocks[d][i], 0xCD, n - 1); /* the stand-in's memory is host memory */
         }
     sl_load_opts o;
     sl_load_opts_init(&o);
+    o.device = dev;
     o.staging_bytes = 64 << 10;
     o.param_dest = table;
     o.n_param_dest = 2;
     int skip = 0;
     sl_model *m = NULL;
     sl_status st = run_load(f, 1, p, &o, engines[0], &m, &skip);
-    EXPECT(st == SL_OK, "param_dest load: %s", sl_model_errmsg(m));
+    EXPECT(st == SL_OK, "param_dest load (%s): %s", dev, sl_model_errmsg(m));
     for (int32_t d = 0; st == SL_OK && d < 2; d++) {
-        expect_device(m, d, p, d, fd, "param_dest");
+        expect_device(m, d, p, d, fd, dev);
         for (int64_t i = 0; i < p->devices[d].n_params; i++)
-            EXPECT(sl_model_param_ptr(m, d, i) == blocks[d][i], "param_dest: device %d param %lld "
-                   "not in its block", d, (long long)i);
+            EXPECT(sl_model_param_ptr(m, d, i) == blocks[d][i], "param_dest (%s): device %d param "
+                   "%lld not in its block", dev, d, (long long)i);
     }
     sl_model_free(m);
     for (int32_t d = 0; st == SL_OK && d < 2; d++) {
@@ -429,32 +437,49 @@ static void test_param_dest(const sl_load_file *f, const sl_plan *p, unsigned ch
         for (int64_t i = 0; i < p->devices[d].n_params; i++)
             EXPECT(!memcmp(blocks[d][i], want + p->devices[d].params[i].offset,
                            (size_t)p->devices[d].params[i].nbytes),
-                   "param_dest: device %d param %lld after sl_model_free", d, (long long)i);
+                   "param_dest (%s): device %d param %lld after sl_model_free", dev, d, (long long)i);
         free(want);
     }
     void *keep = blocks[1][0];
     blocks[1][0] = NULL;
     st = run_load(f, 1, p, &o, engines[0], &m, &skip);
     EXPECT(st == SL_E_INVALID_ARG && strstr(sl_model_errmsg(m), p->devices[1].params[0].name) &&
-               sl_model_device_count(m) == 0, "param_dest hole: %s", sl_model_errmsg(m));
+               sl_model_device_count(m) == 0, "param_dest hole (%s): %s", dev, sl_model_errmsg(m));
     sl_model_free(m);
     blocks[1][0] = keep;
     void *whole[2] = {keep, NULL};
     o.dest = whole;
     o.n_dest = 1;
     st = run_load(f, 1, p, &o, engines[0], &m, &skip);
-    EXPECT(st == SL_E_INVALID_ARG && strstr(sl_model_errmsg(m), "both"), "param_dest + dest: %s",
-           sl_model_errmsg(m));
-    sl_model_free(m);
-    o.dest = NULL;
-    o.device = "cuda";
-    st = run_load(f, 1, p, &o, engines[0], &m, &skip);
-    EXPECT(st == SL_E_UNSUPPORTED && strstr(sl_model_errmsg(m), "per-parameter"),
-           "param_dest on cuda: %s", sl_model_errmsg(m));
+    EXPECT(st == SL_E_INVALID_ARG && strstr(sl_model_errmsg(m), "both"), "param_dest + dest (%s): %s",
+           dev, sl_model_errmsg(m));
     sl_model_free(m);
     for (int32_t d = 0; d < 2; d++)
-        for (int64_t i = 0; i < p->devices[d].n_params; i++)
-            free(blocks[d][i]);
+        for (int64_t i = 0; i < p->devices[d].n_params; i++) {
+            if (cfree)
+                EXPECT(cfree(blocks[d][i]) == 0, "param_dest: the model freed a caller's block");
+            else
+                free(blocks[d][i]);
+        }
+}
+
+static void test_param_dest(const sl_load_file *f, const sl_plan *p, unsigned char *const *fd)
+{
+    param_dest_case(f, p, fd, NULL, NULL);
+    void *lib = dlopen(SL_FAKE_CUDART, RTLD_NOW | RTLD_LOCAL);
+    malloc_fn cmalloc = NULL;
+    free_fn cfree = NULL;
+    fake_sym(lib, "cudaMalloc", &cmalloc, sizeof cmalloc);
+    fake_sym(lib, "cudaFree", &cfree, sizeof cfree);
+    EXPECT(cmalloc && cfree, "stand-in not loadable: %s", dlerror());
+    setenv("SL_CUDART", SL_FAKE_CUDART, 1);
+    setenv("FAKE_CUDA_GPUS", "1", 1);
+    if (cmalloc && cfree)
+        param_dest_case(f, p, fd, cmalloc, cfree);
+    unsetenv("SL_CUDART");
+    unsetenv("FAKE_CUDA_GPUS");
+    if (lib)
+        dlclose(lib);
 }
 
 static void test_tp_layout(sl_dtype plan_dt)

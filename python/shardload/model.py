@@ -289,8 +289,9 @@ def load(path: Any = None, *, tp: int = 1, pp: int = 1, ep: bool = False, layout
             ck.close()
 
 
-def _tensor_ptr(name: str, t: Any, p: Param) -> int:
-    """The address of an engine tensor that must receive parameter p, checked."""
+def _tensor_ptr(name: str, t: Any, p: Param) -> tuple[int, str]:
+    """The address of an engine tensor that must receive parameter p, checked, and where it is
+    ("cpu" or "cuda:N")."""
     want_np = numpy_dtype(p.dtype)
     if isinstance(t, np.ndarray):
         if not t.flags.c_contiguous or not t.flags.writeable:
@@ -301,7 +302,9 @@ def _tensor_ptr(name: str, t: Any, p: Param) -> int:
         if not t.is_contiguous():
             raise ValueError(f"parameter '{name}': tensor is not contiguous")
         ok_dtype = t.dtype == torch_dtype(p.dtype)
-        where, ptr, nbytes = t.device.type, t.data_ptr(), t.numel() * t.element_size()
+        where, ptr, nbytes = str(t.device), t.data_ptr(), t.numel() * t.element_size()
+        if t.device.type == "cuda":
+            where = f"cuda:{t.device.index if t.device.index is not None else 0}"
     else:
         raise TypeError(f"parameter '{name}': expected a torch.Tensor or numpy.ndarray, got "
                         f"{type(t).__name__}")
@@ -309,12 +312,12 @@ def _tensor_ptr(name: str, t: Any, p: Param) -> int:
         raise ValueError(f"parameter '{name}': shape {tuple(t.shape)}, plan has {p.shape}")
     if not ok_dtype:
         raise ValueError(f"parameter '{name}': dtype {t.dtype}, plan has {p.dtype}")
-    if where != "cpu":
+    if where != "cpu" and not where.startswith("cuda:"):
         raise UnsupportedError("SL_E_UNSUPPORTED", f"parameter '{name}': {where} tensor; "
-                               "load_into fills host (cpu) tensors only so far")
+                               "load_into fills cpu and cuda tensors")
     if nbytes != p.nbytes:
         raise ValueError(f"parameter '{name}': {nbytes} bytes, plan has {p.nbytes}")
-    return ptr
+    return ptr, where
 
 
 def _dest_table(plan: Plan, rank: int, tensors: Mapping[str, Any]) -> list[int]:
@@ -328,7 +331,12 @@ def _dest_table(plan: Plan, rank: int, tensors: Mapping[str, Any]) -> list[int]:
     if extra:
         raise ValueError(f"tensors: '{extra[0]}' is not a parameter of rank {rank} "
                          f"({len(extra)} extra)")
-    return [_tensor_ptr(p.name, tensors[p.name], p) for p in params]
+    ptrs = [_tensor_ptr(p.name, tensors[p.name], p) for p in params]
+    places = sorted({w for _, w in ptrs})
+    if len(places) > 1:
+        raise ValueError(f"tensors of rank {rank} are on {', '.join(places)}: one device holds "
+                         "them all")
+    return ptrs
 
 
 def load_into(path: Any, tensors: Mapping[str, Any], *, tp: int = 1, pp: int = 1,
@@ -348,14 +356,18 @@ def load_into(path: Any, tensors: Mapping[str, Any], *, tp: int = 1, pp: int = 1
                     rules=rules)
         if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < len(plan.devices):
             raise ValueError(f"rank {rank!r}: expected 0 <= rank < {len(plan.devices)}")
-        ptrs = _dest_table(plan, rank, tensors)
+        dests = _dest_table(plan, rank, tensors)
+        where = dests[0][1] if dests else "cpu"
         keep: list[Any] = []
         _set_list(o, keep, "devices", "n_devices", [rank])
-        row = (ctypes.c_void_p * max(len(ptrs), 1))(*ptrs)
+        if where != "cpu":  # mesh device `rank` on the tensors' GPU
+            o.device = b"cuda"
+            _set_list(o, keep, "gpus", "n_gpus", [int(where[5:])] * (rank + 1))
+        row = (ctypes.c_void_p * max(len(dests), 1))(*(ptr for ptr, _ in dests))
         table = (ctypes.POINTER(ctypes.c_void_p) * (rank + 1))()
         table[rank] = ctypes.cast(row, ctypes.POINTER(ctypes.c_void_p))
         o.param_dest, o.n_param_dest = table, rank + 1
-        model = Model(_run(ck, plan, o, progress), plan, "cpu")
+        model = Model(_run(ck, plan, o, progress), plan, "cpu" if where == "cpu" else "cuda")
         stats = model.stats
         model.close()
         return stats

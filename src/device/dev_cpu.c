@@ -31,10 +31,7 @@ typedef struct cpu_dev {
     uint64_t bytes;
     size_t map_len;        /* 0 when base is not ours */
     unsigned char *dest;   /* the caller's memory (opts.dest), or NULL */
-    int64_t n_segs;        /* > 0: the caller's block per parameter (opts.param_dest), no base */
-    uint64_t *seg_off;     /* n_segs entries each, owned */
-    uint64_t *seg_len;
-    unsigned char **seg_ptr;
+    sl_device_blocks blocks; /* the caller's block per parameter (opts.param_dest), no base */
 } cpu_dev;
 
 /* NUMA nodes present: /sys/devices/system/node/node<N> entries (1 when the directory is absent). */
@@ -67,7 +64,7 @@ static sl_status cpu_alloc(void *ctx, uint64_t bytes, sl_err *err)
     cpu_dev *d = ctx;
     if (bytes == 0)
         return SL_OK;
-    if (d->n_segs) { /* the caller's blocks: nothing to allocate; sizes checked at open */
+    if (d->blocks.n) { /* the caller's blocks: nothing to allocate; sizes checked at open */
         d->bytes = bytes;
         return SL_OK;
     }
@@ -123,13 +120,15 @@ static sl_status cpu_xfer_range(cpu_dev *d, uint64_t off, unsigned char *host, u
                                 cpu_xfer how, sl_err *err)
 {
     SL_TRY(cpu_check_range(d, off, n, err));
-    if (n && !d->n_segs) {
+    if (n && !d->blocks.n) {
         cpu_xfer_at(d->base + off, how, host, (size_t)n);
         return SL_OK;
     }
-    for (int64_t i = sl_device_seg_find(d->seg_off, d->n_segs, off); n; i++) {
-        const uint64_t in = off - d->seg_off[i], m = sl_min_u64(n, d->seg_len[i] - in);
-        cpu_xfer_at(d->seg_ptr[i] + in, how, host, (size_t)m);
+    while (n) {
+        uint64_t avail = 0;
+        unsigned char *at = sl_device_blocks_at(&d->blocks, off, &avail);
+        const uint64_t m = sl_min_u64(n, avail);
+        cpu_xfer_at(at, how, host, (size_t)m);
         off += m;
         n -= m;
         host = host ? host + m : NULL;
@@ -193,9 +192,7 @@ static void cpu_free(void *ctx)
         return;
     if (d->base && d->map_len)
         munmap(d->base, d->map_len);
-    free(d->seg_off);
-    free(d->seg_len);
-    free(d->seg_ptr);
+    sl_device_blocks_free(&d->blocks);
     free(d);
 }
 
@@ -212,36 +209,16 @@ static const sl_device_ops cpu_ops = {
     .zeroed = cpu_zeroed,
 };
 
-/* Copies the caller's per-parameter blocks (the table it passed need not outlive the load). */
-static sl_status cpu_take_segs(cpu_dev *d, const sl_device_segs *segs, sl_err *err)
-{
-    const size_t n = (size_t)segs->n + 1;
-    d->seg_off = calloc(n, sizeof *d->seg_off);
-    d->seg_len = calloc(n, sizeof *d->seg_len);
-    d->seg_ptr = calloc(n, sizeof *d->seg_ptr);
-    if (!d->seg_off || !d->seg_len || !d->seg_ptr)
-        return sl_err_set(err, SL_E_NOMEM, "out of memory");
-    for (int64_t i = 0; i < segs->n; i++) {
-        d->seg_off[i] = segs->off[i];
-        d->seg_len[i] = segs->len[i];
-        d->seg_ptr[i] = segs->ptr[i];
-    }
-    d->n_segs = segs->n;
-    return SL_OK;
-}
-
 sl_status sl_device_cpu_open(int32_t index, const sl_load_opts *o, const sl_device_segs *segs,
                              sl_device *out, sl_err *err)
 {
     cpu_dev *d = calloc(1, sizeof *d);
     if (!d)
         return sl_err_set(err, SL_E_NOMEM, "out of memory");
-    if (segs && segs->n > 0) {
-        const sl_status st = cpu_take_segs(d, segs, err);
-        if (st != SL_OK) {
-            cpu_free(d);
-            return st;
-        }
+    const sl_status st = sl_device_blocks_copy(&d->blocks, segs, err);
+    if (st != SL_OK) {
+        free(d);
+        return st;
     }
     d->index = index;
     d->dest = sl_device_dest(o, index);

@@ -23,6 +23,8 @@
  * is also ordered after the stream's pending copies. */
 #include "device/device.h"
 
+#include "sl_bytes.h"
+
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stddef.h>
@@ -120,6 +122,7 @@ typedef struct cuda_dev {
     unsigned char *base;           /* NULL when bytes == 0 */
     uint64_t bytes;
     unsigned char *dest;           /* the caller's device memory (opts.dest): never freed here */
+    sl_device_blocks blocks;       /* or the caller's block per parameter (opts.param_dest) */
     uint64_t free_before, free_after;
     void *pin_ptr;                 /* the range this instance holds a pin reference on, or NULL */
     size_t pin_len;
@@ -254,7 +257,7 @@ static sl_status cuda_alloc(void *ctx, uint64_t bytes, sl_err *err)
     d->free_before = d->free_after = fr;
     if (bytes == 0)
         return SL_OK;
-    if (d->dest) {
+    if (d->dest || d->blocks.n) { /* the caller's memory: no base at all with blocks */
         d->base = d->dest;
         d->bytes = bytes;
         return SL_OK;
@@ -271,6 +274,27 @@ static sl_status cuda_alloc(void *ctx, uint64_t bytes, sl_err *err)
     return SL_OK;
 }
 
+/* Device address of byte off, and in *avail how many bytes follow it contiguously (to the end
+ * of the caller's block that holds it, or of the allocation). */
+static unsigned char *cu_addr(const cuda_dev *d, uint64_t off, uint64_t *avail)
+{
+    if (d->blocks.n)
+        return sl_device_blocks_at(&d->blocks, off, avail);
+    *avail = d->bytes - off;
+    return d->base + off;
+}
+
+static sl_status cu_write_1d(cuda_dev *d, unsigned char *dst, const void *src, size_t n, int async,
+                             sl_err *err)
+{
+    if (async)
+        CU_CALL(d, err, "cudaMemcpyAsync",
+                g_cu.api.MemcpyAsync(dst, src, n, CU_MEMCPY_H2D, d->stream));
+    else
+        CU_CALL(d, err, "cudaMemcpy", g_cu.api.Memcpy(dst, src, n, CU_MEMCPY_H2D));
+    return SL_OK;
+}
+
 static sl_status cuda_write(void *ctx, uint64_t off, const void *src, size_t n, sl_err *err)
 {
     cuda_dev *d = ctx;
@@ -278,11 +302,27 @@ static sl_status cuda_write(void *ctx, uint64_t off, const void *src, size_t n, 
     if (n == 0)
         return SL_OK;
     SL_TRY(cu_select(d, err));
-    if (cu_pinned(d, src, n))
-        CU_CALL(d, err, "cudaMemcpyAsync",
-                g_cu.api.MemcpyAsync(d->base + off, src, n, CU_MEMCPY_H2D, d->stream));
-    else
-        CU_CALL(d, err, "cudaMemcpy", g_cu.api.Memcpy(d->base + off, src, n, CU_MEMCPY_H2D));
+    const int async = cu_pinned(d, src, n);
+    for (const unsigned char *s = src; n;) { /* one copy per block it spans */
+        uint64_t avail = 0;
+        unsigned char *dst = cu_addr(d, off, &avail);
+        const size_t m = (size_t)sl_min_u64(n, avail);
+        SL_TRY(cu_write_1d(d, dst, s, m, async, err));
+        off += m;
+        s += m;
+        n -= m;
+    }
+    return SL_OK;
+}
+
+/* A 2-D copy that straddles the caller's blocks goes row by row (never the case for the engine's
+ * copies, which stay inside one parameter). */
+static sl_status cu_write2d_rows(cuda_dev *d, uint64_t dst_off, uint64_t dst_pitch,
+                                 const unsigned char *src, size_t src_pitch, size_t width,
+                                 size_t rows, sl_err *err)
+{
+    for (size_t r = 0; r < rows; r++)
+        SL_TRY(cuda_write(d, dst_off + r * dst_pitch, src + r * src_pitch, width, err));
     return SL_OK;
 }
 
@@ -297,16 +337,21 @@ static sl_status cuda_write2d(void *ctx, uint64_t dst_off, uint64_t dst_pitch, c
                  dst_pitch <= d->bytes && rows - 1 <= (d->bytes - width) / dst_pitch,
              err, SL_E_INVALID_ARG, "cuda device %d: 2-D copy of %zu rows x %zu bytes (pitch %llu) "
              "does not fit", d->index, rows, width, (unsigned long long)dst_pitch);
-    SL_TRY(cu_check_range(d, dst_off, (rows - 1) * dst_pitch + width, err));
+    const uint64_t span = (rows - 1) * dst_pitch + width;
+    SL_TRY(cu_check_range(d, dst_off, span, err));
     SL_TRY(cu_select(d, err));
+    uint64_t avail = 0;
+    unsigned char *dst = cu_addr(d, dst_off, &avail);
+    if (avail < span)
+        return cu_write2d_rows(d, dst_off, dst_pitch, src, src_pitch, width, rows, err);
     const size_t src_span = (rows - 1) * src_pitch + width;
     if (cu_pinned(d, src, src_span))
         CU_CALL(d, err, "cudaMemcpy2DAsync",
-                g_cu.api.Memcpy2DAsync(d->base + dst_off, (size_t)dst_pitch, src, src_pitch, width,
-                                       rows, CU_MEMCPY_H2D, d->stream));
+                g_cu.api.Memcpy2DAsync(dst, (size_t)dst_pitch, src, src_pitch, width, rows,
+                                       CU_MEMCPY_H2D, d->stream));
     else
         CU_CALL(d, err, "cudaMemcpy2D",
-                g_cu.api.Memcpy2D(d->base + dst_off, (size_t)dst_pitch, src, src_pitch, width, rows,
+                g_cu.api.Memcpy2D(dst, (size_t)dst_pitch, src, src_pitch, width, rows,
                                   CU_MEMCPY_H2D));
     return SL_OK;
 }
@@ -319,7 +364,14 @@ static sl_status cuda_zero(void *ctx, uint64_t off, uint64_t n, sl_err *err)
     if (n == 0)
         return SL_OK;
     SL_TRY(cu_select(d, err));
-    CU_CALL(d, err, "cudaMemsetAsync", g_cu.api.MemsetAsync(d->base + off, 0, (size_t)n, d->stream));
+    while (n) {
+        uint64_t avail = 0;
+        unsigned char *dst = cu_addr(d, off, &avail);
+        const uint64_t m = sl_min_u64(n, avail);
+        CU_CALL(d, err, "cudaMemsetAsync", g_cu.api.MemsetAsync(dst, 0, (size_t)m, d->stream));
+        off += m;
+        n -= m;
+    }
     CU_CALL(d, err, "cudaStreamSynchronize", g_cu.api.StreamSynchronize(d->stream));
     return SL_OK;
 }
@@ -333,7 +385,15 @@ static sl_status cuda_read(void *ctx, uint64_t off, void *dst, size_t n, sl_err 
         return SL_OK;
     SL_TRY(cu_select(d, err));
     CU_CALL(d, err, "cudaStreamSynchronize", g_cu.api.StreamSynchronize(d->stream));
-    CU_CALL(d, err, "cudaMemcpy", g_cu.api.Memcpy(dst, d->base + off, n, CU_MEMCPY_D2H));
+    for (unsigned char *h = dst; n;) {
+        uint64_t avail = 0;
+        const unsigned char *src = cu_addr(d, off, &avail);
+        const size_t m = (size_t)sl_min_u64(n, avail);
+        CU_CALL(d, err, "cudaMemcpy", g_cu.api.Memcpy(h, src, m, CU_MEMCPY_D2H));
+        off += m;
+        h += m;
+        n -= m;
+    }
     return SL_OK;
 }
 
@@ -470,6 +530,7 @@ static void cuda_free(void *ctx)
         if (d->stream)
             (void)g_cu.api.StreamDestroy(d->stream);
     }
+    sl_device_blocks_free(&d->blocks);
     free(d);
 }
 
@@ -533,7 +594,8 @@ int32_t sl_cuda_gpu_count(void)
     return n;
 }
 
-sl_status sl_device_cuda_open(int32_t index, const sl_load_opts *o, sl_device *out, sl_err *err)
+sl_status sl_device_cuda_open(int32_t index, const sl_load_opts *o, const sl_device_segs *segs,
+                              sl_device *out, sl_err *err)
 {
     int count = 0, gpu = 0;
     SL_TRY(cu_load(err));
@@ -545,11 +607,14 @@ sl_status sl_device_cuda_open(int32_t index, const sl_load_opts *o, sl_device *o
     d->index = index;
     d->gpu = gpu;
     d->dest = sl_device_dest(o, index);
-    sl_status st = cu_select(d, err);
+    sl_status st = sl_device_blocks_copy(&d->blocks, segs, err);
+    if (st == SL_OK)
+        st = cu_select(d, err);
     cudaError_t e = st == SL_OK ? g_cu.api.StreamCreate(&d->stream) : 0;
     if (st == SL_OK && e != 0)
         st = cu_fail(d, err, "cudaStreamCreate", e);
     if (st != SL_OK) {
+        sl_device_blocks_free(&d->blocks);
         free(d);
         return st;
     }

@@ -88,9 +88,18 @@ typedef struct sl_device_segs {
     void *const *ptr;
 } sl_device_segs;
 
-/* Index of the segment that holds device byte off (the last one starting at or before it, so
- * empty segments are skipped); -1 before the first. */
-int64_t sl_device_seg_find(const uint64_t *seg_off, int64_t n, uint64_t off);
+/* A backend's own copy of the caller's blocks (the table passed in need not outlive the load). */
+typedef struct sl_device_blocks {
+    int64_t n;               /* 0: none, the device is one allocation */
+    uint64_t *off, *len;
+    unsigned char **ptr;
+} sl_device_blocks;
+
+sl_status sl_device_blocks_copy(sl_device_blocks *b, const sl_device_segs *segs, sl_err *err);
+void sl_device_blocks_free(sl_device_blocks *b);
+/* Address of device byte off, in the block that holds it, and in *avail the bytes from there to
+ * the end of that block (empty blocks are skipped). off must lie inside the device. */
+unsigned char *sl_device_blocks_at(const sl_device_blocks *b, uint64_t off, uint64_t *avail);
 
 /* Creates the backend instance for mesh device `index` ("cpu" or "cuda", NULL = "cpu"), in the
  * caller's per-parameter blocks when segs is not NULL. Nothing is allocated yet.
@@ -106,6 +115,7 @@ sl_status sl_device_check_range(const char *backend, int32_t index, uint64_t siz
 /* Backend constructors, one per file. */
 sl_status sl_device_cpu_open(int32_t index, const sl_load_opts *o, const sl_device_segs *segs,
                              sl_device *out, sl_err *err);
-sl_status sl_device_cuda_open(int32_t index, const sl_load_opts *o, sl_device *out, sl_err *err);
+sl_status sl_device_cuda_open(int32_t index, const sl_load_opts *o, const sl_device_segs *segs,
+                              sl_device *out, sl_err *err);
 
 #endif /* SL_DEVICE_H */
