@@ -104,9 +104,11 @@ def test_load_into_own_parameters_bitwise(case: Case) -> None:
     plan = shardload.plan(case.ckpt, layout="spmd", tp=1, dtype=case.dtype)
     sd = fresh.state_dict()
     names = [p.name for p in plan.devices[0].params]
-    # The engine's own tensors for the plan's parameters; a tied lm_head shares the embedding.
+    # The engine's own parameters: named_parameters() lists a tied lm_head once, as the
+    # embedding, which is exactly the plan (the state dict also has the alias).
     assert set(sd) - set(names) == (set(TIED_ALIASES) if case.tied else set())
-    targets = {n: sd[n] for n in names}
+    targets = dict(fresh.named_parameters())
+    assert set(targets) == set(names)
     ptrs = {n: t.data_ptr() for n, t in sd.items()}
 
     stats = shardload.load_into(case.ckpt, targets, layout="spmd", tp=1, dtype=case.dtype)
@@ -115,6 +117,21 @@ def test_load_into_own_parameters_bitwise(case: Case) -> None:
     if case.tied:
         assert fresh.lm_head.weight is fresh.model.embed_tokens.weight
     assert torch.equal(case.forward(fresh), case.logits)
+
+
+def test_load_into_whole_state_dict(case: Case) -> None:
+    """The whole state dict is accepted when it is the plan (untied); a tied model's names the
+    alias lm_head.weight, which the plan has not: refused, naming it, before any byte is read."""
+    fresh = case.fresh(seed=99)
+    sd = fresh.state_dict()
+    before = {n: t.clone() for n, t in sd.items()}
+    if case.tied:
+        with pytest.raises(ValueError, match="'lm_head.weight' is not a parameter of rank 0"):
+            shardload.load_into(case.ckpt, sd, layout="spmd", tp=1, dtype=case.dtype)
+        assert all(torch.equal(t, before[n]) for n, t in fresh.state_dict().items())
+    else:
+        shardload.load_into(case.ckpt, sd, layout="spmd", tp=1, dtype=case.dtype)
+        assert torch.equal(case.forward(fresh), case.logits)
 
 
 @pytest.mark.xfail(raises=shardload.PlanError, strict=True,
