@@ -5,7 +5,8 @@
 # throughput from the page cache (default settings and a small sweep of engine, staging and request
 # size) and from disk, device memory deltas, host peak RSS, pinned host-to-device bandwidth,
 # safetensors.torch.load_file(device="cuda"), PyTorch's whole-tensor-then-narrow-and-copy per rank,
-# and what the copy engine gives 1-D copies and narrow 2-D rows (bench/gpu_copy.c). Writes the
+# and what the copy engine gives 1-D copies and narrow 2-D rows (bench/gpu_copy.c), and the Python
+# package on the GPU (bench/gpu_python.py: cuda views, load_into CUDA tensors). Writes the
 # "GPU" section (bench/gpu_report.py) to bench/gpu.md and $OUT (or $GPU_WORK), and puts it into
 # bench/RESULTS.md in place of the previous one (make bench keeps it).
 #
@@ -169,6 +170,22 @@ check() {
 }
 warm
 for tp in 1 2 8; do check tp$tp -- --tp $tp; done
+
+# ---- 4b. the Python package (bench/gpu_python.py), from the source tree over the build's .so ---------
+PYLIB=$(dirname "$SL")/libshardload.so
+if [ ! -e "$PYLIB" ]; then
+    bad "python: no $PYLIB next to $SL"
+elif ! late "python api"; then
+    out=$(PYTHONPATH="$ROOT/python" SHARDLOAD_LIBRARY="$PYLIB" timeout 300 "$PY" "$ROOT/bench/gpu_python.py" "$CK" \
+          2>"$WORK/py.err") || { bad "python api: $(tail -3 "$WORK/py.err")"; out=; }
+    if [ -n "$out" ]; then
+        record "$out"
+        say "python: $out"
+        grep -q '"checksums_equal": true' <<<"$out" || bad "python: cuda checksums differ from cpu"
+        grep -q '"load_into_equal": false\|"views_zero_copy": false\|"views_on_gpu": false' <<<"$out" &&
+            bad "python: views or load_into wrong: $out"
+    fi
+fi
 
 # ---- 5. shardload throughput from the page cache ------------------------------------------------------
 warm

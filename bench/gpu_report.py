@@ -46,6 +46,19 @@ def best_runs(rows):
     return best
 
 
+def python_line(p):
+    """One paragraph on the Python package (bench/gpu_python.py)."""
+    yn = {True: "yes", False: "NO"}
+    line = (f"Python API (`shardload.load(..., tp={p['tp']}, devices={p['devices']}, device=\"cuda\")`, "
+            f"{p['bytes'] / 1e9:.2f} GB): cuda checksums = cpu: {yn[p['checksums_equal']]}; "
+            f"load {p['load_cuda_s']:.2f} s (library's own figure {p['stats_seconds']:.2f} s)")
+    if "torch_skipped" in p:
+        return line + f"; torch parts skipped ({p['torch_skipped']}).\n"
+    return line + (f"; torch views on the right GPU: {yn[p['views_on_gpu']]}, zero-copy: "
+                   f"{yn[p['views_zero_copy']]}; `load_into` CUDA tensors ({p['load_into_bytes'] / 1e9:.2f} GB) "
+                   f"{p['load_into_s']:.2f} s, equal: {yn[p['load_into_equal']]}.\n")
+
+
 def main():
     rows = load(sys.argv[1])
     fails = int(sys.argv[2]) if len(sys.argv) > 2 else 0
@@ -71,6 +84,9 @@ def main():
         for r in checks:
             out.append(f"| {r['check']} | {r['params']} | {r['checksums_equal']} | {r['delta_plan']} |")
         out.append("")
+    py = next((r["python"] for r in rows if "python" in r), None)
+    if py:
+        out.append(python_line(py))
     best = best_runs(rows)
     if best:
         out += ["Throughput: checkpoint bytes read / time. `whole load` is sl_load from the call to the "
