@@ -28,10 +28,11 @@ TIED_ALIASES = {"lm_head.weight": "model.embed_tokens.weight"}
 
 
 class Case:
-    def __init__(self, arch: str, dtype: Any, tied: bool, ckpt: Path, ids: Any,
-                 logits: Any) -> None:
-        self.arch, self.dtype, self.tied, self.ckpt = arch, dtype, tied, ckpt
-        self.ids, self.logits = ids, logits
+    """One saved checkpoint, the input ids, and from_pretrained's logits for them."""
+
+    def __init__(self, arch: str, dtype: Any, tied: bool, ckpt: Path, ids: Any) -> None:
+        self.arch, self.dtype, self.tied, self.ckpt, self.ids = arch, dtype, tied, ckpt, ids
+        self.logits: Any = None
 
     def fresh(self, seed: int) -> Any:
         """A new model from the directory's own config, random weights (not the saved ones)."""
@@ -54,7 +55,7 @@ def case(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     ref = transformers.AutoModelForCausalLM.from_pretrained(ckpt, attn_implementation="eager")
     assert ref.dtype == dtype and type(ref).__name__ == arch
     ids = torch.randint(0, 1000, (2, 11), generator=torch.Generator().manual_seed(3))
-    c = Case(arch, dtype, tied, ckpt, ids, None)
+    c = Case(arch, dtype, tied, ckpt, ids)
     c.logits = c.forward(ref.eval())
     return c
 
