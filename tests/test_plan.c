@@ -234,11 +234,43 @@ static void errors(void)
                            "\"num_attention_heads\":8,\"intermediate_size\":96,\"vocab_size\":64,"
                            "\"num_hidden_layers\":2}");
     error_case(cfg_path(), 1, 1, SL_LAYOUT_TP, SL_E_CONFIG, "no torch_dtype");
+    write_file(cfg_path(), "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64,"
+                           "\"num_attention_heads\":8,\"intermediate_size\":96,\"vocab_size\":64,"
+                           "\"num_hidden_layers\":2,\"torch_dtype\":\"bfloat16\",\"dtype\":\"float32\"}");
+    error_case(cfg_path(), 1, 1, SL_LAYOUT_TP, SL_E_CONFIG, "'torch_dtype' and 'dtype' differ");
+    write_file(cfg_path(), "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64,"
+                           "\"num_attention_heads\":8,\"intermediate_size\":96,\"vocab_size\":64,"
+                           "\"num_hidden_layers\":2,\"dtype\":\"int8\"}");
+    error_case(cfg_path(), 1, 1, SL_LAYOUT_TP, SL_E_CONFIG, "config dtype 'int8' is not supported");
     error_case("no/such/config.json", 1, 1, SL_LAYOUT_TP, SL_E_CONFIG, "no/such/config.json");
     sl_plan *p = NULL;
     EXPECT(build(CONFIGS "/llama-3-8b.json", "no/such/rules.json", 1, 1, SL_LAYOUT_TP, &p) ==
                SL_E_CONFIG, "missing rules file");
     sl_plan_free(p);
+}
+
+/* transformers 4.56 and later write the config's dtype as "dtype" (torch_dtype before): both are
+ * read, and agree when both are there. */
+static void dtype_keys(void)
+{
+    static const char *const cases[][2] = {
+        {"\"dtype\":\"float32\"", "F32"},
+        {"\"torch_dtype\":\"float16\"", "F16"},
+        {"\"torch_dtype\":\"bfloat16\",\"dtype\":\"bfloat16\"", "BF16"},
+        {"\"torch_dtype\":null,\"dtype\":\"float16\"", "F16"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[512];
+        snprintf(text, sizeof text, "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64,"
+                 "\"num_attention_heads\":8,\"intermediate_size\":96,\"vocab_size\":64,"
+                 "\"num_hidden_layers\":2,%s}", cases[i][0]);
+        write_file(cfg_path(), text);
+        sl_plan *p = NULL;
+        EXPECT(build(cfg_path(), NULL, 1, 1, SL_LAYOUT_TP, &p) == SL_OK &&
+                   !strcmp(sl_dtype_name(sl_plan_dtype(p)), cases[i][1]),
+               "dtype keys %s: %s", cases[i][0], sl_plan_errmsg(p));
+        sl_plan_free(p);
+    }
 }
 
 /* The --rules example must give exactly the built-in plan, ops included. */
@@ -286,6 +318,7 @@ static void embedded_tables(void)
 
 int main(void)
 {
+    dtype_keys();
     /* Without the configs every check below would fail on a NULL plan. */
     if (access(CONFIGS "/llama-3-8b.json", R_OK) != 0) {
         fprintf(stderr, "FAIL: %s/llama-3-8b.json not found\n", CONFIGS);

@@ -40,6 +40,22 @@ static sl_status cfg_int_opt(sl_err *err, const json_t *root, const char *key, i
     return cfg_int(err, root, key, out);
 }
 
+/* The config's dtype, under the key transformers writes: "torch_dtype" until 4.55, "dtype" since
+ * (torch_dtype then kept as a deprecated alias). Both given and different is an error. */
+static const json_t *cfg_dtype_value(sl_err *err, const json_t *root, const char **key)
+{
+    const json_t *old = json_object_get(root, "torch_dtype"), *cur = json_object_get(root, "dtype");
+    old = json_is_null(old) ? NULL : old;
+    cur = json_is_null(cur) ? NULL : cur;
+    if (old && cur && !json_equal(old, cur)) {
+        sl_err_set(err, SL_E_CONFIG, "config 'torch_dtype' and 'dtype' differ");
+        *key = NULL;
+        return NULL;
+    }
+    *key = cur ? "dtype" : "torch_dtype";
+    return cur ? cur : old;
+}
+
 static sl_status cfg_dtype(sl_err *err, const json_t *root, int32_t *out)
 {
     static const struct {
@@ -47,19 +63,22 @@ static sl_status cfg_dtype(sl_err *err, const json_t *root, int32_t *out)
         sl_dtype dt;
     } names[] = {{"bfloat16", SL_DTYPE_BF16}, {"float16", SL_DTYPE_F16}, {"half", SL_DTYPE_F16},
                  {"float32", SL_DTYPE_F32},   {"float", SL_DTYPE_F32}};
-    const json_t *v = json_object_get(root, "torch_dtype");
+    const char *key = NULL;
+    const json_t *v = cfg_dtype_value(err, root, &key);
     *out = -1;
-    if (v == NULL || json_is_null(v))
+    if (!key)
+        return SL_E_CONFIG;
+    if (v == NULL)
         return SL_OK;
-    SL_CHECK(json_is_string(v), err, SL_E_CONFIG, "config 'torch_dtype' is not a string");
+    SL_CHECK(json_is_string(v), err, SL_E_CONFIG, "config '%s' is not a string", key);
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         if (strcmp(json_string_value(v), names[i].name) == 0) {
             *out = (int32_t)names[i].dt;
             return SL_OK;
         }
     }
-    return sl_err_set(err, SL_E_CONFIG, "config torch_dtype '%s' is not supported (bfloat16, "
-                      "float16, float32)", json_string_value(v));
+    return sl_err_set(err, SL_E_CONFIG, "config %s '%s' is not supported (bfloat16, float16, "
+                      "float32)", key, json_string_value(v));
 }
 
 static sl_status cfg_arch(sl_err *err, sl_arena *a, const json_t *root, const char **out)

@@ -502,7 +502,7 @@ static sl_status desc_load(sl_plan *p, const sl_checkpoint *ck, const sl_plan_op
 static sl_status plan_dtype(sl_plan *p, const sl_model_desc *m, const sl_plan_opts *o)
 {
     const int32_t dt = o->dtype >= 0 ? o->dtype : m->cfg.dtype;
-    SL_CHECK(dt >= 0, &p->err, SL_E_CONFIG, "the config has no torch_dtype: choose a dtype");
+    SL_CHECK(dt >= 0, &p->err, SL_E_CONFIG, "the config has no torch_dtype (or dtype): choose a dtype");
     p->dtype = (sl_dtype)dt;
     return SL_OK;
 }

@@ -135,9 +135,6 @@ def test_load_into_whole_state_dict(case: Case) -> None:
         assert torch.equal(case.forward(fresh), case.logits)
 
 
-@pytest.mark.xfail(raises=shardload.PlanError, strict=True,
-                   reason="C core reads only config 'torch_dtype'; transformers 5 writes 'dtype' "
-                          "(src/plan/model_desc.c): plan without dtype= fails with SL_E_CONFIG")
 def test_plan_takes_dtype_from_transformers5_config(tmp_path: Path) -> None:
     ckpt, _ = save_tiny(tmp_path / "m", "LlamaForCausalLM", dtype=torch.bfloat16)
     cfg = json.loads((ckpt / "config.json").read_text())
