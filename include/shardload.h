@@ -34,43 +34,50 @@ extern "C" {
 
 /* ---- status ------------------------------------------------------------------------------------- */
 
-/* Values are stable: never renumber, only append. docs/errors.md lists them. */
-typedef enum sl_status {
-    SL_OK = 0,
-    /* safetensors format: one per reference error class (SAFETENSORS.md section 2) */
-    SL_E_HEADER_TOO_SMALL = 1,      /* file shorter than 8 bytes */
-    SL_E_HEADER_TOO_LARGE = 2,      /* N > 100,000,000 */
-    SL_E_HEADER_LENGTH = 3,         /* 8 + N beyond the end of the file */
-    SL_E_HEADER_UTF8 = 4,           /* header bytes are not valid UTF-8 */
-    SL_E_HEADER_JSON = 5,           /* syntax, type, missing field, unknown dtype, bad number, depth */
-    SL_E_INVALID_OFFSET = 6,        /* hole, overlap, reversed range, first tensor not at 0 */
-    SL_E_OVERFLOW = 7,              /* shape product or bit count overflows u64 */
-    SL_E_MISALIGNED = 8,            /* numel * bits not a multiple of 8 */
-    SL_E_TENSOR_INFO = 9,           /* data_offsets length disagrees with dtype and shape */
-    SL_E_INCOMPLETE = 10,           /* data buffer not exactly covered (short file, trailing bytes) */
-    SL_E_POLICY = 11,               /* accepted by the reference, rejected by shardload on purpose */
-    /* checkpoints */
-    SL_E_INDEX = 20,                /* model.safetensors.index.json breaks rules I1-I7 */
-    SL_E_NOT_FOUND = 21,            /* a file or a tensor that should exist does not */
-    SL_E_DUPLICATE = 22,            /* one tensor name in two files */
-    /* system */
-    SL_E_IO = 30,                   /* open/read/write failed; errno is in the message */
-    SL_E_NOMEM = 31,
-    SL_E_INVALID_ARG = 32,          /* caller error: bad option, out-of-range index */
-    SL_E_UNSUPPORTED = 33,          /* feature not built in or not available here (CUDA, io_uring) */
-    /* planning */
-    SL_E_CONFIG = 40,               /* config.json or rule table unreadable or inconsistent */
-    SL_E_SHAPE = 41,                /* checkpoint tensor shape differs from the config's */
-    SL_E_DIVISIBILITY = 42,         /* a dimension does not divide over the mesh */
-    SL_E_UNCLAIMED = 43,            /* checkpoint tensor that no rule claims */
-    SL_E_MISSING = 44,              /* parameters not initialized from the checkpoint */
-    /* loading */
-    SL_E_CHANGED = 50,              /* a file changed between planning and reading (size, short read) */
-    SL_E_DEVICE = 51                /* device backend failure */
-} sl_status;
+/* Every status as X(name, value, meaning), the one list that the enum, sl_status_str and
+ * sl_status_meaning are made from; docs/errors.md has a row for each (tests/test_status.c checks it).
+ * Values are stable: never renumber, only append. */
+#define SL_STATUS_LIST(X)                                                                          \
+    X(SL_OK, 0, "success")                                                                         \
+    /* safetensors format: one per reference error class (SAFETENSORS.md section 2) */           \
+    X(SL_E_HEADER_TOO_SMALL, 1, "file shorter than 8 bytes")                                       \
+    X(SL_E_HEADER_TOO_LARGE, 2, "N > 100,000,000")                                                 \
+    X(SL_E_HEADER_LENGTH, 3, "8 + N beyond the end of the file")                                   \
+    X(SL_E_HEADER_UTF8, 4, "header bytes are not valid UTF-8")                                     \
+    X(SL_E_HEADER_JSON, 5, "syntax, type, missing field, unknown dtype, bad number, depth")        \
+    X(SL_E_INVALID_OFFSET, 6, "hole, overlap, reversed range, first tensor not at 0")              \
+    X(SL_E_OVERFLOW, 7, "shape product or bit count overflows u64")                                \
+    X(SL_E_MISALIGNED, 8, "numel * bits not a multiple of 8")                                      \
+    X(SL_E_TENSOR_INFO, 9, "data_offsets length disagrees with dtype and shape")                   \
+    X(SL_E_INCOMPLETE, 10, "data buffer not exactly covered (short file, trailing bytes)")         \
+    X(SL_E_POLICY, 11, "accepted by the reference, rejected by shardload on purpose")              \
+    /* checkpoints */                                                                              \
+    X(SL_E_INDEX, 20, "model.safetensors.index.json breaks rules I1-I7")                           \
+    X(SL_E_NOT_FOUND, 21, "a file or a tensor that should exist does not")                         \
+    X(SL_E_DUPLICATE, 22, "one tensor name in two files")                                          \
+    /* system */                                                                                   \
+    X(SL_E_IO, 30, "open/read/write failed; errno is in the message")                              \
+    X(SL_E_NOMEM, 31, "out of memory")                                                             \
+    X(SL_E_INVALID_ARG, 32, "caller error: bad option, out-of-range index")                        \
+    X(SL_E_UNSUPPORTED, 33, "feature not built in or not available here (CUDA, io_uring)")         \
+    /* planning */                                                                                 \
+    X(SL_E_CONFIG, 40, "config.json or rule table unreadable or inconsistent")                     \
+    X(SL_E_SHAPE, 41, "checkpoint tensor shape differs from the config's")                         \
+    X(SL_E_DIVISIBILITY, 42, "a dimension does not divide over the mesh")                          \
+    X(SL_E_UNCLAIMED, 43, "checkpoint tensor that no rule claims")                                 \
+    X(SL_E_MISSING, 44, "parameters not initialized from the checkpoint")                          \
+    /* loading */                                                                                  \
+    X(SL_E_CHANGED, 50, "a file changed between planning and reading (size, short read)")          \
+    X(SL_E_DEVICE, 51, "device backend failure")
 
-/* Stable name of a status, e.g. "SL_E_HEADER_JSON". Never NULL. */
+#define SL_STATUS_ENUM_(name, value, meaning) name = value,
+typedef enum sl_status { SL_STATUS_LIST(SL_STATUS_ENUM_) } sl_status;
+#undef SL_STATUS_ENUM_
+
+/* Stable name of a status, e.g. "SL_E_HEADER_JSON"; "SL_E_UNKNOWN" for another value. */
 const char *sl_status_str(sl_status st);
+/* What a status means, in a few words (the list above); "" for an unknown value. */
+const char *sl_status_meaning(sl_status st);
 
 /* ---- dtypes ------------------------------------------------------------------------------------- */
 
@@ -245,12 +252,15 @@ typedef enum sl_io_mode { SL_IO_AUTO = 0, SL_IO_DIRECT = 1, SL_IO_BUFFERED = 2 }
 
 typedef void (*sl_progress_fn)(void *user, uint64_t done_bytes, uint64_t total_bytes);
 
+/* The host staging budget when none is given (sl_load_opts.staging_bytes 0 or from init). */
+#define SL_STAGING_DEFAULT ((uint64_t)64 << 20)
+
 typedef struct sl_load_opts {
     const char *device;        /* "cpu" (default) or "cuda" */
     sl_io_mode io;
     int32_t threads;           /* I/O threads / queue depth, and for non-host devices the number
                                   of staging slots when request_bytes is 0; 0: automatic */
-    uint64_t staging_bytes;    /* host staging budget; default 64 MiB */
+    uint64_t staging_bytes;    /* host staging budget; default SL_STAGING_DEFAULT (64 MiB) */
     uint64_t request_bytes;    /* size of one read request; 0 (default): 16 MiB, and for non-host
                                   devices (cuda) what cuts the budget into about `threads` (or as
                                   many as CPUs, at most 16) slots, 4 to 16 MiB each */

@@ -10,10 +10,18 @@ from typing import Any
 
 import numpy as np
 
-# In shardload.h's enum order.
-NAMES = ["BOOL", "F4", "F6_E2M3", "F6_E3M2", "U8", "I8", "F8_E5M2", "F8_E4M3", "F8_E8M0",
-         "F8_E4M3FNUZ", "F8_E5M2FNUZ", "I16", "U16", "F16", "BF16", "I32", "U32", "F32", "C64",
-         "F64", "I64", "U64"]
+from . import _native as N
+
+
+def _names() -> list[str]:
+    """The library's dtype table, in sl_dtype order (sl_dtype_name is NULL past its end)."""
+    out: list[str] = []
+    while (name := N.lib.sl_dtype_name(len(out))) is not None:
+        out.append(N.text(name))
+    return out
+
+
+NAMES = _names()
 VALUE = {n: i for i, n in enumerate(NAMES)}
 
 _ALIASES = {"bf16": "BF16", "bfloat16": "BF16", "f16": "F16", "fp16": "F16", "float16": "F16",

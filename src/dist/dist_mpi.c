@@ -278,7 +278,7 @@ static sl_status dist_coop_setup(dist_ctx *c)
     }
     /* size + 1 slots per rank (two read, size-1 received) and the conversion ring within the
      * budget; Alltoallw counts and displacements are ints. */
-    const uint64_t staging = c->o->staging_bytes ? c->o->staging_bytes : (uint64_t)64 << 20;
+    const uint64_t staging = c->o->staging_bytes ? c->o->staging_bytes : SL_STAGING_DEFAULT;
     const uint64_t ring = sl_rd_ring_budget(staging);
     const uint64_t budget = sl_min_u64(staging - ring, INT_MAX) / ((uint64_t)c->size + 1);
     /* The receive slots live in the engine's staging block, so that devices that copy

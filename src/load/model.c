@@ -14,7 +14,7 @@ void sl_load_opts_init(sl_load_opts *o)
     *o = (sl_load_opts){0};
     o->device = "cpu";
     o->io = SL_IO_AUTO;
-    o->staging_bytes = (uint64_t)64 << 20;
+    o->staging_bytes = SL_STAGING_DEFAULT;
     o->seed = 1234;
 }
 

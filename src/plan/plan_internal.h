@@ -75,6 +75,13 @@ struct sl_plan {
     uint64_t read_bytes;     /* union of all COPY source bytes; UINT64_MAX without a checkpoint */
     int has_checkpoint;
     int tied;                /* the config ties embeddings (reshard stores the shared tensor once) */
+    const char *tied_stored; /* tied: the name pre-sharded files keep the last stage's copy of
+                                tied_param under (arena); NULL when not tied */
+    const char *tied_param;
 };
+
+/* The tensor name a pre-sharded file stores parameter `param` of device d under: its own, except
+ * the last stage's copy of a tied embedding (sl_plan.tied_stored). */
+const char *sl_plan_stored_name(const sl_plan *p, const sl_plan_device *d, const char *param);
 
 #endif /* SL_PLAN_INTERNAL_H */

@@ -47,14 +47,6 @@ static sl_status check_file_mesh(plan_ctx *c, int64_t f)
     return SL_OK;
 }
 
-/* sl_reshard stores the tied embedding of the last stage as lm_head.weight (vLLM's choice). */
-static const char *stored_name(const plan_ctx *c, const sl_plan_device *d, const char *param)
-{
-    if (c->p->tied && d->pp_rank == c->p->pp - 1 && !strcmp(param, "model.embed_tokens.weight"))
-        return "lm_head.weight";
-    return param;
-}
-
 /* Tensors sorted by (device, name), so each parameter is found by binary search. */
 typedef struct ps_key {
     int32_t dev;
@@ -115,7 +107,7 @@ static sl_status bind_param(ps_ctx *x, sl_plan_device *d, int64_t i, sl_op *op)
     plan_ctx *c = x->c;
     sl_plan *p = c->p;
     const sl_plan_param_t *pp = &d->params[i];
-    const char *name = stored_name(c, d, pp->name);
+    const char *name = sl_plan_stored_name(c->p, d, pp->name);
     const int64_t ti = find_on_device(x->idx, x->n, d->index, name);
     SL_CHECK(ti >= 0, &p->err, SL_E_MISSING,
              "Following weights were not initialized from checkpoint: {'%s'} (device %d has no tensor "

@@ -138,22 +138,11 @@ typedef struct reshard {
     const sl_checkpoint *ck;
     const char *outdir;
     uint64_t max_part;
-    int tied;
     int32_t first, count;     /* the mesh devices this process writes (over MPI: its rank's) */
     file_dev *fdevs;          /* plan->n_devices entries; only [first, first + count) are opened */
     sl_model_dev *mdevs;      /* likewise */
     sl_err err;
 } reshard;
-
-/* With tied embeddings vLLM's sharded_state loader keeps, of tensors that share storage, the one
- * whose name sorts lowest: lm_head.weight. That sharing exists where both modules live: on the
- * last pipeline stage. */
-static const char *stored_name(const reshard *r, const sl_plan_device *pd, const char *name)
-{
-    if (r->tied && pd->pp_rank == r->plan->pp - 1 && !strcmp(name, "model.embed_tokens.weight"))
-        return "lm_head.weight";
-    return name;
-}
 
 static int64_t split_parts(const sl_plan_device *pd, uint64_t max_part, int64_t *param_part)
 {
@@ -212,7 +201,7 @@ static sl_status file_dev_init(reshard *r, file_dev *f, const sl_plan_device *pd
     for (int64_t i = 0; i < pd->n_params; i++) {
         const sl_plan_param_t *pp = &pd->params[i];
         sl_writer *w = f->parts[f->param_part[i]];
-        if (sl_writer_add(w, stored_name(r, pd, pp->name), r->plan->dtype, pp->ndim, pp->shape,
+        if (sl_writer_add(w, sl_plan_stored_name(r->plan, pd, pp->name), r->plan->dtype, pp->ndim, pp->shape,
                           &f->param_widx[i]) != SL_OK)
             return sl_err_set(&r->err, SL_E_INVALID_ARG, "%s", sl_writer_errmsg(w));
     }
@@ -330,7 +319,7 @@ static sl_status reshard_run(reshard *r, const sl_checkpoint *ck, const sl_load_
 static void reshard_init(reshard *r, const sl_checkpoint *ck, const sl_plan *p, const char *outdir,
                          uint64_t max_part_bytes)
 {
-    *r = (reshard){.plan = p, .ck = ck, .outdir = outdir, .tied = p ? p->tied : 0,
+    *r = (reshard){.plan = p, .ck = ck, .outdir = outdir,
                    .max_part = max_part_bytes ? max_part_bytes : RESHARD_DEFAULT_PART};
 }
 
