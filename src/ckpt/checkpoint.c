@@ -2,7 +2,7 @@
  * model.safetensors.index.json). Only the 8-byte length and the header of each file are read; the
  * data buffer is never touched here. Every message reads "<file>: <what is wrong>", where <file> is
  * the path the user gave, joined with the shard name for directories. */
-#include "ckpt_internal.h"
+#include "ckpt/ckpt_file.h"
 #include "format/st_format.h"
 
 #include <ctype.h>

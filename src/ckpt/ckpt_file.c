@@ -1,5 +1,5 @@
 /* ckpt_file.c - positional I/O that never returns a short count, and path joining. */
-#include "ckpt_internal.h"
+#include "ckpt/ckpt_file.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -5,7 +5,7 @@
  * and the header is padded with spaces so that 8 + N is a multiple of 8. With that order every
  * tensor starts at a multiple of its element size. The file is written under a temporary name and
  * renamed by sl_writer_finish, so a crash never leaves a half-written file under the final name. */
-#include "ckpt_internal.h"
+#include "ckpt/ckpt_file.h"
 #include "format/st_format.h"
 #include "sl_strbuf.h"
 

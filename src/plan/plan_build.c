@@ -47,7 +47,7 @@ static uint64_t vocab_padded(uint64_t v)
     return (v + SL_VOCAB_PAD - 1) / SL_VOCAB_PAD * SL_VOCAB_PAD;
 }
 
-static sl_status check_rule_tp(sl_plan *p, const sl_model_config *cfg, const sl_rule *r)
+static sl_status check_rule_tp(sl_plan *p, const sl_arch_config *cfg, const sl_rule *r)
 {
     const int64_t T = p->tp;
     switch (r->shard) {
@@ -75,7 +75,7 @@ static sl_status check_rule_tp(sl_plan *p, const sl_model_config *cfg, const sl_
 static sl_status check_mesh(plan_ctx *c)
 {
     sl_plan *p = c->p;
-    const sl_model_config *cfg = &c->m->cfg;
+    const sl_arch_config *cfg = &c->m->cfg;
     SL_CHECK(p->layout != SL_LAYOUT_SPMD || p->pp == 1, &p->err, SL_E_INVALID_ARG,
              "layout spmd is a 1-D mesh: pp must be 1 (got %d)", (int)p->pp);
     SL_CHECK(p->pp <= cfg->L, &p->err, SL_E_CONFIG,
@@ -130,8 +130,8 @@ static sl_status tmpl_names(plan_ctx *c, plan_tmpl *t)
     t->names = sl_arena_alloc(&c->p->arena, (size_t)n * sizeof(*t->names));
     SL_CHECK(t->names != NULL, &c->p->err, SL_E_NOMEM, "out of memory");
     for (int64_t l = 0; l < n; l++) {
-        /* copied even without {i}: the plan outlives the model description */
-        t->names[l] = sl_model_name_format(&c->p->arena, t->param, l);
+        /* copied even without {i}: the plan outlives the architecture description */
+        t->names[l] = sl_arch_name_format(&c->p->arena, t->param, l);
         SL_CHECK(t->names[l] != NULL, &c->p->err, SL_E_NOMEM, "out of memory");
     }
     return SL_OK;
@@ -139,7 +139,7 @@ static sl_status tmpl_names(plan_ctx *c, plan_tmpl *t)
 
 static sl_status tmpl_build(plan_ctx *c)
 {
-    const sl_model_desc *m = c->m;
+    const sl_arch *m = c->m;
     const int spmd = c->p->layout == SL_LAYOUT_SPMD;
     c->n_tmpl = spmd ? m->n_rules : m->n_groups;
     c->tmpl = sl_arena_alloc(&c->p->arena, (size_t)c->n_tmpl * sizeof(*c->tmpl));
@@ -254,7 +254,7 @@ static void rule_rc(const sl_rule *r, uint64_t *R, uint64_t *C)
 /* Layout tp: rows of the parameter contributed by slot j, and where they start. */
 static uint64_t tp_slot_rows(const param_ctx *pc, const sl_rule *r, uint64_t *kv_block)
 {
-    const sl_model_config *cfg = &pc->c->m->cfg;
+    const sl_arch_config *cfg = &pc->c->m->cfg;
     const uint64_t T = (uint64_t)pc->n, D = (uint64_t)cfg->D, K = (uint64_t)cfg->K;
     const uint64_t kl = T <= K ? K / T : 1, rep = T <= K ? 1 : T / K;
     *kv_block = (uint64_t)pc->rank;
@@ -384,7 +384,7 @@ static sl_status param_emit(param_ctx *pc)
     for (int32_t k = 0; k < pc->t->n_rules; k++) {
         const int32_t ri = pc->t->rules[k];
         const sl_rule *r = &pc->c->m->rules[ri];
-        const plan_src *s = &pc->c->src[sl_model_desc_tensor_index(pc->c->m, ri, pc->layer)];
+        const plan_src *s = &pc->c->src[sl_arch_tensor_index(pc->c->m, ri, pc->layer)];
         if (p->layout == SL_LAYOUT_SPMD) {
             spmd_rule_ops(pc, r, s);
         } else {
@@ -482,7 +482,7 @@ static sl_status opts_check(sl_plan *p, const sl_checkpoint *ck, const sl_plan_o
 }
 
 static sl_status desc_load(sl_plan *p, const sl_checkpoint *ck, const sl_plan_opts *o,
-                           sl_model_desc **m)
+                           sl_arch **m)
 {
     char *path = NULL;
     const char *cfg = o->config_path;
@@ -494,12 +494,12 @@ static sl_status desc_load(sl_plan *p, const sl_checkpoint *ck, const sl_plan_op
         snprintf(path, n, "%s/config.json", dir);
         cfg = path;
     }
-    const sl_status st = sl_model_desc_load(cfg, o->rules_path, &p->err, m);
+    const sl_status st = sl_arch_load(cfg, o->rules_path, &p->err, m);
     free(path);
     return st;
 }
 
-static sl_status plan_dtype(sl_plan *p, const sl_model_desc *m, const sl_plan_opts *o)
+static sl_status plan_dtype(sl_plan *p, const sl_arch *m, const sl_plan_opts *o)
 {
     const int32_t dt = o->dtype >= 0 ? o->dtype : m->cfg.dtype;
     SL_CHECK(dt >= 0, &p->err, SL_E_CONFIG, "the config has no torch_dtype (or dtype): choose a dtype");
@@ -519,7 +519,7 @@ static sl_status sources_init(plan_ctx *c)
 /* Tied embeddings share storage between the embedding (the rule placed first and also on the last
  * stage) and the head (the rule skipped when tied). vLLM's sharded_state format keeps, of tensors
  * that share storage, the one whose name sorts lowest: the name reshard writes and reads back. */
-static sl_status plan_tied_names(sl_plan *p, const sl_model_desc *m)
+static sl_status plan_tied_names(sl_plan *p, const sl_arch *m)
 {
     const char *param = NULL, *head = NULL;
     for (int32_t i = 0; p->tied && i < m->n_rules; i++) {
@@ -546,7 +546,7 @@ const char *sl_plan_stored_name(const sl_plan *p, const sl_plan_device *d, const
 static sl_status plan_build_impl(sl_plan *p, const sl_checkpoint *ck, const sl_plan_opts *o)
 {
     plan_ctx c = {.p = p, .ck = ck};
-    sl_model_desc *m = NULL;
+    sl_arch *m = NULL;
     sl_status st = opts_check(p, ck, o);
     if (st == SL_OK)
         st = desc_load(p, ck, o, &m);
@@ -575,7 +575,7 @@ static sl_status plan_build_impl(sl_plan *p, const sl_checkpoint *ck, const sl_p
         st = sl_plan_bind_presharded(&c);
     if (st == SL_OK)
         st = sl_plan_finish(&c);
-    sl_model_desc_free(m);
+    sl_arch_free(m);
     return st;
 }
 

@@ -78,7 +78,7 @@ static const char *tensor_file(const plan_ctx *c, const sl_tensor_info *ti)
     return f ? f : "?";
 }
 
-static sl_status check_shape(plan_ctx *c, const sl_tensor_info *ti, const sl_model_tensor *mt)
+static sl_status check_shape(plan_ctx *c, const sl_tensor_info *ti, const sl_arch_tensor *mt)
 {
     int same = ti->ndim == mt->ndim;
     for (uint32_t i = 0; same && i < ti->ndim; i++)
@@ -150,7 +150,7 @@ static sl_status bind_one(plan_ctx *c, const name_map *mp, int64_t i, unclaimed 
         unclaimed_add(c, u, &ti);
         return SL_OK;
     }
-    const sl_model_tensor *mt = &c->m->tensors[k];
+    const sl_arch_tensor *mt = &c->m->tensors[k];
     if (c->m->cfg.tied && c->m->rules[mt->rule].tied_skip)
         return SL_OK;   /* tied: the embedding serves as lm_head, as in vLLM */
     SL_TRY(check_shape(c, &ti, mt));
@@ -164,7 +164,7 @@ static sl_status bind_one(plan_ctx *c, const name_map *mp, int64_t i, unclaimed 
 static int tmpl_complete(const plan_ctx *c, const plan_tmpl *t, int64_t layer)
 {
     for (int32_t k = 0; k < t->n_rules; k++) {
-        if (c->src[sl_model_desc_tensor_index(c->m, t->rules[k], layer)].index < 0)
+        if (c->src[sl_arch_tensor_index(c->m, t->rules[k], layer)].index < 0)
             return 0;
     }
     return 1;

@@ -3,7 +3,7 @@
 #ifndef SL_PLAN_CTX_H
 #define SL_PLAN_CTX_H
 
-#include "model_desc.h"
+#include "plan/arch.h"
 #include "plan_internal.h"
 
 /* A parameter of the layout: the rules (checkpoint tensors) that fill it. In layout tp a rule group;
@@ -28,7 +28,7 @@ typedef struct plan_src {
 
 typedef struct plan_ctx {
     sl_plan *p;
-    const sl_model_desc *m;
+    const sl_arch *m;
     const sl_checkpoint *ck;
     plan_src *src;                /* per m->tensors entry */
     plan_tmpl *tmpl;

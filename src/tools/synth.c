@@ -1,6 +1,6 @@
 /* synth.c - synthetic checkpoints in Hugging Face layout, for tests, benchmarks and the demo.
  *
- * The tensors are exactly those the config implies under its rule table (model_desc.h), filled
+ * The tensors are exactly those the config implies under its rule table (plan/arch.h), filled
  * with uniform values in [-0.05, 0.05) from a per-tensor generator seeded by (seed, name), so a
  * file's bytes depend only on the config, the dtype and the seed. Shards follow huggingface_hub:
  * tensors in order, a new shard when the next tensor would pass max_shard_bytes (a bigger tensor
@@ -9,7 +9,7 @@
 #include "shardload.h"
 
 #include "load/convert.h"
-#include "plan/model_desc.h"
+#include "plan/arch.h"
 #include "sl_bytes.h"
 #include "sl_err.h"
 #include "tools/tools_common.h"
@@ -30,7 +30,7 @@ typedef struct synth_shard {
 } synth_shard;
 
 typedef struct synth {
-    const sl_model_desc *desc;
+    const sl_arch *desc;
     sl_dtype dtype;
     uint64_t seed;
     const char *outdir;
@@ -60,15 +60,15 @@ static uint64_t tensor_seed(uint64_t seed, const char *name)
     return h;
 }
 
-static uint64_t tensor_numel(const sl_model_tensor *t)
+static uint64_t tensor_numel(const sl_arch_tensor *t)
 {
     uint64_t n = 1;
     for (uint32_t d = 0; d < t->ndim; d++)
-        n *= t->shape[d];   /* shapes were checked against overflow by sl_model_desc_load */
+        n *= t->shape[d];   /* shapes were checked against overflow by sl_arch_load */
     return n;
 }
 
-static void collect_tensor(void *user, const sl_model_tensor *t)
+static void collect_tensor(void *user, const sl_arch_tensor *t)
 {
     synth *s = user;
     s->tensors[s->n_tensors++] = t - s->desc->tensors;
@@ -103,7 +103,7 @@ static void shard_name(const synth *s, int64_t k, char *buf, size_t len)
         snprintf(buf, len, "model-%05lld-of-%05lld.safetensors", (long long)k + 1, (long long)s->n_shards);
 }
 
-static sl_status synth_fill_tensor(synth *s, sl_writer *w, int64_t widx, const sl_model_tensor *t)
+static sl_status synth_fill_tensor(synth *s, sl_writer *w, int64_t widx, const sl_arch_tensor *t)
 {
     const uint64_t numel = tensor_numel(t);
     const size_t esz = sl_dtype_bits(s->dtype) / 8;
@@ -137,7 +137,7 @@ static sl_status synth_write_shard(synth *s, int64_t k, json_t *wmap)
     if (st == SL_OK)
         st = sl_writer_set_metadata(w, "format", "pt");
     for (int64_t i = 0; st == SL_OK && i < sh->count; i++) {
-        const sl_model_tensor *t = &s->desc->tensors[s->tensors[sh->first + i]];
+        const sl_arch_tensor *t = &s->desc->tensors[s->tensors[sh->first + i]];
         st = sl_writer_add(w, t->name, s->dtype, t->ndim, t->shape, &widx[i]);
         if (st == SL_OK && json_object_set_new(wmap, t->name, json_string(name)) != 0)
             st = SL_E_NOMEM;
@@ -205,7 +205,7 @@ static sl_status synth_prepare(synth *s, const char *outdir, int32_t dtype)
     s->fchunk = malloc(SYNTH_CHUNK_ELEMS * sizeof(float));
     if (!s->tensors || !s->chunk || !s->fchunk)
         return sl_err_set(&s->err, SL_E_NOMEM, "out of memory");
-    sl_model_desc_each_checkpoint_tensor(s->desc, collect_tensor, s);
+    sl_arch_each_checkpoint_tensor(s->desc, collect_tensor, s);
     return SL_OK;
 }
 
@@ -244,10 +244,10 @@ sl_status sl_synth(const char *config_path, const char *rules_path, const char *
                    uint64_t seed, uint64_t max_shard_bytes, char *err, size_t errlen)
 {
     synth s = {0};
-    sl_model_desc *desc = NULL;
+    sl_arch *desc = NULL;
     s.seed = seed;
     s.outdir = outdir;
-    sl_status st = sl_model_desc_load(config_path, rules_path, &s.err, &desc);
+    sl_status st = sl_arch_load(config_path, rules_path, &s.err, &desc);
     s.desc = desc;
     if (st == SL_OK)
         st = synth_prepare(&s, outdir, dtype);
@@ -259,6 +259,6 @@ sl_status sl_synth(const char *config_path, const char *rules_path, const char *
     free(s.shards);
     free(s.chunk);
     free(s.fchunk);
-    sl_model_desc_free(desc);
+    sl_arch_free(desc);
     return st;
 }

@@ -1,11 +1,11 @@
-/* model_desc.h - a model as the planner sees it: the config's sizes (H, nh, K, D, I, V, L) and the
- * rule table of its architecture, instantiated into the list of checkpoint tensors the config
+/* arch.h - a model's architecture as the planner sees it: the config's sizes (H, nh, K, D, I, V, L)
+ * and the rule table of its architecture, instantiated into the list of checkpoint tensors the config
  * implies. Used by the planner and by `synth` (which writes exactly these tensors).
  *
  * A rule table (docs/rules.md) maps checkpoint names, with {i} for the layer, to the parameters of
  * the layout, with a shape in config symbols, a sharding kind and a placement. */
-#ifndef SL_MODEL_DESC_H
-#define SL_MODEL_DESC_H
+#ifndef SL_ARCH_H
+#define SL_ARCH_H
 
 #include "shardload.h"
 
@@ -49,25 +49,25 @@ typedef struct sl_rule_group {
     int32_t rules[SL_GROUP_MAX_SLOTS];
 } sl_rule_group;
 
-typedef struct sl_model_config {
+typedef struct sl_arch_config {
     const char *architecture;     /* architectures[0] (arena) */
     int64_t H, nh, K, D, I, V, L;
     int tied;                     /* tie_word_embeddings */
     int32_t dtype;                /* sl_dtype of torch_dtype, -1 when absent */
-} sl_model_config;
+} sl_arch_config;
 
 /* One checkpoint tensor the config implies. */
-typedef struct sl_model_tensor {
+typedef struct sl_arch_tensor {
     const char *name;             /* arena */
     int32_t rule;
     int32_t layer;                /* -1 for first/last-stage tensors */
     uint32_t ndim;
     const uint64_t *shape;        /* the rule's */
-} sl_model_tensor;
+} sl_arch_tensor;
 
-typedef struct sl_model_desc {
+typedef struct sl_arch {
     sl_arena arena;
-    sl_model_config cfg;
+    sl_arch_config cfg;
     sl_rule *rules;
     int32_t n_rules;
     sl_rule_group *groups;
@@ -75,27 +75,27 @@ typedef struct sl_model_desc {
     /* Every tensor of every rule, in a stable order: first-stage rules, then layer 0's rules,
      * layer 1's, ..., then last-stage rules, each in table order. Tied-skip rules are included
      * (flagged by the rule) so that the planner can recognise and skip them. */
-    sl_model_tensor *tensors;
+    sl_arch_tensor *tensors;
     int64_t n_tensors;
     int32_t n_first, n_layer, n_last;   /* rules per placement */
-} sl_model_desc;
+} sl_arch;
 
 /* Reads config_path and the rule table (rules_path, or the built-in one for architectures[0]),
  * checks the sizes (SL_E_CONFIG) and lists the tensors. On failure the message is in err and *out
  * is NULL. */
-sl_status sl_model_desc_load(const char *config_path, const char *rules_path, sl_err *err,
-                             sl_model_desc **out);
-void sl_model_desc_free(sl_model_desc *m);
+sl_status sl_arch_load(const char *config_path, const char *rules_path, sl_err *err,
+                             sl_arch **out);
+void sl_arch_free(sl_arch *m);
 
 /* Index into m->tensors of a rule's tensor at a layer (layer ignored for first/last rules). */
-int64_t sl_model_desc_tensor_index(const sl_model_desc *m, int32_t rule, int64_t layer);
+int64_t sl_arch_tensor_index(const sl_arch *m, int32_t rule, int64_t layer);
 
 /* pattern with every "{i}" replaced by layer, in arena a; NULL when out of memory. */
-const char *sl_model_name_format(sl_arena *a, const char *pattern, int64_t layer);
+const char *sl_arch_name_format(sl_arena *a, const char *pattern, int64_t layer);
 
 /* The tensors a checkpoint of this config holds (synth): tied-skip rules are left out when the
  * config ties embeddings. Calls fn once per tensor in m->tensors order. */
-typedef void (*sl_model_tensor_fn)(void *user, const sl_model_tensor *t);
-void sl_model_desc_each_checkpoint_tensor(const sl_model_desc *m, sl_model_tensor_fn fn, void *user);
+typedef void (*sl_arch_tensor_fn)(void *user, const sl_arch_tensor *t);
+void sl_arch_each_checkpoint_tensor(const sl_arch *m, sl_arch_tensor_fn fn, void *user);
 
-#endif /* SL_MODEL_DESC_H */
+#endif /* SL_ARCH_H */

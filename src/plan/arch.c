@@ -1,8 +1,8 @@
-/* model_desc.c - config.json + rule table -> model description (see model_desc.h).
+/* arch.c - config.json + rule table -> the architecture description (see arch.h).
  *
  * Every number comes from a user file, so sizes are checked to be positive and every product is
  * overflow-checked: a config with hidden_size 2^62 gives SL_E_CONFIG, never a wrapped size. */
-#include "model_desc.h"
+#include "plan/arch.h"
 
 #include "rules_builtin.h"
 #include "sl_bytes.h"
@@ -104,7 +104,7 @@ static sl_status cfg_tied(sl_err *err, const json_t *root, int *out)
     return SL_OK;
 }
 
-static sl_status cfg_parse(sl_err *err, sl_arena *a, const json_t *root, sl_model_config *c)
+static sl_status cfg_parse(sl_err *err, sl_arena *a, const json_t *root, sl_arch_config *c)
 {
     SL_CHECK(json_is_object(root), err, SL_E_CONFIG, "config is not a JSON object");
     SL_TRY(cfg_arch(err, a, root, &c->architecture));
@@ -124,7 +124,7 @@ static sl_status cfg_parse(sl_err *err, sl_arena *a, const json_t *root, sl_mode
     return cfg_dtype(err, root, &c->dtype);
 }
 
-static sl_status cfg_load(sl_err *err, sl_arena *a, const char *path, sl_model_config *c)
+static sl_status cfg_load(sl_err *err, sl_arena *a, const char *path, sl_arch_config *c)
 {
     json_error_t jerr;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
@@ -139,7 +139,7 @@ static sl_status cfg_load(sl_err *err, sl_arena *a, const char *path, sl_model_c
 
 /* ---- shape expressions: "H", "nh*D", "2*I" ---------------------------------------------------- */
 
-static int sym_value(const sl_model_config *c, const char *s, size_t n, uint64_t *out)
+static int sym_value(const sl_arch_config *c, const char *s, size_t n, uint64_t *out)
 {
     static const char *const names[] = {"H", "nh", "K", "D", "I", "V", "L"};
     const int64_t vals[] = {c->H, c->nh, c->K, c->D, c->I, c->V, c->L};
@@ -155,7 +155,7 @@ static int sym_value(const sl_model_config *c, const char *s, size_t n, uint64_t
     return *out > 0 ? 0 : -1;
 }
 
-static sl_status shape_eval(sl_err *err, const sl_model_config *c, const char *expr,
+static sl_status shape_eval(sl_err *err, const sl_arch_config *c, const char *expr,
                             const char *tensor, uint64_t *out)
 {
     uint64_t v = 1;
@@ -247,7 +247,7 @@ static sl_status rule_place(sl_err *err, const json_t *r, const char *t, sl_rule
     return SL_OK;
 }
 
-static sl_status rule_shape(sl_err *err, sl_arena *a, const sl_model_config *c, const json_t *r,
+static sl_status rule_shape(sl_err *err, sl_arena *a, const sl_arch_config *c, const json_t *r,
                             const char *t, sl_rule *out)
 {
     const json_t *sh = json_object_get(r, "shape");
@@ -286,7 +286,7 @@ static sl_status rule_keys(sl_err *err, const json_t *r, const char *t)
     return SL_OK;
 }
 
-static sl_status rule_parse(sl_err *err, sl_arena *a, const sl_model_config *c, const json_t *r,
+static sl_status rule_parse(sl_err *err, sl_arena *a, const sl_arch_config *c, const json_t *r,
                             sl_rule *out)
 {
     SL_CHECK(json_is_object(r), err, SL_E_CONFIG, "a rule is not a JSON object");
@@ -322,7 +322,7 @@ static sl_status group_check_pair(sl_err *err, const sl_rule *a, const sl_rule *
     return SL_OK;
 }
 
-static sl_status group_add(sl_err *err, sl_model_desc *m, int32_t ri)
+static sl_status group_add(sl_err *err, sl_arch *m, int32_t ri)
 {
     sl_rule *r = &m->rules[ri];
     for (int32_t g = 0; g < m->n_groups; g++) {
@@ -345,14 +345,14 @@ static sl_status group_add(sl_err *err, sl_model_desc *m, int32_t ri)
     return SL_OK;
 }
 
-static int rule_slot_cmp(const sl_model_desc *m, int32_t a, int32_t b)
+static int rule_slot_cmp(const sl_arch *m, int32_t a, int32_t b)
 {
     return m->rules[a].slot - m->rules[b].slot;
 }
 
 /* Slots in slot order, and complete: q, k, v all present; merged 0..n-1. The qkv math uses the
  * config's head counts, so the slot shapes must be the ones it implies. */
-static sl_status group_finish(sl_err *err, sl_model_desc *m, sl_rule_group *g)
+static sl_status group_finish(sl_err *err, sl_arch *m, sl_rule_group *g)
 {
     for (int32_t i = 1; i < g->n_rules; i++) {
         for (int32_t k = i; k > 0 && rule_slot_cmp(m, g->rules[k - 1], g->rules[k]) > 0; k--) {
@@ -362,7 +362,7 @@ static sl_status group_finish(sl_err *err, sl_model_desc *m, sl_rule_group *g)
         }
     }
     const sl_rule *r0 = &m->rules[g->rules[0]];
-    const sl_model_config *c = &m->cfg;
+    const sl_arch_config *c = &m->cfg;
     for (int32_t i = 0; i < g->n_rules; i++) {
         const sl_rule *r = &m->rules[g->rules[i]];
         SL_CHECK(r->slot == i, err, SL_E_CONFIG, "param '%s' lacks slot %d", r0->param, (int)i);
@@ -389,7 +389,7 @@ static sl_status rules_arch_check(sl_err *err, const json_t *root, const char *a
     return SL_OK;
 }
 
-static sl_status rules_parse(sl_err *err, sl_model_desc *m, const json_t *root)
+static sl_status rules_parse(sl_err *err, sl_arch *m, const json_t *root)
 {
     const json_t *rules = json_object_get(root, "rules");
     SL_CHECK(json_is_array(rules) && json_array_size(rules) > 0, err, SL_E_CONFIG,
@@ -416,7 +416,7 @@ static sl_status rules_parse(sl_err *err, sl_model_desc *m, const json_t *root)
     return SL_OK;
 }
 
-static sl_status rules_from_json(sl_err *err, sl_model_desc *m, json_t *root, const char *what)
+static sl_status rules_from_json(sl_err *err, sl_arch *m, json_t *root, const char *what)
 {
     int match = 0;
     sl_status st = SL_OK;
@@ -434,7 +434,7 @@ static sl_status rules_from_json(sl_err *err, sl_model_desc *m, json_t *root, co
     return st;
 }
 
-static sl_status rules_load_file(sl_err *err, sl_model_desc *m, const char *path)
+static sl_status rules_load_file(sl_err *err, sl_arch *m, const char *path)
 {
     json_error_t jerr;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
@@ -455,7 +455,7 @@ static json_t *builtin_parse(const sl_builtin_rules *b)
     return root;
 }
 
-static sl_status rules_load_builtin(sl_err *err, sl_model_desc *m)
+static sl_status rules_load_builtin(sl_err *err, sl_arch *m)
 {
     for (const sl_builtin_rules *b = sl_builtin_rule_tables; b->name != NULL; b++) {
         json_t *root = builtin_parse(b);
@@ -504,12 +504,12 @@ static const char *name_format(sl_arena *a, const char *pattern, int64_t layer)
     return out;
 }
 
-const char *sl_model_name_format(sl_arena *a, const char *pattern, int64_t layer)
+const char *sl_arch_name_format(sl_arena *a, const char *pattern, int64_t layer)
 {
     return name_format(a, pattern, layer);
 }
 
-int64_t sl_model_desc_tensor_index(const sl_model_desc *m, int32_t rule, int64_t layer)
+int64_t sl_arch_tensor_index(const sl_arch *m, int32_t rule, int64_t layer)
 {
     const sl_rule *r = &m->rules[rule];
     switch (r->place) {
@@ -520,7 +520,7 @@ int64_t sl_model_desc_tensor_index(const sl_model_desc *m, int32_t rule, int64_t
     return -1;
 }
 
-static sl_status tensors_build(sl_err *err, sl_model_desc *m)
+static sl_status tensors_build(sl_err *err, sl_arch *m)
 {
     SL_CHECK(m->cfg.L * m->n_layer <= 10000000, err, SL_E_CONFIG,
              "%lld layers of %d tensors are too many", (long long)m->cfg.L, (int)m->n_layer);
@@ -531,7 +531,7 @@ static sl_status tensors_build(sl_err *err, sl_model_desc *m)
         const sl_rule *r = &m->rules[ri];
         const int64_t nl = r->place == SL_PLACE_LAYER ? m->cfg.L : 1;
         for (int64_t l = 0; l < nl; l++) {
-            sl_model_tensor *t = &m->tensors[sl_model_desc_tensor_index(m, ri, l)];
+            sl_arch_tensor *t = &m->tensors[sl_arch_tensor_index(m, ri, l)];
             t->rule = ri;
             t->layer = r->place == SL_PLACE_LAYER ? (int32_t)l : -1;
             t->ndim = r->ndim;
@@ -543,11 +543,11 @@ static sl_status tensors_build(sl_err *err, sl_model_desc *m)
     return SL_OK;
 }
 
-sl_status sl_model_desc_load(const char *config_path, const char *rules_path, sl_err *err,
-                             sl_model_desc **out)
+sl_status sl_arch_load(const char *config_path, const char *rules_path, sl_err *err,
+                             sl_arch **out)
 {
     *out = NULL;
-    sl_model_desc *m = calloc(1, sizeof(*m));
+    sl_arch *m = calloc(1, sizeof(*m));
     SL_CHECK(m != NULL, err, SL_E_NOMEM, "out of memory");
     sl_status st = cfg_load(err, &m->arena, config_path, &m->cfg);
     if (st == SL_OK)
@@ -555,14 +555,14 @@ sl_status sl_model_desc_load(const char *config_path, const char *rules_path, sl
     if (st == SL_OK)
         st = tensors_build(err, m);
     if (st != SL_OK) {
-        sl_model_desc_free(m);
+        sl_arch_free(m);
         return st;
     }
     *out = m;
     return SL_OK;
 }
 
-void sl_model_desc_free(sl_model_desc *m)
+void sl_arch_free(sl_arch *m)
 {
     if (m == NULL)
         return;
@@ -570,7 +570,7 @@ void sl_model_desc_free(sl_model_desc *m)
     free(m);
 }
 
-void sl_model_desc_each_checkpoint_tensor(const sl_model_desc *m, sl_model_tensor_fn fn, void *user)
+void sl_arch_each_checkpoint_tensor(const sl_arch *m, sl_arch_tensor_fn fn, void *user)
 {
     for (int64_t i = 0; i < m->n_tensors; i++) {
         if (!(m->cfg.tied && m->rules[m->tensors[i].rule].tied_skip))

@@ -1,6 +1,6 @@
-/* ckpt_internal.h - small file helpers shared by the checkpoint reader and the writer. */
-#ifndef CKPT_INTERNAL_H
-#define CKPT_INTERNAL_H
+/* ckpt_file.h - small file helpers (ckpt_file.c) shared by the checkpoint reader and the writer. */
+#ifndef SL_CKPT_FILE_H
+#define SL_CKPT_FILE_H
 
 #include "sl_err.h"
 
@@ -14,4 +14,4 @@ int ck_pwrite_full(int fd, const void *buf, size_t n, uint64_t off);
 /* dir + "/" + name, without doubling a trailing slash. NULL when out of memory. */
 char *ck_path_join(const char *dir, const char *name);
 
-#endif /* CKPT_INTERNAL_H */
+#endif /* SL_CKPT_FILE_H */
