@@ -73,7 +73,8 @@ def numpy_dtype(name: str) -> np.dtype:
     if name in _ML and not packed(name):
         try:
             import ml_dtypes
-            return np.dtype(getattr(ml_dtypes, _ML[name]))
+            dt: np.dtype = np.dtype(getattr(ml_dtypes, _ML[name]))
+            return dt
         except (ImportError, AttributeError):
             pass
     return np.dtype(_RAW[name])

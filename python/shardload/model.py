@@ -208,7 +208,8 @@ class Model:
             if self.device == "cpu":
                 t = torch.from_numpy(self._host_array(d, i, p, True))
             else:
-                t = torch.from_dlpack(self._view(d, i, p))
+                from torch.utils.dlpack import from_dlpack
+                t = from_dlpack(self._view(d, i, p))
             tdt = torch_dtype(p.dtype)
             out[p.name] = t if t.dtype == tdt else t.view(tdt)
         return out
@@ -320,7 +321,7 @@ def _tensor_ptr(name: str, t: Any, p: Param) -> tuple[int, str]:
     return ptr, where
 
 
-def _dest_table(plan: Plan, rank: int, tensors: Mapping[str, Any]) -> list[int]:
+def _dest_table(plan: Plan, rank: int, tensors: Mapping[str, Any]) -> list[tuple[int, str]]:
     params = plan.devices[rank].params
     names = {p.name for p in params}
     missing = [p.name for p in params if p.name not in tensors]

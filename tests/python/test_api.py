@@ -279,3 +279,29 @@ print("ok")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                        timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_gil_released_while_loading(tiny_ckpt: Path) -> None:
+    """Another Python thread runs while loads are in the library: ctypes drops the GIL."""
+    sys.setswitchinterval(0.1)  # a thread holding the GIL keeps it for 100 ms
+    try:
+        stop = threading.Event()
+        ticks = [0]
+
+        def spin() -> None:
+            while not stop.is_set():
+                ticks[0] += 1
+        t = threading.Thread(target=spin)
+        t.start()
+        gil_free = 0
+        for _ in range(10):
+            before = ticks[0]
+            shardload.load(tiny_ckpt, tp=2, staging=1 << 20, progress=False)
+            gil_free += ticks[0] > before
+        stop.set()
+        t.join()
+    finally:
+        sys.setswitchinterval(0.005)
+    # With a long switch interval the spinner runs inside a load only if the load lets go of the
+    # GIL (a load here takes a few ms).
+    assert gil_free >= 8, gil_free

@@ -1,0 +1,19 @@
+"""The package is typed: mypy --strict passes on it (ctypes' callback decorators aside)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import shardload
+
+
+def test_mypy_strict() -> None:
+    pytest.importorskip("mypy")
+    pkg = Path(shardload.__file__).resolve().parent
+    r = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--ignore-missing-imports",
+                        "--disable-error-code", "untyped-decorator", "--no-incremental",
+                        str(pkg)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
