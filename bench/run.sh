@@ -2,7 +2,8 @@
 # make bench: shardload against the machine's limits and the alternatives, on the same files, in
 # one run, interleaved (A B C A B C ...) so that drift on a shared machine hits every contender alike.
 # Writes bench/RESULTS.md, bench/results.jsonl, bench/mpi.jsonl, bench/ring.jsonl (ring_sim.sh)
-# and bench/chart.png; RESULTS.md also carries bench/ring.md and, when present, bench/gpu.md.
+# and bench/chart.png; RESULTS.md also carries bench/ring.md, bench/python_peers.md (python_peers.sh)
+# and, when present, bench/gpu.md.
 #
 # Knobs: BENCH_CONFIG (a name in ../shared/configs, default tinyllama-1.1b, about 2.2 GB in bf16),
 #        BENCH_SIZE (synthesize a larger model: a config name, overrides BENCH_CONFIG),
@@ -110,6 +111,19 @@ CK="$CK" TP="$ALT_TP" bash bench/mpi.sh "$SL" > bench/mpi.jsonl || echo '{"bench
 
 echo "bench: cuda staging ring on the host-memory stand-in" >&2
 bash bench/ring_sim.sh "$CK" >/dev/null || echo "bench: ring_sim failed" >&2
+
+# ---- Python peers (bench/python_peers.sh; issue 13 item 5) ----------------------------------------
+# shardload's Python API against safetensors, fastsafetensors, runai-model-streamer and the vLLM way,
+# in .venv, on the same files: writes bench/python_peers.{jsonl,md}, which report.py puts into
+# RESULTS.md. BENCH_PY=0 skips it (RESULTS.md then keeps the last python_peers.md).
+if [[ ${BENCH_PY:-1} != 0 ]]; then
+  echo "bench: Python peers (bench/python_peers.sh)" >&2
+  if ! SL_CLI=$SL bash bench/python_peers.sh "$CK"; then
+    echo "bench: python peers failed" >&2
+    printf '## Python peers (bench/python_peers.py, issue 13 item 5)\n\nNot run: bench/python_peers.sh failed in this run (see its output).\n' > bench/python_peers.md
+  fi
+fi
+# ---- end of Python peers --------------------------------------------------------------------------
 
 $PY bench/report.py "$OUT" bench/RESULTS.md bench/chart.png "$NAME" "$ALT_TP" "$have_torch" bench/mpi.jsonl
 echo "bench: wrote bench/RESULTS.md and bench/chart.png" >&2
