@@ -197,7 +197,8 @@ const char *sl_writer_errmsg(const sl_writer *w);
 
 typedef struct sl_plan sl_plan;
 
-typedef enum sl_layout { SL_LAYOUT_TP = 0, SL_LAYOUT_SPMD = 1 } sl_layout;
+/* SL_LAYOUT_BOXES: a plan made by sl_plan_build_boxes (no layout rule). */
+typedef enum sl_layout { SL_LAYOUT_TP = 0, SL_LAYOUT_SPMD = 1, SL_LAYOUT_BOXES = 2 } sl_layout;
 
 typedef struct sl_plan_opts {
     int32_t tp;               /* tensor-parallel size T (spmd: mesh size N); default 1 */
@@ -225,6 +226,27 @@ typedef struct sl_param_info {
     uint64_t offset;          /* byte offset inside the device's buffer: parameters are packed with no
                                  gaps, so the buffer is exactly sl_plan_device_bytes long */
 } sl_param_info;
+
+/* One parameter of a plan made from index boxes: the part of checkpoint tensor `tensor` with
+ * indices [start[k], start[k] + len[k]) in each of its ndim dimensions, on mesh device `device`.
+ * It becomes the device's next parameter, named after the tensor, shaped len, C order. */
+typedef struct sl_box {
+    const char *tensor;
+    int32_t device;
+    uint32_t ndim;            /* must equal the tensor's */
+    const uint64_t *start;    /* ndim entries */
+    const uint64_t *len;      /* ndim entries */
+} sl_box;
+
+/* Builds a plan of n_devices mesh devices from n_boxes boxes (any sharding: JAX's
+ * addressable_devices_indices_map, GSPMD tiles), instead of a layout rule: no config, no padding.
+ * Boxes must lie inside their tensors, and a tensor has at most one box per device; boxes of
+ * several devices may overlap (replicated parts are read once and copied to each). dtype: the
+ * target (F32, F16, BF16, converted on the way), or -1 when every tensor named has one dtype, kept
+ * as it is. Errors name the tensor. The plan loads with sl_load like any other (layout
+ * SL_LAYOUT_BOXES, tp = n_devices, pp = 1); it cannot be resharded. */
+sl_status sl_plan_build_boxes(const sl_checkpoint *ck, const sl_box *boxes, int64_t n_boxes,
+                              int32_t n_devices, int32_t dtype, sl_plan **out);
 
 sl_layout sl_plan_layout(const sl_plan *p);
 int32_t sl_plan_tp(const sl_plan *p);

@@ -1,0 +1,265 @@
+/* test_boxes.c - plans from index boxes (sl_plan_build_boxes), loaded by the engine: every
+ * parameter equals the box cut out of its tensor by plain index arithmetic (element by element,
+ * nothing shared with the planner), for random boxes of 0- to 4-D tensors over several devices,
+ * overlapping ones included; replicated bytes are read once; conversions on the way; refusals. */
+#include "expect.h"
+#include "load_testutil.h"
+
+#include <stdint.h>
+
+#define N_TENSORS 6
+#define N_DEV 3
+
+typedef struct tensor {
+    const char *name;
+    sl_dtype dt;
+    uint32_t ndim;
+    uint64_t shape[4];
+} tensor;
+
+static const tensor tensors[N_TENSORS] = {
+    {"scalar", SL_DTYPE_F32, 0, {0}},
+    {"vec", SL_DTYPE_F32, 1, {37}},
+    {"mat", SL_DTYPE_F32, 2, {29, 43}},
+    {"cube", SL_DTYPE_F32, 3, {5, 7, 11}},
+    {"hyper", SL_DTYPE_F32, 4, {3, 4, 5, 6}},
+    {"wide", SL_DTYPE_F32, 2, {3, 4096}},
+};
+
+static uint64_t numel(const tensor *t)
+{
+    uint64_t n = 1;
+    for (uint32_t k = 0; k < t->ndim; k++)
+        n *= t->shape[k];
+    return n;
+}
+
+/* Element e of tensor t: distinct everywhere, so a misplaced element shows. */
+static float value(int t, uint64_t e)
+{
+    return (float)(t * 100000 + (int64_t)e) + 0.25f;
+}
+
+static void write_checkpoint(const char *path)
+{
+    sl_writer *w = NULL;
+    int64_t idx[N_TENSORS];
+    EXPECT(sl_writer_open(path, &w) == SL_OK, "writer: %s", sl_writer_errmsg(w));
+    for (int t = 0; t < N_TENSORS; t++)
+        EXPECT(sl_writer_add(w, tensors[t].name, tensors[t].dt, tensors[t].ndim, tensors[t].shape,
+                             &idx[t]) == SL_OK, "add: %s", sl_writer_errmsg(w));
+    EXPECT(sl_writer_begin(w) == SL_OK, "begin: %s", sl_writer_errmsg(w));
+    for (int t = 0; t < N_TENSORS; t++) {
+        const uint64_t n = numel(&tensors[t]);
+        float *v = malloc(n * sizeof *v);
+        for (uint64_t e = 0; e < n; e++)
+            v[e] = value(t, e);
+        EXPECT(sl_writer_write(w, idx[t], 0, v, n * sizeof *v) == SL_OK, "write");
+        free(v);
+    }
+    EXPECT(sl_writer_finish(w) == SL_OK, "finish: %s", sl_writer_errmsg(w));
+    sl_writer_free(w);
+}
+
+typedef struct box {
+    int t, dev;
+    uint64_t start[4], len[4];
+} box;
+
+/* The box's elements in C order, by index arithmetic alone. */
+static float *expected(const box *b)
+{
+    const tensor *t = &tensors[b->t];
+    uint64_t n = 1;
+    for (uint32_t k = 0; k < t->ndim; k++)
+        n *= b->len[k];
+    float *out = malloc(n * sizeof *out + 1);
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t rest = i, e = 0, mul = 1;
+        for (uint32_t k = t->ndim; k-- > 0;) {
+            const uint64_t ix = b->start[k] + rest % b->len[k];
+            rest /= b->len[k];
+            e += ix * mul;
+            mul *= t->shape[k];
+        }
+        out[i] = value(b->t, e);
+    }
+    return out;
+}
+
+static uint64_t urand(unsigned *seed, uint64_t n)
+{
+    *seed = *seed * 1103515245u + 12345u;
+    return n ? (*seed >> 8) % n : 0;
+}
+
+/* One random box of tensor t on device dev: whole, or a random sub-range per dimension. */
+static box random_box(int t, int dev, unsigned *seed)
+{
+    box b = {.t = t, .dev = dev};
+    for (uint32_t k = 0; k < tensors[t].ndim; k++) {
+        const uint64_t s = tensors[t].shape[k];
+        if (urand(seed, 3) == 0) {
+            b.start[k] = 0;
+            b.len[k] = s;
+        } else {
+            b.start[k] = urand(seed, s);
+            b.len[k] = urand(seed, s - b.start[k] + 1);
+        }
+    }
+    return b;
+}
+
+static sl_status build(const sl_checkpoint *ck, const box *bx, int n, int32_t dtype, sl_plan **p)
+{
+    sl_box sb[N_TENSORS * N_DEV];
+    for (int i = 0; i < n; i++)
+        sb[i] = (sl_box){.tensor = tensors[bx[i].t].name, .device = bx[i].dev,
+                         .ndim = tensors[bx[i].t].ndim, .start = bx[i].start, .len = bx[i].len};
+    return sl_plan_build_boxes(ck, sb, n, N_DEV, dtype, p);
+}
+
+/* Loads the boxes and compares every parameter with its expected elements (as f32). */
+static void check_round(const sl_checkpoint *ck, const box *bx, int n, int32_t dtype, int round)
+{
+    sl_plan *p = NULL;
+    sl_status st = build(ck, bx, n, dtype, &p);
+    EXPECT(st == SL_OK, "round %d: plan: %s", round, sl_plan_errmsg(p));
+    sl_load_opts o;
+    sl_load_opts_init(&o);
+    o.staging_bytes = 64 << 10;
+    sl_model *m = NULL;
+    if (st == SL_OK)
+        st = sl_load(ck, p, &o, &m);
+    EXPECT(st == SL_OK, "round %d: load: %s", round, sl_model_errmsg(m));
+    int64_t seen[N_DEV] = {0};
+    for (int i = 0; st == SL_OK && i < n; i++) {
+        const int64_t k = seen[bx[i].dev]++;
+        sl_param_info pi;
+        EXPECT(sl_plan_param(p, bx[i].dev, k, &pi) == SL_OK && !strcmp(pi.name, tensors[bx[i].t].name),
+               "round %d: device %d param %lld", round, bx[i].dev, (long long)k);
+        float *want = expected(&bx[i]);
+        const uint64_t elems = pi.nbytes / (sl_dtype_bits(pi.dtype) / 8);
+        const void *got = sl_model_param_host_ptr(m, bx[i].dev, k);
+        for (uint64_t e = 0; e < elems; e++) {
+            float g;
+            if (pi.dtype == SL_DTYPE_BF16) {
+                uint32_t u = (uint32_t)((const uint16_t *)got)[e] << 16;
+                memcpy(&g, &u, 4);
+                uint32_t wu;
+                memcpy(&wu, &want[e], 4);
+                wu = (wu + 0x7FFFu + ((wu >> 16) & 1u)) & 0xFFFF0000u; /* round to nearest even */
+                memcpy(&want[e], &wu, 4);
+            } else {
+                g = ((const float *)got)[e];
+            }
+            if (g != want[e]) {
+                EXPECT(0, "round %d: %s on device %d: element %llu is %g, want %g", round,
+                       tensors[bx[i].t].name, bx[i].dev, (unsigned long long)e, g, want[e]);
+                break;
+            }
+        }
+        free(want);
+    }
+    sl_load_stats s;
+    if (st == SL_OK && sl_model_stats(m, &s) == SL_OK)
+        EXPECT(s.bytes_read >= sl_plan_read_bytes(p) && s.staging_peak <= o.staging_bytes,
+               "round %d: bytes_read %llu < union %llu, or staging %llu", round,
+               (unsigned long long)s.bytes_read, (unsigned long long)sl_plan_read_bytes(p),
+               (unsigned long long)s.staging_peak);
+    sl_model_free(m);
+    sl_plan_free(p);
+}
+
+static void test_random_boxes(const sl_checkpoint *ck)
+{
+    unsigned seed = 20261201;
+    for (int round = 0; round < 60; round++) {
+        box bx[N_TENSORS * N_DEV];
+        int n = 0;
+        for (int t = 0; t < N_TENSORS; t++)
+            for (int d = 0; d < N_DEV; d++)
+                if (urand(&seed, 4) != 0)
+                    bx[n++] = random_box(t, d, &seed);
+        check_round(ck, bx, n, round % 3 == 2 ? SL_DTYPE_BF16 : -1, round);
+    }
+}
+
+/* Replicated boxes: the same rows on every device are read once (read_bytes is their union). */
+static void test_replicated(const sl_checkpoint *ck)
+{
+    box bx[N_DEV];
+    for (int d = 0; d < N_DEV; d++)
+        bx[d] = (box){.t = 2, .dev = d, .start = {4, 0}, .len = {10, 43}};
+    sl_plan *p = NULL;
+    EXPECT(build(ck, bx, N_DEV, -1, &p) == SL_OK, "replicated: %s", sl_plan_errmsg(p));
+    EXPECT(sl_plan_read_bytes(p) == 10 * 43 * 4, "replicated: read_bytes %llu",
+           (unsigned long long)sl_plan_read_bytes(p));
+    EXPECT(sl_plan_layout(p) == SL_LAYOUT_BOXES && sl_plan_device_count(p) == N_DEV &&
+               sl_plan_total_bytes(p) == 3 * 10 * 43 * 4, "replicated: plan figures");
+    sl_plan_free(p);
+    check_round(ck, bx, N_DEV, -1, 1000);
+}
+
+static void refused(const sl_checkpoint *ck, const sl_box *b, int n, int32_t dtype, sl_status want,
+                    const char *msg)
+{
+    sl_plan *p = NULL;
+    const sl_status st = sl_plan_build_boxes(ck, b, n, N_DEV, dtype, &p);
+    EXPECT(st == want && strstr(sl_plan_errmsg(p), msg), "refusal '%s': got %s: %s", msg,
+           sl_status_str(st), sl_plan_errmsg(p));
+    sl_plan_free(p);
+}
+
+static void test_refusals(const sl_checkpoint *ck)
+{
+    const uint64_t s0[2] = {0, 0}, l_ok[2] = {29, 43}, l_big[2] = {30, 43}, s_in[2] = {28, 0},
+                   l_two[2] = {2, 43};
+    sl_box b = {.tensor = "mat", .device = 0, .ndim = 2, .start = s0, .len = l_ok};
+    sl_box two[2] = {b, b};
+    refused(ck, two, 2, -1, SL_E_DUPLICATE, "tensor 'mat' has two boxes on device 0");
+    b.len = l_big;
+    refused(ck, &b, 1, -1, SL_E_SHAPE, "tensor 'mat': box [0, +30) of dimension 0");
+    b.start = s_in;
+    b.len = l_two;
+    refused(ck, &b, 1, -1, SL_E_SHAPE, "box [28, +2) of dimension 0");
+    b.start = s0;
+    b.len = l_ok;
+    b.ndim = 1;
+    refused(ck, &b, 1, -1, SL_E_SHAPE, "tensor 'mat' has 2 dimensions, its box on device 0 1");
+    b.ndim = 2;
+    b.device = N_DEV;
+    refused(ck, &b, 1, -1, SL_E_INVALID_ARG, "box on device 3 of a 3-device mesh");
+    b.device = 0;
+    b.tensor = "nope";
+    refused(ck, &b, 1, -1, SL_E_NOT_FOUND, "no tensor 'nope'");
+    b.tensor = "mat";
+    refused(ck, &b, 1, SL_DTYPE_I8, SL_E_INVALID_ARG, "convert to F32, F16 or BF16, not I8");
+    sl_plan *p = NULL;
+    EXPECT(sl_plan_build_boxes(ck, &b, 1, 0, -1, &p) == SL_E_INVALID_ARG &&
+               strstr(sl_plan_errmsg(p), "a mesh of 0 devices"), "zero devices: %s", sl_plan_errmsg(p));
+    sl_plan_free(p);
+}
+
+int main(void)
+{
+    char dir[512], path[600];
+    tu_tmpdir(dir, sizeof dir, "boxes");
+    snprintf(path, sizeof path, "%s/boxes.safetensors", dir);
+    write_checkpoint(path);
+    sl_checkpoint *ck = NULL;
+    EXPECT(sl_checkpoint_open(path, &ck) == SL_OK, "open: %s", sl_checkpoint_errmsg(ck));
+    if (!expect_failures) {
+        test_random_boxes(ck);
+        test_replicated(ck);
+        test_refusals(ck);
+    }
+    sl_checkpoint_close(ck);
+    unlink(path);
+    rmdir(dir);
+    if (expect_failures)
+        fprintf(stderr, "%d failures\n", expect_failures);
+    else
+        printf("test_boxes: all passed\n");
+    return expect_failures ? 1 : 0;
+}
