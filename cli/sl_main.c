@@ -1,6 +1,7 @@
 /* sl_main.c - entry point of the shardload CLI: dispatches to one subcommand per file. */
 #include "cli.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -28,7 +29,7 @@ static void main_help(FILE *out)
                  "Exit status: 0 success, 1 failure (one line on stderr), 2 usage error.\n");
 }
 
-int main(int argc, char **argv)
+static int main_dispatch(int argc, char **argv)
 {
     if (argc < 2)
         return main_help(stderr), CLI_EXIT_USAGE;
@@ -43,4 +44,25 @@ int main(int argc, char **argv)
     fprintf(stderr, "shardload: unknown command '%s'\n", argv[1]);
     main_help(stderr);
     return CLI_EXIT_USAGE;
+}
+
+/* Everything a command prints goes through stdout's buffer, so a write that failed (a full disk,
+ * /dev/full, a closed pipe) shows in the stream's error flag or in the final flush and close: the
+ * output is then incomplete, which is a failure, reported once. A command that failed already has
+ * printed its one line, and keeps its status. */
+static int main_close_stdout(int rc)
+{
+    errno = 0;
+    int err = fflush(stdout) != 0 || ferror(stdout) ? (errno ? errno : EIO) : 0;
+    errno = 0;
+    if (fclose(stdout) != 0 && err == 0)
+        err = errno ? errno : EIO;
+    if (err == 0 || rc != CLI_EXIT_OK)
+        return rc;
+    return cli_fail("cannot write the output to stdout: %s", strerror(err));
+}
+
+int main(int argc, char **argv)
+{
+    return main_close_stdout(main_dispatch(argc, argv));
 }
