@@ -35,6 +35,7 @@ test-release: all
 test-python: all
 	scripts/pyenv.sh
 	SL_CLI=$(abspath $(BUILD))/shardload SL_FAKE_CUDART=$(abspath $(BUILD))/tests/libfake_cudart.so \
+	  XLA_FLAGS=--xla_force_host_platform_device_count=8 \
 	  .venv/bin/python -m pytest -q -p no:cacheprovider tests/python
 
 test-asan:

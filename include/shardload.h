@@ -457,7 +457,7 @@ sl_status sl_synth(const char *config_path, const char *rules_path, const char *
 uint64_t sl_xxh3(const void *data, size_t n);
 
 /* sizeof the public struct of that name ("sl_load_opts", "sl_plan_opts", "sl_tensor_info",
- * "sl_param_info", "sl_load_stats", "sl_rank_stats", "sl_dist_opts") as this library was built;
+ * "sl_param_info", "sl_load_stats", "sl_rank_stats", "sl_dist_opts", "sl_box") as this library was built;
  * 0 for another name. Bindings that declare the structs themselves (Python's ctypes) check their
  * layout against it before the first call. */
 size_t sl_struct_size(const char *name);

@@ -45,6 +45,11 @@ class LoadOpts(Structure):
                 ("progress", PROGRESS_FN), ("progress_user", c_void_p)]
 
 
+class Box(Structure):
+    _fields_ = [("tensor", c_char_p), ("device", c_int32), ("ndim", c_uint32),
+                ("start", POINTER(c_uint64)), ("len", POINTER(c_uint64))]
+
+
 class LoadStats(Structure):
     _fields_ = [("seconds", c_double), ("setup_seconds", c_double), ("bytes_read", c_uint64),
                 ("checkpoint_bytes", c_uint64), ("io", c_char_p), ("engine", c_char_p),
@@ -52,7 +57,7 @@ class LoadStats(Structure):
 
 
 _STRUCTS = {"sl_tensor_info": TensorInfo, "sl_plan_opts": PlanOpts, "sl_param_info": ParamInfo,
-            "sl_load_opts": LoadOpts, "sl_load_stats": LoadStats}
+            "sl_load_opts": LoadOpts, "sl_load_stats": LoadStats, "sl_box": Box}
 
 _P = c_void_p  # every handle is opaque
 _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
@@ -77,6 +82,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "sl_checkpoint_total_bytes": (c_uint64, [_P]),
     "sl_plan_opts_init": (None, [POINTER(PlanOpts)]),
     "sl_plan_build": (c_int, [_P, POINTER(PlanOpts), POINTER(_P)]),
+    "sl_plan_build_boxes": (c_int, [_P, POINTER(Box), c_int64, c_int32, c_int32, POINTER(_P)]),
     "sl_plan_free": (None, [_P]),
     "sl_plan_errmsg": (c_char_p, [_P]),
     "sl_plan_layout": (c_int, [_P]),

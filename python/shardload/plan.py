@@ -10,6 +10,7 @@ from ._dtypes import NAMES, target_value
 from .checkpoint import Checkpoint
 
 _LAYOUTS = {"tp": 0, "spmd": 1}
+_LAYOUT_NAMES = {0: "tp", 1: "spmd", 2: "boxes"}
 
 
 @dataclass(frozen=True)
@@ -72,12 +73,37 @@ class Plan:
         self._h = ctypes.c_void_p()
         st = N.lib.sl_plan_build(ck.handle if ck else None, ctypes.byref(opts),
                                  ctypes.byref(self._h))
+        self._take(st)
+
+    @classmethod
+    def from_boxes(cls, ck: Checkpoint, boxes: list[tuple[str, int, tuple[int, ...],
+                                                          tuple[int, ...]]],
+                   n_devices: int, dtype: Any = None) -> "Plan":
+        """A plan whose device d holds, in order, the boxes (tensor, d, start, length) given
+        for it: any sharding (sl_plan_build_boxes); the parameters keep checkpoint names."""
+        arr = (N.Box * max(len(boxes), 1))()
+        keep: list[Any] = []
+        for i, (name, dev, start, length) in enumerate(boxes):
+            s = (ctypes.c_uint64 * max(len(start), 1))(*start)
+            n = (ctypes.c_uint64 * max(len(length), 1))(*length)
+            b = name.encode("utf-8", "surrogateescape")
+            keep += [s, n, b]
+            arr[i] = N.Box(b, dev, len(start), s, n)
+        self = cls.__new__(cls)
+        self._h = ctypes.c_void_p()
+        st = N.lib.sl_plan_build_boxes(ck.handle, arr, len(boxes), n_devices,
+                                       target_value(dtype), ctypes.byref(self._h))
+        self._take(st)
+        return self
+
+    def _take(self, st: int) -> None:
+        """Reads the built plan into Python, or raises its error."""
         if st != 0:
             msg = N.lib.sl_plan_errmsg(self._h) if self._h else None
             self.close()
             N.raise_status(st, msg)
-        self.layout = layout
-        self.tp, self.pp = tp, pp
+        self.layout = _LAYOUT_NAMES.get(N.lib.sl_plan_layout(self._h), "?")
+        self.tp, self.pp = N.lib.sl_plan_tp(self._h), N.lib.sl_plan_pp(self._h)
         self.dtype: str = NAMES[N.lib.sl_plan_dtype(self._h)]
         self.devices: list[Device] = [self._device(d)
                                       for d in range(N.lib.sl_plan_device_count(self._h))]

@@ -29,7 +29,7 @@ size_t sl_struct_size(const char *name)
         {"sl_load_opts", sizeof(sl_load_opts)},   {"sl_plan_opts", sizeof(sl_plan_opts)},
         {"sl_tensor_info", sizeof(sl_tensor_info)}, {"sl_param_info", sizeof(sl_param_info)},
         {"sl_load_stats", sizeof(sl_load_stats)}, {"sl_rank_stats", sizeof(sl_rank_stats)},
-        {"sl_dist_opts", sizeof(sl_dist_opts)},
+        {"sl_dist_opts", sizeof(sl_dist_opts)},   {"sl_box", sizeof(sl_box)},
     };
     for (size_t i = 0; name && i < sizeof sizes / sizeof sizes[0]; i++)
         if (!strcmp(name, sizes[i].name))

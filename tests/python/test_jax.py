@@ -1,0 +1,214 @@
+"""shardload.jax on JAX's CPU backend with 8 virtual devices: every addressable shard equals NumPy
+slicing of the checkpoint (the oracle's own writer and rounding), for 1-D and 2-D meshes,
+replicated / row / column / both-dims shardings, the four built-in architectures, user rules;
+buffers never reused under aliasing; host memory; the seed's per-device figure; errors."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+jax = pytest.importorskip("jax")
+if jax.device_count() < 8:
+    pytest.skip("JAX was started with fewer than 8 devices (XLA_FLAGS set too late)",
+                allow_module_level=True)
+
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
+
+from sl_fixtures import CONFIGS  # noqa: E402  (puts tests/ on the path, for the oracle)
+import oracle_shards as oracle  # noqa: E402
+import shardload  # noqa: E402
+import shardload.jax as sj  # noqa: E402
+
+# The oracle's architectures with sizes every mesh axis here divides (JAX wants even splits).
+ARCHS = {
+    "llama": dict(oracle.ARCHS["llama"], hidden_size=64, intermediate_size=128, vocab_size=320,
+                  num_hidden_layers=2),
+    "mistral": dict(oracle.ARCHS["mistral"], num_hidden_layers=2, vocab_size=256),
+    "qwen2": dict(oracle.ARCHS["qwen2"], hidden_size=64, intermediate_size=96, vocab_size=192,
+                  num_hidden_layers=2),
+    "qwen3": dict(oracle.ARCHS["qwen3"], num_hidden_layers=2, vocab_size=128, head_dim=16),
+}
+
+
+def make_ckpt(tmp: Path, arch: str, src_dt: str = "BF16") -> tuple[Path, dict]:
+    cfg = dict(ARCHS[arch], torch_dtype="bfloat16")
+    tmp.mkdir(parents=True, exist_ok=True)
+    (tmp / "config.json").write_text(json.dumps(cfg))
+    ck = oracle.checkpoint_tensors(arch, cfg, src_dt, np.random.default_rng(7))
+    oracle.write_checkpoint(str(tmp), ck, 3, random.Random(3))
+    return tmp, {k: v[1] for k, v in ck.items()}
+
+
+def mesh_2d() -> Mesh:
+    return Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("data", "model"))
+
+
+def mesh_1d() -> Mesh:
+    return Mesh(np.array(jax.devices()[:8]), ("model",))
+
+
+def check_shards(arrays: dict, want: dict, dst: str | None = None, src: str = "BF16") -> None:
+    """Every addressable shard is the NumPy slice of the checkpoint tensor at its index."""
+    for name, a in arrays.items():
+        w = want[name]
+        if dst is not None and dst != src:
+            w = oracle.convert(w, src, dst)
+        assert a.shape == w.shape, name
+        for s in a.addressable_shards:
+            got = np.asarray(s.data)
+            exp = w[s.index]
+            assert got.shape == exp.shape, (name, s.device)
+            assert np.array_equal(got.view(np.uint8), np.ascontiguousarray(exp).view(np.uint8)), \
+                (name, s.device, s.index)
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_default_rule_every_arch(tmp_path: Path, arch: str) -> None:
+    path, want = make_ckpt(tmp_path / arch, arch)
+    arrays = sj.load(path, mesh_2d())
+    skipped = {"model.layers.0.self_attn.rotary_emb.inv_freq"}
+    if ARCHS[arch].get("tie_word_embeddings"):
+        skipped.add("lm_head.weight")
+    assert set(arrays) == set(want) - skipped
+    check_shards(arrays, want)
+    q = arrays["model.layers.0.self_attn.q_proj.weight"]
+    o = arrays["model.layers.0.self_attn.o_proj.weight"]
+    n = arrays["model.norm.weight"]
+    assert q.sharding.spec == P("model", None) and o.sharding.spec == P(None, "model")
+    assert n.sharding.spec == P(None)
+    assert {s.data.shape for s in q.addressable_shards} == {(q.shape[0] // 4, q.shape[1])}
+
+
+@pytest.mark.parametrize("spec", [P(), P("model"), P(None, "model"), P("data", "model"),
+                                  P("model", "data"), P(("data", "model"))],
+                         ids=["replicated", "rows", "columns", "both", "both_swapped", "flat8"])
+def test_shardings_2d_mesh(tmp_path: Path, spec: P) -> None:
+    path, want = make_ckpt(tmp_path / "m", "llama")
+    names = ["model.embed_tokens.weight", "model.layers.1.mlp.down_proj.weight", "lm_head.weight"]
+    arrays = sj.load(path, mesh_2d(), {n: NamedSharding(mesh_2d(), spec) for n in names})
+    assert set(arrays) == set(names)
+    check_shards(arrays, want)
+
+
+def test_one_d_mesh_rules_and_conversion(tmp_path: Path) -> None:
+    path, want = make_ckpt(tmp_path / "q", "qwen2", "F32")
+    rules = [(r"embed_tokens|lm_head", P("model", None)), (r"(o|down)_proj\.weight", P(None, "model")),
+             (r"_proj\.weight$", P("model", None)), (r".*", P())]
+    arrays = sj.load(path, mesh_1d(), rules, dtype="bf16", staging=2 << 20)
+    assert set(arrays) == set(want)  # rules: every checkpoint tensor
+    assert all(a.dtype == jax.numpy.bfloat16 for a in arrays.values())
+    check_shards(arrays, want, "BF16", "F32")
+
+
+def test_callable_sharding(tmp_path: Path) -> None:
+    path, want = make_ckpt(tmp_path / "c", "qwen3")
+    mesh = mesh_2d()
+
+    def pick(name: str, shape: tuple, dtype: str) -> P:
+        return P("data", "model") if len(shape) == 2 else P()
+    arrays = sj.load(path, mesh, pick, dtype="f32")
+    check_shards(arrays, want, "F32")
+
+
+def test_buffers_never_reused(tmp_path: Path) -> None:
+    """A tiny budget: dozens of groups, each into fresh buffers. A CPU device_put may alias its
+    buffer, so a reused buffer would change arrays made earlier; they are all still exact."""
+    path, want = make_ckpt(tmp_path / "r", "llama")
+    arrays = sj.load(path, mesh_1d(), staging=2 << 20)
+    check_shards(arrays, want)
+
+
+def test_plan_only_devices_hold_their_boxes(tmp_path: Path) -> None:
+    path, want = make_ckpt(tmp_path / "p", "mistral")
+    p = sj.plan(path, mesh_2d())
+    arrays = sj.load(path, mesh_2d())
+    local = list(mesh_2d().devices.flat)
+    for i, d in enumerate(local):
+        held = sum(s.data.nbytes for a in arrays.values() for s in a.addressable_shards
+                   if s.device == d)
+        assert p.devices[i].bytes == held
+
+
+def _sparse_checkpoint(path: Path, config: Path) -> None:
+    """The tensors a config implies, headers only and zero data in a sparse file: plans of a
+    16 GB model without 16 GB on disk."""
+    params = shardload.plan(config=config, layout="spmd").devices[0].params
+    header, off = {}, 0
+    for q in params:
+        header[q.name] = {"dtype": "BF16", "shape": list(q.shape), "data_offsets": [off, off + q.nbytes]}
+        off += q.nbytes
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    path.mkdir()
+    f = path / "model.safetensors"
+    f.write_bytes(struct.pack("<Q", len(h)) + h)
+    os.truncate(f, 8 + len(h) + off)
+    (path / "config.json").write_text(config.read_text())
+
+
+def test_seed_figure_llama3_8b(tmp_path: Path) -> None:
+    """On an 8-device mesh each device's arrays of Llama-3-8B total 2,008,031,232 bytes."""
+    _sparse_checkpoint(tmp_path / "l8", CONFIGS / "llama-3-8b.json")
+    p = sj.plan(tmp_path / "l8", mesh_1d())
+    assert [d.bytes for d in p.devices] == [2_008_031_232] * 8
+
+
+def test_errors(tmp_path: Path) -> None:
+    path, _ = make_ckpt(tmp_path / "e", "llama")
+    mesh = mesh_2d()
+    inv = "model.layers.0.self_attn.rotary_emb.inv_freq"  # 4 elements over 8 devices
+    with pytest.raises(ValueError, match=f"tensor '{inv}' .*JAX rejects its sharding"):
+        sj.load(path, mesh, {inv: P(("data", "model"))})
+    with pytest.raises(KeyError, match="'nope', which is not in the checkpoint"):
+        sj.load(path, mesh, {"nope": P()})
+    with pytest.raises(ValueError, match="no sharding rule matches"):
+        sj.load(path, mesh, [(r"embed", P())])
+    with pytest.raises(TypeError, match="expected a jax.sharding.Sharding"):
+        sj.load(path, mesh, {"model.norm.weight": "model"})
+    bad = tmp_path / "bad"  # vocab 1001: the default rule's split of dim 0 does not divide
+    with pytest.raises(ValueError, match="tensor 'model.embed_tokens.weight' .*JAX rejects"):
+        bad.mkdir()
+        cfg = dict(ARCHS["llama"], vocab_size=1001, torch_dtype="bfloat16")
+        (bad / "config.json").write_text(json.dumps(cfg))
+        ck = oracle.checkpoint_tensors("llama", cfg, "BF16", np.random.default_rng(1))
+        oracle.write_checkpoint(str(bad), ck, 1, random.Random(1))
+        sj.load(bad, mesh)
+
+
+RSS_CODE = """
+import os, resource, sys
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+import jax, numpy as np, shardload.jax as sj
+from jax.sharding import Mesh
+mesh = Mesh(np.array(jax.devices()).reshape(8), ("model",))
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+arrays = sj.load(sys.argv[1], mesh, staging=64 << 20)
+held = sum(s.data.nbytes for a in arrays.values() for s in a.addressable_shards)
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(base, held, peak)
+"""
+
+
+@pytest.mark.skipif(os.environ.get("SL_SKIP_SLOW") == "1", reason="SL_SKIP_SLOW=1")
+def test_host_memory_of_a_1gb_load(tmp_path: Path) -> None:
+    """On CPU JAX's device memory is host memory: peak RSS stays within what the devices hold
+    + staging (64 MiB) + 96 MiB above an idle process with JAX up."""
+    shardload.synth(CONFIGS / "qwen3-0.6b.json", tmp_path / "q", max_shard_size=1 << 29)
+    r = subprocess.run([sys.executable, "-c", RSS_CODE, str(tmp_path / "q")], capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    base, held, peak = map(int, r.stdout.split())
+    assert held >= 10**9, held
+    print(f"1 GB JAX load: devices hold {held:,} B, peak RSS {peak:,} B, idle {base:,} B: "
+          f"{(peak - base - held) / 2**20:.1f} MiB beyond the arrays")
+    assert peak - base <= held + (64 << 20) + (96 << 20), (base, held, peak)
