@@ -186,7 +186,7 @@ elif ! late "python api"; then
         record "$out"
         say "python: $out"
         grep -q '"checksums_equal": true' <<<"$out" || bad "python: cuda checksums differ from cpu"
-        grep -q '"load_into_equal": false\|"views_zero_copy": false\|"views_on_gpu": false' <<<"$out" &&
+        grep -q '"load_into_equal": false\|"views_zero_copy": false\|"views_on_gpu": false\|"jax_equal_cpu": false\|"jax_on_gpus": false' <<<"$out" &&
             bad "python: views or load_into wrong: $out"
     fi
 fi

@@ -3,8 +3,10 @@
 device="cuda") against the cpu backend (checksums), torch() views on the right GPU with the
 library's pointers, load_into an engine's own CUDA tensors, and their times. Runs the package from
 the source tree (PYTHONPATH=python, SHARDLOAD_LIBRARY=the build's libshardload.so): nothing to
-install on the GPU machine. Prints one JSON line {"python": {...}}; the torch parts are reported as
-skipped when torch has no CUDA (the dry run on the host-memory stand-in)."""
+install on the GPU machine. Also shardload.jax onto the GPUs (JAX's CUDA plugin) against its CPU
+result and the tpu-inference way (safe_open + device_put per tensor). Prints one JSON line
+{"python": {...}}; the torch and JAX parts are reported as skipped where torch has no CUDA or JAX
+no GPU (the dry run on the host-memory stand-in)."""
 import json
 import sys
 import time
@@ -43,6 +45,45 @@ def torch_checks(ck, m, r):
     r["load_into_bytes"] = stats["devices"][0]["allocated_bytes"]
 
 
+def jax_checks(ck, r):
+    """shardload.jax onto the GPUs (one mesh axis over them) for the embedding and the first
+    layers, checked against the same load onto JAX's CPU device, timed against the
+    tpu-inference way (safe_open, then device_put(x, NamedSharding) per tensor)."""
+    import jax
+    import numpy as np
+    import shardload.jax as sj
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    gpus = jax.devices("gpu")
+    names = [t.name for t in shardload.open(ck).tensors
+             if t.name.startswith(("model.embed_tokens", "model.layers.0.", "model.layers.1."))]
+    mesh = Mesh(np.array(gpus), ("model",))
+    specs = {n: NamedSharding(mesh, P("model") if n.endswith("proj.weight") or "embed" in n else P())
+             for n in names}
+    arrays, r["jax_load_s"] = timed(lambda: jax.block_until_ready(sj.load(ck, mesh, specs)))
+    r["jax_bytes"] = sum(a.nbytes for a in arrays.values())
+    cpu = Mesh(np.array(jax.devices("cpu")[:1]), ("model",))
+    ref = sj.load(ck, cpu, {n: NamedSharding(cpu, P()) for n in names})
+    r["jax_equal_cpu"] = all(np.array_equal(np.asarray(arrays[n]).view(np.uint8),
+                                            np.asarray(ref[n]).view(np.uint8)) for n in names)
+    r["jax_on_gpus"] = all(s.device.platform == "gpu" for a in arrays.values()
+                           for s in a.addressable_shards)
+    del arrays, ref
+    from safetensors import safe_open
+
+    def peer():
+        out = {}
+        by_file = {}
+        for t in shardload.open(ck).tensors:
+            if t.name in specs:
+                by_file.setdefault(t.file, []).append(t.name)
+        for f, ns in by_file.items():
+            with safe_open(f, framework="flax") as h:
+                for n in ns:
+                    out[n] = jax.device_put(h.get_tensor(n), specs[n])
+        return jax.block_until_ready(out)
+    _, r["jax_peer_device_put_s"] = timed(peer)
+
+
 def main():
     ck = sys.argv[1]
     r = {"tp": TP, "devices": DEVICES}
@@ -59,6 +100,14 @@ def main():
         r["torch_skipped"] = str(e)
     else:
         torch_checks(ck, m, r)
+    try:
+        import jax
+        if not jax.devices("gpu"):
+            raise RuntimeError("no GPU devices")
+    except Exception as e:  # noqa: BLE001 - no JAX or no CUDA plugin: reported, not a failure
+        r["jax_skipped"] = str(e)[:200]
+    else:
+        jax_checks(ck, r)
     print(json.dumps({"python": r}))
 
 

@@ -53,10 +53,19 @@ def python_line(p):
             f"{p['bytes'] / 1e9:.2f} GB): cuda checksums = cpu: {yn[p['checksums_equal']]}; "
             f"load {p['load_cuda_s']:.2f} s (library's own figure {p['stats_seconds']:.2f} s)")
     if "torch_skipped" in p:
-        return line + f"; torch parts skipped ({p['torch_skipped']}).\n"
-    return line + (f"; torch views on the right GPU: {yn[p['views_on_gpu']]}, zero-copy: "
-                   f"{yn[p['views_zero_copy']]}; `load_into` CUDA tensors ({p['load_into_bytes'] / 1e9:.2f} GB) "
-                   f"{p['load_into_s']:.2f} s, equal: {yn[p['load_into_equal']]}.\n")
+        line += f"; torch parts skipped ({p['torch_skipped']})"
+    else:
+        line += (f"; torch views on the right GPU: {yn[p['views_on_gpu']]}, zero-copy: "
+                 f"{yn[p['views_zero_copy']]}; `load_into` CUDA tensors ({p['load_into_bytes'] / 1e9:.2f} GB) "
+                 f"{p['load_into_s']:.2f} s, equal: {yn[p['load_into_equal']]}")
+    if "jax_skipped" in p:
+        return line + f"; JAX skipped ({p['jax_skipped']}).\n"
+    if "jax_load_s" in p:
+        line += (f"; `shardload.jax.load` onto the GPUs ({p['jax_bytes'] / 1e9:.2f} GB) "
+                 f"{p['jax_load_s']:.2f} s, equal to its CPU result: {yn[p['jax_equal_cpu']]}, "
+                 f"on GPUs: {yn[p['jax_on_gpus']]}; safe_open + device_put per tensor "
+                 f"{p['jax_peer_device_put_s']:.2f} s ({fmt(ratio(p['jax_peer_device_put_s'], p['jax_load_s']))}x)")
+    return line + ".\n"
 
 
 def main():
