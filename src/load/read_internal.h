@@ -1,5 +1,6 @@
-/* read_internal.h - the read-once engine of read.c taken apart, for loads that do not run its
- * whole pipeline in one process (src/dist/: several ranks share one chunk list).
+/* read_internal.h - the read-once engine (read_ctx.h) taken apart, for loads that do not run its
+ * whole pipeline in one process (src/dist/: several ranks share one chunk list). Defined in
+ * read_step.c (sl_rd_ring_budget: read_staging.c).
  *
  * sl_rd_open builds the same chunk list as sl_load_read, from every device's COPY operations, so
  * every process that opens the same plan with the same options gets the same chunks. Reads go

@@ -1,0 +1,88 @@
+/* read_chunks.h - the chunk planner of the read engine: which bytes of which checkpoint file a load
+ * reads, in which requests. Pure: a plan and sizes in, a chunk list out; no I/O, no devices
+ * (tests/test_chunks.c checks it alone).
+ *
+ * 1. rd_ops_build gathers every COPY operation of every device and sorts them by (file, source
+ *    offset); a prefix maximum of source end offsets (max_end) lets a chunk find the operations
+ *    that meet it with two binary searches.
+ * 2. rd_chunks_build turns them into source spans (one per operation, or one per row when the rows
+ *    are far apart), sorts and merges them into ranges (gaps under merge_gap are read rather than
+ *    skipped, so that requests stay large), and cuts the ranges into chunks of at most `request`
+ *    bytes at 4096-aligned boundaries, so that O_DIRECT reads of neighbouring chunks never
+ *    overlap.
+ *
+ * A chunk owns the source bytes [a, b); an element belongs to the chunk holding its first byte.
+ * When a file's elements may straddle a 4096 boundary (tensor data not aligned to the element
+ * size, which safetensors allows), each chunk reads up to the file's `tail` bytes past b (b_ext),
+ * so that the elements it owns are whole.
+ *
+ * Direct reads: an operation that is one contiguous run, needs no conversion, goes to host memory,
+ * is the only reader of its bytes, is at least RD_DIRECT_MIN bytes and whose file is not read
+ * with O_DIRECT is read straight into the device buffer: its chunks (request-sized, a == its
+ * start) carry the destination, and are sorted in with the staged ones, so each file is still
+ * read front to back. */
+#ifndef SL_READ_CHUNKS_H
+#define SL_READ_CHUNKS_H
+
+#include "common/sl_err.h"
+#include "plan/plan_internal.h"
+
+#include <stdint.h>
+
+#define RD_ALIGN 4096u
+#define RD_DIRECT_MIN ((uint64_t)2 << 20)   /* above merge_gap, so merged gaps never cross one */
+
+typedef struct rd_op {
+    const sl_op *op;
+    int32_t dev;
+    int direct;          /* read straight into the device buffer (rd_chunks_build) */
+    uint32_t ssize, dsize;
+    uint64_t src_end;
+    uint64_t max_end;    /* max src_end of the file's operations up to this one */
+} rd_op;
+
+/* The COPY operations of a plan, sorted by (file, source offset). */
+typedef struct rd_ops {
+    rd_op *v;
+    int64_t n;
+    int64_t n_files;
+    int64_t *file_first;     /* n_files + 1: file f's operations are v[file_first[f], file_first[f + 1]) */
+    unsigned char *used;     /* n_files: some operation reads the file */
+    unsigned *tail;          /* n_files: bytes past b a chunk reads so that owned elements are whole */
+    sl_dtype dtype;          /* the plan's */
+} rd_ops;
+
+typedef struct rd_chunk {
+    int32_t file;
+    uint64_t a, b, b_ext;
+    unsigned char *dst;  /* direct chunk: bytes [a, b) go here; NULL: through a staging slot */
+} rd_chunk;
+
+typedef struct rd_chunks {
+    rd_chunk *v;
+    int64_t n, cap;
+    uint64_t total_bytes;    /* sum of b - a */
+} rd_chunks;
+
+typedef struct rd_chunk_opts {
+    uint64_t request;        /* most bytes of a chunk's [a, b); a multiple of RD_ALIGN */
+    uint64_t merge_gap;      /* gaps under this between needed ranges are read */
+    /* Direct reads (both NULL: none). host[d]: device d's host memory, or NULL when it has none;
+     * file_direct[f]: file f is read with O_DIRECT (no direct reads from it). */
+    unsigned char *const *host;
+    const unsigned char *file_direct;
+} rd_chunk_opts;
+
+/* Gathers p's COPY operations (plan bounds already checked: sl_load_check_plan). */
+sl_status rd_ops_build(const sl_plan *p, int64_t n_files, rd_ops *out, sl_err *err);
+void rd_ops_free(rd_ops *t);
+
+/* Marks the direct operations of t (when o allows them) and cuts the chunks into *out, sorted by
+ * (file, a). */
+sl_status rd_chunks_build(rd_ops *t, const rd_chunk_opts *o, rd_chunks *out, sl_err *err);
+void rd_chunks_free(rd_chunks *c);
+
+/* Operations of file f that meet [a, b), as [*lo, *hi) into t->v (two binary searches). */
+void rd_ops_between(const rd_ops *t, int32_t f, uint64_t a, uint64_t b, int64_t *lo, int64_t *hi);
+
+#endif /* SL_READ_CHUNKS_H */

@@ -1,0 +1,178 @@
+/* read_ctx.h - the context shared by the pieces of the read engine ("read once, place
+ * everywhere", docs/engine.md "Pipeline"), one concern per file:
+ *
+ *   read_chunks.c    the chunk planner: operations, spans, ranges, chunks (pure; read_chunks.h)
+ *   read_files.c     opening the checkpoint files: O_DIRECT or buffered, the page-cache probe
+ *   read_staging.c   sizes (requests, slots, the conversion ring) and the staging block
+ *   read_setup.c     the one set-up (rd_setup, whose rd_config says which path it serves) and
+ *                    rd_free
+ *   read_scatter.c   scatter and copy strategies: a completed chunk into every device op
+ *   read_pipeline.c  several reads in flight, device fences and marks around slot reuse
+ *   read.c           sl_load_read: the whole load in one process
+ *   read_step.c      the stepwise API of read_internal.h (src/dist/: ranks share a chunk list)
+ *
+ * Host memory: the slots (staging budget) plus the metadata arrays. */
+#ifndef SL_READ_CTX_H
+#define SL_READ_CTX_H
+
+#include "io/io.h"
+#include "load/load_internal.h"
+#include "load/read_chunks.h"
+
+#include "common/sl_pool.h"
+
+#include <stdint.h>
+
+#define RD_SLOT_SLACK (3u * RD_ALIGN)      /* alignment below a and above b_ext, plus the tail */
+#define RD_MAX_SLOTS 64u
+#define RD_MAX_REQUEST ((uint64_t)256 << 20)
+#define RD_DEFAULT_REQUEST ((uint64_t)16 << 20)
+#define RD_MIN_AUTO_REQUEST ((uint64_t)4 << 20)
+#define RD_BOUNCE ((size_t)256 << 10)      /* conversion buffer, synchronous copies (no marks) */
+#define RD_RING 4u                          /* pieces of the conversion ring in flight (cuda) */
+#define RD_RING_MIN ((uint64_t)64 << 10)    /* the ring: a sixteenth of the budget, within these */
+#define RD_RING_MAX ((uint64_t)4 << 20)
+
+/* ---- files (read_files.c) -------------------------------------------------------------------- */
+
+typedef struct rd_file {
+    const char *path;
+    uint64_t size;
+    int fd;
+    int fd_direct_old;   /* direct fd kept open after an EINVAL fallback, until the end */
+    int direct;
+    int used;
+} rd_file;
+
+typedef struct rd_files {
+    rd_file *v;
+    int64_t n;
+} rd_files;
+
+sl_status rd_files_init(rd_files *fs, const sl_load_file *files, int64_t n, sl_err *err);
+/* Opens the files that used[] marks (io: the load's --io mode); sizes must be as planned. */
+sl_status rd_files_open(rd_files *fs, const unsigned char *used, sl_io_mode io, sl_err *err);
+/* Some filesystems accept O_DIRECT at open and refuse the reads: f continues buffered. */
+sl_status rd_file_fallback(rd_file *f, sl_err *err);
+/* Stats `io`: "direct", "buffered", "mixed" or "none" (no file used). */
+const char *rd_files_io_name(const rd_files *fs);
+void rd_files_close(rd_files *fs);
+
+/* ---- the context ----------------------------------------------------------------------------- */
+
+typedef struct rd_slot {
+    sl_io_req req;
+    unsigned char *buf;
+    int64_t chunk;
+    unsigned index;
+    int marked;          /* device copies from buf are pending under mark `index` */
+} rd_slot;
+
+typedef struct rd_ctx {
+    /* what is loaded, from rd_config */
+    const sl_plan *p;
+    const sl_model_dev *devs;
+    const sl_load_opts *o;
+    sl_err *err;
+    const unsigned char *local;   /* per device: scatter into it; NULL: every device */
+    int allow_direct;             /* direct reads into host devices (rd_config.direct_reads) */
+    unsigned char **host;         /* per device: host base or NULL */
+    rd_files files;
+    rd_ops ops;
+    rd_chunks chunks;
+    /* sizes and staging (read_staging.c) */
+    uint64_t request, merge_gap, slot_size;
+    unsigned n_slots;
+    unsigned extra_slots;         /* rd_config.extra_slots, after the read slots */
+    unsigned char *staging;
+    rd_slot *slots;
+    int32_t n_pinned;             /* devices [0, n_pinned) went through ops->pin */
+    /* scatter (read_scatter.c) */
+    unsigned char *bounce;        /* converted pieces for non-host devices */
+    uint64_t bounce_bytes;        /* its size */
+    sl_pool *pool;                /* helper threads for conversions (rd_start_pool), or NULL */
+    uint64_t gather_rows;         /* SL_GATHER_ROWS: same-dtype rows narrower than this many bytes
+                                     are gathered through the ring (rd_gathers); 0: never */
+    int ring;                     /* bounce lies in the page-locked staging block: RD_RING pieces,
+                                     each copied asynchronously and reused after its mark; its
+                                     bytes come out of the staging budget */
+    unsigned ring_next;
+    int32_t ring_dev[RD_RING];    /* device whose copy still reads piece k, or -1 */
+    /* pipeline (read_pipeline.c) */
+    sl_io io;
+    uint64_t bytes_read, done_bytes, staging_peak;
+    int planned;                  /* the chunks are built (stats.io is known) */
+    int in_flight;                /* device copies (async: cuda) issued since the last rd_fence */
+    int use_marks;                /* every async device has mark/wait_mark: per-slot waits */
+    int marks_pending;            /* a mark was recorded since the last rd_fence */
+} rd_ctx;
+
+/* ---- set-up (read_setup.c) ------------------------------------------------------------------- */
+
+/* Everything that differs between the whole load in one process (sl_load_read) and the stepwise
+ * API (sl_rd_open, for ranks that share one chunk list), so that both set up the same way. */
+typedef struct rd_config {
+    const sl_load_file *files;
+    int64_t n_files;
+    const sl_plan *p;
+    const sl_model_dev *devs;     /* p->n_devices entries; only local ones are written */
+    const unsigned char *local;   /* p->n_devices flags; NULL: all */
+    const sl_load_opts *o;
+    sl_err *err;
+    /* whole load: large exclusive operations go straight into host devices (read_chunks.h);
+     * stepwise: never, since other ranks may need any chunk's bytes */
+    int direct_reads;
+    /* whole load: with devices that are not host memory, slots follow CPUs and the ring is cut
+     * from the staging budget (rd_size_for_devices); stepwise: ring_bytes and slot_bytes */
+    int size_for_devices;
+    uint64_t ring_bytes;          /* !size_for_devices: most bytes for the ring; 0: none */
+    uint64_t slot_bytes;          /* most bytes of a slot; 0: from opts */
+    unsigned n_slots;             /* read slots; 0: as many as the budget holds */
+    unsigned extra_slots;         /* slots for the caller after the read slots (sl_rd_extra) */
+    int slot_marks;               /* the pipeline waits per slot when the devices have marks */
+} rd_config;
+
+/* Sets up x for c: sizes, files, operations, chunks, the padding zeroed, staging and the read
+ * engine. Without chunks it stops early (nothing to read: no staging, no engine). Whatever it
+ * did is undone by rd_free, also on failure. */
+sl_status rd_setup(rd_ctx *x, const rd_config *c);
+void rd_free(rd_ctx *x);
+
+/* ---- sizes and staging (read_staging.c) ------------------------------------------------------ */
+
+void rd_size_requests(rd_ctx *x);
+/* A fixed slot size (rd_config.slot_bytes); SL_E_INVALID_ARG when too small. */
+sl_status rd_size_slots(rd_ctx *x, uint64_t slot_bytes);
+void rd_size_for_devices(rd_ctx *x);
+void rd_plan_ring(rd_ctx *x, uint64_t max_bytes);
+void rd_fit_slots(rd_ctx *x);
+/* Per-slot waits need every device that copies asynchronously to offer marks. */
+int rd_can_mark(const rd_ctx *x);
+/* The bounce buffer or ring, the slots and the staging block (page-locked for async devices). */
+sl_status rd_alloc_buffers(rd_ctx *x);
+void rd_free_buffers(rd_ctx *x);
+
+/* ---- scatter (read_scatter.c) ---------------------------------------------------------------- */
+
+/* Scatters the elements of c into every local operation that needs them; data holds c's bytes
+ * [a, b_ext). */
+sl_status rd_scatter_chunk(rd_ctx *x, const rd_chunk *c, const unsigned char *data);
+/* Writes the plan's ZERO operations into local devices whose memory is not known zero. */
+sl_status rd_zero_pads(rd_ctx *x);
+/* 1 when some local device that is not host memory receives converted elements; with
+ * narrow_too, also narrow strided rows that SL_GATHER_ROWS asks to gather. */
+int rd_staged_work(const rd_ctx *x, int narrow_too);
+void rd_start_pool(rd_ctx *x);
+
+/* ---- pipeline (read_pipeline.c) -------------------------------------------------------------- */
+
+/* Returns once no device copy reads staging any more. */
+sl_status rd_fence(rd_ctx *x);
+/* Starts reading chunk `chunk` into slot s. */
+sl_status rd_submit(rd_ctx *x, rd_slot *s, int64_t chunk);
+/* Checks a completed read. Returns SL_OK with *resubmitted set when it was sent again. */
+sl_status rd_check(rd_ctx *x, rd_slot *s, int *resubmitted);
+/* Every chunk, up to n_slots in flight, each scattered when it arrives. */
+sl_status rd_pipeline(rd_ctx *x);
+
+#endif /* SL_READ_CTX_H */

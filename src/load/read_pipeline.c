@@ -1,0 +1,190 @@
+/* read_pipeline.c - up to n_slots reads in flight (io_uring or the pread pool), each completed
+ * chunk scattered on the loading thread, and the device waits that make reusing a slot safe: per
+ * slot marks where every asynchronous device has them (the oldest slot is refilled first), else a
+ * fence before a refill (the slot just scattered is refilled first). docs/engine.md "Pipeline". */
+#include "load/read_ctx.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/sl_bytes.h"
+
+/* ---- device waits --------------------------------------------------------------------------- */
+
+/* Without marks it is called before a slot is refilled: with the free list's LIFO order the
+ * refilled slot is the one just scattered, so the wait overlaps the reads of the other slots still
+ * in flight. */
+sl_status rd_fence(rd_ctx *x)
+{
+    for (int32_t d = 0; d < x->p->n_devices; d++) {
+        const sl_device *dev = &x->devs[d].dev;
+        if (dev->ops && dev->ops->fence)
+            SL_TRY(dev->ops->fence(dev->ctx, x->err));
+    }
+    x->in_flight = 0;
+    x->marks_pending = 0;
+    for (unsigned i = 0; x->slots && i < x->n_slots; i++)
+        x->slots[i].marked = 0;
+    for (unsigned k = 0; k < RD_RING; k++)
+        x->ring_dev[k] = -1;
+    return SL_OK;
+}
+
+/* Records (wait 0) or waits for (wait 1) mark `tag` on every device that has marks. */
+static sl_status rd_marks(rd_ctx *x, unsigned tag, int wait)
+{
+    for (int32_t d = 0; d < x->p->n_devices; d++) {
+        const sl_device *dev = &x->devs[d].dev;
+        sl_status (*op)(void *, unsigned, sl_err *) =
+            !dev->ops ? NULL : wait ? dev->ops->wait_mark : dev->ops->mark;
+        if (op)
+            SL_TRY(op(dev->ctx, tag, x->err));
+    }
+    return SL_OK;
+}
+
+/* After slot s was scattered: its copies are waited for when s is refilled, not before. */
+static sl_status rd_mark(rd_ctx *x, rd_slot *s)
+{
+    SL_TRY(rd_marks(x, s->index, 0));
+    s->marked = 1;
+    x->in_flight = 0;
+    x->marks_pending = 1;
+    return SL_OK;
+}
+
+static sl_status rd_wait_mark(rd_ctx *x, rd_slot *s)
+{
+    SL_TRY(rd_marks(x, s->index, 1));
+    s->marked = 0;
+    return SL_OK;
+}
+
+/* ---- reads ---------------------------------------------------------------------------------- */
+
+sl_status rd_submit(rd_ctx *x, rd_slot *s, int64_t chunk)
+{
+    if (s->marked)
+        SL_TRY(rd_wait_mark(x, s));
+    if (x->in_flight)
+        SL_TRY(rd_fence(x));
+    const rd_chunk *c = &x->chunks.v[chunk];
+    const rd_file *f = &x->files.v[c->file];
+    s->chunk = chunk;
+    s->req.fd = f->fd;
+    s->req.buf = c->dst ? c->dst : s->buf;
+    s->req.user = s;
+    s->req.buffered = !f->direct;
+    if (f->direct && !c->dst) {
+        s->req.off = c->a / RD_ALIGN * RD_ALIGN;
+        s->req.len = (size_t)(sl_align_up(c->b_ext, RD_ALIGN) - s->req.off);
+    } else {
+        s->req.off = c->a;
+        s->req.len = (size_t)(c->b_ext - c->a);
+    }
+    return x->io.ops->submit(x->io.ctx, &s->req, x->err);
+}
+
+sl_status rd_check(rd_ctx *x, rd_slot *s, int *resubmitted)
+{
+    const rd_chunk *c = &x->chunks.v[s->chunk];
+    rd_file *f = &x->files.v[c->file];
+    const int64_t res = s->req.result;
+    *resubmitted = 0;
+    if (res == -EINVAL && s->req.fd == f->fd && f->direct) {
+        SL_TRY(rd_file_fallback(f, x->err));
+        *resubmitted = 1;
+        return rd_submit(x, s, s->chunk);
+    }
+    if (res == -EINVAL && s->req.fd != f->fd) {
+        *resubmitted = 1; /* issued before the fallback */
+        return rd_submit(x, s, s->chunk);
+    }
+    if (res < 0)
+        return sl_err_set(x->err, SL_E_IO, "%s: read error at offset %llu: %s", f->path,
+                          (unsigned long long)s->req.off, strerror((int)-res));
+    x->bytes_read += (uint64_t)res;
+    if (s->req.off + (uint64_t)res < c->b_ext)
+        return sl_err_set(x->err, SL_E_CHANGED,
+                          "%s: short read at offset %llu (file changed since planning?)", f->path,
+                          (unsigned long long)(s->req.off + (uint64_t)res));
+    return SL_OK;
+}
+
+static sl_status rd_complete(rd_ctx *x, rd_slot *s, int *resubmitted)
+{
+    SL_TRY(rd_check(x, s, resubmitted));
+    if (*resubmitted)
+        return SL_OK;
+    const rd_chunk *c = &x->chunks.v[s->chunk];
+    if (!c->dst)
+        SL_TRY(rd_scatter_chunk(x, c, s->buf + (c->a - s->req.off)));
+    if (x->use_marks && x->in_flight)
+        SL_TRY(rd_mark(x, s));
+    x->done_bytes += c->b - c->a;
+    if (x->o->progress)
+        x->o->progress(x->o->progress_user, x->done_bytes, x->chunks.total_bytes);
+    return SL_OK;
+}
+
+/* ---- the loop ------------------------------------------------------------------------------- */
+
+/* Free slots: a stack (LIFO) without marks, so that the one fence waits for the copies of the slot
+ * just scattered; a queue (FIFO) with marks, so that the slot refilled is the one whose copies
+ * were issued longest ago and have most likely finished. */
+typedef struct rd_free_list {
+    rd_slot **items;
+    unsigned head, count, cap;
+    int fifo;
+} rd_free_list;
+
+static rd_slot *rd_take(rd_free_list *f)
+{
+    if (!f->fifo)
+        return f->items[--f->count];
+    rd_slot *s = f->items[f->head];
+    f->head = (f->head + 1) % f->cap;
+    f->count--;
+    return s;
+}
+
+static void rd_give(rd_free_list *f, rd_slot *s)
+{
+    f->items[f->fifo ? (f->head + f->count) % f->cap : f->count] = s;
+    f->count++;
+}
+
+sl_status rd_pipeline(rd_ctx *x)
+{
+    rd_free_list fl = {.items = calloc(x->n_slots, sizeof(rd_slot *)), .cap = x->n_slots,
+                       .fifo = x->use_marks};
+    if (!fl.items)
+        return sl_err_set(x->err, SL_E_NOMEM, "out of memory");
+    for (unsigned i = 0; i < x->n_slots; i++)
+        rd_give(&fl, &x->slots[i]);
+    unsigned busy = 0, peak = 0;
+    sl_status st = SL_OK;
+    int64_t next = 0;
+    while (st == SL_OK && (next < x->chunks.n || busy)) {
+        while (st == SL_OK && next < x->chunks.n && fl.count) {
+            st = rd_submit(x, rd_take(&fl), next++);
+            busy++;
+            peak = busy > peak ? busy : peak;
+        }
+        sl_io_req *done = NULL;
+        if (st == SL_OK)
+            st = x->io.ops->wait(x->io.ctx, &done, x->err);
+        if (st != SL_OK)
+            break;
+        int again = 0;
+        st = rd_complete(x, done->user, &again);
+        if (!again) {
+            busy--;
+            rd_give(&fl, done->user);
+        }
+    }
+    x->staging_peak = (uint64_t)peak * x->slot_size;
+    free(fl.items);
+    return st;
+}

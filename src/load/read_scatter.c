@@ -1,0 +1,280 @@
+/* read_scatter.c - a completed chunk into every device operation that needs its bytes: row by
+ * row, partial rows at chunk boundaries, converting dtypes on the way. Host memory (cpu) is
+ * written in place; other devices (cuda, file devices) take one copy per run, several whole rows
+ * as one 2-D copy, or, for converted rows and with the ring, rows gathered into ring pieces that
+ * are copied asynchronously and reused after their mark (docs/engine.md "CUDA backend"). */
+#include "load/convert.h"
+#include "load/read_ctx.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/sl_bytes.h"
+
+static uint64_t ceil_div(uint64_t a, uint64_t b)
+{
+    return a / b + (a % b != 0);
+}
+
+/* ---- the ring ------------------------------------------------------------------------------- */
+
+/* The ring (asynchronous devices): piece k is filled, copied asynchronously and marked (tag
+ * RD_MAX_SLOTS + k), and waited for only when it comes round again, so filling one piece overlaps
+ * copying the ones before. */
+static uint64_t rd_ring_piece_bytes(const rd_ctx *x)
+{
+    return x->bounce_bytes / RD_RING;
+}
+
+/* The next piece, once the copy that last read it is done; *k: its index. */
+static sl_status rd_ring_take(rd_ctx *x, unsigned *k, unsigned char **piece)
+{
+    *k = x->ring_next++ % RD_RING;
+    if (x->ring_dev[*k] >= 0) {
+        const sl_device *prev = &x->devs[x->ring_dev[*k]].dev;
+        SL_TRY(prev->ops->wait_mark(prev->ctx, RD_MAX_SLOTS + *k, x->err));
+        x->ring_dev[*k] = -1;
+    }
+    *piece = x->bounce + (size_t)(*k * rd_ring_piece_bytes(x));
+    return SL_OK;
+}
+
+/* After piece k's copy to device dev was issued. */
+static sl_status rd_ring_mark(rd_ctx *x, unsigned k, int32_t dev)
+{
+    const sl_device *d = &x->devs[dev].dev;
+    SL_TRY(d->ops->mark(d->ctx, RD_MAX_SLOTS + k, x->err));
+    x->ring_dev[k] = dev;
+    x->marks_pending = 1;
+    return SL_OK;
+}
+
+/* n converted elements through the ring, a piece at a time. */
+static sl_status rd_put_ring(rd_ctx *x, const rd_op *r, uint64_t dst_off, const unsigned char *src,
+                             uint64_t n)
+{
+    const sl_device *d = &x->devs[r->dev].dev;
+    const uint64_t per = rd_ring_piece_bytes(x) / r->dsize;
+    for (uint64_t i = 0; i < n; i += per) {
+        unsigned k;
+        unsigned char *piece;
+        SL_TRY(rd_ring_take(x, &k, &piece));
+        const uint64_t m = sl_min_u64(per, n - i);
+        sl_convert_rows(x->pool, piece, 0, x->p->dtype, src + i * r->ssize, 0, r->op->src_dtype,
+                        (size_t)m, 1);
+        SL_TRY(d->ops->write(d->ctx, dst_off + i * r->dsize, piece, (size_t)(m * r->dsize), x->err));
+        SL_TRY(rd_ring_mark(x, k, r->dev));
+    }
+    return SL_OK;
+}
+
+/* ---- runs ----------------------------------------------------------------------------------- */
+
+/* Writes n elements of src (in src_dt) to device offset dst_off, converting as needed. */
+static sl_status rd_put(rd_ctx *x, const rd_op *r, uint64_t dst_off, const unsigned char *src,
+                        uint64_t n)
+{
+    const sl_device *d = &x->devs[r->dev].dev;
+    const sl_dtype sdt = r->op->src_dtype, ddt = x->p->dtype;
+    if (x->host[r->dev]) {
+        if (sdt == ddt)
+            memcpy(x->host[r->dev] + dst_off, src, (size_t)(n * r->ssize));
+        else
+            sl_convert_rows(x->pool, x->host[r->dev] + dst_off, 0, ddt, src, 0, sdt, (size_t)n, 1);
+        return SL_OK;
+    }
+    x->in_flight |= d->ops->fence != NULL; /* copies may read staging until rd_fence */
+    if (sdt == ddt)
+        return d->ops->write(d->ctx, dst_off, src, (size_t)(n * r->ssize), x->err);
+    if (x->ring)
+        return rd_put_ring(x, r, dst_off, src, n);
+    const uint64_t per = RD_BOUNCE / 4;
+    for (uint64_t i = 0; i < n; i += per) {
+        const uint64_t m = sl_min_u64(per, n - i);
+        sl_convert(x->bounce, ddt, src + i * r->ssize, sdt, (size_t)m);
+        SL_TRY(d->ops->write(d->ctx, dst_off + i * r->dsize, x->bounce, (size_t)(m * r->dsize), x->err));
+    }
+    return SL_OK;
+}
+
+/* ---- whole rows ----------------------------------------------------------------------------- */
+
+/* Number of rows k, k+1, ... lying wholly inside [0, b) (rows > 1, so src_stride > 0). */
+static uint64_t rd_whole_rows(const rd_op *r, uint64_t k, uint64_t b)
+{
+    const sl_op *op = r->op;
+    const uint64_t row_bytes = op->row_elems * r->ssize;
+    if (op->src_offset + row_bytes > b)
+        return 0;
+    const uint64_t last = (b - row_bytes - op->src_offset) / op->src_stride;
+    return last >= k ? sl_min_u64(last + 1, op->rows) - k : 0;
+}
+
+/* 1 when whole rows of r are gathered into ring pieces rather than sent one copy per row (or as
+ * one 2-D copy): converted rows always (a copy, an event and a wait per row would make a column
+ * split's thousands of rows as many tiny copies), and same-dtype rows narrower than gather_rows. */
+static int rd_gathers(const rd_ctx *x, const rd_op *r)
+{
+    const sl_op *op = r->op;
+    const uint64_t dst_row = op->row_elems * r->dsize;
+    return x->ring && op->rows > 1 && dst_row <= rd_ring_piece_bytes(x) &&
+           (op->dst_stride == dst_row || x->devs[r->dev].dev.ops->write2d) &&
+           (op->src_dtype != x->p->dtype ||
+            (dst_row < x->gather_rows && op->src_stride != op->row_elems * r->ssize));
+}
+
+/* rows whole rows from row k, src at row k's first byte: as many as fit in a ring piece are
+ * converted (or copied) into it back to back, and the piece goes in one copy (2-D when the
+ * destination rows are not adjacent). */
+static sl_status rd_gather_rows(rd_ctx *x, const rd_op *r, uint64_t k, uint64_t rows,
+                                const unsigned char *src)
+{
+    const sl_op *op = r->op;
+    const sl_device *d = &x->devs[r->dev].dev;
+    const uint64_t dst_row = op->row_elems * r->dsize, per = rd_ring_piece_bytes(x) / dst_row;
+    x->in_flight = 1;
+    for (uint64_t i = 0; i < rows; i += per) {
+        unsigned p;
+        unsigned char *piece;
+        SL_TRY(rd_ring_take(x, &p, &piece));
+        const uint64_t m = sl_min_u64(per, rows - i);
+        sl_convert_rows(x->pool, piece, (size_t)dst_row, x->p->dtype, src + i * op->src_stride,
+                        (size_t)op->src_stride, op->src_dtype, (size_t)op->row_elems, (size_t)m);
+        const uint64_t dst_off = op->dst_offset + (k + i) * op->dst_stride;
+        if (op->dst_stride == dst_row)
+            SL_TRY(d->ops->write(d->ctx, dst_off, piece, (size_t)(m * dst_row), x->err));
+        else
+            SL_TRY(d->ops->write2d(d->ctx, dst_off, op->dst_stride, piece, (size_t)dst_row,
+                                   (size_t)dst_row, (size_t)m, x->err));
+        SL_TRY(rd_ring_mark(x, p, r->dev));
+    }
+    return SL_OK;
+}
+
+/* Several whole rows of an op, from row k (starting inside the chunk), go to a device that is
+ * not host memory in few calls: gathered through the ring (rd_gathers), or else, same dtype, as
+ * one 2-D copy (cudaMemcpy2DAsync) instead of a copy per row. *n: rows written, 0 when neither
+ * applies (the caller copies row by row). */
+static sl_status rd_put_rows(rd_ctx *x, const rd_op *r, uint64_t k, uint64_t a, uint64_t b,
+                             const unsigned char *data, uint64_t *n)
+{
+    const sl_op *op = r->op;
+    const sl_device *d = &x->devs[r->dev].dev;
+    const uint64_t rs = op->src_offset + k * op->src_stride;
+    *n = 0;
+    if (x->host[r->dev] || op->rows < 2 || rs < a || op->src_stride > SIZE_MAX)
+        return SL_OK;
+    const int gather = rd_gathers(x, r);
+    if (!gather && (!d->ops->write2d || op->src_dtype != x->p->dtype))
+        return SL_OK;
+    const uint64_t rows = rd_whole_rows(r, k, b);
+    if (rows < 2)
+        return SL_OK;
+    *n = rows;
+    if (gather)
+        return rd_gather_rows(x, r, k, rows, data + (rs - a));
+    x->in_flight = 1;
+    return d->ops->write2d(d->ctx, op->dst_offset + k * op->dst_stride, op->dst_stride,
+                           data + (rs - a), (size_t)op->src_stride,
+                           (size_t)(op->row_elems * r->ssize), (size_t)rows, x->err);
+}
+
+/* ---- chunks --------------------------------------------------------------------------------- */
+
+/* Copies the elements of op rows that chunk [a, b) owns; data holds file bytes from offset a. */
+static sl_status rd_scatter_op(rd_ctx *x, const rd_op *r, uint64_t a, uint64_t b,
+                               const unsigned char *data)
+{
+    const sl_op *op = r->op;
+    const uint64_t es = r->ssize, row_bytes = op->row_elems * es;
+    uint64_t k = 0;
+    if (a > op->src_offset && op->rows > 1) {
+        k = (a - op->src_offset) / op->src_stride;
+        if (op->src_offset + k * op->src_stride + row_bytes <= a)
+            k++;
+    }
+    for (; k < op->rows; k++) {
+        const uint64_t rs = op->src_offset + k * op->src_stride;
+        if (rs >= b)
+            break;
+        if (rs + row_bytes <= a)
+            continue;
+        uint64_t rows2d = 0;
+        SL_TRY(rd_put_rows(x, r, k, a, b, data, &rows2d));
+        if (rows2d) {
+            k += rows2d - 1;
+            continue;
+        }
+        const uint64_t j0 = rs >= a ? 0 : ceil_div(a - rs, es);
+        const uint64_t j1 = sl_min_u64(op->row_elems, ceil_div(b - rs, es));
+        if (j0 < j1)
+            SL_TRY(rd_put(x, r, op->dst_offset + k * op->dst_stride + j0 * r->dsize,
+                          data + (rs + j0 * es - a), j1 - j0));
+    }
+    return SL_OK;
+}
+
+sl_status rd_scatter_chunk(rd_ctx *x, const rd_chunk *c, const unsigned char *data)
+{
+    int64_t lo = 0, hi = 0;
+    rd_ops_between(&x->ops, c->file, c->a, c->b, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++) {
+        const rd_op *r = &x->ops.v[i];
+        if (r->src_end > c->a && !r->direct && (!x->local || x->local[r->dev]))
+            SL_TRY(rd_scatter_op(x, r, c->a, c->b, data));
+    }
+    return SL_OK;
+}
+
+/* Padding (ZERO operations): a backend's own host memory is fresh anonymous memory, zero already;
+ * other memory (cudaMalloc, file devices, the caller's opts.dest) is not. Their ranges are disjoint
+ * from every copy's. */
+sl_status rd_zero_pads(rd_ctx *x)
+{
+    const uint64_t es = sl_dtype_bits(x->p->dtype) / 8;
+    for (int32_t d = 0; d < x->p->n_devices; d++) {
+        const sl_plan_device *pd = &x->p->devices[d];
+        const sl_device *dev = &x->devs[d].dev;
+        if ((x->local && !x->local[d]) || !dev->ops || !dev->ops->zero ||
+            (dev->ops->zeroed && dev->ops->zeroed(dev->ctx)))
+            continue;
+        for (int64_t k = 0; k < pd->n_ops; k++) {
+            const sl_op *op = &pd->ops[k];
+            if (op->kind == SL_OP_ZERO && op->rows && op->row_elems)
+                SL_TRY(dev->ops->zero(dev->ctx, op->dst_offset, op->rows * op->row_elems * es, x->err));
+        }
+    }
+    return SL_OK;
+}
+
+/* ---- conversions ---------------------------------------------------------------------------- */
+
+int rd_staged_work(const rd_ctx *x, int narrow_too)
+{
+    for (int64_t i = 0; i < x->ops.n; i++) {
+        const rd_op *r = &x->ops.v[i];
+        if (x->host[r->dev] || (x->local && !x->local[r->dev]))
+            continue;
+        if (r->op->src_dtype != x->p->dtype)
+            return 1;
+        const uint64_t row = r->op->row_elems * r->ssize;
+        if (narrow_too && r->op->rows > 1 && row < x->gather_rows && r->op->src_stride != row)
+            return 1;
+    }
+    return 0;
+}
+
+/* Conversions run on the loading thread and, when they are large (sl_convert_rows), on helper
+ * threads too: up to 7, fewer on smaller hosts, started only when some local device receives
+ * converted elements. Converting is the one CPU-bound step of a load: single-threaded, f32 ->
+ * bf16 runs at ~2.7 G elements/s here (bench_convert), below the page cache and a PCIe 5 link. */
+void rd_start_pool(rd_ctx *x)
+{
+    int converts = 0;
+    for (int64_t i = 0; i < x->ops.n && !converts; i++)
+        converts = x->ops.v[i].op->src_dtype != x->p->dtype && (!x->local || x->local[x->ops.v[i].dev]);
+    const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (converts && cpus > 1)
+        x->pool = sl_pool_new((unsigned)(cpus > 8 ? 7 : cpus - 1));
+}

@@ -1,0 +1,94 @@
+/* read_setup.c - the one set-up of the read engine, for both ways it is driven: the whole load in
+ * one process (read.c) and the stepwise API (read_step.c). What differs between them is a field
+ * of rd_config; the steps and their order are the same:
+ *
+ *   sizes from the options -> files and operations -> files opened -> host pointers -> sizes for
+ *   the devices (or the ring as given) -> padding zeroed -> chunks -> slots fitted to the chunks
+ *   -> conversion helpers -> staging (pinned) -> the read engine. */
+#include "load/read_ctx.h"
+
+#include <assert.h>
+#include <stdlib.h>
+
+static sl_status rd_host_ptrs(rd_ctx *x)
+{
+    x->host = calloc((size_t)x->p->n_devices, sizeof *x->host);
+    if (!x->host)
+        return sl_err_set(x->err, SL_E_NOMEM, "out of memory");
+    for (int32_t d = 0; d < x->p->n_devices; d++)
+        x->host[d] = x->devs[d].dev.ops->host_ptr(x->devs[d].dev.ctx);
+    return SL_OK;
+}
+
+/* The chunk planner's inputs, taken from the opened files and the devices. */
+static sl_status rd_plan_chunks(rd_ctx *x)
+{
+    rd_chunk_opts co = {.request = x->request, .merge_gap = x->merge_gap};
+    unsigned char *file_direct = NULL;
+    if (x->allow_direct) {
+        file_direct = calloc((size_t)x->files.n + 1, 1);
+        if (!file_direct)
+            return sl_err_set(x->err, SL_E_NOMEM, "out of memory");
+        for (int64_t f = 0; f < x->files.n; f++)
+            file_direct[f] = (unsigned char)x->files.v[f].direct;
+        co.host = x->host;
+        co.file_direct = file_direct;
+    }
+    const sl_status st = rd_chunks_build(&x->ops, &co, &x->chunks, x->err);
+    free(file_direct);
+    return st;
+}
+
+/* Sizes from the options, or as the caller fixed them. */
+static sl_status rd_size(rd_ctx *x, const rd_config *c)
+{
+    rd_size_requests(x);
+    if (c->slot_bytes)
+        SL_TRY(rd_size_slots(x, c->slot_bytes));
+    if (c->n_slots)
+        x->n_slots = c->n_slots;
+    return SL_OK;
+}
+
+sl_status rd_setup(rd_ctx *x, const rd_config *c)
+{
+    /* size_for_devices chooses slots and ring itself */
+    assert(!c->size_for_devices || (!c->slot_bytes && !c->n_slots && !c->ring_bytes));
+    *x = (rd_ctx){.p = c->p, .devs = c->devs, .o = c->o, .err = c->err, .local = c->local,
+                  .allow_direct = c->direct_reads, .extra_slots = c->extra_slots};
+    for (unsigned k = 0; k < RD_RING; k++)
+        x->ring_dev[k] = -1;
+    SL_TRY(rd_size(x, c));
+    SL_TRY(rd_files_init(&x->files, c->files, c->n_files, x->err));
+    SL_TRY(rd_ops_build(x->p, c->n_files, &x->ops, x->err));
+    SL_TRY(rd_files_open(&x->files, x->ops.used, x->o->io, x->err));
+    SL_TRY(rd_host_ptrs(x));
+    if (c->size_for_devices)
+        rd_size_for_devices(x);
+    else
+        rd_plan_ring(x, c->ring_bytes);
+    SL_TRY(rd_zero_pads(x));      /* local devices only */
+    SL_TRY(rd_plan_chunks(x));
+    x->planned = 1;
+    if (x->chunks.n == 0)
+        return SL_OK;
+    rd_fit_slots(x);
+    x->use_marks = c->slot_marks && rd_can_mark(x);
+    rd_start_pool(x);
+    SL_TRY(rd_alloc_buffers(x));
+    const unsigned threads = x->o->threads > 0 ? (unsigned)x->o->threads : 0;
+    return sl_io_open(NULL, x->n_slots, threads, &x->io, x->err);
+}
+
+void rd_free(rd_ctx *x)
+{
+    sl_io_close(&x->io); /* first: no read may land in staging after it is freed */
+    rd_files_close(&x->files);
+    rd_ops_free(&x->ops);
+    rd_chunks_free(&x->chunks);
+    free(x->host);
+    x->host = NULL;
+    rd_free_buffers(x);
+    sl_pool_free(x->pool);
+    x->pool = NULL;
+}

@@ -1,0 +1,211 @@
+/* read_staging.c - how much host memory a load stages through, and in what pieces: the request
+ * size, the number and size of the staging slots, the conversion ring for devices that copy
+ * asynchronously, and the staging block itself (populated once, page-locked for such devices).
+ * docs/engine.md "Fixed staging" and "Slots follow CPUs". */
+#include "load/read_ctx.h"
+#include "load/read_internal.h"
+
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "common/sl_bytes.h"
+
+_Static_assert(RD_MAX_SLOTS + RD_RING <= SL_DEVICE_MAX_MARKS,
+               "one device mark per staging slot and per bounce piece");
+
+/* ---- sizes ---------------------------------------------------------------------------------- */
+
+static uint64_t rd_staging_budget(const rd_ctx *x)
+{
+    return x->o->staging_bytes ? x->o->staging_bytes : (uint64_t)64 << 20;
+}
+
+/* Request size req (a multiple of 4096), cut so that at least two slots fit the budget when
+ * possible, and the number of slots it gives. */
+static void rd_set_request(rd_ctx *x, uint64_t req, uint64_t staging)
+{
+    req = sl_min_u64(sl_max_u64(req / RD_ALIGN * RD_ALIGN, RD_ALIGN), RD_MAX_REQUEST);
+    if (staging < 2 * (req + RD_SLOT_SLACK) && staging / 2 > RD_SLOT_SLACK + RD_ALIGN)
+        req = (staging / 2 - RD_SLOT_SLACK) / RD_ALIGN * RD_ALIGN;
+    else if (staging < 2 * (req + RD_SLOT_SLACK))
+        req = RD_ALIGN;
+    x->request = req;
+    x->slot_size = req + RD_SLOT_SLACK;
+    uint64_t n = staging / x->slot_size;
+    x->n_slots = (unsigned)sl_max_u64(1, sl_min_u64(n, RD_MAX_SLOTS));
+}
+
+void rd_size_requests(rd_ctx *x)
+{
+    rd_set_request(x, x->o->request_bytes ? x->o->request_bytes : RD_DEFAULT_REQUEST,
+                   rd_staging_budget(x));
+    /* Gaps under 1 MiB (or a sixteenth of a small request) are cheaper to read than to skip. */
+    x->merge_gap = sl_min_u64((uint64_t)1 << 20, x->request / 16);
+}
+
+/* merge_gap stays as rd_size_requests set it, so the ranges (and bytes read) are the same as a
+ * load that sizes its slots from the budget. */
+sl_status rd_size_slots(rd_ctx *x, uint64_t slot_bytes)
+{
+    SL_CHECK(slot_bytes >= RD_SLOT_SLACK + RD_ALIGN, x->err, SL_E_INVALID_ARG,
+             "staging of %llu bytes per slot is too small (at least %u)",
+             (unsigned long long)slot_bytes, RD_SLOT_SLACK + RD_ALIGN);
+    x->request = sl_min_u64((slot_bytes - RD_SLOT_SLACK) / RD_ALIGN * RD_ALIGN, RD_MAX_REQUEST);
+    x->slot_size = x->request + RD_SLOT_SLACK;
+    return SL_OK;
+}
+
+uint64_t sl_rd_ring_budget(uint64_t staging)
+{
+    const uint64_t ring = sl_min_u64(sl_max_u64(staging / 16, RD_RING_MIN), RD_RING_MAX);
+    return sl_min_u64(ring, staging / 4);   /* a small budget stays mostly slots */
+}
+
+/* The ring, out of at most max_bytes, when the local devices copy asynchronously and some of
+ * their elements are converted (or narrow rows gathered: SL_GATHER_ROWS, for benchmarks, see
+ * docs/engine.md). Without it, conversions go through a small synchronous bounce buffer. */
+void rd_plan_ring(rd_ctx *x, uint64_t max_bytes)
+{
+    const uint64_t unit = (uint64_t)RD_RING * RD_ALIGN;
+    const char *g = getenv("SL_GATHER_ROWS");
+    x->gather_rows = g ? strtoull(g, NULL, 10) : 0;
+    if (max_bytes < unit || !rd_staged_work(x, 1) || !rd_can_mark(x))
+        return;
+    x->ring = 1;
+    x->bounce_bytes = max_bytes / unit * unit;
+}
+
+/* Devices that are not host memory (cuda) take every byte through staging, and from the page
+ * cache each slot's read is one CPU copy: the number of slots in flight, not their size, sets the
+ * pace. Unless a request size was asked for, such loads cut the budget into about as many slots
+ * as --threads says, or as there are CPUs (at most 16), with requests between 4 and 16 MiB.
+ * When elements are converted on the way and the devices copy asynchronously, a sixteenth of the
+ * budget (64 KiB to 4 MiB, at most a quarter) becomes the conversion ring: large pieces, because
+ * each is one copy call (on the timed stand-in, 1 MiB pieces made a bf16 -> f32 load 2.5x faster
+ * than 64 KiB ones). merge_gap stays. */
+void rd_size_for_devices(rd_ctx *x)
+{
+    int staged = 0;
+    for (int32_t d = 0; d < x->p->n_devices; d++)
+        staged |= !x->host[d] && x->devs[d].bytes > 0 && (!x->local || x->local[d]);
+    if (!staged)
+        return;
+    uint64_t budget = rd_staging_budget(x);
+    rd_plan_ring(x, sl_rd_ring_budget(budget));
+    budget = budget > x->bounce_bytes ? budget - x->bounce_bytes : 0;
+    uint64_t req = x->o->request_bytes;
+    if (!req) {
+        const long n = x->o->threads > 0 ? (long)x->o->threads : sysconf(_SC_NPROCESSORS_ONLN);
+        const uint64_t want = budget / (uint64_t)(n < 2 ? 2 : n > 16 ? 16 : n);
+        req = sl_min_u64(sl_max_u64(want, RD_MIN_AUTO_REQUEST), RD_DEFAULT_REQUEST);
+    }
+    rd_set_request(x, req, budget);
+}
+
+/* A small checkpoint does not need the whole budget: no more slots than chunks, and slots only
+ * as large as the largest chunk (plus alignment). */
+void rd_fit_slots(rd_ctx *x)
+{
+    uint64_t largest = 0;
+    for (int64_t i = 0; i < x->chunks.n; i++) {
+        if (!x->chunks.v[i].dst)
+            largest = sl_max_u64(largest, x->chunks.v[i].b_ext - x->chunks.v[i].a);
+    }
+    x->slot_size = sl_min_u64(x->slot_size, sl_align_up(largest, RD_ALIGN) + 2 * RD_ALIGN);
+    x->n_slots = (unsigned)sl_min_u64(x->n_slots, (uint64_t)x->chunks.n);
+}
+
+int rd_can_mark(const rd_ctx *x)
+{
+    int async = 0;
+    for (int32_t d = 0; d < x->p->n_devices; d++) {
+        const sl_device_ops *ops = x->devs[d].dev.ops;
+        if (!ops || !ops->fence)
+            continue;
+        if (!ops->mark || !ops->wait_mark)
+            return 0;
+        async = 1;
+    }
+    return async;
+}
+
+/* ---- the staging block ---------------------------------------------------------------------- */
+
+/* The read slots, then extra_slots more of the same size for the caller (sl_rd_extra), then the
+ * ring, page-locked together. */
+static size_t rd_staging_len(const rd_ctx *x)
+{
+    return (size_t)(x->slot_size * (x->n_slots + x->extra_slots) + (x->ring ? x->bounce_bytes : 0));
+}
+
+/* Devices that copy asynchronously (cuda) page-lock the staging block once for the whole load. */
+static sl_status rd_pin(rd_ctx *x)
+{
+    const size_t len = rd_staging_len(x);
+    for (; x->n_pinned < x->p->n_devices; x->n_pinned++) {
+        const sl_device *d = &x->devs[x->n_pinned].dev;
+        if (d->ops && d->ops->pin)
+            SL_TRY(d->ops->pin(d->ctx, x->staging, len, x->err));
+    }
+    return SL_OK;
+}
+
+/* Once reads have stopped: each unpin drains its device's copies before releasing the pin. */
+static void rd_unpin(rd_ctx *x)
+{
+    for (int32_t d = 0; d < x->n_pinned; d++) {
+        const sl_device *dev = &x->devs[d].dev;
+        if (dev->ops && dev->ops->unpin)
+            dev->ops->unpin(dev->ctx, x->staging);
+    }
+    x->n_pinned = 0;
+}
+
+/* Staging is touched once per slot use, so its first-touch cost is paid on the hot path: huge
+ * pages and one populate call make it a few faults instead of one per 4 KiB page. */
+static unsigned char *rd_staging_alloc(size_t len)
+{
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    (void)madvise(p, len, MADV_HUGEPAGE);
+#ifdef MADV_POPULATE_WRITE
+    (void)madvise(p, len, MADV_POPULATE_WRITE);
+#endif
+    return p;
+}
+
+sl_status rd_alloc_buffers(rd_ctx *x)
+{
+    if (!x->ring && rd_staged_work(x, 0)) {   /* the ring, when there is one, is part of the block */
+        x->bounce_bytes = RD_BOUNCE;
+        if (!(x->bounce = malloc(RD_BOUNCE)))
+            return sl_err_set(x->err, SL_E_NOMEM, "out of memory");
+    }
+    x->slots = calloc(x->n_slots, sizeof *x->slots);
+    x->staging = rd_staging_alloc(rd_staging_len(x));
+    if (!x->slots || !x->staging)
+        return sl_err_set(x->err, SL_E_NOMEM, "cannot allocate %llu bytes of staging",
+                          (unsigned long long)rd_staging_len(x));
+    if (x->ring)
+        x->bounce = x->staging + rd_staging_len(x) - x->bounce_bytes;
+    for (unsigned i = 0; i < x->n_slots; i++) {
+        x->slots[i].buf = x->staging + (size_t)i * x->slot_size;
+        x->slots[i].index = i;
+    }
+    return rd_pin(x);
+}
+
+void rd_free_buffers(rd_ctx *x)
+{
+    free(x->slots);
+    rd_unpin(x);
+    if (x->staging)
+        munmap(x->staging, rd_staging_len(x));
+    if (!x->ring)
+        free(x->bounce);
+    x->slots = NULL;
+    x->staging = NULL;
+    x->bounce = NULL;
+}
