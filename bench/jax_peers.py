@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""jax_peers.py CKPT OUT_JSONL OUT_MD - shardload.jax.load against the ways JAX users load a
+safetensors checkpoint onto a mesh, on the same files and mesh in one run (make bench):
+
+  shardload.jax   shardload.jax.load(path, mesh, specs)
+  device_put      the tpu-inference way: per file safe_open(framework="flax"), per tensor
+                  jax.device_put(x, NamedSharding(mesh, spec))
+  orbax           orbax-checkpoint's v1 loader with its SAFETENSORS layout and the same target
+                  shardings (ocp.load with an abstract state), when the installed version has it
+
+The mesh is 8 virtual CPU devices (XLA_FLAGS, set here), one axis "model"; the shardings are
+shardload's default (the planner's spmd rule), given to every contender. Each run is a fresh
+subprocess (its own peak RSS), rounds interleaved, hot (page cache warm) and cold (caches dropped,
+as root). On CPU the devices' memory is host memory, so "beyond" is peak RSS minus the bytes the
+devices hold minus an idle process with the same imports.
+
+Knobs: BENCH_ROUNDS (default 3).
+"""
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
+
+CHILD = r"""
+import json, os, resource, sys, time
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+import jax, numpy as np
+from jax.sharding import Mesh, NamedSharding
+import shardload, shardload.jax as sj
+path, how = sys.argv[1], sys.argv[2]
+mesh = Mesh(np.array(jax.devices()[:8]), ("model",))
+with shardload.open(path) as ck:
+    specs = {n: NamedSharding(mesh, s) for n, s in sj._default_specs(ck, mesh, None, None).items()}
+    files = {}
+    for t in ck.tensors:
+        if t.name in specs:
+            files.setdefault(t.file, []).append(t.name)
+idle = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+t0 = time.perf_counter()
+if how == "shardload.jax":
+    out = sj.load(path, mesh, specs)
+elif how == "device_put":
+    from safetensors import safe_open
+    out = {}
+    for f, names in files.items():
+        with safe_open(f, framework="flax") as h:
+            for n in names:
+                out[n] = jax.device_put(h.get_tensor(n), specs[n])
+elif how == "orbax":
+    from orbax.checkpoint import v1 as ocp
+    with ocp.Context(checkpoint_layout=ocp.options.CheckpointLayout.SAFETENSORS):
+        meta = ocp.metadata(path).metadata
+        abstract = {n: jax.ShapeDtypeStruct(meta[n].shape, meta[n].dtype, sharding=specs[n])
+                    for n in specs}
+        out = ocp.load(path, abstract_state=abstract)
+else:
+    raise SystemExit("unknown contender " + how)
+jax.block_until_ready(out)
+sec = time.perf_counter() - t0
+held = sum(s.data.nbytes for a in out.values() for s in a.addressable_shards)
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(json.dumps({"seconds": sec, "held": held, "peak_rss": peak, "idle_rss": idle,
+                  "tensors": len(out)}))
+"""
+
+CONTENDERS = ["shardload.jax", "device_put", "orbax"]
+
+
+def files_of(ck):
+    return [os.path.join(ck, f) for f in sorted(os.listdir(ck)) if f.endswith(".safetensors")]
+
+
+def drop_caches(ck):
+    subprocess.run(["sync"], check=False)
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def warm(ck):
+    for f in files_of(ck):
+        with open(f, "rb") as h:
+            while h.read(16 << 20):
+                pass
+
+
+def run(ck, how):
+    p = subprocess.run([sys.executable, "-c", CHILD, ck, how], capture_output=True, text=True,
+                       timeout=1800)
+    if p.returncode != 0:
+        return {"error": (p.stderr.strip().splitlines() or ["failed"])[-1][:300]}
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def main():
+    ck, out_jsonl, out_md = sys.argv[1:4]
+    rows = []
+    broken = {}
+    cold_ok = True
+    for r in range(ROUNDS):
+        for cache in ("hot", "cold"):
+            for how in CONTENDERS:
+                if how in broken:
+                    continue
+                if cache == "hot":
+                    warm(ck)
+                else:
+                    cold_ok = drop_caches(ck) and cold_ok
+                res = run(ck, how)
+                if "error" in res:
+                    broken[how] = res["error"]
+                    print(f"jax_peers: {how}: not run: {res['error']}", file=sys.stderr)
+                    continue
+                rows.append({"round": r, "cache": cache, "name": how, **res})
+                print(f"jax_peers: round {r} {cache} {how}: {res['seconds']:.2f} s", file=sys.stderr)
+    with open(out_jsonl, "w") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+    with open(out_md, "w") as f:
+        f.write(report(rows, broken, cold_ok, ck))
+
+
+def report(rows, broken, cold_ok, ck):
+    size = sum(os.path.getsize(f) for f in files_of(ck))
+    out = [f"\n## JAX peers ({time.strftime('%Y-%m-%d')})\n",
+           f"Produced by `make bench` (`bench/jax_peers.py`): {os.path.basename(ck)}, "
+           f"{size / 1e9:.2f} GB in {len(files_of(ck))} files, onto a mesh of 8 virtual CPU devices "
+           f"(one axis), shardload's default shardings given to every contender; median of "
+           f"{ROUNDS} interleaved rounds, each run a fresh process."
+           + ("" if cold_ok else " Cold runs could not drop the page cache (not root): they are warm.")
+           + "\n",
+           "| contender | cache | seconds (min-max) | GB/s | peak RSS | beyond the device arrays | "
+           "shardload faster |", "|---|---|---|---|---|---|---|"]
+    for cache in ("hot", "cold"):
+        ref = [x["seconds"] for x in rows if x["cache"] == cache and x["name"] == "shardload.jax"]
+        ref_s = statistics.median(ref) if ref else None
+        for how in CONTENDERS:
+            xs = [x for x in rows if x["cache"] == cache and x["name"] == how]
+            if not xs:
+                continue
+            s = [x["seconds"] for x in xs]
+            med = statistics.median(s)
+            peak = max(x["peak_rss"] for x in xs)
+            beyond = max(x["peak_rss"] - x["held"] - x["idle_rss"] for x in xs)
+            ratio = f"{med / ref_s:.2f}x" if ref_s and how != "shardload.jax" else ""
+            out.append(f"| {how} | {cache} | {med:.2f} ({min(s):.2f}-{max(s):.2f}) | "
+                       f"{size / med / 1e9:.2f} | {peak / 2**20:,.0f} MiB | {beyond / 2**20:,.0f} MiB | "
+                       f"{ratio} |")
+    for how, why in broken.items():
+        out.append(f"\n{how}: not run: {why}")
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    main()
