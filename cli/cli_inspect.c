@@ -5,6 +5,7 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void inspect_help(FILE *out)
@@ -74,19 +75,31 @@ static void inspect_json(const sl_checkpoint *ck)
     printf("]}\n");
 }
 
-static void inspect_text(const sl_checkpoint *ck)
+/* Tensors per file, counted in one pass over the tensors (not one pass per file: a checkpoint of
+ * 20,000 small shards would take seconds). NULL when out of memory. */
+static int64_t *inspect_file_counts(const sl_checkpoint *ck, int64_t nf)
+{
+    int64_t *count = calloc((size_t)nf + 1, sizeof(*count));
+    sl_tensor_info t;
+    for (int64_t i = 0; count && sl_checkpoint_tensor(ck, i, &t) == SL_OK; i++) {
+        if (t.file >= 0 && t.file < nf)
+            count[t.file]++;
+    }
+    return count;
+}
+
+static int inspect_text(const sl_checkpoint *ck)
 {
     char b1[40], b2[40];
     const int64_t nf = sl_checkpoint_file_count(ck), nt = sl_checkpoint_tensor_count(ck);
+    int64_t *count = inspect_file_counts(ck, nf);
+    if (!count)
+        return cli_fail("out of memory");
     printf("files (%" PRId64 "):\n", nf);
-    for (int64_t f = 0; f < nf; f++) {
-        int64_t count = 0;
-        sl_tensor_info t;
-        for (int64_t i = 0; sl_checkpoint_tensor(ck, i, &t) == SL_OK; i++)
-            count += t.file == f;
+    for (int64_t f = 0; f < nf; f++)
         printf("  %s  %s bytes  %" PRId64 " tensors\n", sl_checkpoint_file_path(ck, f),
-               cli_commas(sl_checkpoint_file_size(ck, f), b1, sizeof b1), count);
-    }
+               cli_commas(sl_checkpoint_file_size(ck, f), b1, sizeof b1), count[f]);
+    free(count);
     printf("tensors (%" PRId64 "):\n", nt);
     sl_tensor_info t;
     for (int64_t i = 0; sl_checkpoint_tensor(ck, i, &t) == SL_OK; i++) {
@@ -104,6 +117,7 @@ static void inspect_text(const sl_checkpoint *ck)
             printf("  %s = %s\n", k, v);
         }
     }
+    return CLI_EXIT_OK;
 }
 
 int cli_inspect(int argc, char **argv)
@@ -132,10 +146,11 @@ int cli_inspect(int argc, char **argv)
         return rc;
     }
     cli_warnings(ck);
+    int rc = CLI_EXIT_OK;
     if (json)
         inspect_json(ck);
     else
-        inspect_text(ck);
+        rc = inspect_text(ck);
     sl_checkpoint_close(ck);
-    return CLI_EXIT_OK;
+    return rc;
 }

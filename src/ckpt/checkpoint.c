@@ -4,11 +4,11 @@
  * the path the user gave, joined with the shard name for directories. */
 #include "ckpt/ckpt_file.h"
 #include "format/st_format.h"
+#include "sl_file.h"
 
-#include <ctype.h>
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -27,6 +27,7 @@ typedef struct ck_file {
 
 typedef struct ck_name {
     const char *name;
+    int32_t rank;               /* of the tensor's file: entries sort by (name, rank, idx) */
     int64_t idx;
 } ck_name;
 
@@ -34,7 +35,7 @@ struct sl_checkpoint {
     sl_err err;
     char *dir;
     ck_file *files;
-    size_t n_files;
+    size_t n_files, cap_files;
     sl_tensor_info *tensors;    /* ordered by (file, offset) */
     size_t n_tensors;
     ck_name *by_name;           /* sorted by name, for O(log n) look-up */
@@ -83,22 +84,23 @@ out:
     return st;
 }
 
+/* A FIFO or a device is refused before anything could block on it (sl_file.h). */
+static sl_status ck_not_regular(sl_err *e, const char *path, const struct stat *sb)
+{
+    return sl_err_set(e, SL_E_IO, "%s: not a regular file (%s)", path, sl_file_kind((unsigned)sb->st_mode));
+}
+
 static sl_status ck_read_header(ck_file *f, bool from_index, sl_err *e)
 {
     struct stat sb;
-    const int fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    const int fd = sl_file_open_regular(f->path, &sb);
+    if (fd == SL_FILE_NOT_REGULAR)
+        return ck_not_regular(e, f->path, &sb);
     if (fd < 0)
         return ck_fail_errno(e, f->path, from_index ? "shard named by " ST_INDEX_NAME " cannot be opened" : "open",
                              true);
-    sl_status st = SL_OK;
-    if (fstat(fd, &sb) != 0)
-        st = ck_fail_errno(e, f->path, "stat", false);
-    else if (!S_ISREG(sb.st_mode))
-        st = sl_err_set(e, SL_E_IO, "%s: not a regular file", f->path);
-    else {
-        f->size = (uint64_t)sb.st_size;
-        st = ck_read_header_fd(fd, f, e);
-    }
+    f->size = (uint64_t)sb.st_size;
+    const sl_status st = ck_read_header_fd(fd, f, e);
     close(fd);
     return st;
 }
@@ -107,12 +109,17 @@ static sl_status ck_read_header(ck_file *f, bool from_index, sl_err *e)
 
 static sl_status ck_add_file(sl_checkpoint *ck, char *path)
 {
-    ck_file *nf = realloc(ck->files, (ck->n_files + 1) * sizeof(*nf));
-    if (!nf) {
-        free(path);
-        return sl_err_set(&ck->err, SL_E_NOMEM, "out of memory");
+    if (ck->n_files == ck->cap_files) {   /* doubling: 20,000 shards are 15 reallocations */
+        const size_t cap = ck->cap_files ? 2 * ck->cap_files : 8;
+        ck_file *nf = realloc(ck->files, cap * sizeof(*nf));
+        if (!nf) {
+            free(path);
+            return sl_err_set(&ck->err, SL_E_NOMEM, "out of memory");
+        }
+        ck->files = nf;
+        ck->cap_files = cap;
     }
-    ck->files = nf;
+    ck_file *nf = ck->files;
     memset(&nf[ck->n_files], 0, sizeof(*nf));
     nf[ck->n_files].rank = -1;
     nf[ck->n_files++].path = path;
@@ -137,39 +144,86 @@ static int cmp_cstr(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-static sl_status ck_list_dir(sl_checkpoint *ck)
+/* The *.safetensors names in a directory, sorted (free with names_free). */
+typedef struct ck_names {
+    char **v;
+    size_t n, cap;
+} ck_names;
+
+static void names_free(ck_names *nm)
 {
-    char **names = NULL;
-    size_t n = 0;
+    for (size_t i = 0; i < nm->n; i++)
+        free(nm->v[i]);
+    free(nm->v);
+}
+
+static int names_push(ck_names *nm, const char *name)
+{
+    if (nm->n == nm->cap) {
+        const size_t cap = nm->cap ? 2 * nm->cap : 16;
+        char **v = realloc(nm->v, cap * sizeof(*v));
+        if (!v)
+            return -1;
+        nm->v = v;
+        nm->cap = cap;
+    }
+    return (nm->v[nm->n] = strdup(name)) != NULL ? (int)(nm->n++, 0) : -1;
+}
+
+static sl_status ck_scan_dir(sl_checkpoint *ck, ck_names *nm)
+{
     sl_status st = SL_OK;
     DIR *d = opendir(ck->dir);
     if (!d)
         return ck_fail_errno(&ck->err, ck->dir, "open directory", true);
-    for (struct dirent *de; (de = readdir(d)) != NULL;) {
-        if (!has_suffix(de->d_name))
-            continue;
-        char **nn = realloc(names, (n + 1) * sizeof(*nn));
-        char *s = strdup(de->d_name);
-        if (nn)
-            names = nn;
-        if (!nn || !s) {
-            free(s);
+    for (struct dirent *de; st == SL_OK && (de = readdir(d)) != NULL;) {
+        if (has_suffix(de->d_name) && names_push(nm, de->d_name) != 0)
             st = sl_err_set(&ck->err, SL_E_NOMEM, "out of memory");
-            goto out;
-        }
-        names[n++] = s;
     }
-    if (n > 1)
-        qsort(names, n, sizeof(*names), cmp_cstr);
-    for (size_t i = 0; i < n && st == SL_OK; i++)
-        st = ck_add_joined(ck, names[i]);
-    if (st == SL_OK && n == 0)
-        st = sl_err_set(&ck->err, SL_E_NOT_FOUND, "%s: no *.safetensors files and no " ST_INDEX_NAME, ck->dir);
-out:
     closedir(d);
-    for (size_t i = 0; i < n; i++)
-        free(names[i]);
-    free(names);
+    if (nm->n > 1)
+        qsort(nm->v, nm->n, sizeof(*nm->v), cmp_cstr);
+    return st;
+}
+
+/* The first rank file (model-rank-{d}-part-{p}.safetensors) and the first other name; NULL when
+ * there is none of that kind. */
+static void names_kinds(const ck_names *nm, const char **rank_file, const char **other)
+{
+    *rank_file = *other = NULL;
+    for (size_t i = 0; i < nm->n; i++) {
+        const char **k = st_rank_file_name(nm->v[i], NULL, NULL) ? rank_file : other;
+        if (!*k)
+            *k = nm->v[i];
+    }
+}
+
+/* A directory is one checkpoint: Hugging Face shards (with or without an index) or the rank files
+ * of a reshard, never both, because which one a load would read is a guess. (A reshard into a
+ * Hugging Face checkpoint's directory once loaded the old model through its index.) */
+static sl_status ck_check_one_kind(sl_checkpoint *ck, const ck_names *nm, bool indexed)
+{
+    char b1[160], b2[160];
+    const char *rank_file, *other;
+    names_kinds(nm, &rank_file, &other);
+    if (rank_file && indexed)
+        return sl_err_set(&ck->err, SL_E_INDEX, "%s: holds " ST_INDEX_NAME " (a Hugging Face checkpoint) and "
+                          "pre-sharded rank files such as %s: which one to load is ambiguous; remove one of "
+                          "them", ck->dir, st_display(rank_file, strlen(rank_file), b1, sizeof b1));
+    if (rank_file && other)
+        return sl_err_set(&ck->err, SL_E_INDEX, "%s: mixes pre-sharded rank files such as %s with other "
+                          "*.safetensors files such as %s: which ones to load is ambiguous; remove one kind",
+                          ck->dir, st_display(rank_file, strlen(rank_file), b1, sizeof b1),
+                          st_display(other, strlen(other), b2, sizeof b2));
+    return SL_OK;
+}
+
+static sl_status ck_list_dir(sl_checkpoint *ck, const ck_names *nm)
+{
+    sl_status st = SL_OK;
+    SL_CHECK(nm->n > 0, &ck->err, SL_E_NOT_FOUND, "%s: no *.safetensors files and no " ST_INDEX_NAME, ck->dir);
+    for (size_t i = 0; i < nm->n && st == SL_OK; i++)
+        st = ck_add_joined(ck, nm->v[i]);
     return st;
 }
 
@@ -178,13 +232,11 @@ static sl_status ck_read_index(const char *path, st_index *ix, sl_err *e)
     struct stat sb;
     char *buf = NULL;
     sl_status st = SL_OK;
-    const int fd = open(path, O_RDONLY | O_CLOEXEC);
+    const int fd = sl_file_open_regular(path, &sb);
+    if (fd == SL_FILE_NOT_REGULAR)
+        return ck_not_regular(e, path, &sb);
     if (fd < 0)
         return ck_fail_errno(e, path, "open", true);
-    if (fstat(fd, &sb) != 0) {
-        st = ck_fail_errno(e, path, "stat", false);
-        goto out;
-    }
     if ((uint64_t)sb.st_size > ST_MAX_INDEX) {
         st = sl_err_set(e, SL_E_INDEX, "%s: %" PRIu64 " bytes, over the %llu-byte limit", path,
                         (uint64_t)sb.st_size, (unsigned long long)ST_MAX_INDEX);
@@ -214,7 +266,11 @@ static int cmp_name(const void *a, const void *b)
 {
     const ck_name *x = a, *y = b;
     const int c = strcmp(x->name, y->name);
-    return c ? c : (x->idx > y->idx) - (x->idx < y->idx);
+    if (c)
+        return c;
+    if (x->rank != y->rank)
+        return x->rank < y->rank ? -1 : 1;
+    return (x->idx > y->idx) - (x->idx < y->idx);
 }
 
 static sl_status ck_build_tensors(sl_checkpoint *ck)
@@ -234,7 +290,7 @@ static sl_status ck_build_tensors(sl_checkpoint *ck)
                                   .file = (int32_t)f, .nbytes = t->end - t->begin};
             SL_CHECK(!sl_add_overflow(cf->h.data_start, t->begin, &o->offset), &ck->err, SL_E_OVERFLOW,
                      "%s: tensor offset overflows", cf->path);
-            ck->by_name[ck->n_tensors] = (ck_name){t->name, (int64_t)ck->n_tensors};
+            ck->by_name[ck->n_tensors] = (ck_name){t->name, cf->rank, (int64_t)ck->n_tensors};
             ck->n_tensors++;
         }
         SL_CHECK(!sl_add_overflow(ck->total_bytes, cf->h.data_len, &ck->total_bytes), &ck->err, SL_E_OVERFLOW,
@@ -244,28 +300,15 @@ static sl_status ck_build_tensors(sl_checkpoint *ck)
     return SL_OK;
 }
 
-/* In a pre-sharded directory every device has its own copy of a name: a duplicate is the same name
- * twice for one device. Entries of a name are adjacent in by_name; b is compared with all before it. */
-static const ck_name *ck_same_device(const sl_checkpoint *ck, size_t i)
-{
-    const ck_name *b = &ck->by_name[i];
-    const int32_t rank = ck->files[ck->tensors[b->idx].file].rank;
-    for (size_t j = i; j-- > 0 && strcmp(ck->by_name[j].name, b->name) == 0;) {
-        if (ck->files[ck->tensors[ck->by_name[j].idx].file].rank == rank)
-            return &ck->by_name[j];
-    }
-    return NULL;
-}
-
-/* I6: a name in two files (names within one file are already unique). */
+/* I6: a name in two files (names within one file are already unique). In a pre-sharded directory
+ * every device has its own copy of a name: a duplicate is the same name twice for one device. The
+ * entries of one (name, device) are adjacent in by_name (rank is -1 for every other file). */
 static sl_status ck_check_duplicates(sl_checkpoint *ck)
 {
     char nb[160];
     for (size_t i = 1; i < ck->n_tensors; i++) {
         const ck_name *a = &ck->by_name[i - 1], *b = &ck->by_name[i];
-        if (strcmp(a->name, b->name) != 0)
-            continue;
-        if (ck->presharded && (a = ck_same_device(ck, i)) == NULL)
+        if (a->rank != b->rank || strcmp(a->name, b->name) != 0)
             continue;
         return sl_err_set(&ck->err, SL_E_DUPLICATE, "%s: tensor '%s' is also in %s",
                           ck->files[ck->tensors[b->idx].file].path,
@@ -273,6 +316,21 @@ static sl_status ck_check_duplicates(sl_checkpoint *ck)
                           ck->files[ck->tensors[a->idx].file].path);
     }
     return SL_OK;
+}
+
+/* The position of an entry's shard in ix->shards (sorted, unique; entries point into it). */
+static size_t ck_shard_file(const st_index *ix, const char *shard)
+{
+    size_t lo = 0, hi = ix->n_shards;
+    while (hi - lo > 1) {
+        const size_t mid = lo + (hi - lo) / 2;
+        if (strcmp(ix->shards[mid], shard) <= 0)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    assert(ix->shards[lo] == shard);
+    return lo;
 }
 
 /* I4 (every mapped tensor is in its shard) and I5 (every shard tensor is mapped). Files were opened
@@ -286,9 +344,7 @@ static sl_status ck_check_index(sl_checkpoint *ck, const st_index *ix)
     for (size_t i = 0; i < ix->n_entries && st == SL_OK; i++) {
         const st_index_entry *en = &ix->entries[i];
         const int64_t t = sl_checkpoint_find_tensor(ck, en->tensor);
-        size_t f = 0;
-        while (ix->shards[f] != en->shard)
-            f++;
+        const size_t f = ck_shard_file(ix, en->shard);
         if (t >= 0 && (size_t)ck->tensors[t].file == f) {
             covered[t] = true;
             continue;
@@ -307,16 +363,12 @@ static sl_status ck_check_index(sl_checkpoint *ck, const st_index *ix)
     return st;
 }
 
-/* vLLM's sharded_state names: model-rank-{d}-part-{p}.safetensors, with d and p decimal. */
+/* vLLM's sharded_state names: model-rank-{d}-part-{p}.safetensors (st_rank_file_name). */
 static int32_t ck_presharded_rank(const char *path)
 {
     const char *base = strrchr(path, '/');
-    base = base ? base + 1 : path;
-    int rank = -1, part = -1, end = 0;
-    if (sscanf(base, "model-rank-%9d-part-%9d.safetensors%n", &rank, &part, &end) != 2 ||
-        base[end] != '\0' || rank < 0 || part < 0 || !isdigit((unsigned char)base[11]))
-        return -1;
-    return rank;
+    int32_t rank = -1;
+    return st_rank_file_name(base ? base + 1 : path, &rank, NULL) ? rank : -1;
 }
 
 static void ck_detect_presharded(sl_checkpoint *ck)
@@ -394,14 +446,19 @@ static sl_status ck_open_dir(sl_checkpoint *ck, const char *path)
     SL_CHECK(ck->dir, &ck->err, SL_E_NOMEM, "out of memory");
     char *index_path = ck_path_join(path, ST_INDEX_NAME);
     SL_CHECK(index_path, &ck->err, SL_E_NOMEM, "out of memory");
+    ck_names nm = {0};
     struct stat sb;
-    sl_status st;
-    if (stat(index_path, &sb) == 0)
+    const bool indexed = lstat(index_path, &sb) == 0;
+    sl_status st = ck_scan_dir(ck, &nm);
+    if (st == SL_OK)
+        st = ck_check_one_kind(ck, &nm, indexed);
+    if (st == SL_OK && indexed)
         st = ck_open_indexed(ck, index_path);
-    else if ((st = ck_list_dir(ck)) == SL_OK) {
+    else if (st == SL_OK && (st = ck_list_dir(ck, &nm)) == SL_OK) {
         ck_detect_presharded(ck);
         st = ck_load_files(ck, false);
     }
+    names_free(&nm);
     free(index_path);
     return st;
 }

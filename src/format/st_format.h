@@ -98,4 +98,9 @@ void st_index_free(st_index *ix);
 /* I2: a bare, relative file name ending in .safetensors. Returns NULL when fine, else the reason. */
 const char *st_index_bad_shard_name(const char *s, size_t len);
 
+/* vLLM's sharded_state file names, what a reshard writes: model-rank-{d}-part-{p}.safetensors, with
+ * d and p plain decimal numbers (digits only, d < 2^31, p < 2^63). True for such a base name, with
+ * *rank and *part set (either may be NULL). */
+bool st_rank_file_name(const char *base, int32_t *rank, int64_t *part);
+
 #endif /* ST_FORMAT_H */

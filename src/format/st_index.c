@@ -31,6 +31,40 @@ const char *st_index_bad_shard_name(const char *s, size_t len)
     return NULL;
 }
 
+/* Digits up to the first non-digit, as a number below limit; NULL when none or too large. */
+static const char *rank_number(const char *s, uint64_t limit, uint64_t *out)
+{
+    uint64_t v = 0;
+    const char *p = s;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        const uint64_t digit = (uint64_t)(*p - '0');
+        if (v > (limit - 1 - digit) / 10)
+            return NULL;
+        v = v * 10 + digit;
+    }
+    *out = v;
+    return p > s ? p : NULL;
+}
+
+bool st_rank_file_name(const char *base, int32_t *rank, int64_t *part)
+{
+    static const char head[] = "model-rank-", mid[] = "-part-";
+    uint64_t d = 0, k = 0;
+    if (strncmp(base, head, sizeof head - 1) != 0)
+        return false;
+    const char *p = rank_number(base + sizeof head - 1, (uint64_t)INT32_MAX + 1, &d);
+    if (!p || strncmp(p, mid, sizeof mid - 1) != 0)
+        return false;
+    p = rank_number(p + sizeof mid - 1, (uint64_t)INT64_MAX, &k);
+    if (!p || strcmp(p, ST_SUFFIX) != 0)
+        return false;
+    if (rank)
+        *rank = (int32_t)d;
+    if (part)
+        *part = (int64_t)k;
+    return true;
+}
+
 static int cmp_entry(const void *a, const void *b)
 {
     return strcmp(((const st_index_entry *)a)->tensor, ((const st_index_entry *)b)->tensor);

@@ -6,6 +6,7 @@
 
 #include "rules_builtin.h"
 #include "sl_bytes.h"
+#include "sl_file.h"
 #include "sl_strbuf.h"
 
 #include <jansson.h>
@@ -15,6 +16,25 @@
 
 /* Far above any real model; keeps the tensor list and name formatting bounded. */
 #define SL_MAX_LAYERS 100000
+/* A config.json is a few KB and a rule table a few tens; both are read whole before parsing. */
+#define SL_MAX_JSON_FILE (16u << 20)
+
+/* ---- JSON files: a FIFO or a device is refused before it could block (sl_file.h) -------------- */
+
+static json_t *json_read(sl_err *err, const char *path, sl_status *st)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    json_error_t jerr;
+    *st = sl_file_read_all(path, SL_MAX_JSON_FILE, SL_E_CONFIG, err, &buf, &len);
+    if (*st != SL_OK)
+        return NULL;
+    json_t *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+    free(buf);
+    if (root == NULL)
+        *st = sl_err_set(err, SL_E_CONFIG, "%s: %s (line %d)", path, jerr.text, jerr.line);
+    return root;
+}
 
 /* ---- config.json ------------------------------------------------------------------------------ */
 
@@ -126,11 +146,11 @@ static sl_status cfg_parse(sl_err *err, sl_arena *a, const json_t *root, sl_arch
 
 static sl_status cfg_load(sl_err *err, sl_arena *a, const char *path, sl_arch_config *c)
 {
-    json_error_t jerr;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    sl_status st = SL_OK;
+    json_t *root = json_read(err, path, &st);
     if (root == NULL)
-        return sl_err_set(err, SL_E_CONFIG, "%s: %s (line %d)", path, jerr.text, jerr.line);
-    const sl_status st = cfg_parse(err, a, root, c);
+        return st;
+    st = cfg_parse(err, a, root, c);
     json_decref(root);
     if (st != SL_OK)
         sl_err_prefix(err, path);
@@ -436,11 +456,11 @@ static sl_status rules_from_json(sl_err *err, sl_arch *m, json_t *root, const ch
 
 static sl_status rules_load_file(sl_err *err, sl_arch *m, const char *path)
 {
-    json_error_t jerr;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    sl_status st = SL_OK;
+    json_t *root = json_read(err, path, &st);
     if (root == NULL)
-        return sl_err_set(err, SL_E_CONFIG, "%s: %s (line %d)", path, jerr.text, jerr.line);
-    const sl_status st = rules_from_json(err, m, root, path);
+        return st;
+    st = rules_from_json(err, m, root, path);
     json_decref(root);
     return st;
 }

@@ -242,10 +242,10 @@ static sl_status reshard_copy_config(reshard *r, const sl_checkpoint *ck)
     char src[4096], dst[4096];
     snprintf(src, sizeof(src), "%s/config.json", sl_checkpoint_dir(ck));
     snprintf(dst, sizeof(dst), "%s/config.json", r->outdir);
-    json_error_t je;
-    json_t *cfg = json_load_file(src, 0, &je);
+    sl_status st = SL_OK;
+    json_t *cfg = sl_tools_json_load(src, 1, &r->err, &st);
     if (!cfg)
-        return SL_OK;   /* a single-file checkpoint planned with --config has none to copy */
+        return st;   /* SL_OK: a single-file checkpoint planned with --config has none to copy */
     const int rc = json_dump_file(cfg, dst, JSON_INDENT(2));
     json_decref(cfg);
     SL_CHECK(rc == 0, &r->err, SL_E_IO, "%s: cannot write", dst);

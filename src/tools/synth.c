@@ -176,10 +176,10 @@ static sl_status synth_copy_config(synth *s, const char *config_path)
 {
     char path[4096];
     snprintf(path, sizeof(path), "%s/config.json", s->outdir);
-    json_error_t je;
-    json_t *cfg = json_load_file(config_path, 0, &je);
+    sl_status st = SL_OK;
+    json_t *cfg = sl_tools_json_load(config_path, 0, &s->err, &st);
     if (!cfg)
-        return sl_err_set(&s->err, SL_E_CONFIG, "%s: %s", config_path, je.text);
+        return st;
     /* The checkpoint's dtype is what the files hold, so the copied config says so. */
     const char *tname = s->dtype == SL_DTYPE_BF16 ? "bfloat16" : s->dtype == SL_DTYPE_F16 ? "float16" : "float32";
     json_object_set_new(cfg, "torch_dtype", json_string(tname));

@@ -4,9 +4,16 @@
 
 #include "sl_err.h"
 
+#include <jansson.h>
+
 /* Removes path (absent is fine) unless it is the very file keep_if_same names (same device and
  * inode; keep_if_same may be NULL). Both tools write their config.json last, so an older one must
  * go before anything else is written, but never the source config itself. */
 sl_status sl_tools_remove_stale(const char *path, const char *keep_if_same, sl_err *err);
+
+/* Parses the JSON file at path (a config.json), refusing anything but a regular file before
+ * reading (a FIFO would block forever). NULL on failure, with the message "<path>: ..." in err and
+ * the status in *st; with missing_ok, an absent file is NULL with *st SL_OK and no message. */
+json_t *sl_tools_json_load(const char *path, int missing_ok, sl_err *err, sl_status *st);
 
 #endif /* SL_TOOLS_COMMON_H */

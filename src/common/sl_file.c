@@ -1,0 +1,100 @@
+/* sl_file.c - opening files without blocking on FIFOs and devices (see sl_file.h). */
+#include "sl_file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int sl_file_open_regular(const char *path, struct stat *sb)
+{
+    const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0)
+        return -1;
+    if (fstat(fd, sb) != 0)
+        goto fail;
+    if (!S_ISREG(sb->st_mode)) {
+        close(fd);
+        return SL_FILE_NOT_REGULAR;
+    }
+    const int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0)
+        goto fail;
+    return fd;
+fail:;
+    const int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+}
+
+const char *sl_file_kind(unsigned mode)
+{
+    if (S_ISFIFO(mode))
+        return "a FIFO";
+    if (S_ISDIR(mode))
+        return "a directory";
+    if (S_ISCHR(mode))
+        return "a character device";
+    if (S_ISBLK(mode))
+        return "a block device";
+    if (S_ISSOCK(mode))
+        return "a socket";
+    return "not a plain file";
+}
+
+static int read_full(int fd, char *p, size_t n)
+{
+    while (n > 0) {
+        const ssize_t r = read(fd, p, n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            if (r == 0)
+                errno = 0;
+            return -1;
+        }
+        p += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+sl_status sl_file_read_all(const char *path, size_t max, sl_status st, sl_err *err, char **buf,
+                           size_t *len)
+{
+    struct stat sb;
+    *buf = NULL;
+    *len = 0;
+    const int fd = sl_file_open_regular(path, &sb);
+    if (fd == SL_FILE_NOT_REGULAR)
+        return sl_err_set(err, st, "%s: not a regular file (%s)", path, sl_file_kind((unsigned)sb.st_mode));
+    if (fd < 0)
+        return sl_err_set(err, st, "%s: cannot open: %s", path, strerror(errno));
+    sl_status ret = SL_OK;
+    const uint64_t size = (uint64_t)sb.st_size;
+    char *b = NULL;
+    if (size > max) {
+        ret = sl_err_set(err, st, "%s: %" PRIu64 " bytes, over the %zu-byte limit", path, size, max);
+        goto out;
+    }
+    b = malloc((size_t)size + 1);
+    if (!b) {
+        ret = sl_err_set(err, SL_E_NOMEM, "%s: out of memory", path);
+        goto out;
+    }
+    if (read_full(fd, b, (size_t)size) != 0) {
+        ret = sl_err_set(err, st, "%s: read: %s", path, errno ? strerror(errno) : "unexpected end of file");
+        goto out;
+    }
+    b[size] = '\0';
+    *buf = b;
+    *len = (size_t)size;
+    b = NULL;
+out:
+    free(b);
+    close(fd);
+    return ret;
+}
