@@ -11,6 +11,7 @@
 #include "plan/plan_internal.h"
 #include "sl_bytes.h"
 #include "sl_err.h"
+#include "tools/reshard_outdir.h"
 #include "tools/tools_common.h"
 
 #include <errno.h>
@@ -263,6 +264,27 @@ static sl_status reshard_drop_config(reshard *r)
     return sl_tools_remove_stale(dst, src, &r->err);
 }
 
+/* Before anything is created or removed: outdir must not be the input, nor hold another
+ * checkpoint or rank files this run would not overwrite (reshard_outdir.h). Every device's part
+ * count is needed, also over MPI where this process writes only some devices. */
+static sl_status reshard_check_outdir(reshard *r)
+{
+    const int32_t n = r->plan->n_devices;
+    int64_t max_params = 0;
+    for (int32_t d = 0; d < n; d++)
+        max_params = r->plan->devices[d].n_params > max_params ? r->plan->devices[d].n_params : max_params;
+    int64_t *n_parts = calloc((size_t)n + 1, sizeof(*n_parts));
+    int64_t *scratch = calloc((size_t)max_params + 1, sizeof(*scratch));
+    sl_status st = n_parts && scratch ? SL_OK : sl_err_set(&r->err, SL_E_NOMEM, "out of memory");
+    for (int32_t d = 0; st == SL_OK && d < n; d++)
+        n_parts[d] = split_parts(&r->plan->devices[d], r->max_part, scratch);
+    if (st == SL_OK)
+        st = sl_reshard_check_outdir(r->outdir, r->ck, n_parts, n, &r->err);
+    free(n_parts);
+    free(scratch);
+    return st;
+}
+
 /* Creates outdir and the file devices [first, first + count), each with its part files begun. */
 static sl_status reshard_open(reshard *r, int32_t first, int32_t count)
 {
@@ -306,6 +328,8 @@ static sl_status reshard_run(reshard *r, const sl_checkpoint *ck, const sl_load_
     }
     sl_load_stats stats = {0};
     sl_status st = sl_load_check_plan(r->plan, files, nf, 0, &r->err);
+    if (st == SL_OK)
+        st = reshard_check_outdir(r);
     if (st == SL_OK)
         st = reshard_open(r, 0, r->plan->n_devices);
     if (st == SL_OK)
@@ -401,9 +425,11 @@ sl_status sl_reshard_dist(const sl_checkpoint *ck, const sl_plan *p, const sl_lo
     sl_status st = SL_OK;
     if (!ck || !p || !outdir)
         st = sl_err_set(&r.err, SL_E_INVALID_ARG, "reshard needs a checkpoint, a plan and an output directory");
-    else if ((st = sl_load_dist_devices(ck, p, &lo, d, reshard_open_rank, &r, &m)) != SL_OK)
+    else /* before any rank writes anything */
+        st = reshard_agree(&r, reshard_check_outdir(&r));
+    if (st == SL_OK && (st = sl_load_dist_devices(ck, p, &lo, d, reshard_open_rank, &r, &m)) != SL_OK)
         sl_err_set(&r.err, st, "%s", m ? sl_model_errmsg(m) : "out of memory");
-    else /* every rank got here: the engine's last agreement succeeded */
+    else if (st == SL_OK) /* every rank got here: the engine's last agreement succeeded */
         st = reshard_agree(&r, reshard_complete(&r, ck, 0));
     /* config.json only once every rank's parts are in place, so a failed job does not leave a
      * directory that looks complete */
