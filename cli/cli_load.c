@@ -39,11 +39,17 @@ static void load_help(FILE *out)
             "                  else O_DIRECT), direct or buffered\n"
             "  --threads N     I/O threads / requests in flight (for cuda, also the number of\n"
             "                  staging slots the budget is cut into); default automatic\n"
-            "  --staging MiB   host staging budget in MiB (or a size such as 256M); default 64\n"
-            "  --request MiB   size of one read request (or a size such as 8M); default 16 (less\n"
-            "                  when the budget holds fewer than two); for cuda, by default the\n"
+            "  --staging MiB   host staging budget; default 64\n"
+            "  --request MiB   size of one read request; default 16 (less when the budget\n"
+            "                  holds fewer than two); for cuda, by default the\n"
             "                  budget is cut into about --threads (or CPU count, at most 16)\n"
             "                  slots of 4 to 16 MiB\n"
+            "                  --staging and --request: a plain number is MiB (64 = 64 MiB,\n"
+            "                  whatever its size); with a unit it is that size: 4096B, 512K,\n"
+            "                  256M, 1G (or KiB/MiB/GiB; KB/MB/GB are powers of 1000); from\n"
+            "                  4 KiB to 1 TiB\n");
+    /* two pieces: C99 promises string literals of 4095 bytes only */
+    fprintf(out,
             "  --format F      auto (read the checkpoint, default) or dummy (no file is read: values\n"
             "                  uniform in [-1e-3, 1e-3) from --seed, padding zero)\n"
             "  --seed S        dummy seed; default 1234\n"

@@ -38,18 +38,27 @@ static int opts_gpus(cli_opts *o, const char *v)
     return CLI_EXIT_OK;
 }
 
-/* A plain number is MiB; a number with a unit is a size. */
+/* --staging and --request, one rule: a plain number is MiB, whatever its size; a number with a
+ * unit is that size (4096B, 64K, 256M, 1G, 2GiB, 500MB: cli_parse_size). Either way the result lies
+ * in [4 KiB, 1 TiB]. (A plain number above 1,048,576 was once taken as bytes.) */
+#define OPTS_MIB_MIN 4096ull
+#define OPTS_MIB_MAX (1ull << 40)
+
 static int opts_mib(const cli_opts *o, const char *opt, const char *v, uint64_t *out)
 {
+    const int plain = v[0] != '\0' && v[strspn(v, "0123456789")] == '\0';
     int64_t mib = 0;
-    if (cli_parse_int(v, 1, 1 << 20, &mib) == 0) {
-        *out = (uint64_t)mib << 20;
+    uint64_t bytes = 0;   /* 0: not valid */
+    if (plain && cli_parse_int(v, 0, (int64_t)(OPTS_MIB_MAX >> 20), &mib) == 0)
+        bytes = (uint64_t)mib << 20;
+    else if (!plain && cli_parse_size(v, &bytes) != 0)
+        bytes = 0;
+    if (bytes >= OPTS_MIB_MIN && bytes <= OPTS_MIB_MAX) {
+        *out = bytes;
         return CLI_EXIT_OK;
     }
-    if (cli_parse_size(v, out) == 0 && *out >= 4096)
-        return CLI_EXIT_OK;
-    return cli_usage_error(o->cmd, "%s needs MiB (e.g. 64) or a size of at least 4096 bytes (e.g. "
-                           "256M)", opt);
+    return cli_usage_error(o->cmd, "%s '%s': give MiB as a plain number (64) or a size with a unit "
+                           "(256M, 1G, 4096B), from 4 KiB to 1 TiB", opt, v);
 }
 
 static int opts_enum(cli_opts *o, const char *opt, const char *v)
