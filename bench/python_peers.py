@@ -224,6 +224,8 @@ def digest(t) -> str:
 
 
 def child(name: str, ck: str, T: int, scope: str, verify: bool) -> dict:
+    import resource
+
     import torch
     ranks = list(range(T)) if scope == "all" else [0]
     lay = Layout(ck, T)
@@ -232,6 +234,12 @@ def child(name: str, ck: str, T: int, scope: str, verify: bool) -> dict:
     params: dict[int, dict[str, torch.Tensor]] = {}
     native: dict[str, torch.Tensor] = {}
     res: dict = {}
+    cpu0 = [0.0]
+
+    def start() -> float:
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        cpu0[0] = ru.ru_utime + ru.ru_stime
+        return time.monotonic()
 
     def alloc() -> None:
         for r in ranks:
@@ -256,7 +264,7 @@ def child(name: str, ck: str, T: int, scope: str, verify: bool) -> dict:
         from safetensors import safe_open
         alloc()
         base = rss_now()
-        t0 = time.monotonic()
+        t0 = start()
         for f in files:
             with safe_open(f, framework="pt") as so:
                 for k in so.keys():
@@ -266,7 +274,7 @@ def child(name: str, ck: str, T: int, scope: str, verify: bool) -> dict:
         from safetensors.torch import load_file
         alloc()
         base = rss_now()
-        t0 = time.monotonic()
+        t0 = start()
         for f in files:
             sd = load_file(f)
             for k in list(sd):
@@ -278,7 +286,7 @@ def child(name: str, ck: str, T: int, scope: str, verify: bool) -> dict:
         if name == "fastsafetensors":
             alloc()
         base = rss_now()
-        t0 = time.monotonic()
+        t0 = start()
         for f in files:          # vLLM's fastsafetensors_weights_iterator: pg.size() files at a time
             loader = SafeTensorsFileLoader(SingleGroup(), "cpu", nogds=True)
             loader.add_filenames({0: [f]})
@@ -298,7 +306,7 @@ def child(name: str, ck: str, T: int, scope: str, verify: bool) -> dict:
         if name == "runai":
             alloc()
         base = rss_now()
-        t0 = time.monotonic()
+        t0 = start()
         with SafetensorsStreamer() as st:      # vLLM's runai_safetensors_weights_iterator
             st.stream_files(files, device="cpu")
             for k, t in st.get_tensors():
@@ -313,7 +321,7 @@ def child(name: str, ck: str, T: int, scope: str, verify: bool) -> dict:
         from safetensors import safe_open
         alloc()
         base = rss_now()
-        t0 = time.monotonic()
+        t0 = start()
         for r in ranks:                        # each rank opens the files and takes its part
             for f in files:
                 with safe_open(f, framework="pt") as so:
@@ -329,7 +337,7 @@ def child(name: str, ck: str, T: int, scope: str, verify: bool) -> dict:
     elif name == "shardload.load":
         import shardload
         base = rss_now()
-        t0 = time.monotonic()
+        t0 = start()
         m = shardload.load(ck, tp=T, devices=None if scope == "all" else [0], progress=False)
         t1 = time.monotonic()
         for d in m.devices:
@@ -342,19 +350,20 @@ def child(name: str, ck: str, T: int, scope: str, verify: bool) -> dict:
         import shardload
         alloc()
         base = rss_now()
-        t0 = time.monotonic()
+        t0 = start()
         st = shardload.load_into(ck, params[0], tp=T, rank=0, progress=False)
         res.update(load_seconds=time.monotonic() - t0, lib_seconds=st["seconds"], io=st["io"],
                    bytes_read=st["bytes_read"], staging_peak=st["staging_peak"])
     else:
         raise SystemExit(f"unknown contender {name}")
     dt = time.monotonic() - t0
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    res["cpu_seconds"] = ru.ru_utime + ru.ru_stime - cpu0[0]
     if native:
         shard = sum(t.numel() * t.element_size() for t in native.values())
     else:
         shard = sum(t.numel() * t.element_size() for r in params for t in params[r].values())
     res.update(seconds=dt, shard_bytes=shard, baseline_rss=base, ranks=sorted(params) or [0])
-    import resource
     res["peak_rss_self"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     if verify:
         if native:                       # fused params = their sources in row order (T = 1)
@@ -411,8 +420,8 @@ def warm(files: list[str]) -> None:
                 pass
 
 
-def run_child(argv: list[str], timeout: float) -> tuple[int, str, str, int, float]:
-    """(exit code, stdout, stderr, ru_maxrss bytes of the child, wall seconds)."""
+def run_child(argv: list[str], timeout: float) -> tuple[int, str, str, int, float, float]:
+    """(exit code, stdout, stderr, ru_maxrss bytes of the child, wall seconds, CPU seconds)."""
     import tempfile
     with tempfile.TemporaryFile() as err:
         t0 = time.monotonic()
@@ -426,7 +435,8 @@ def run_child(argv: list[str], timeout: float) -> tuple[int, str, str, int, floa
         p.returncode = os.waitstatus_to_exitcode(status)
         p.stdout.close()
         err.seek(0)
-        return p.returncode, out, err.read().decode(errors="replace"), ru.ru_maxrss * 1024, wall
+        return (p.returncode, out, err.read().decode(errors="replace"), ru.ru_maxrss * 1024, wall,
+                ru.ru_utime + ru.ru_stime)
 
 
 def bench(ck: str) -> None:
@@ -471,7 +481,7 @@ def bench(ck: str) -> None:
                 else:
                     argv = [sys.executable, os.path.abspath(__file__), "--child", name, ck, str(t),
                             scope, "1" if v else "0"]
-                rc, so, se, maxrss, wall = run_child(argv, 600)
+                rc, so, se, maxrss, wall, cpu = run_child(argv, 600)
                 row = {"round": rnd, "cache": cache, "cache_prep": how, "tp": t, "scope": scope,
                        "name": name, "rc": rc, "peak_rss": maxrss, "wall": wall,
                        "loadavg": load1}
@@ -486,7 +496,8 @@ def bench(ck: str) -> None:
                                "load_seconds": res["seconds"], "io": res["io"],
                                "bytes_read": res["bytes_read"], "staging_peak": res.get("staging_peak"),
                                "shard_bytes": sum(d["allocated_bytes"] for d in res["devices"]),
-                               "baseline_rss": 0, "peak_rss_self": res["peak_rss_bytes"]}
+                               "baseline_rss": 0, "peak_rss_self": res["peak_rss_bytes"],
+                               "cpu_seconds": cpu}
                     row.update(res)
                     print(f"python_peers:   {cache} tp={t} {scope:5} {name:24} {res['seconds']:7.3f} s "
                           f"peak {maxrss / MIB:6.0f} MiB", file=sys.stderr, flush=True)
@@ -575,7 +586,9 @@ def report(src: str, md: str) -> None:
           "preallocated parameter); `rank0`: the process is rank 0 of T and holds rank 0's shard "
           "only. Peer rows at T=1 marked native keep the library's own tensors (checkpoint names, "
           "unfused). Seconds exclude interpreter start and imports. GB/s = shard bytes placed / "
-          "seconds. Beyond shards = peak RSS - shard bytes - the process's RSS after imports "
+          "seconds. CPU s = user + system time of all the process's threads over the timed part (CLI: "
+          "its whole process), median: less sensitive than seconds to other load on the machine. "
+          "Beyond shards = peak RSS - shard bytes - the process's RSS after imports "
           "(CLI: nothing subtracted); for the safetensors rows it includes the checkpoint pages "
           "mapped into the process (safetensors 0.8 hands out views of a private mmap, so every "
           "byte copied is first faulted in as a mapped file page). Ratio columns: this run's "
@@ -587,9 +600,9 @@ def report(src: str, md: str) -> None:
         L += ["Machine load (1-minute load average when each run started, other processes "
               "included): median %.2f, max %.2f on %s cores." % (
                   statistics.median(la), max(la), os.cpu_count()), ""]
-    L += ["| cache | T | scope | contender | seconds med (min-max) | GB/s | peak RSS MiB | "
+    L += ["| cache | T | scope | contender | seconds med (min-max) | GB/s | CPU s | peak RSS MiB | "
           "beyond shards MiB | its s / shardload.load's | its s / load_into's | bytes |",
-          "|---|---:|---|---|---|---:|---:|---:|---:|---:|---|"]
+          "|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
     order = {n: i for i, n in enumerate(CONTENDERS)}
     keys = sorted(by, key=lambda k: (k[0] != "hot", k[1], k[2] != "all", order.get(k[3], 99)))
     for k in keys:
@@ -604,7 +617,7 @@ def report(src: str, md: str) -> None:
             label = "CLI `shardload load --tp %d --json`" % t
         if not rs:
             err = next((r.get("error") for r in by[k].values()), "?")
-            L.append("| %s | %d | %s | %s | failed: %s | | | | | | |" % (cache, t, scope, label, err))
+            L.append("| %s | %d | %s | %s | failed: %s | | | | | | | |" % (cache, t, scope, label, err))
             continue
         secs = [r["seconds"] for r in rs]
         sm = statistics.median(secs)
@@ -612,14 +625,27 @@ def report(src: str, md: str) -> None:
         su = med(ratio(k, (cache, t, scope, "shardload.load")))
         sli = med(ratio(k, (cache, t, scope, "shardload.load_into")))
         fmt = lambda x: "**%.2fx**" % x if x is not None else ""
-        L.append("| %s | %d | %s | %s | %.3f (%.3f-%.3f) | %.2f | %.0f | %.0f | %s | %s | %s |" % (
+        cpu = [r["cpu_seconds"] for r in rs if "cpu_seconds" in r]
+        L.append("| %s | %d | %s | %s | %.3f (%.3f-%.3f) | %.2f | %s | %.0f | %.0f | %s | %s | %s |" % (
             cache, t, scope, label, sm, min(secs), max(secs), gb,
+            "%.2f" % statistics.median(cpu) if cpu else "",
             max(r["peak_rss"] for r in rs) / MIB, max(beyond(r) for r in rs) / MIB,
             fmt(su) if name != "shardload.load" else "1", fmt(sli) if name != "shardload.load_into" else
             ("1" if sli is not None else ""), verdict.get((t, scope, name), "")))
     failed = [r for r in runs if not ok(r)]
     if failed:
         L += ["", "%d run(s) failed; their rows count only the runs that finished." % len(failed)]
+    L += ["", "How each peer was driven (the way vLLM's weight iterators drive them): safetensors 0.8's "
+          "get_tensor, get_slice and load_file return zero-copy views of a private mmap of the file, so "
+          "the bytes are read (page faults, kernel readahead) by the copy into the parameter; "
+          "fastsafetensors reads one file at a time into its own host buffer (pread through a bounce "
+          "buffer: nogds, no CUDA); runai-model-streamer streams all files with its defaults "
+          "(RUNAI_STREAMER_MEMORY_LIMIT unset, owned tensors). shardload runs with its defaults (io auto: "
+          "buffered when the files are in the page cache, else O_DIRECT; staging 64 MiB). "
+          "shardload.load_into fills torch.empty() tensors allocated before the clock starts: their "
+          "first touch (4 KiB page faults of the engine's memory) happens inside load_into, whereas "
+          "shardload.load allocates its own buffers (huge pages where the kernel allows) and faults "
+          "them in ahead of the copies."]
 
     # Goals
     L += ["", "### Goals (issue 13 item 5)", "", "| goal | measured (median of per-round ratios) | met? |",
@@ -632,11 +658,15 @@ def report(src: str, md: str) -> None:
                        lambda a, b: a["load_seconds"] / b["seconds"])
             lib = ratio((cache, t, "all", "shardload.load"), (cache, t, "all", "cli"),
                         lambda a, b: a["lib_seconds"] / b["seconds"])
+            over = [r["load_seconds"] - r["lib_seconds"] for r in by.get((cache, t, "all", "shardload.load"), {}).values()
+                    if ok(r)]
             if rs:
-                L.append("| %s, T=%d: shardload.load(tp=%d) within 5%% of the CLI's load time | "
-                         "%.3f (per round %s); the library's own figure inside it: %.3f | %s |" % (
+                L.append("| %s, T=%d: shardload.load(tp=%d) within 5%% of the CLI's load time (load() "
+                         "wall / CLI's `seconds`) | %.3f (per round %s); the library's own `seconds` "
+                         "inside load() / CLI's: %.3f; load() wall - library seconds (the Python "
+                         "layer: open, plan, options): median %.1f ms | %s |" % (
                              cache, t, t, med(rs), ", ".join("%.2f" % x for x in rs), med(lib),
-                             "yes" if med(rs) <= 1.05 else "**no**"))
+                             1e3 * med(over), "yes" if med(rs) <= 1.05 else "**no**"))
     for cache in caches:
         for t in tps:
             goal = 2.0 if t > 1 else 1.2
@@ -649,7 +679,7 @@ def report(src: str, md: str) -> None:
                 if got:
                     missed = [p for p, x in got if x < goal]
                     L.append("| %s, T=%d, %s: shardload.load >= %.1fx each peer | %s | %s |" % (
-                        cache, t, scope, goal, ", ".join("%s %.2fx" % (p, x) for p, x in got),
+                        cache, t, scope, goal, ", ".join("%s %.3fx" % (p, x) for p, x in got),
                         "yes" if not missed else "**no** (%s)" % ", ".join(missed)))
     for name in ("shardload.load", "shardload.load_into", "cli"):
         worst = [(beyond(r), k) for k in keys if k[3] == name for r in by[k].values() if ok(r)]
