@@ -26,7 +26,7 @@ check "spmd f32" 'grep -q "\"layout\":\"spmd\",\"tp\":8,\"pp\":1,\"dtype\":\"F32
 
 err=$("$SL" plan --config "$CFG/qwen2-0.5b.json" --tp 4 2>&1 >/dev/null); rc=$?
 check "divisibility exit 1" '[ $rc = 1 ]'
-check "divisibility message" '[ "$err" = "shardload: error: num_attention_heads 14 is not divisible by tp 4" ]'
+check "divisibility message names the config" '[ "$err" = "shardload: error: $CFG/qwen2-0.5b.json: num_attention_heads 14 is not divisible by tp 4" ]'
 "$SL" plan --config "$CFG/llama-3-8b.json" --tp 0 >/dev/null 2>&1; rc=$?
 check "bad --tp exit 2" '[ $rc = 2 ]'
 "$SL" plan >/dev/null 2>&1; rc=$?

@@ -249,6 +249,39 @@ static void errors(void)
     sl_plan_free(p);
 }
 
+/* Configs no engine can run, and plans too large to hold, with their statuses; every message
+ * names the config (issue 18 items 3, 7, 15). */
+static void config_checks(void)
+{
+    static const struct {
+        const char *fields;
+        int tp;
+        sl_layout layout;
+        sl_status want;
+        const char *needle;
+    } cases[] = {
+        {",\"num_key_value_heads\":16", 1, SL_LAYOUT_TP, SL_E_CONFIG,
+         "config 'num_key_value_heads' 16 is larger than 'num_attention_heads' 8"},
+        {",\"num_key_value_heads\":3", 1, SL_LAYOUT_TP, SL_E_CONFIG,
+         "config 'num_attention_heads' 8 is not a multiple of 'num_key_value_heads' 3"},
+        {",\"head_dim\":1099511627776", 1, SL_LAYOUT_TP, SL_E_CONFIG, "config 'head_dim' is 1099511627776"},
+        {",\"head_dim\":null", 1, SL_LAYOUT_TP, SL_OK, ""},
+        {",\"num_key_value_heads\":2", 3, SL_LAYOUT_TP, SL_E_DIVISIBILITY, "is not divisible by tp 3"},
+        {",\"num_key_value_heads\":8", 65536, SL_LAYOUT_SPMD, SL_E_NOMEM, "above the planner's limit"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        sl_plan *p = NULL;
+        const char *path = cfg_with(cases[i].fields);
+        const sl_status st = build(path, NULL, cases[i].tp, 1, cases[i].layout, &p);
+        EXPECT(st == cases[i].want, "%s: got %s (%s)", cases[i].fields, sl_status_str(st), sl_plan_errmsg(p));
+        EXPECT(st == SL_OK || (!strncmp(sl_plan_errmsg(p), path, strlen(path)) &&
+                               strstr(sl_plan_errmsg(p), cases[i].needle)),
+               "%s: message '%s' does not start with the config or lacks '%s'", cases[i].fields,
+               sl_plan_errmsg(p), cases[i].needle);
+        sl_plan_free(p);
+    }
+}
+
 /* transformers 4.56 and later write the config's dtype as "dtype" (torch_dtype before): both are
  * read, and agree when both are there. */
 static void dtype_keys(void)
@@ -328,6 +361,7 @@ int main(void)
     shapes();
     pipeline();
     errors();
+    config_checks();
     rules_equivalence();
     embedded_tables();
     remove(cfg_path());

@@ -1,12 +1,13 @@
-/* arch.c - config.json + rule table -> the architecture description (see arch.h).
+/* arch.c - config.json (read by arch_config.c) + rule table -> the architecture description (see
+ * arch.h).
  *
  * Every number comes from a user file, so sizes are checked to be positive and every product is
  * overflow-checked: a config with hidden_size 2^62 gives SL_E_CONFIG, never a wrapped size. */
 #include "plan/arch.h"
+#include "plan/arch_config.h"
 
 #include "rules_builtin.h"
 #include "sl_bytes.h"
-#include "sl_file.h"
 #include "sl_strbuf.h"
 
 #include <jansson.h>
@@ -14,148 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Far above any real model; keeps the tensor list and name formatting bounded. */
-#define SL_MAX_LAYERS 100000
-/* A config.json is a few KB and a rule table a few tens; both are read whole before parsing. */
-#define SL_MAX_JSON_FILE (16u << 20)
-
-/* ---- JSON files: a FIFO or a device is refused before it could block (sl_file.h) -------------- */
-
-static json_t *json_read(sl_err *err, const char *path, sl_status *st)
-{
-    char *buf = NULL;
-    size_t len = 0;
-    json_error_t jerr;
-    *st = sl_file_read_all(path, SL_MAX_JSON_FILE, SL_E_CONFIG, err, &buf, &len);
-    if (*st != SL_OK)
-        return NULL;
-    json_t *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
-    free(buf);
-    if (root == NULL)
-        *st = sl_err_set(err, SL_E_CONFIG, "%s: %s (line %d)", path, jerr.text, jerr.line);
-    return root;
-}
-
-/* ---- config.json ------------------------------------------------------------------------------ */
-
-static sl_status cfg_int(sl_err *err, const json_t *root, const char *key, int64_t *out)
-{
-    const json_t *v = json_object_get(root, key);
-    SL_CHECK(v != NULL, err, SL_E_CONFIG, "config has no '%s'", key);
-    SL_CHECK(json_is_integer(v), err, SL_E_CONFIG, "config '%s' is not an integer", key);
-    const json_int_t x = json_integer_value(v);
-    SL_CHECK(x > 0, err, SL_E_CONFIG, "config '%s' is %lld; it must be positive", key, (long long)x);
-    *out = (int64_t)x;
-    return SL_OK;
-}
-
-static sl_status cfg_int_opt(sl_err *err, const json_t *root, const char *key, int64_t dflt,
-                             int64_t *out)
-{
-    const json_t *v = json_object_get(root, key);
-    if (v == NULL || json_is_null(v)) {
-        *out = dflt;
-        return SL_OK;
-    }
-    return cfg_int(err, root, key, out);
-}
-
-/* The config's dtype, under the key transformers writes: "torch_dtype" until 4.55, "dtype" since
- * (torch_dtype then kept as a deprecated alias). Both given and different is an error. */
-static const json_t *cfg_dtype_value(sl_err *err, const json_t *root, const char **key)
-{
-    const json_t *old = json_object_get(root, "torch_dtype"), *cur = json_object_get(root, "dtype");
-    old = json_is_null(old) ? NULL : old;
-    cur = json_is_null(cur) ? NULL : cur;
-    if (old && cur && !json_equal(old, cur)) {
-        sl_err_set(err, SL_E_CONFIG, "config 'torch_dtype' and 'dtype' differ");
-        *key = NULL;
-        return NULL;
-    }
-    *key = cur ? "dtype" : "torch_dtype";
-    return cur ? cur : old;
-}
-
-static sl_status cfg_dtype(sl_err *err, const json_t *root, int32_t *out)
-{
-    static const struct {
-        const char *name;
-        sl_dtype dt;
-    } names[] = {{"bfloat16", SL_DTYPE_BF16}, {"float16", SL_DTYPE_F16}, {"half", SL_DTYPE_F16},
-                 {"float32", SL_DTYPE_F32},   {"float", SL_DTYPE_F32}};
-    const char *key = NULL;
-    const json_t *v = cfg_dtype_value(err, root, &key);
-    *out = -1;
-    if (!key)
-        return SL_E_CONFIG;
-    if (v == NULL)
-        return SL_OK;
-    SL_CHECK(json_is_string(v), err, SL_E_CONFIG, "config '%s' is not a string", key);
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        if (strcmp(json_string_value(v), names[i].name) == 0) {
-            *out = (int32_t)names[i].dt;
-            return SL_OK;
-        }
-    }
-    return sl_err_set(err, SL_E_CONFIG, "config %s '%s' is not supported (bfloat16, float16, "
-                      "float32)", key, json_string_value(v));
-}
-
-static sl_status cfg_arch(sl_err *err, sl_arena *a, const json_t *root, const char **out)
-{
-    const json_t *v = json_object_get(root, "architectures");
-    SL_CHECK(json_is_array(v) && json_array_size(v) > 0, err, SL_E_CONFIG,
-             "config has no 'architectures' list");
-    const json_t *s = json_array_get(v, 0);
-    SL_CHECK(json_is_string(s), err, SL_E_CONFIG, "config architectures[0] is not a string");
-    *out = sl_arena_strndup(a, json_string_value(s), json_string_length(s));
-    SL_CHECK(*out != NULL, err, SL_E_NOMEM, "out of memory");
-    return SL_OK;
-}
-
-static sl_status cfg_tied(sl_err *err, const json_t *root, int *out)
-{
-    const json_t *v = json_object_get(root, "tie_word_embeddings");
-    *out = 0;
-    if (v == NULL || json_is_null(v))
-        return SL_OK;
-    SL_CHECK(json_is_boolean(v), err, SL_E_CONFIG, "config 'tie_word_embeddings' is not a boolean");
-    *out = json_is_true(v);
-    return SL_OK;
-}
-
-static sl_status cfg_parse(sl_err *err, sl_arena *a, const json_t *root, sl_arch_config *c)
-{
-    SL_CHECK(json_is_object(root), err, SL_E_CONFIG, "config is not a JSON object");
-    SL_TRY(cfg_arch(err, a, root, &c->architecture));
-    SL_TRY(cfg_int(err, root, "hidden_size", &c->H));
-    SL_TRY(cfg_int(err, root, "num_attention_heads", &c->nh));
-    SL_TRY(cfg_int_opt(err, root, "num_key_value_heads", c->nh, &c->K));
-    SL_TRY(cfg_int(err, root, "intermediate_size", &c->I));
-    SL_TRY(cfg_int(err, root, "vocab_size", &c->V));
-    SL_TRY(cfg_int(err, root, "num_hidden_layers", &c->L));
-    SL_CHECK(c->L <= SL_MAX_LAYERS, err, SL_E_CONFIG, "config num_hidden_layers %lld is above %d",
-             (long long)c->L, SL_MAX_LAYERS);
-    SL_CHECK(json_object_get(root, "head_dim") || c->H % c->nh == 0, err, SL_E_CONFIG,
-             "hidden_size %lld is not divisible by num_attention_heads %lld and the config has no "
-             "head_dim", (long long)c->H, (long long)c->nh);
-    SL_TRY(cfg_int_opt(err, root, "head_dim", c->H / c->nh, &c->D));
-    SL_TRY(cfg_tied(err, root, &c->tied));
-    return cfg_dtype(err, root, &c->dtype);
-}
-
-static sl_status cfg_load(sl_err *err, sl_arena *a, const char *path, sl_arch_config *c)
-{
-    sl_status st = SL_OK;
-    json_t *root = json_read(err, path, &st);
-    if (root == NULL)
-        return st;
-    st = cfg_parse(err, a, root, c);
-    json_decref(root);
-    if (st != SL_OK)
-        sl_err_prefix(err, path);
-    return st;
-}
+/* 2^42 parameters (4.4 trillion, 8.8 TB in bf16): far above any dense model; a config above it is
+ * a mistake or an attack, and would otherwise be planned, loaded as dummy or synthesized. */
+#define SL_MAX_PARAMS (1ull << 42)
 
 /* ---- shape expressions: "H", "nh*D", "2*I" ---------------------------------------------------- */
 
@@ -457,7 +319,7 @@ static sl_status rules_from_json(sl_err *err, sl_arch *m, json_t *root, const ch
 static sl_status rules_load_file(sl_err *err, sl_arch *m, const char *path)
 {
     sl_status st = SL_OK;
-    json_t *root = json_read(err, path, &st);
+    json_t *root = sl_arch_json_read(err, path, &st);
     if (root == NULL)
         return st;
     st = rules_from_json(err, m, root, path);
@@ -563,17 +425,44 @@ static sl_status tensors_build(sl_err *err, sl_arch *m)
     return SL_OK;
 }
 
+/* The parameters of a checkpoint of this config (tied-skip rules left out when tied), at most
+ * SL_MAX_PARAMS. */
+static sl_status arch_check_size(sl_err *err, const sl_arch *m)
+{
+    uint64_t total = 0;
+    for (int32_t i = 0; i < m->n_rules; i++) {
+        const sl_rule *r = &m->rules[i];
+        uint64_t n = r->place == SL_PLACE_LAYER ? (uint64_t)m->cfg.L : 1;
+        for (uint32_t d = 0; d < r->ndim; d++)
+            SL_CHECK(!sl_mul_overflow(n, r->shape[d], &n), err, SL_E_CONFIG,
+                     "the tensors of rule '%s' overflow 64 bits", r->tensor);
+        if (!(m->cfg.tied && r->tied_skip))
+            SL_CHECK(!sl_add_overflow(total, n, &total), err, SL_E_CONFIG, "the parameter count overflows");
+    }
+    SL_CHECK(total <= SL_MAX_PARAMS, err, SL_E_CONFIG, "the config implies %llu parameters, above the "
+             "limit of %llu (hidden_size %lld, intermediate_size %lld, vocab_size %lld, "
+             "num_hidden_layers %lld, head_dim %lld): no real model is this large",
+             (unsigned long long)total, (unsigned long long)SL_MAX_PARAMS, (long long)m->cfg.H,
+             (long long)m->cfg.I, (long long)m->cfg.V, (long long)m->cfg.L, (long long)m->cfg.D);
+    return SL_OK;
+}
+
 sl_status sl_arch_load(const char *config_path, const char *rules_path, sl_err *err,
                              sl_arch **out)
 {
     *out = NULL;
     sl_arch *m = calloc(1, sizeof(*m));
     SL_CHECK(m != NULL, err, SL_E_NOMEM, "out of memory");
-    sl_status st = cfg_load(err, &m->arena, config_path, &m->cfg);
-    if (st == SL_OK)
-        st = rules_path ? rules_load_file(err, m, rules_path) : rules_load_builtin(err, m);
-    if (st == SL_OK)
-        st = tensors_build(err, m);
+    /* cfg_load and a --rules table name their files. What fails after them is about the config
+     * too (no built-in table for its architecture, sizes a table cannot take, the total), and the
+     * message names it. */
+    sl_status st = sl_arch_config_load(err, &m->arena, config_path, &m->cfg);
+    if (st == SL_OK && rules_path)
+        st = rules_load_file(err, m, rules_path);
+    else if (st == SL_OK && (st = rules_load_builtin(err, m)) != SL_OK)
+        sl_err_prefix(err, config_path);
+    if (st == SL_OK && ((st = tensors_build(err, m)) != SL_OK || (st = arch_check_size(err, m)) != SL_OK))
+        sl_err_prefix(err, config_path);
     if (st != SL_OK) {
         sl_arch_free(m);
         return st;

@@ -72,7 +72,7 @@ static sl_status check_rule_tp(sl_plan *p, const sl_arch_config *cfg, const sl_r
     return SL_OK;
 }
 
-static sl_status check_mesh(plan_ctx *c)
+static sl_status check_mesh_impl(plan_ctx *c)
 {
     sl_plan *p = c->p;
     const sl_arch_config *cfg = &c->m->cfg;
@@ -91,6 +91,15 @@ static sl_status check_mesh(plan_ctx *c)
         }
     }
     return SL_OK;
+}
+
+/* Whether the mesh fits is a matter of the config's sizes: the message names the config. */
+static sl_status check_mesh(plan_ctx *c)
+{
+    const sl_status st = check_mesh_impl(c);
+    if (st == SL_E_DIVISIBILITY || st == SL_E_CONFIG)
+        sl_err_prefix(&c->p->err, c->config_path);
+    return st;
 }
 
 /* ---- pipeline stages (vLLM get_pp_indices) ----------------------------------------------------- */
@@ -300,7 +309,7 @@ static void tp_rule_ops(param_ctx *pc, const sl_rule *r, const plan_src *s, uint
 
 /* Layout spmd: GSPMD tile of dim 0 or 1 of size ceil(dim/N), zero padded; 1-D and replicated
  * tensors whole. */
-static int spmd_tile_dim(const sl_rule *r)
+int sl_plan_spmd_tile_dim(const sl_rule *r)
 {
     if (r->ndim == 1 || r->shard == SL_SHARD_REPLICATED)
         return -1;
@@ -313,7 +322,7 @@ static void spmd_rule_ops(param_ctx *pc, const sl_rule *r, const plan_src *s)
     rule_rc(r, &q.R, &q.C);
     q.r1 = q.R;
     q.c1 = q.C;
-    const int dim = spmd_tile_dim(r);
+    const int dim = sl_plan_spmd_tile_dim(r);
     const uint64_t i = (uint64_t)pc->rank, N = (uint64_t)pc->n;
     if (dim == 0) {
         const uint64_t t = (q.R + N - 1) / N;
@@ -343,7 +352,7 @@ static void param_shape(const param_ctx *pc, sl_plan_param_t *pp)
     pp->shape[1] = r0->ndim == 2 ? r0->shape[1] : 0;
     const uint64_t N = (uint64_t)pc->n;
     if (pc->c->p->layout == SL_LAYOUT_SPMD) {
-        const int dim = spmd_tile_dim(r0);
+        const int dim = sl_plan_spmd_tile_dim(r0);
         if (dim >= 0)
             pp->shape[dim] = (pp->shape[dim] + N - 1) / N;
         return;
@@ -371,11 +380,11 @@ static sl_status param_emit(param_ctx *pc)
     uint64_t nb = dtype_size(p->dtype);
     for (uint32_t k = 0; k < pp->ndim; k++)
         SL_CHECK(!sl_mul_overflow(nb, pp->shape[k], &nb), &p->err, SL_E_CONFIG,
-                 "%s: size overflows", pp->name);
+                 "%s: parameter %s: size overflows", pc->c->config_path, pp->name);
     pp->nbytes = nb;
     pp->offset = d->bytes;
     SL_CHECK(!sl_add_overflow(d->bytes, nb, &d->bytes), &p->err, SL_E_CONFIG,
-             "device %d: size overflows", (int)d->index);
+             "%s: device %d: size overflows", pc->c->config_path, (int)d->index);
     pc->pidx = d->n_params++;
     pc->offset = pp->offset;
     pc->Pr = pp->shape[0];
@@ -397,7 +406,7 @@ static sl_status param_emit(param_ctx *pc)
 
 /* ---- devices ---------------------------------------------------------------------------------- */
 
-static int tmpl_on_stage(const plan_ctx *c, const plan_tmpl *t, int32_t stage)
+int sl_plan_tmpl_on_stage(const plan_ctx *c, const plan_tmpl *t, int32_t stage)
 {
     const int tied = c->m->cfg.tied;
     const int32_t last = c->p->pp - 1;
@@ -421,7 +430,8 @@ static sl_status device_walk(plan_ctx *c, sl_plan_device *d)
             for (int32_t i = 0; i < c->n_tmpl; i++) {
                 pc.t = &c->tmpl[i];
                 pc.layer = l;
-                if (pc.t->place == place && (place == SL_PLACE_LAYER || tmpl_on_stage(c, pc.t, d->pp_rank)))
+                if (pc.t->place == place &&
+                    (place == SL_PLACE_LAYER || sl_plan_tmpl_on_stage(c, pc.t, d->pp_rank)))
                     SL_TRY(param_emit(&pc));
             }
         }
@@ -446,7 +456,7 @@ static sl_status devices_build(plan_ctx *c)
         SL_CHECK(d->params && d->ops, &p->err, SL_E_NOMEM, "out of memory");
         SL_TRY(device_walk(c, d));   /* fill */
         SL_CHECK(!sl_add_overflow(p->total_bytes, d->bytes, &p->total_bytes), &p->err,
-                 SL_E_CONFIG, "total size overflows");
+                 SL_E_CONFIG, "%s: the total size of the mesh's devices overflows", c->config_path);
     }
     return SL_OK;
 }
@@ -481,9 +491,10 @@ static sl_status opts_check(sl_plan *p, const sl_checkpoint *ck, const sl_plan_o
     return SL_OK;
 }
 
-static sl_status desc_load(sl_plan *p, const sl_checkpoint *ck, const sl_plan_opts *o,
+static sl_status desc_load(plan_ctx *c, const sl_checkpoint *ck, const sl_plan_opts *o,
                            sl_arch **m)
 {
+    sl_plan *p = c->p;
     char *path = NULL;
     const char *cfg = o->config_path;
     if (cfg == NULL) {
@@ -494,15 +505,19 @@ static sl_status desc_load(sl_plan *p, const sl_checkpoint *ck, const sl_plan_op
         snprintf(path, n, "%s/config.json", dir);
         cfg = path;
     }
-    const sl_status st = sl_arch_load(cfg, o->rules_path, &p->err, m);
+    c->config_path = sl_arena_strndup(&p->arena, cfg, strlen(cfg));
+    const sl_status st = c->config_path ? sl_arch_load(cfg, o->rules_path, &p->err, m)
+                                        : sl_err_set(&p->err, SL_E_NOMEM, "out of memory");
     free(path);
     return st;
 }
 
-static sl_status plan_dtype(sl_plan *p, const sl_arch *m, const sl_plan_opts *o)
+static sl_status plan_dtype(plan_ctx *c, const sl_plan_opts *o)
 {
-    const int32_t dt = o->dtype >= 0 ? o->dtype : m->cfg.dtype;
-    SL_CHECK(dt >= 0, &p->err, SL_E_CONFIG, "the config has no torch_dtype (or dtype): choose a dtype");
+    sl_plan *p = c->p;
+    const int32_t dt = o->dtype >= 0 ? o->dtype : c->m->cfg.dtype;
+    SL_CHECK(dt >= 0, &p->err, SL_E_CONFIG, "%s: the config has no torch_dtype (or dtype): choose a dtype",
+             c->config_path);
     p->dtype = (sl_dtype)dt;
     return SL_OK;
 }
@@ -549,14 +564,14 @@ static sl_status plan_build_impl(sl_plan *p, const sl_checkpoint *ck, const sl_p
     sl_arch *m = NULL;
     sl_status st = opts_check(p, ck, o);
     if (st == SL_OK)
-        st = desc_load(p, ck, o, &m);
+        st = desc_load(&c, ck, o, &m);
     c.m = m;
     if (st == SL_OK) {
         p->tied = m->cfg.tied;
         st = plan_tied_names(p, m);
     }
     if (st == SL_OK) {
-        st = plan_dtype(p, m, o);
+        st = plan_dtype(&c, o);
     }
     if (st == SL_OK)
         st = check_mesh(&c);
@@ -566,6 +581,8 @@ static sl_status plan_build_impl(sl_plan *p, const sl_checkpoint *ck, const sl_p
         st = sources_init(&c);
     if (st == SL_OK)
         st = tmpl_build(&c);
+    if (st == SL_OK)
+        st = sl_plan_check_size(&c);
     const int presharded = ck != NULL && sl_checkpoint_file_rank(ck, 0) >= 0;
     if (st == SL_OK && ck != NULL && !presharded)
         st = sl_plan_bind_checkpoint(&c);

@@ -4,6 +4,7 @@
 
 #include "sl_strbuf.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -170,30 +171,71 @@ static int tmpl_complete(const plan_ctx *c, const plan_tmpl *t, int64_t layer)
     return 1;
 }
 
-/* vLLM's message, with Python's set syntax; every parameter not fully initialized is listed. */
+/* The checkpoint a message is about: its one file, or its directory. */
+static const char *ckpt_name(const plan_ctx *c)
+{
+    return sl_checkpoint_file_count(c->ck) == 1 ? sl_checkpoint_file_path(c->ck, 0) : sl_checkpoint_dir(c->ck);
+}
+
+/* At most this many names of each list; the message then says how many there are in all. */
+#define MISSING_LISTED 8
+
+typedef struct missing {
+    sl_strbuf params, tensors;
+    int64_t n_params, n_tensors;
+} missing;
+
+static void missing_add(sl_strbuf *b, int64_t *n, const char *name)
+{
+    if ((*n)++ < MISSING_LISTED)
+        sl_strbuf_printf(b, "%s'%s'", *n > 1 ? ", " : "", name);
+}
+
+/* The parameter of template t at a layer, and the checkpoint tensors it lacks. */
+static void missing_param(plan_ctx *c, missing *ms, const plan_tmpl *t, int64_t layer)
+{
+    missing_add(&ms->params, &ms->n_params, t->names[layer]);
+    for (int32_t k = 0; k < t->n_rules; k++) {
+        const int64_t ti = sl_arch_tensor_index(c->m, t->rules[k], layer);
+        if (c->src[ti].index < 0)
+            missing_add(&ms->tensors, &ms->n_tensors, c->m->tensors[ti].name);
+    }
+}
+
+static const char *missing_more(int64_t n, char *buf, size_t len)
+{
+    if (n <= MISSING_LISTED)
+        return "";
+    snprintf(buf, len, ", ... (%lld in all)", (long long)n);
+    return buf;
+}
+
+/* vLLM's message, with Python's set syntax, after the checkpoint's name; then the checkpoint
+ * tensors that are missing (a fused parameter names several). Both lists are cut after
+ * MISSING_LISTED names. */
 static sl_status check_missing(plan_ctx *c)
 {
-    sl_strbuf b = {0};
-    int64_t n = 0;
+    missing ms = {0};
+    char more1[48], more2[48];
     for (int32_t i = 0; i < c->n_tmpl; i++) {
         const plan_tmpl *t = &c->tmpl[i];
         const int64_t layers = t->place == SL_PLACE_LAYER ? c->m->cfg.L : 1;
         if (c->m->cfg.tied && t->tied_skip)
             continue;
         for (int64_t l = 0; l < layers; l++) {
-            if (tmpl_complete(c, t, l))
-                continue;
-            sl_strbuf_puts(&b, n++ ? ", '" : "'");
-            sl_strbuf_puts(&b, t->names[l]);
-            sl_strbuf_puts(&b, "'");
+            if (!tmpl_complete(c, t, l))
+                missing_param(c, &ms, t, l);
         }
     }
     sl_status st = SL_OK;
-    if (n > 0)
+    if (ms.n_params > 0)
         st = sl_err_set(&c->p->err, SL_E_MISSING,
-                        "Following weights were not initialized from checkpoint: {%s}",
-                        sl_strbuf_str(&b));
-    sl_strbuf_free(&b);
+                        "%s: Following weights were not initialized from checkpoint: {%s%s} (checkpoint "
+                        "tensors missing: %s%s)", ckpt_name(c), sl_strbuf_str(&ms.params),
+                        missing_more(ms.n_params, more1, sizeof more1), sl_strbuf_str(&ms.tensors),
+                        missing_more(ms.n_tensors, more2, sizeof more2));
+    sl_strbuf_free(&ms.params);
+    sl_strbuf_free(&ms.tensors);
     return st;
 }
 

@@ -30,11 +30,22 @@ typedef struct plan_ctx {
     sl_plan *p;
     const sl_arch *m;
     const sl_checkpoint *ck;
+    const char *config_path;      /* the config.json read (arena): messages about it name it */
     plan_src *src;                /* per m->tensors entry */
     plan_tmpl *tmpl;
     int32_t n_tmpl;
     int64_t *stage_start;         /* pp + 1 entries: stage s holds layers [start[s], start[s+1]) */
 } plan_ctx;
+
+/* plan_build.c: whether a template placed first or last has a parameter on pipeline stage
+ * `stage` (ties included). Per-layer templates are on every stage, for the stage's layers. */
+int sl_plan_tmpl_on_stage(const plan_ctx *c, const plan_tmpl *t, int32_t stage);
+/* plan_build.c: the dimension layout spmd tiles a rule's tensor along (0 or 1), -1 for whole. */
+int sl_plan_spmd_tile_dim(const sl_rule *r);
+/* plan_bound.c: refuses (SL_E_NOMEM, naming the config and the figures) a plan whose parameters,
+ * operations and per-file totals would take more than SL_PLAN_MAX_BYTES, from the config and the
+ * mesh alone, before anything is allocated for it. */
+sl_status sl_plan_check_size(plan_ctx *c);
 
 /* plan_ckpt.c: binds checkpoint tensors to model tensors and enforces the strictness rules. */
 sl_status sl_plan_bind_checkpoint(plan_ctx *c);

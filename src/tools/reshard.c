@@ -160,11 +160,15 @@ static int64_t split_parts(const sl_plan_device *pd, uint64_t max_part, int64_t 
     return n;
 }
 
+static void part_path(const reshard *r, int32_t dev, int64_t k, char *path, size_t len)
+{
+    snprintf(path, len, "%s/model-rank-%d-part-%lld.safetensors", r->outdir, (int)dev, (long long)k);
+}
+
 static sl_status part_open(reshard *r, file_dev *f, int64_t k)
 {
     char path[4096], num[32];
-    snprintf(path, sizeof(path), "%s/model-rank-%d-part-%lld.safetensors", r->outdir, f->pd->index,
-             (long long)k);
+    part_path(r, f->pd->index, k, path, sizeof(path));
     sl_writer **w = &f->parts[k];
     if (sl_writer_open(path, w) != SL_OK)
         return sl_err_set(&r->err, SL_E_IO, "%s", sl_writer_errmsg(*w));
@@ -285,12 +289,37 @@ static sl_status reshard_check_outdir(reshard *r)
     return st;
 }
 
+/* The part files of devices [first, first + count) against the free space (a header of up to
+ * 512 bytes per tensor besides the data), counting the parts of the same names they replace. */
+static sl_status reshard_check_space(reshard *r, int32_t first, int32_t count)
+{
+    char path[4096];
+    uint64_t need = 0, reclaimed = 0;
+    int64_t max_params = 0;
+    for (int32_t d = first; d < first + count; d++)
+        max_params = r->plan->devices[d].n_params > max_params ? r->plan->devices[d].n_params : max_params;
+    int64_t *scratch = calloc((size_t)max_params + 1, sizeof(*scratch));
+    SL_CHECK(scratch != NULL, &r->err, SL_E_NOMEM, "out of memory");
+    for (int32_t d = first; d < first + count; d++) {
+        const sl_plan_device *pd = &r->plan->devices[d];
+        need += pd->bytes + (uint64_t)pd->n_params * 512;   /* the plan's total did not overflow */
+        const int64_t n = split_parts(pd, r->max_part, scratch);
+        for (int64_t k = 0; k < n; k++) {
+            part_path(r, d, k, path, sizeof(path));
+            reclaimed += sl_tools_file_size(path);
+        }
+    }
+    free(scratch);
+    return sl_tools_check_space(r->outdir, need, reclaimed, &r->err);
+}
+
 /* Creates outdir and the file devices [first, first + count), each with its part files begun. */
 static sl_status reshard_open(reshard *r, int32_t first, int32_t count)
 {
     const int32_t n = r->plan->n_devices;
     if (mkdir(r->outdir, 0755) != 0 && errno != EEXIST)
         return sl_err_set(&r->err, SL_E_IO, "%s: cannot create directory: %s", r->outdir, strerror(errno));
+    SL_TRY(reshard_check_space(r, first, count));
     SL_TRY(reshard_drop_config(r));
     r->fdevs = calloc((size_t)n, sizeof(*r->fdevs));
     r->mdevs = calloc((size_t)n, sizeof(*r->mdevs));

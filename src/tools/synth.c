@@ -222,9 +222,30 @@ static sl_status synth_drop_stale(synth *s, const char *config_path)
     return sl_tools_remove_stale(path, config_path, &s->err);
 }
 
+/* Bytes the shards take (data plus a generous header per tensor), against the free space: a config
+ * of absurd but accepted sizes is refused here instead of being written until the disk is full.
+ * Shards of the same names that the run replaces count as free. */
+#define SYNTH_HEADER_PER_TENSOR 512u
+
+static sl_status synth_check_space(synth *s)
+{
+    const uint64_t esz = sl_dtype_bits(s->dtype) / 8;
+    uint64_t need = 0, reclaimed = 0;
+    for (int64_t i = 0; i < s->n_tensors; i++)   /* each below 2^44 bytes (sl_arch_load's bound) */
+        need += tensor_numel(&s->desc->tensors[s->tensors[i]]) * esz + SYNTH_HEADER_PER_TENSOR;
+    for (int64_t k = 0; k < s->n_shards; k++) {
+        char name[64], path[4096];
+        shard_name(s, k, name, sizeof(name));
+        snprintf(path, sizeof(path), "%s/%s", s->outdir, name);
+        reclaimed += sl_tools_file_size(path);
+    }
+    return sl_tools_check_space(s->outdir, need, reclaimed, &s->err);
+}
+
 static sl_status synth_run(synth *s, const char *config_path, uint64_t max_shard)
 {
     SL_TRY(synth_split(s, max_shard));
+    SL_TRY(synth_check_space(s));
     SL_TRY(synth_drop_stale(s, config_path));
     json_t *wmap = json_object();
     if (!wmap)

@@ -1,12 +1,15 @@
 /* tools_common.c - small file helpers shared by synth.c and reshard.c (see tools_common.h). */
 #include "tools/tools_common.h"
 
+#include "sl_bytes.h"
 #include "sl_file.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 sl_status sl_tools_remove_stale(const char *path, const char *keep_if_same, sl_err *err)
@@ -38,4 +41,24 @@ json_t *sl_tools_json_load(const char *path, int missing_ok, sl_err *err, sl_sta
     if (!root)
         *st = sl_err_set(err, SL_E_CONFIG, "%s: %s (line %d)", path, je.text, je.line);
     return root;
+}
+
+uint64_t sl_tools_file_size(const char *path)
+{
+    struct stat sb;
+    return lstat(path, &sb) == 0 && S_ISREG(sb.st_mode) ? (uint64_t)sb.st_size : 0;
+}
+
+sl_status sl_tools_check_space(const char *dir, uint64_t need, uint64_t reclaimed, sl_err *err)
+{
+    struct statvfs vfs;
+    if (statvfs(dir, &vfs) != 0)
+        return SL_OK;
+    uint64_t avail = 0;
+    if (sl_mul_overflow((uint64_t)vfs.f_bavail, (uint64_t)vfs.f_frsize, &avail) ||
+        sl_add_overflow(avail, reclaimed, &avail))
+        return SL_OK;
+    SL_CHECK(need <= avail, err, SL_E_IO, "%s: the output needs %" PRIu64 " bytes but its file system has %"
+             PRIu64 " bytes free: nothing was written", dir, need, avail);
+    return SL_OK;
 }

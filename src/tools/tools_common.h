@@ -11,6 +11,13 @@
  * go before anything else is written, but never the source config itself. */
 sl_status sl_tools_remove_stale(const char *path, const char *keep_if_same, sl_err *err);
 
+/* Refuses (SL_E_IO, naming dir and both figures) to write `need` bytes into dir when its file
+ * system has less free space (statvfs: blocks available to this user), counting `reclaimed` bytes
+ * of files the writing replaces as free. A file system that cannot say passes. */
+sl_status sl_tools_check_space(const char *dir, uint64_t need, uint64_t reclaimed, sl_err *err);
+/* Size of path if it is a regular file, else 0: what replacing it frees. */
+uint64_t sl_tools_file_size(const char *path);
+
 /* Parses the JSON file at path (a config.json), refusing anything but a regular file before
  * reading (a FIFO would block forever). NULL on failure, with the message "<path>: ..." in err and
  * the status in *st; with missing_ok, an absent file is NULL with *st SL_OK and no message. */
