@@ -33,13 +33,17 @@ PY
 [ -f "$T/indexed/model.safetensors.index.json" ] || { fail "could not write the checkpoint"; finish; }
 
 ms() { date +%s%N | cut -c1-13; }
-timed() {   # out-file, command...: prints milliseconds; a failure is counted
+timed() {   # out-file, command...: the fastest of 3 runs in milliseconds (other tests may be
+            # running alongside); a failure is counted
     local out=$1; shift
-    local t0 t1
-    t0=$(ms)
-    "$@" >"$out" 2>"$T/err" || fail "$*: $(head -c 300 "$T/err")"
-    t1=$(ms)
-    echo $((t1 - t0))
+    local t0 t1 best=
+    for _ in 1 2 3; do
+        t0=$(ms)
+        "$@" >"$out" 2>"$T/err" || { fail "$*: $(head -c 300 "$T/err")"; break; }
+        t1=$(ms)
+        [ -z "$best" ] || [ $((t1 - t0)) -lt "$best" ] && best=$((t1 - t0))
+    done
+    echo "${best:-0}"
 }
 json=$(timed "$T/plain.json" "$SL" inspect "$T/plain" --json)
 text=$(timed "$T/plain.txt" "$SL" inspect "$T/plain")
