@@ -157,11 +157,12 @@ static sl_status cpu_read(void *ctx, uint64_t off, void *dst, size_t n, sl_err *
  * fault different pages at the same time instead of queueing on the same ones (measured on this
  * project's VM, 5 alternating TP=1 hot loads of 2.2 GB: median 1.35 s against 2.0 s walking
  * forward). When the kernel lacks MADV_POPULATE_WRITE we simply leave the faults to the copies. */
-static void cpu_prefault(void *ctx, const volatile int *stop)
+static void cpu_prefault(void *ctx, const atomic_int *stop)
 {
     cpu_dev *d = ctx;
     const size_t step = (size_t)8 << 20;
-    for (size_t end = d->map_len; end > 0 && !*stop;) {
+    /* relaxed: the flag only says "stop soon"; no data is published through it */
+    for (size_t end = d->map_len; end > 0 && !atomic_load_explicit(stop, memory_order_relaxed);) {
         const size_t n = end < step ? end : step;
         end -= n;
         if (madvise(d->base + end, n, MADV_POPULATE_WRITE) != 0)

@@ -16,7 +16,8 @@
  * the same slots), are cudaMemcpyAsync on the device's stream and may still be reading the slot
  * when write() returns: before it refills a slot the engine waits for that slot's copies, with
  * wait_mark() (an event recorded by mark() after the slot's copies) or fence() (the whole stream).
- * (The engine's conversion pieces live in the same pinned block, each with its own mark.) Copies
+ * (The engine's conversion pieces live in the same pinned block, each with its own mark.) pin,
+ * unpin, fence, mark, wait_mark and write2d are the backend's async part (device.h). Copies
  * from any other host memory (dummy buffers, the engine's bounce buffer when its budget is too
  * small for a ring) are synchronous cudaMemcpy, which returns once the source has been consumed,
  * so callers may reuse it at once. Our streams are ordinary (blocking) streams, so such a cudaMemcpy on the legacy default stream
@@ -483,12 +484,6 @@ static void cuda_unpin(void *ctx, void *ptr)
     d->pin_async = 0;
 }
 
-static void *cuda_host_ptr(void *ctx)
-{
-    (void)ctx;
-    return NULL;
-}
-
 static void *cuda_device_ptr(void *ctx)
 {
     return ((cuda_dev *)ctx)->base;
@@ -534,25 +529,28 @@ static void cuda_free(void *ctx)
     free(d);
 }
 
+static const sl_device_async_ops cuda_async_ops = {
+    .pin = cuda_pin,
+    .unpin = cuda_unpin,
+    .fence = cuda_fence,
+    .mark = cuda_mark,
+    .wait_mark = cuda_wait_mark,
+    .write2d = cuda_write2d,
+};
+
 static const sl_device_ops cuda_ops = {
     .name = "cuda",
     .alloc = cuda_alloc,
     .write = cuda_write,
     .zero = cuda_zero,
     .read = cuda_read,
-    .prefault = NULL,
-    .host_ptr = cuda_host_ptr,
     .allocated = cuda_allocated,
     .free = cuda_free,
-    .pin = cuda_pin,
-    .unpin = cuda_unpin,
-    .fence = cuda_fence,
-    .write2d = cuda_write2d,
-    .mem_info = cuda_mem_info,
+    /* no host_ptr: device memory is not host memory (the default) */
     .device_ptr = cuda_device_ptr,
     .gpu = cuda_gpu,
-    .mark = cuda_mark,
-    .wait_mark = cuda_wait_mark,
+    .mem_info = cuda_mem_info,
+    .async = &cuda_async_ops,
 };
 
 /* ---- open ----------------------------------------------------------------------------------- */

@@ -4,6 +4,12 @@
  * a backend to allocate the plan's exact bytes, copy host bytes in, zero a range, copy bytes back
  * out and free.
  *
+ * The table has three parts (STYLE.md rule 17): required members, optional members that each have
+ * a default, and an optional asynchronous part that is all or nothing (sl_device_async_ops). Code
+ * outside src/device/ never reads a member: it calls the sl_device_* wrappers below, which hold
+ * the defaults in one place (device.c), so a new backend sets what it has and the engine needs no
+ * test for it (docs/design.md "Device backends").
+ *
  * Every fallible op returns an sl_status and writes its message into the sl_err passed to it, so
  * that the executor can put it on the model handle. */
 #ifndef SL_DEVICE_H
@@ -13,56 +19,71 @@
 
 #include "sl_err.h"
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
+/* The asynchronous part of a backend: all of it or none of it (sl_device_ops.async is NULL or
+ * points at a table with every member set; sl_device_open refuses a partial one). A backend whose
+ * copies run asynchronously (cuda) provides it so that the engine can overlap device copies with
+ * reads. Callers reach it only through the wrappers below, which are no-ops (or, for write2d, row
+ * writes) for synchronous backends.
+ * pin: makes host range [ptr, ptr + len) fast to copy from (page-locked). Writes whose source
+ *   lies in a pinned range may complete after write() returns, until the next fence or the mark
+ *   that follows them; writes from any other memory are complete on return. Several instances
+ *   may pin the same range.
+ * unpin: fences, then releases this instance's pin of the range that starts at ptr.
+ * fence: returns once every copy issued so far has finished reading its host source.
+ * mark: remembers, under tag (0 <= tag < SL_DEVICE_MAX_MARKS), the copies issued so far;
+ * wait_mark: returns once those copies have finished reading their host sources. With them the
+ *   engine refills the oldest staging slot without waiting for the copies issued after it (fence
+ *   waits for all).
+ * write2d: rows copies of width bytes, from src + r * src_pitch to dst_off + r * dst_pitch, as
+ *   one copy (cudaMemcpy2DAsync); asynchronous like write. */
+typedef struct sl_device_async_ops {
+    sl_status (*pin)(void *ctx, void *ptr, size_t len, sl_err *err);
+    void (*unpin)(void *ctx, void *ptr);
+    sl_status (*fence)(void *ctx, sl_err *err);
+    sl_status (*mark)(void *ctx, unsigned tag, sl_err *err);
+    sl_status (*wait_mark)(void *ctx, unsigned tag, sl_err *err);
+    sl_status (*write2d)(void *ctx, uint64_t dst_off, uint64_t dst_pitch, const void *src,
+                         size_t src_pitch, size_t width, size_t rows, sl_err *err);
+} sl_device_async_ops;
+
 typedef struct sl_device_ops {
+    /* Required: every backend sets every one of these. */
     const char *name;
     /* Allocates exactly `bytes` (0 is allowed) for this device; called once. */
     sl_status (*alloc)(void *ctx, uint64_t bytes, sl_err *err);
     /* Copies n host bytes to device offset off. Concurrent calls on disjoint ranges are allowed. */
     sl_status (*write)(void *ctx, uint64_t off, const void *src, size_t n, sl_err *err);
-    /* Writes n zero bytes at device offset off. */
+    /* Writes n zero bytes at device offset off; complete on return. */
     sl_status (*zero)(void *ctx, uint64_t off, uint64_t n, sl_err *err);
-    /* Copies n device bytes at off into host memory dst. */
+    /* Copies n device bytes at off into host memory dst; sees every write issued before it. */
     sl_status (*read)(void *ctx, uint64_t off, void *dst, size_t n, sl_err *err);
-    /* Faults in the allocation ahead of the writes, from a helper thread, without changing its
-     * bytes (may be NULL: nothing to do). Returns when done or when *stop becomes nonzero. */
-    void (*prefault)(void *ctx, const volatile int *stop);
-    /* Host address of device offset 0 when the memory is host memory; NULL otherwise. */
-    void *(*host_ptr)(void *ctx);
     uint64_t (*allocated)(const void *ctx);
     /* Frees the allocation and ctx. Accepts NULL. */
     void (*free)(void *ctx);
 
-    /* Optional ops (NULL for host backends). A backend whose copies run asynchronously (cuda)
-     * provides them so that the engine can overlap device copies with reads:
-     * pin: makes host range [ptr, ptr + len) fast to copy from (page-locked). Writes whose source
-     *   lies in a pinned range may complete after write() returns, until the next fence; writes
-     *   from any other memory are complete on return. Several instances may pin the same range.
-     * unpin: fences, then releases this instance's pin of the range that starts at ptr.
-     * fence: returns once every copy issued so far has finished reading its host source.
-     * write2d: rows copies of width bytes, from src + r * src_pitch to dst_off + r * dst_pitch.
-     * mem_info: device free memory (bytes) right before and right after alloc().
-     * device_ptr: address of offset 0 in the device's own address space (the CUDA device address),
-     *   for callers that hand the weights to a framework; gpu: the GPU ordinal.
-     * mark: remembers, under tag (0 <= tag < SL_DEVICE_MAX_MARKS), the copies issued so far;
-     * wait_mark: returns once those copies have finished reading their host sources. With them the
-     *   engine refills the oldest staging slot without waiting for the copies issued after it
-     *   (fence waits for all). Both or neither. */
-    sl_status (*pin)(void *ctx, void *ptr, size_t len, sl_err *err);
-    void (*unpin)(void *ctx, void *ptr);
-    sl_status (*fence)(void *ctx, sl_err *err);
-    sl_status (*write2d)(void *ctx, uint64_t dst_off, uint64_t dst_pitch, const void *src,
-                         size_t src_pitch, size_t width, size_t rows, sl_err *err);
-    void (*mem_info)(const void *ctx, uint64_t *free_before, uint64_t *free_after);
+    /* Optional, each on its own; NULL gets the default named in its wrapper below. */
+    /* Faults in the allocation ahead of the writes, from a helper thread, without changing its
+     * bytes. Returns when done or when *stop becomes nonzero (set by another thread). */
+    void (*prefault)(void *ctx, const atomic_int *stop);
+    /* Host address of device offset 0 when the memory is host memory; NULL otherwise. */
+    void *(*host_ptr)(void *ctx);
+    /* Address of offset 0 in the device's own address space (the CUDA device address), for
+     * callers that hand the weights to a framework. */
     void *(*device_ptr)(void *ctx);
     /* 1 when the memory is known to hold zeros before any write (fresh anonymous pages), so that
-     * zero-filled padding needs no writes; NULL or 0: it must be zeroed. */
+     * zero-filled padding needs no writes. */
     int (*zeroed)(const void *ctx);
+    /* The GPU ordinal. */
     int (*gpu)(const void *ctx);
-    sl_status (*mark)(void *ctx, unsigned tag, sl_err *err);
-    sl_status (*wait_mark)(void *ctx, unsigned tag, sl_err *err);
+    /* Device free memory (bytes) right before and right after alloc(). */
+    void (*mem_info)(const void *ctx, uint64_t *free_before, uint64_t *free_after);
+
+    /* NULL for synchronous backends (cpu, file devices); else complete. */
+    const sl_device_async_ops *async;
 } sl_device_ops;
 
 #define SL_DEVICE_MAX_MARKS 68u
@@ -71,6 +92,41 @@ typedef struct sl_device {
     const sl_device_ops *ops;
     void *ctx;
 } sl_device;
+
+/* ---- calling a backend: the only way in from outside src/device/ (device.c) ------------------ */
+
+const char *sl_device_name(const sl_device *d);
+sl_status sl_device_alloc(const sl_device *d, uint64_t bytes, sl_err *err);
+sl_status sl_device_write(const sl_device *d, uint64_t off, const void *src, size_t n, sl_err *err);
+sl_status sl_device_zero(const sl_device *d, uint64_t off, uint64_t n, sl_err *err);
+sl_status sl_device_read(const sl_device *d, uint64_t off, void *dst, size_t n, sl_err *err);
+uint64_t sl_device_allocated(const sl_device *d);
+/* Optional members, with their defaults: */
+/* nothing to fault in */
+void sl_device_prefault(const sl_device *d, const atomic_int *stop);
+/* NULL: not host memory */
+void *sl_device_host_ptr(const sl_device *d);
+/* the host address when there is no other address space */
+void *sl_device_ptr(const sl_device *d);
+/* 0: must be zeroed */
+int sl_device_zeroed(const sl_device *d);
+/* -1: no GPU */
+int sl_device_gpu(const sl_device *d);
+/* SL_E_UNSUPPORTED "device 'NAME' does not report free memory" */
+sl_status sl_device_mem_info(const sl_device *d, uint64_t *free_before, uint64_t *free_after,
+                             sl_err *err);
+/* The asynchronous part, all no-ops (SL_OK) for synchronous backends: */
+/* 1 when writes may complete after they return (d has the async part) */
+int sl_device_is_async(const sl_device *d);
+sl_status sl_device_pin(const sl_device *d, void *ptr, size_t len, sl_err *err);
+void sl_device_unpin(const sl_device *d, void *ptr);
+sl_status sl_device_fence(const sl_device *d, sl_err *err);
+sl_status sl_device_mark(const sl_device *d, unsigned tag, sl_err *err);
+sl_status sl_device_wait_mark(const sl_device *d, unsigned tag, sl_err *err);
+/* one 2-D copy, or one write per row for synchronous backends */
+sl_status sl_device_write2d(const sl_device *d, uint64_t dst_off, uint64_t dst_pitch,
+                            const void *src, size_t src_pitch, size_t width, size_t rows,
+                            sl_err *err);
 
 /* The caller's memory for mesh device index (opts.dest), or NULL: allocate. */
 static inline void *sl_device_dest(const sl_load_opts *o, int32_t index)
@@ -103,10 +159,15 @@ unsigned char *sl_device_blocks_at(const sl_device_blocks *b, uint64_t off, uint
 
 /* Creates the backend instance for mesh device `index` ("cpu" or "cuda", NULL = "cpu"), in the
  * caller's per-parameter blocks when segs is not NULL. Nothing is allocated yet.
- * SL_E_UNSUPPORTED when the backend is not available here, or cannot use segs. */
+ * SL_E_UNSUPPORTED when the backend is not available here, or cannot use segs; SL_E_DEVICE when
+ * its ops table breaks the rules above (sl_device_ops_check). */
 sl_status sl_device_open(const char *name, int32_t index, const sl_load_opts *o,
                          const sl_device_segs *segs, sl_device *out, sl_err *err);
 void sl_device_close(sl_device *d);
+/* NULL when ops has every required member and an async part that is NULL or complete; else the
+ * name of the first member missing. Backends built outside sl_device_open (file devices) may
+ * check themselves with it. */
+const char *sl_device_ops_check(const sl_device_ops *ops);
 /* SL_OK when [off, off + n) lies inside a device of size bytes, else SL_E_INVALID_ARG naming the
  * backend and device (overflow-safe). */
 sl_status sl_device_check_range(const char *backend, int32_t index, uint64_t size, uint64_t off,

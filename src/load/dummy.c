@@ -118,7 +118,7 @@ static sl_status dummy_param(dummy_job *j, int32_t dev, int64_t i, void *buf, sl
     for (uint64_t off = 0; off < nbytes; off += DUMMY_CHUNK) {
         size_t n = (size_t)sl_min_u64(DUMMY_CHUNK, nbytes - off);
         sl_dummy_values(&g, j->p->dtype, buf, n / es);
-        SL_TRY(d->ops->write(d->ctx, base + off, buf, n, err));
+        SL_TRY(sl_device_write(d, base + off, buf, n, err));
     }
     return SL_OK;
 }
@@ -167,8 +167,8 @@ static sl_status dummy_zero_ops(const sl_plan *p, const sl_model_dev *devs, sl_e
         for (int64_t k = 0; k < pd->n_ops; k++) {
             const sl_op *op = &pd->ops[k];
             if (op->kind == SL_OP_ZERO)
-                SL_TRY(devs[dev].dev.ops->zero(devs[dev].dev.ctx, op->dst_offset, op->rows * op->row_elems * es,
-                                           err));
+                SL_TRY(sl_device_zero(&devs[dev].dev, op->dst_offset, op->rows * op->row_elems * es,
+                                      err));
         }
     }
     return SL_OK;

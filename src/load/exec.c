@@ -144,7 +144,7 @@ static sl_status open_device(sl_model_dev *md, const sl_plan_device *pd, const s
         use = &segs;
     }
     SL_TRY(sl_device_open(o->device, pd->index, o, use, &md->dev, err));
-    return md->dev.ops->alloc(md->dev.ctx, pd->bytes, err);
+    return sl_device_alloc(&md->dev, pd->bytes, err);
 }
 
 static sl_status open_devices(sl_model *m, const sl_plan *p, int32_t first, int32_t count,
@@ -192,10 +192,11 @@ void sl_load_drop_devices(sl_model *m)
 static void *prefault_main(void *arg)
 {
     sl_prefault *j = arg;
-    for (int32_t d = 0; d < j->m->n_devices && !j->stop; d++) {
-        const sl_device *dev = &j->m->devs[d].dev;
-        if (dev->ops->prefault)
-            dev->ops->prefault(dev->ctx, &j->stop);
+    /* relaxed: the flag only asks the helper to stop soon; it publishes no data */
+    for (int32_t d = 0; d < j->m->n_devices; d++) {
+        if (atomic_load_explicit(&j->stop, memory_order_relaxed))
+            break;
+        sl_device_prefault(&j->m->devs[d].dev, &j->stop);
     }
     return NULL;
 }
@@ -203,13 +204,13 @@ static void *prefault_main(void *arg)
 void sl_prefault_start(sl_prefault *j, const sl_model *m)
 {
     j->m = m;
-    j->stop = 0;
+    atomic_init(&j->stop, 0);
     j->running = pthread_create(&j->th, NULL, prefault_main, j) == 0;
 }
 
 void sl_prefault_stop(sl_prefault *j)
 {
-    j->stop = 1;
+    atomic_store_explicit(&j->stop, 1, memory_order_relaxed);
     if (j->running)
         pthread_join(j->th, NULL);
     j->running = 0;

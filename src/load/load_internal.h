@@ -12,6 +12,7 @@
 #include "sl_err.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 typedef struct sl_load_file {
@@ -56,11 +57,11 @@ sl_status sl_load_open_devices(sl_model *m, const sl_plan *p, int32_t first, int
 /* Frees every device of m: what a failed load leaves behind is the message only. */
 void sl_load_drop_devices(sl_model *m);
 
-/* Faults in m's opened devices from a helper thread while the load runs (ops->prefault), so that
- * first-touch costs leave the loading thread. Stop it before the load returns. */
+/* Faults in m's opened devices from a helper thread while the load runs (sl_device_prefault), so
+ * that first-touch costs leave the loading thread. Stop it before the load returns. */
 typedef struct sl_prefault {
     const sl_model *m;
-    volatile int stop;
+    atomic_int stop;          /* set by the loading thread, read by the helper */
     pthread_t th;
     int running;
 } sl_prefault;

@@ -79,8 +79,7 @@ uint64_t sl_model_device_allocated(const sl_model *m, int32_t dev)
 {
     if (!m || dev < 0 || dev >= m->n_devices)
         return 0;
-    const sl_device *d = &m->devs[dev].dev;
-    return d->ops->allocated(d->ctx);
+    return sl_device_allocated(&m->devs[dev].dev);
 }
 
 sl_status sl_model_device_mem(const sl_model *m, int32_t dev, uint64_t *free_before,
@@ -90,12 +89,7 @@ sl_status sl_model_device_mem(const sl_model *m, int32_t dev, uint64_t *free_bef
         return SL_E_INVALID_ARG;
     if (dev < 0 || dev >= m->n_devices)
         return sl_err_set(m->errw, SL_E_INVALID_ARG, "device %d out of range", dev);
-    const sl_device *d = &m->devs[dev].dev;
-    if (!d->ops->mem_info)
-        return sl_err_set(m->errw, SL_E_UNSUPPORTED, "device '%s' does not report free memory",
-                          d->ops->name);
-    d->ops->mem_info(d->ctx, free_before, free_after);
-    return SL_OK;
+    return sl_device_mem_info(&m->devs[dev].dev, free_before, free_after, m->errw);
 }
 
 static sl_status model_param(const sl_model *m, int32_t dev, int64_t i, const sl_model_dev **out)
@@ -119,7 +113,7 @@ sl_status sl_model_read_param(const sl_model *m, int32_t dev, int64_t i, uint64_
              err, SL_E_INVALID_ARG, "read of [%llu, +%llu) outside parameter %lld (%llu bytes)",
              (unsigned long long)off, (unsigned long long)nbytes, (long long)i,
              (unsigned long long)md->param_bytes[i]);
-    return md->dev.ops->read(md->dev.ctx, md->param_off[i] + off, dst, (size_t)nbytes, err);
+    return sl_device_read(&md->dev, md->param_off[i] + off, dst, (size_t)nbytes, err);
 }
 
 const void *sl_model_param_host_ptr(const sl_model *m, int32_t dev, int64_t i)
@@ -129,7 +123,7 @@ const void *sl_model_param_host_ptr(const sl_model *m, int32_t dev, int64_t i)
     const sl_model_dev *md = &m->devs[dev];
     if (md->param_ptr)
         return md->param_ptr[i];
-    const unsigned char *base = md->dev.ops->host_ptr(md->dev.ctx);
+    const unsigned char *base = sl_device_host_ptr(&md->dev);
     return base ? base + md->param_off[i] : NULL;
 }
 
@@ -140,16 +134,15 @@ void *sl_model_param_ptr(const sl_model *m, int32_t dev, int64_t i)
     const sl_model_dev *md = &m->devs[dev];
     if (md->param_ptr)
         return md->param_bytes[i] ? md->param_ptr[i] : NULL;
-    unsigned char *base = md->dev.ops->device_ptr ? md->dev.ops->device_ptr(md->dev.ctx)
-                                                  : md->dev.ops->host_ptr(md->dev.ctx);
+    unsigned char *base = sl_device_ptr(&md->dev);
     return base ? base + md->param_off[i] : NULL;
 }
 
 int32_t sl_model_device_gpu(const sl_model *m, int32_t dev)
 {
-    if (!m || dev < 0 || dev >= m->n_devices || !m->devs[dev].dev.ops->gpu)
+    if (!m || dev < 0 || dev >= m->n_devices)
         return -1;
-    return m->devs[dev].dev.ops->gpu(m->devs[dev].dev.ctx);
+    return sl_device_gpu(&m->devs[dev].dev);
 }
 
 /* Host memory is hashed in place; other backends stream through a bounded bounce buffer. */
@@ -157,7 +150,7 @@ sl_status sl_model_param_xxh3(const sl_model *m, int32_t dev, int64_t i, uint64_
 {
     const sl_model_dev *md = NULL;
     SL_TRY(model_param(m, dev, i, &md));
-    const unsigned char *base = md->dev.ops->host_ptr(md->dev.ctx);
+    const unsigned char *base = sl_device_host_ptr(&md->dev);
     if (base || md->param_bytes[i] == 0) {
         *out = base ? XXH3_64bits(base + md->param_off[i], (size_t)md->param_bytes[i])
                     : XXH3_64bits(NULL, 0);

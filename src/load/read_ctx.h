@@ -86,7 +86,7 @@ typedef struct rd_ctx {
     unsigned extra_slots;         /* rd_config.extra_slots, after the read slots */
     unsigned char *staging;
     rd_slot *slots;
-    int32_t n_pinned;             /* devices [0, n_pinned) went through ops->pin */
+    int32_t n_pinned;             /* local devices of [0, n_pinned) went through sl_device_pin */
     /* scatter (read_scatter.c) */
     unsigned char *bounce;        /* converted pieces for non-host devices */
     uint64_t bounce_bytes;        /* its size */
@@ -103,9 +103,16 @@ typedef struct rd_ctx {
     uint64_t bytes_read, done_bytes, staging_peak;
     int planned;                  /* the chunks are built (stats.io is known) */
     int in_flight;                /* device copies (async: cuda) issued since the last rd_fence */
-    int use_marks;                /* every async device has mark/wait_mark: per-slot waits */
+    int use_marks;                /* some local device is async: per-slot waits (rd_config) */
     int marks_pending;            /* a mark was recorded since the last rd_fence */
 } rd_ctx;
+
+/* Device d receives bytes in this process. Only these devices are ever called: the others (other
+ * ranks' devices in the stepwise path) may be left empty. */
+static inline int rd_local(const rd_ctx *x, int32_t d)
+{
+    return !x->local || x->local[d];
+}
 
 /* ---- set-up (read_setup.c) ------------------------------------------------------------------- */
 
@@ -115,7 +122,7 @@ typedef struct rd_config {
     const sl_load_file *files;
     int64_t n_files;
     const sl_plan *p;
-    const sl_model_dev *devs;     /* p->n_devices entries; only local ones are written */
+    const sl_model_dev *devs;     /* p->n_devices entries; only local ones are used */
     const unsigned char *local;   /* p->n_devices flags; NULL: all */
     const sl_load_opts *o;
     sl_err *err;
@@ -146,7 +153,7 @@ sl_status rd_size_slots(rd_ctx *x, uint64_t slot_bytes);
 void rd_size_for_devices(rd_ctx *x);
 void rd_plan_ring(rd_ctx *x, uint64_t max_bytes);
 void rd_fit_slots(rd_ctx *x);
-/* Per-slot waits need every device that copies asynchronously to offer marks. */
+/* Per-slot waits: some local device copies asynchronously (and so has marks: device.h). */
 int rd_can_mark(const rd_ctx *x);
 /* The bounce buffer or ring, the slots and the staging block (page-locked for async devices). */
 sl_status rd_alloc_buffers(rd_ctx *x);

@@ -23,7 +23,8 @@ typedef struct sl_rd_setup {
     const sl_load_file *files;
     int64_t n_files;
     const sl_plan *p;
-    const sl_model_dev *devs;     /* p->n_devices entries; only local ones are written */
+    const sl_model_dev *devs;     /* p->n_devices entries; only local ones are called (the
+                                     others are never looked at: they may be left zeroed) */
     const unsigned char *local;   /* p->n_devices flags; NULL: all */
     const sl_load_opts *o;
     uint64_t slot_bytes;          /* most bytes the staging slot may take; 0: from o */

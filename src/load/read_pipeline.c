@@ -1,7 +1,8 @@
 /* read_pipeline.c - up to n_slots reads in flight (io_uring or the pread pool), each completed
  * chunk scattered on the loading thread, and the device waits that make reusing a slot safe: per
- * slot marks where every asynchronous device has them (the oldest slot is refilled first), else a
- * fence before a refill (the slot just scattered is refilled first). docs/engine.md "Pipeline". */
+ * slot marks when rd_config asks for them and some device is asynchronous (the oldest slot is
+ * refilled first), else a fence before a refill (the slot just scattered is refilled first; the
+ * stepwise path). docs/engine.md "Pipeline". */
 #include "load/read_ctx.h"
 
 #include <errno.h>
@@ -17,11 +18,9 @@
  * in flight. */
 sl_status rd_fence(rd_ctx *x)
 {
-    for (int32_t d = 0; d < x->p->n_devices; d++) {
-        const sl_device *dev = &x->devs[d].dev;
-        if (dev->ops && dev->ops->fence)
-            SL_TRY(dev->ops->fence(dev->ctx, x->err));
-    }
+    for (int32_t d = 0; d < x->p->n_devices; d++)
+        if (rd_local(x, d))
+            SL_TRY(sl_device_fence(&x->devs[d].dev, x->err));
     x->in_flight = 0;
     x->marks_pending = 0;
     for (unsigned i = 0; x->slots && i < x->n_slots; i++)
@@ -31,15 +30,14 @@ sl_status rd_fence(rd_ctx *x)
     return SL_OK;
 }
 
-/* Records (wait 0) or waits for (wait 1) mark `tag` on every device that has marks. */
+/* Records (wait 0) or waits for (wait 1) mark `tag` on every local device (a no-op for
+ * synchronous ones). */
 static sl_status rd_marks(rd_ctx *x, unsigned tag, int wait)
 {
     for (int32_t d = 0; d < x->p->n_devices; d++) {
         const sl_device *dev = &x->devs[d].dev;
-        sl_status (*op)(void *, unsigned, sl_err *) =
-            !dev->ops ? NULL : wait ? dev->ops->wait_mark : dev->ops->mark;
-        if (op)
-            SL_TRY(op(dev->ctx, tag, x->err));
+        if (rd_local(x, d))
+            SL_TRY(wait ? sl_device_wait_mark(dev, tag, x->err) : sl_device_mark(dev, tag, x->err));
     }
     return SL_OK;
 }

@@ -32,8 +32,7 @@ static sl_status rd_ring_take(rd_ctx *x, unsigned *k, unsigned char **piece)
 {
     *k = x->ring_next++ % RD_RING;
     if (x->ring_dev[*k] >= 0) {
-        const sl_device *prev = &x->devs[x->ring_dev[*k]].dev;
-        SL_TRY(prev->ops->wait_mark(prev->ctx, RD_MAX_SLOTS + *k, x->err));
+        SL_TRY(sl_device_wait_mark(&x->devs[x->ring_dev[*k]].dev, RD_MAX_SLOTS + *k, x->err));
         x->ring_dev[*k] = -1;
     }
     *piece = x->bounce + (size_t)(*k * rd_ring_piece_bytes(x));
@@ -43,8 +42,7 @@ static sl_status rd_ring_take(rd_ctx *x, unsigned *k, unsigned char **piece)
 /* After piece k's copy to device dev was issued. */
 static sl_status rd_ring_mark(rd_ctx *x, unsigned k, int32_t dev)
 {
-    const sl_device *d = &x->devs[dev].dev;
-    SL_TRY(d->ops->mark(d->ctx, RD_MAX_SLOTS + k, x->err));
+    SL_TRY(sl_device_mark(&x->devs[dev].dev, RD_MAX_SLOTS + k, x->err));
     x->ring_dev[k] = dev;
     x->marks_pending = 1;
     return SL_OK;
@@ -63,7 +61,7 @@ static sl_status rd_put_ring(rd_ctx *x, const rd_op *r, uint64_t dst_off, const 
         const uint64_t m = sl_min_u64(per, n - i);
         sl_convert_rows(x->pool, piece, 0, x->p->dtype, src + i * r->ssize, 0, r->op->src_dtype,
                         (size_t)m, 1);
-        SL_TRY(d->ops->write(d->ctx, dst_off + i * r->dsize, piece, (size_t)(m * r->dsize), x->err));
+        SL_TRY(sl_device_write(d, dst_off + i * r->dsize, piece, (size_t)(m * r->dsize), x->err));
         SL_TRY(rd_ring_mark(x, k, r->dev));
     }
     return SL_OK;
@@ -84,16 +82,16 @@ static sl_status rd_put(rd_ctx *x, const rd_op *r, uint64_t dst_off, const unsig
             sl_convert_rows(x->pool, x->host[r->dev] + dst_off, 0, ddt, src, 0, sdt, (size_t)n, 1);
         return SL_OK;
     }
-    x->in_flight |= d->ops->fence != NULL; /* copies may read staging until rd_fence */
+    x->in_flight |= sl_device_is_async(d); /* copies may read staging until rd_fence */
     if (sdt == ddt)
-        return d->ops->write(d->ctx, dst_off, src, (size_t)(n * r->ssize), x->err);
+        return sl_device_write(d, dst_off, src, (size_t)(n * r->ssize), x->err);
     if (x->ring)
         return rd_put_ring(x, r, dst_off, src, n);
     const uint64_t per = RD_BOUNCE / 4;
     for (uint64_t i = 0; i < n; i += per) {
         const uint64_t m = sl_min_u64(per, n - i);
         sl_convert(x->bounce, ddt, src + i * r->ssize, sdt, (size_t)m);
-        SL_TRY(d->ops->write(d->ctx, dst_off + i * r->dsize, x->bounce, (size_t)(m * r->dsize), x->err));
+        SL_TRY(sl_device_write(d, dst_off + i * r->dsize, x->bounce, (size_t)(m * r->dsize), x->err));
     }
     return SL_OK;
 }
@@ -119,7 +117,6 @@ static int rd_gathers(const rd_ctx *x, const rd_op *r)
     const sl_op *op = r->op;
     const uint64_t dst_row = op->row_elems * r->dsize;
     return x->ring && op->rows > 1 && dst_row <= rd_ring_piece_bytes(x) &&
-           (op->dst_stride == dst_row || x->devs[r->dev].dev.ops->write2d) &&
            (op->src_dtype != x->p->dtype ||
             (dst_row < x->gather_rows && op->src_stride != op->row_elems * r->ssize));
 }
@@ -133,7 +130,7 @@ static sl_status rd_gather_rows(rd_ctx *x, const rd_op *r, uint64_t k, uint64_t 
     const sl_op *op = r->op;
     const sl_device *d = &x->devs[r->dev].dev;
     const uint64_t dst_row = op->row_elems * r->dsize, per = rd_ring_piece_bytes(x) / dst_row;
-    x->in_flight = 1;
+    x->in_flight |= sl_device_is_async(d);
     for (uint64_t i = 0; i < rows; i += per) {
         unsigned p;
         unsigned char *piece;
@@ -143,10 +140,10 @@ static sl_status rd_gather_rows(rd_ctx *x, const rd_op *r, uint64_t k, uint64_t 
                         (size_t)op->src_stride, op->src_dtype, (size_t)op->row_elems, (size_t)m);
         const uint64_t dst_off = op->dst_offset + (k + i) * op->dst_stride;
         if (op->dst_stride == dst_row)
-            SL_TRY(d->ops->write(d->ctx, dst_off, piece, (size_t)(m * dst_row), x->err));
+            SL_TRY(sl_device_write(d, dst_off, piece, (size_t)(m * dst_row), x->err));
         else
-            SL_TRY(d->ops->write2d(d->ctx, dst_off, op->dst_stride, piece, (size_t)dst_row,
-                                   (size_t)dst_row, (size_t)m, x->err));
+            SL_TRY(sl_device_write2d(d, dst_off, op->dst_stride, piece, (size_t)dst_row,
+                                     (size_t)dst_row, (size_t)m, x->err));
         SL_TRY(rd_ring_mark(x, p, r->dev));
     }
     return SL_OK;
@@ -154,8 +151,8 @@ static sl_status rd_gather_rows(rd_ctx *x, const rd_op *r, uint64_t k, uint64_t 
 
 /* Several whole rows of an op, from row k (starting inside the chunk), go to a device that is
  * not host memory in few calls: gathered through the ring (rd_gathers), or else, same dtype, as
- * one 2-D copy (cudaMemcpy2DAsync) instead of a copy per row. *n: rows written, 0 when neither
- * applies (the caller copies row by row). */
+ * one 2-D copy (cudaMemcpy2DAsync; one write per row for synchronous backends, as the caller's
+ * loop would do). *n: rows written, 0 when neither applies (the caller copies row by row). */
 static sl_status rd_put_rows(rd_ctx *x, const rd_op *r, uint64_t k, uint64_t a, uint64_t b,
                              const unsigned char *data, uint64_t *n)
 {
@@ -166,7 +163,7 @@ static sl_status rd_put_rows(rd_ctx *x, const rd_op *r, uint64_t k, uint64_t a, 
     if (x->host[r->dev] || op->rows < 2 || rs < a || op->src_stride > SIZE_MAX)
         return SL_OK;
     const int gather = rd_gathers(x, r);
-    if (!gather && (!d->ops->write2d || op->src_dtype != x->p->dtype))
+    if (!gather && op->src_dtype != x->p->dtype)
         return SL_OK;
     const uint64_t rows = rd_whole_rows(r, k, b);
     if (rows < 2)
@@ -174,10 +171,10 @@ static sl_status rd_put_rows(rd_ctx *x, const rd_op *r, uint64_t k, uint64_t a, 
     *n = rows;
     if (gather)
         return rd_gather_rows(x, r, k, rows, data + (rs - a));
-    x->in_flight = 1;
-    return d->ops->write2d(d->ctx, op->dst_offset + k * op->dst_stride, op->dst_stride,
-                           data + (rs - a), (size_t)op->src_stride,
-                           (size_t)(op->row_elems * r->ssize), (size_t)rows, x->err);
+    x->in_flight |= sl_device_is_async(d);
+    return sl_device_write2d(d, op->dst_offset + k * op->dst_stride, op->dst_stride,
+                             data + (rs - a), (size_t)op->src_stride,
+                             (size_t)(op->row_elems * r->ssize), (size_t)rows, x->err);
 }
 
 /* ---- chunks --------------------------------------------------------------------------------- */
@@ -221,7 +218,7 @@ sl_status rd_scatter_chunk(rd_ctx *x, const rd_chunk *c, const unsigned char *da
     rd_ops_between(&x->ops, c->file, c->a, c->b, &lo, &hi);
     for (int64_t i = lo; i < hi; i++) {
         const rd_op *r = &x->ops.v[i];
-        if (r->src_end > c->a && !r->direct && (!x->local || x->local[r->dev]))
+        if (r->src_end > c->a && !r->direct && rd_local(x, r->dev))
             SL_TRY(rd_scatter_op(x, r, c->a, c->b, data));
     }
     return SL_OK;
@@ -236,13 +233,12 @@ sl_status rd_zero_pads(rd_ctx *x)
     for (int32_t d = 0; d < x->p->n_devices; d++) {
         const sl_plan_device *pd = &x->p->devices[d];
         const sl_device *dev = &x->devs[d].dev;
-        if ((x->local && !x->local[d]) || !dev->ops || !dev->ops->zero ||
-            (dev->ops->zeroed && dev->ops->zeroed(dev->ctx)))
+        if (!rd_local(x, d) || sl_device_zeroed(dev))
             continue;
         for (int64_t k = 0; k < pd->n_ops; k++) {
             const sl_op *op = &pd->ops[k];
             if (op->kind == SL_OP_ZERO && op->rows && op->row_elems)
-                SL_TRY(dev->ops->zero(dev->ctx, op->dst_offset, op->rows * op->row_elems * es, x->err));
+                SL_TRY(sl_device_zero(dev, op->dst_offset, op->rows * op->row_elems * es, x->err));
         }
     }
     return SL_OK;
@@ -254,7 +250,7 @@ int rd_staged_work(const rd_ctx *x, int narrow_too)
 {
     for (int64_t i = 0; i < x->ops.n; i++) {
         const rd_op *r = &x->ops.v[i];
-        if (x->host[r->dev] || (x->local && !x->local[r->dev]))
+        if (x->host[r->dev] || !rd_local(x, r->dev))
             continue;
         if (r->op->src_dtype != x->p->dtype)
             return 1;
@@ -273,7 +269,7 @@ void rd_start_pool(rd_ctx *x)
 {
     int converts = 0;
     for (int64_t i = 0; i < x->ops.n && !converts; i++)
-        converts = x->ops.v[i].op->src_dtype != x->p->dtype && (!x->local || x->local[x->ops.v[i].dev]);
+        converts = x->ops.v[i].op->src_dtype != x->p->dtype && rd_local(x, x->ops.v[i].dev);
     const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     if (converts && cpus > 1)
         x->pool = sl_pool_new((unsigned)(cpus > 8 ? 7 : cpus - 1));

@@ -16,7 +16,7 @@ static sl_status rd_host_ptrs(rd_ctx *x)
     if (!x->host)
         return sl_err_set(x->err, SL_E_NOMEM, "out of memory");
     for (int32_t d = 0; d < x->p->n_devices; d++)
-        x->host[d] = x->devs[d].dev.ops->host_ptr(x->devs[d].dev.ctx);
+        x->host[d] = rd_local(x, d) ? sl_device_host_ptr(&x->devs[d].dev) : NULL;
     return SL_OK;
 }
 

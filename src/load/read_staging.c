@@ -88,7 +88,7 @@ void rd_size_for_devices(rd_ctx *x)
 {
     int staged = 0;
     for (int32_t d = 0; d < x->p->n_devices; d++)
-        staged |= !x->host[d] && x->devs[d].bytes > 0 && (!x->local || x->local[d]);
+        staged |= !x->host[d] && x->devs[d].bytes > 0 && rd_local(x, d);
     if (!staged)
         return;
     uint64_t budget = rd_staging_budget(x);
@@ -118,16 +118,10 @@ void rd_fit_slots(rd_ctx *x)
 
 int rd_can_mark(const rd_ctx *x)
 {
-    int async = 0;
-    for (int32_t d = 0; d < x->p->n_devices; d++) {
-        const sl_device_ops *ops = x->devs[d].dev.ops;
-        if (!ops || !ops->fence)
-            continue;
-        if (!ops->mark || !ops->wait_mark)
-            return 0;
-        async = 1;
-    }
-    return async;
+    for (int32_t d = 0; d < x->p->n_devices; d++)
+        if (rd_local(x, d) && sl_device_is_async(&x->devs[d].dev))
+            return 1;
+    return 0;
 }
 
 /* ---- the staging block ---------------------------------------------------------------------- */
@@ -143,22 +137,18 @@ static size_t rd_staging_len(const rd_ctx *x)
 static sl_status rd_pin(rd_ctx *x)
 {
     const size_t len = rd_staging_len(x);
-    for (; x->n_pinned < x->p->n_devices; x->n_pinned++) {
-        const sl_device *d = &x->devs[x->n_pinned].dev;
-        if (d->ops && d->ops->pin)
-            SL_TRY(d->ops->pin(d->ctx, x->staging, len, x->err));
-    }
+    for (; x->n_pinned < x->p->n_devices; x->n_pinned++)
+        if (rd_local(x, x->n_pinned))
+            SL_TRY(sl_device_pin(&x->devs[x->n_pinned].dev, x->staging, len, x->err));
     return SL_OK;
 }
 
 /* Once reads have stopped: each unpin drains its device's copies before releasing the pin. */
 static void rd_unpin(rd_ctx *x)
 {
-    for (int32_t d = 0; d < x->n_pinned; d++) {
-        const sl_device *dev = &x->devs[d].dev;
-        if (dev->ops && dev->ops->unpin)
-            dev->ops->unpin(dev->ctx, x->staging);
-    }
+    for (int32_t d = 0; d < x->n_pinned; d++)
+        if (rd_local(x, d))
+            sl_device_unpin(&x->devs[d].dev, x->staging);
     x->n_pinned = 0;
 }
 
