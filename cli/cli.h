@@ -16,7 +16,14 @@ enum { CLI_EXIT_OK = 0, CLI_EXIT_FAIL = 1, CLI_EXIT_USAGE = 2 };
 #define CLI_PRINTF(f, a)
 #endif
 
-/* Prints "shardload: error: <msg>" on stderr and returns CLI_EXIT_FAIL. */
+/* Text from files and paths on a terminal: control bytes as \xNN, so that a name can neither end
+ * the line nor send escape sequences. cli_text writes a copy into buf (len bytes; cut with "..."
+ * when it does not fit, CLI_TEXT_NAME holds about 120 bytes of name); cli_put_text writes all of s. */
+#define CLI_TEXT_NAME 160
+const char *cli_text(const char *s, char *buf, size_t len);
+void cli_put_text(FILE *f, const char *s);
+
+/* Prints "shardload: error: <msg>" on stderr (control bytes escaped) and returns CLI_EXIT_FAIL. */
 int cli_fail(const char *fmt, ...) CLI_PRINTF(1, 2);
 /* Prints the checkpoint's warnings on stderr, "shardload: warning: ..." one line each. */
 void cli_warnings(const sl_checkpoint *ck);

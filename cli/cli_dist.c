@@ -38,7 +38,8 @@ static sl_status dist_checksums(FILE *f, const sl_plan *p, const sl_model *m, in
             cli_json_str(f, pi.name);
             fprintf(f, ",\"xxh3\":\"%016" PRIx64 "\"}", h);
         } else {
-            fprintf(f, "    %016" PRIx64 "  %s\n", h, pi.name);
+            char nb[CLI_TEXT_NAME];
+            fprintf(f, "    %016" PRIx64 "  %s\n", h, cli_text(pi.name, nb, sizeof nb));
         }
     }
     return SL_OK;
@@ -250,9 +251,12 @@ int cli_reshard_dist(const char *path, const char *outdir, const sl_plan_opts *p
     if (st == SL_OK) /* agreed inside: the same status on every rank */
         st = sl_reshard_dist(ck, p, lo, d, outdir, max_part, msg, sizeof msg);
     const int rc = dist_exit(st, msg);
-    if (st == SL_OK && sl_dist_rank() == 0)
-        printf("wrote %d devices' shards (%llu bytes) to %s from %d ranks\n", sl_plan_device_count(p),
-               (unsigned long long)sl_plan_total_bytes(p), outdir, (int)sl_dist_size());
+    if (st == SL_OK && sl_dist_rank() == 0) {
+        printf("wrote %d devices' shards (%llu bytes) to ", sl_plan_device_count(p),
+               (unsigned long long)sl_plan_total_bytes(p));
+        cli_put_text(stdout, outdir);
+        printf(" from %d ranks\n", (int)sl_dist_size());
+    }
     sl_plan_free(p);
     sl_checkpoint_close(ck);
     sl_dist_finalize();

@@ -95,26 +95,35 @@ static int inspect_text(const sl_checkpoint *ck)
     int64_t *count = inspect_file_counts(ck, nf);
     if (!count)
         return cli_fail("out of memory");
+    char nb[CLI_TEXT_NAME], vb[CLI_TEXT_NAME];
     printf("files (%" PRId64 "):\n", nf);
-    for (int64_t f = 0; f < nf; f++)
-        printf("  %s  %s bytes  %" PRId64 " tensors\n", sl_checkpoint_file_path(ck, f),
-               cli_commas(sl_checkpoint_file_size(ck, f), b1, sizeof b1), count[f]);
+    for (int64_t f = 0; f < nf; f++) {
+        fputs("  ", stdout);
+        cli_put_text(stdout, sl_checkpoint_file_path(ck, f));
+        printf("  %s bytes  %" PRId64 " tensors\n", cli_commas(sl_checkpoint_file_size(ck, f), b1, sizeof b1),
+               count[f]);
+    }
     free(count);
     printf("tensors (%" PRId64 "):\n", nt);
     sl_tensor_info t;
     for (int64_t i = 0; sl_checkpoint_tensor(ck, i, &t) == SL_OK; i++) {
-        printf("  %s  %s  ", t.name, sl_dtype_name(t.dtype));
+        printf("  %s  %s  ", cli_text(t.name, nb, sizeof nb), sl_dtype_name(t.dtype));
         print_shape(&t, ", ");
-        printf("  %s bytes  %s\n", cli_commas(t.nbytes, b1, sizeof b1), sl_checkpoint_file_path(ck, t.file));
+        printf("  %s bytes  ", cli_commas(t.nbytes, b1, sizeof b1));
+        cli_put_text(stdout, sl_checkpoint_file_path(ck, t.file));
+        putchar('\n');
     }
     printf("total: %" PRId64 " files, %" PRId64 " tensors, %s data bytes\n", nf, nt,
            cli_commas(sl_checkpoint_total_bytes(ck), b2, sizeof b2));
     for (int64_t f = 0; f < nf; f++) {
         const char *k, *v;
         for (int64_t i = 0; sl_checkpoint_metadata(ck, f, i, &k, &v) == SL_OK; i++) {
-            if (i == 0)
-                printf("__metadata__ of %s:\n", sl_checkpoint_file_path(ck, f));
-            printf("  %s = %s\n", k, v);
+            if (i == 0) {
+                fputs("__metadata__ of ", stdout);
+                cli_put_text(stdout, sl_checkpoint_file_path(ck, f));
+                fputs(":\n", stdout);
+            }
+            printf("  %s = %s\n", cli_text(k, nb, sizeof nb), cli_text(v, vb, sizeof vb));
         }
     }
     return CLI_EXIT_OK;

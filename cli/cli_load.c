@@ -145,7 +145,8 @@ static int load_print_checksums(const sl_plan *p, const sl_model *m, int32_t d, 
             cli_json_str(stdout, pi.name);
             printf(",\"xxh3\":\"%016" PRIx64 "\"}", h);
         } else {
-            printf("    %016" PRIx64 "  %s\n", h, pi.name);
+            char nb[CLI_TEXT_NAME];
+            printf("    %016" PRIx64 "  %s\n", h, cli_text(pi.name, nb, sizeof nb));
         }
     }
     return CLI_EXIT_OK;

@@ -153,9 +153,9 @@ static void plan_json(const sl_plan *p)
 static void plan_text_params(const sl_plan *p, int32_t d)
 {
     sl_param_info pi;
-    char b[32];
+    char b[32], nb[CLI_TEXT_NAME];
     for (int64_t i = 0; sl_plan_param(p, d, i, &pi) == SL_OK; i++) {
-        printf("      %-56s %-5s ", pi.name, sl_dtype_name(pi.dtype));
+        printf("      %-56s %-5s ", cli_text(pi.name, nb, sizeof nb), sl_dtype_name(pi.dtype));
         print_shape(&pi, "[", ", ", "]");
         printf(" %s\n", cli_commas(pi.nbytes, b, sizeof(b)));
     }

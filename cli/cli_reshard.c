@@ -52,9 +52,12 @@ static int reshard_run(const char *path, const char *outdir, cli_opts *a)
         rc = cli_fail("%s", p ? sl_plan_errmsg(p) : "out of memory");
     else if (sl_reshard(ck, p, &a->lo, outdir, a->max_part, err, sizeof(err)) != SL_OK)
         rc = cli_fail("%s", err);
-    else
-        printf("wrote %d devices' shards (%llu bytes) to %s\n", sl_plan_device_count(p),
-               (unsigned long long)sl_plan_total_bytes(p), outdir);
+    else {
+        printf("wrote %d devices' shards (%llu bytes) to ", sl_plan_device_count(p),
+               (unsigned long long)sl_plan_total_bytes(p));
+        cli_put_text(stdout, outdir);
+        putchar('\n');
+    }
     sl_plan_free(p);
     sl_checkpoint_close(ck);
     return rc;

@@ -66,6 +66,10 @@ int cli_synth(int argc, char **argv)
     char err[1024];
     if (sl_synth(config, rules, argv[optind], dtype, seed, max_shard, err, sizeof(err)) != SL_OK)
         return cli_fail("%s", err);
-    printf("wrote a synthetic checkpoint of %s to %s\n", config, argv[optind]);
+    fputs("wrote a synthetic checkpoint of ", stdout);
+    cli_put_text(stdout, config);
+    fputs(" to ", stdout);
+    cli_put_text(stdout, argv[optind]);
+    putchar('\n');
     return CLI_EXIT_OK;
 }

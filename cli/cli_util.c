@@ -9,30 +9,80 @@
 #include <string.h>
 #include <strings.h>
 
+static int cli_control(unsigned char c)
+{
+    return c < 0x20 || c == 0x7F;
+}
+
+const char *cli_text(const char *s, char *buf, size_t len)
+{
+    size_t o = 0, i = 0;
+    const unsigned char *p = (const unsigned char *)(s ? s : "?");
+    for (; p[i] && o + (cli_control(p[i]) ? 4 : 1) + 4 <= len; i++)
+        o += (size_t)snprintf(buf + o, len - o, cli_control(p[i]) ? "\\x%02x" : "%c", p[i]);
+    if (p[i] && len >= 4)
+        o += (size_t)snprintf(buf + o, len - o, "...");
+    if (len)
+        buf[o < len ? o : len - 1] = '\0';
+    return buf;
+}
+
+void cli_put_text(FILE *f, const char *s)
+{
+    for (const unsigned char *p = (const unsigned char *)(s ? s : "?"); *p; p++) {
+        if (cli_control(*p))
+            fprintf(f, "\\x%02x", *p);
+        else
+            fputc(*p, f);
+    }
+}
+
+/* prefix, the formatted message with control bytes escaped (argv and library messages alike),
+ * suffix. */
+static void cli_vmessage(const char *prefix, const char *suffix, const char *fmt, va_list ap)
+{
+    va_list ap2;
+    va_copy(ap2, ap);
+    const int n = vsnprintf(NULL, 0, fmt, ap2);
+    va_end(ap2);
+    char *msg = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    fputs(prefix, stderr);
+    if (msg) {
+        vsnprintf(msg, (size_t)n + 1, fmt, ap);
+        cli_put_text(stderr, msg);
+    } else {
+        fputs("out of memory", stderr);
+    }
+    fputs(suffix, stderr);
+    free(msg);
+}
+
 int cli_fail(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fputs("shardload: error: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    cli_vmessage("shardload: error: ", "\n", fmt, ap);
     va_end(ap);
     return CLI_EXIT_FAIL;
 }
 
 void cli_warnings(const sl_checkpoint *ck)
 {
-    for (int64_t i = 0; i < sl_checkpoint_warning_count(ck); i++)
-        fprintf(stderr, "shardload: warning: %s\n", sl_checkpoint_warning(ck, i));
+    for (int64_t i = 0; i < sl_checkpoint_warning_count(ck); i++) {
+        fputs("shardload: warning: ", stderr);
+        cli_put_text(stderr, sl_checkpoint_warning(ck, i));
+        fputc('\n', stderr);
+    }
 }
 
 int cli_usage_error(const char *cmd, const char *fmt, ...)
 {
+    char prefix[64], suffix[96];
+    snprintf(prefix, sizeof prefix, "shardload %s: ", cmd);
+    snprintf(suffix, sizeof suffix, "\nTry 'shardload %s --help'.\n", cmd);
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "shardload %s: ", cmd);
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\nTry 'shardload %s --help'.\n", cmd);
+    cli_vmessage(prefix, suffix, fmt, ap);
     va_end(ap);
     return CLI_EXIT_USAGE;
 }

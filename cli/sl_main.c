@@ -41,7 +41,9 @@ static int main_dispatch(int argc, char **argv)
         if (!strcmp(argv[1], cli_commands[i].name))
             return cli_commands[i].run(argc - 1, argv + 1);
     }
-    fprintf(stderr, "shardload: unknown command '%s'\n", argv[1]);
+    fputs("shardload: unknown command '", stderr);
+    cli_put_text(stderr, argv[1]);
+    fputs("'\n", stderr);
     main_help(stderr);
     return CLI_EXIT_USAGE;
 }

@@ -5,6 +5,7 @@
 #include "ckpt/ckpt_file.h"
 #include "format/st_format.h"
 #include "sl_file.h"
+#include "sl_text.h"
 
 #include <assert.h>
 #include <dirent.h>
@@ -405,7 +406,7 @@ static void ck_warn(sl_checkpoint *ck, const char *fmt, ...)
     if (!w)
         return;
     ck->warnings = w;
-    if ((w[ck->n_warnings] = strdup(buf)) != NULL)
+    if ((w[ck->n_warnings] = sl_text_sanitize(buf, sizeof buf)) != NULL)   /* one printable line */
         ck->n_warnings++;
 }
 

@@ -1,6 +1,8 @@
 /* sl_err.c - error records (see sl_err.h). */
 #include "sl_err.h"
 
+#include "sl_text.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +16,17 @@ static void err_store(sl_err *e, char *msg)
     e->msg = msg ? msg : sl_oom_msg;
 }
 
+/* Every message is one printable line of bounded length, whatever a file put into the names and
+ * paths it quotes: control bytes become \xNN and the message is cut at SL_TEXT_MSG_MAX bytes. */
+static char *err_clean(char *msg)
+{
+    if (!msg || !sl_text_needs_sanitize(msg, SL_TEXT_MSG_MAX))
+        return msg;
+    char *clean = sl_text_sanitize(msg, SL_TEXT_MSG_MAX);
+    free(msg);
+    return clean;
+}
+
 sl_status sl_err_vset(sl_err *e, sl_status st, const char *fmt, va_list ap)
 {
     va_list ap2;
@@ -24,7 +37,7 @@ sl_status sl_err_vset(sl_err *e, sl_status st, const char *fmt, va_list ap)
     if (msg)
         vsnprintf(msg, (size_t)n + 1, fmt, ap);
     e->st = st;
-    err_store(e, msg);
+    err_store(e, err_clean(msg));
     return st;
 }
 
@@ -44,7 +57,7 @@ sl_status sl_err_prefix(sl_err *e, const char *prefix)
     char *msg = malloc(n);
     if (msg)
         snprintf(msg, n, "%s: %s", prefix, old);
-    err_store(e, msg);
+    err_store(e, err_clean(msg));
     return e->st;
 }
 

@@ -99,8 +99,9 @@ static sl_status index_entry(st_index *ix, size_t i, const char *key, const json
     const char *shard = json_string_value(val);
     const size_t len = json_string_length(val);
     const char *why = st_index_bad_shard_name(shard, len);
+    char sb[160];
     SL_CHECK(!why, e, SL_E_INDEX, "weight_map['%s']: shard name '%s' %s",
-             st_display(key, strlen(key), nb, sizeof nb), shard, why);
+             st_display(key, strlen(key), nb, sizeof nb), st_display(shard, len, sb, sizeof sb), why);
     ix->entries[i].tensor = sl_arena_strndup(&ix->arena, key, strlen(key));
     ix->entries[i].shard = sl_arena_strndup(&ix->arena, shard, len);
     SL_CHECK(ix->entries[i].tensor && ix->entries[i].shard, e, SL_E_NOMEM, "out of memory reading index");

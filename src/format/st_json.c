@@ -2,6 +2,8 @@
  * runs over the whole header before any JSON is looked at (reference step 4). */
 #include "st_json.h"
 
+#include "sl_text.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -59,26 +61,7 @@ size_t st_utf8_check(const unsigned char *s, size_t n)
 
 const char *st_display(const char *s, size_t n, char *buf, size_t buflen)
 {
-    static const char hex[] = "0123456789abcdef";
-    size_t o = 0;
-    for (size_t i = 0; i < n && o + 8 < buflen; i++) {
-        const unsigned char c = (unsigned char)s[i];
-        if (c < 0x20 || c == 0x7F) {
-            buf[o++] = '\\';
-            buf[o++] = 'x';
-            buf[o++] = hex[c >> 4];
-            buf[o++] = hex[c & 15];
-        } else {
-            buf[o++] = (char)c;
-        }
-        if (o + 8 >= buflen && i + 1 < n) {
-            memcpy(buf + o, "...", 3);
-            o += 3;
-            break;
-        }
-    }
-    buf[o] = '\0';
-    return buf;
+    return sl_text_display(s, n, buf, buflen);
 }
 
 /* ---- lexer ---- */
@@ -250,8 +233,14 @@ static sl_status unescape(st_lex *lx, const unsigned char *s, const unsigned cha
             s += 2;
             continue;
         }
-        if (s[1] != 'u')
-            return st_lex_fail(lx, s, "invalid escape '\\%c'", s[1]);
+        if (s[1] != 'u') {   /* the byte shown printable: a control byte or half a character */
+            char eb[8];
+            if (s[1] >= 0x80)
+                snprintf(eb, sizeof eb, "\\x%02x", (unsigned)s[1]);
+            else
+                sl_text_display((const char *)s + 1, 1, eb, sizeof eb);
+            return st_lex_fail(lx, s, "invalid escape '\\%s'", eb);
+        }
         s += 2;
         unsigned cp = 0;
         SL_TRY(unescape_u(lx, &s, &cp));

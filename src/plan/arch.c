@@ -9,6 +9,7 @@
 #include "rules_builtin.h"
 #include "sl_bytes.h"
 #include "sl_strbuf.h"
+#include "sl_text.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -300,6 +301,7 @@ static sl_status rules_parse(sl_err *err, sl_arch *m, const json_t *root)
 
 static sl_status rules_from_json(sl_err *err, sl_arch *m, json_t *root, const char *what)
 {
+    char ab[SL_TEXT_NAME];
     int match = 0;
     sl_status st = SL_OK;
     if (!json_is_object(root))
@@ -308,7 +310,7 @@ static sl_status rules_from_json(sl_err *err, sl_arch *m, json_t *root, const ch
         st = rules_arch_check(err, root, m->cfg.architecture, &match);
     if (st == SL_OK && !match)
         st = sl_err_set(err, SL_E_CONFIG, "rule table does not list architecture '%s'",
-                        m->cfg.architecture);
+                        sl_text_name(m->cfg.architecture, ab, sizeof ab));
     if (st == SL_OK)
         st = rules_parse(err, m, root);
     if (st != SL_OK)
@@ -354,9 +356,10 @@ static sl_status rules_load_builtin(sl_err *err, sl_arch *m)
         if (match)
             return st;
     }
+    char ab[SL_TEXT_NAME];
     return sl_err_set(err, SL_E_CONFIG, "architecture '%s' has no built-in rule table (built in: "
                       "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM); "
-                      "give one with --rules FILE", m->cfg.architecture);
+                      "give one with --rules FILE", sl_text_name(m->cfg.architecture, ab, sizeof ab));
 }
 
 /* ---- the tensor list -------------------------------------------------------------------------- */

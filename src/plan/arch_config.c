@@ -4,6 +4,7 @@
 #include "plan/arch_config.h"
 
 #include "sl_file.h"
+#include "sl_text.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -94,8 +95,9 @@ static sl_status cfg_dtype(sl_err *err, const json_t *root, int32_t *out)
             return SL_OK;
         }
     }
+    char vb[SL_TEXT_NAME];
     return sl_err_set(err, SL_E_CONFIG, "config %s '%s' is not supported (bfloat16, float16, "
-                      "float32)", key, json_string_value(v));
+                      "float32)", key, sl_text_name(json_string_value(v), vb, sizeof vb));
 }
 
 static sl_status cfg_arch(sl_err *err, sl_arena *a, const json_t *root, const char **out)

@@ -3,6 +3,7 @@
 #include "plan_ctx.h"
 
 #include "sl_strbuf.h"
+#include "sl_text.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,8 +90,10 @@ static sl_status check_shape(plan_ctx *c, const sl_tensor_info *ti, const sl_arc
     sl_strbuf a = {0}, b = {0};
     shape_str(&a, ti->ndim, ti->shape);
     shape_str(&b, mt->ndim, mt->shape);
+    char nb[SL_TEXT_NAME];
     sl_err_set(&c->p->err, SL_E_SHAPE, "%s: checkpoint tensor '%s' has shape %s but the config "
-               "implies %s", tensor_file(c, ti), ti->name, sl_strbuf_str(&a), sl_strbuf_str(&b));
+               "implies %s", tensor_file(c, ti), sl_text_name(ti->name, nb, sizeof nb), sl_strbuf_str(&a),
+               sl_strbuf_str(&b));
     sl_strbuf_free(&a);
     sl_strbuf_free(&b);
     return SL_E_SHAPE;
@@ -103,9 +106,10 @@ static int float_dtype(sl_dtype dt)
 
 static sl_status check_dtype(plan_ctx *c, const sl_tensor_info *ti)
 {
+    char nb[SL_TEXT_NAME];
     SL_CHECK(ti->dtype == c->p->dtype || float_dtype(ti->dtype), &c->p->err, SL_E_UNSUPPORTED,
              "%s: checkpoint tensor '%s' has dtype %s, which cannot be converted to %s",
-             tensor_file(c, ti), ti->name, sl_dtype_name(ti->dtype) ? sl_dtype_name(ti->dtype) : "?",
+             tensor_file(c, ti), sl_text_name(ti->name, nb, sizeof nb), sl_dtype_name(ti->dtype) ? sl_dtype_name(ti->dtype) : "?",
              sl_dtype_name(c->p->dtype));
     return SL_OK;
 }
@@ -122,19 +126,23 @@ typedef struct unclaimed {
 
 static void unclaimed_add(plan_ctx *c, unclaimed *u, const sl_tensor_info *ti)
 {
+    char nb[SL_TEXT_NAME];
     if (u->n++ < UNCLAIMED_LISTED)
-        sl_strbuf_printf(&u->list, "%s'%s' (%s)", u->n > 1 ? ", " : "", ti->name, tensor_file(c, ti));
+        sl_strbuf_printf(&u->list, "%s'%s' (%s)", u->n > 1 ? ", " : "", sl_text_name(ti->name, nb, sizeof nb),
+                         tensor_file(c, ti));
 }
 
 static sl_status unclaimed_report(plan_ctx *c, unclaimed *u)
 {
+    char ab[SL_TEXT_NAME];
+    const char *arch = sl_text_name(c->m->cfg.architecture, ab, sizeof ab);
     sl_status st = SL_OK;
     if (u->n == 1)
         st = sl_err_set(&c->p->err, SL_E_UNCLAIMED, "checkpoint tensor %s is not claimed by any "
-                        "rule of the %s table", sl_strbuf_str(&u->list), c->m->cfg.architecture);
+                        "rule of the %s table", sl_strbuf_str(&u->list), arch);
     else if (u->n > 1)
         st = sl_err_set(&c->p->err, SL_E_UNCLAIMED, "%lld checkpoint tensors are not claimed by any "
-                        "rule of the %s table: %s%s", (long long)u->n, c->m->cfg.architecture,
+                        "rule of the %s table: %s%s", (long long)u->n, arch,
                         sl_strbuf_str(&u->list), u->n > UNCLAIMED_LISTED ? ", ..." : "");
     return st;
 }
@@ -187,8 +195,9 @@ typedef struct missing {
 
 static void missing_add(sl_strbuf *b, int64_t *n, const char *name)
 {
+    char nb[SL_TEXT_NAME];
     if ((*n)++ < MISSING_LISTED)
-        sl_strbuf_printf(b, "%s'%s'", *n > 1 ? ", " : "", name);
+        sl_strbuf_printf(b, "%s'%s'", *n > 1 ? ", " : "", sl_text_name(name, nb, sizeof nb));
 }
 
 /* The parameter of template t at a layer, and the checkpoint tensors it lacks. */

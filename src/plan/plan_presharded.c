@@ -7,6 +7,7 @@
 #include "plan_ctx.h"
 
 #include "sl_bytes.h"
+#include "sl_text.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,8 +111,8 @@ static sl_status bind_param(ps_ctx *x, sl_plan_device *d, int64_t i, sl_op *op)
     const char *name = sl_plan_stored_name(c->p, d, pp->name);
     const int64_t ti = find_on_device(x->idx, x->n, d->index, name);
     SL_CHECK(ti >= 0, &p->err, SL_E_MISSING,
-             "Following weights were not initialized from checkpoint: {'%s'} (device %d has no tensor "
-             "'%s' in %s)", pp->name, d->index, name, sl_checkpoint_dir(c->ck));
+             "%s: Following weights were not initialized from checkpoint: {'%s'} (device %d has no tensor "
+             "'%s')", sl_checkpoint_dir(c->ck), pp->name, d->index, name);
     sl_tensor_info t;
     sl_checkpoint_tensor(c->ck, ti, &t);
     SL_CHECK(shape_equal(&t, pp), &p->err, SL_E_SHAPE, "%s: tensor '%s' has a shape other than device %d's",
@@ -153,8 +154,9 @@ static sl_status check_claimed(const plan_ctx *c, const char *seen)
         sl_tensor_info t;
         if (seen[i] || sl_checkpoint_tensor(c->ck, i, &t) != SL_OK)
             continue;
+        char nb[SL_TEXT_NAME];
         return sl_err_set(&c->p->err, SL_E_UNCLAIMED, "%s: tensor '%s' is not a parameter of device %d",
-                          sl_checkpoint_file_path(c->ck, t.file), t.name,
+                          sl_checkpoint_file_path(c->ck, t.file), sl_text_name(t.name, nb, sizeof nb),
                           sl_checkpoint_file_rank(c->ck, t.file));
     }
     return SL_OK;

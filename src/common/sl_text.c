@@ -1,0 +1,75 @@
+/* sl_text.c - printable, bounded text for messages (see sl_text.h). */
+#include "sl_text.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int is_control(unsigned char c)
+{
+    return c < 0x20 || c == 0x7F;
+}
+
+static size_t width(unsigned char c)
+{
+    return is_control(c) ? 4 : 1;
+}
+
+/* Writes s[0..n) escaped into out (cap bytes, the NUL included); when it does not all fit, as much
+ * as fits before "...". */
+static void text_escape(const char *s, size_t n, char *out, size_t cap)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t total = 0, o = 0;
+    if (cap == 0)
+        return;
+    for (size_t i = 0; i < n; i++)
+        total += width((unsigned char)s[i]);
+    const int cut = total + 1 > cap;
+    const size_t room = cut ? (cap > 4 ? cap - 4 : 0) : total;   /* bytes of text before "..." */
+    for (size_t i = 0; i < n && o + width((unsigned char)s[i]) <= room; i++) {
+        const unsigned char c = (unsigned char)s[i];
+        if (is_control(c)) {
+            out[o++] = '\\';
+            out[o++] = 'x';
+            out[o++] = hex[c >> 4];
+            out[o++] = hex[c & 15];
+        } else {
+            out[o++] = (char)c;
+        }
+    }
+    for (int k = 0; cut && k < 3 && o + 1 < cap; k++)
+        out[o++] = '.';
+    out[o] = '\0';
+}
+
+const char *sl_text_display(const char *s, size_t n, char *buf, size_t buflen)
+{
+    if (buf)
+        text_escape(s, n, buf, buflen);
+    return buf;
+}
+
+const char *sl_text_name(const char *s, char *buf, size_t buflen)
+{
+    return sl_text_display(s ? s : "?", s ? strlen(s) : 1, buf, buflen);
+}
+
+int sl_text_needs_sanitize(const char *msg, size_t max)
+{
+    size_t n = 0;
+    for (const unsigned char *p = (const unsigned char *)msg; *p; p++, n++) {
+        if (is_control(*p) || n >= max)
+            return 1;
+    }
+    return 0;
+}
+
+char *sl_text_sanitize(const char *msg, size_t max)
+{
+    const size_t n = strlen(msg);
+    const size_t cap = (n * 4 + 4 < max ? n * 4 + 4 : max) + 1;
+    char *out = malloc(cap);
+    if (out)
+        text_escape(msg, n, out, cap);
+    return out;
+}

@@ -1,0 +1,25 @@
+/* sl_text.h - text from files and paths, made fit for a one-line message: control bytes shown as
+ * \xNN (a name or an index could otherwise end the line, forge a second "shardload: error:" line
+ * or send escape sequences to a terminal), and bounded (a 1 MB tensor name is not a 1 MB line). */
+#ifndef SL_TEXT_H
+#define SL_TEXT_H
+
+#include <stddef.h>
+
+/* Room for a name cut at about 120 bytes, escapes and "..." included. */
+#define SL_TEXT_NAME 160
+/* Longest message a handle keeps (sl_err): longer ones are cut with "...". */
+#define SL_TEXT_MSG_MAX 4096
+
+/* A bounded, printable copy of s[0..n) in buf: bytes below 0x20 and 0x7F as \xNN, cut with "..."
+ * when buf is full. Returns buf. */
+const char *sl_text_display(const char *s, size_t n, char *buf, size_t buflen);
+/* The same for a NUL-terminated string (NULL shows as "?"). */
+const char *sl_text_name(const char *s, char *buf, size_t buflen);
+/* A malloc'd copy of msg with control bytes as \xNN, cut at max bytes with "..."; NULL when out of
+ * memory. */
+char *sl_text_sanitize(const char *msg, size_t max);
+/* Whether msg needs sl_text_sanitize (a control byte, or longer than max). */
+int sl_text_needs_sanitize(const char *msg, size_t max);
+
+#endif /* SL_TEXT_H */
