@@ -1,12 +1,6 @@
 /* dev_cuda.c - the "cuda" device backend. Always compiled: the CUDA runtime (libcudart) is loaded
- * at run time with dlopen, so shardload has no build-time CUDA dependency and one binary serves
- * hosts with and without GPUs. Only the dozen runtime entry points below are used; their
- * prototypes and the few constants are declared here (cudaError_t is an int, streams are opaque
- * pointers, enums are passed as int), which is ABI-stable across CUDA 11-13.
- *
- * Runtime search: $SL_CUDART alone when set (an explicit choice that fails should say so rather
- * than silently load another runtime; the tests rely on it), else libcudart.so.13, .12, .11, .so
- * from the loader's search path, then from /usr/local/cuda.
+ * at run time with dlopen (dev_cuda_rt.c, which also declares the dozen entry points used), so
+ * shardload has no build-time CUDA dependency and one binary serves hosts with and without GPUs.
  *
  * Mesh device d lives on GPU o->gpus[d] when a GPU list is given, else on GPU d % count. Each mesh
  * device has one cudaMalloc of exactly the plan's bytes and its own stream.
@@ -20,82 +14,19 @@
  * unpin, fence, mark, wait_mark and write2d are the backend's async part (device.h). Copies
  * from any other host memory (dummy buffers, the engine's bounce buffer when its budget is too
  * small for a ring) are synchronous cudaMemcpy, which returns once the source has been consumed,
- * so callers may reuse it at once. Our streams are ordinary (blocking) streams, so such a cudaMemcpy on the legacy default stream
- * is also ordered after the stream's pending copies. */
+ * so callers may reuse it at once. Our streams are ordinary (blocking) streams, so such a
+ * cudaMemcpy on the legacy default stream is also ordered after the stream's pending copies. */
+#include "device/dev_cuda_rt.h"
 #include "device/device.h"
 
 #include "sl_bytes.h"
 
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stddef.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef int cudaError_t;          /* cudaSuccess == 0 */
-typedef void *cudaStream_t;
-typedef void *cudaEvent_t;
-
-enum {
-    CU_MEMCPY_H2D = 1,            /* cudaMemcpyHostToDevice */
-    CU_MEMCPY_D2H = 2,            /* cudaMemcpyDeviceToHost */
-    CU_HOST_REGISTER_PORTABLE = 1, /* cudaHostRegisterPortable: pinned for every context */
-    CU_EVENT_DISABLE_TIMING = 2    /* cudaEventDisableTiming: the cheapest kind of event */
-};
-
 #define CU_MAX_PINS 16
-
-typedef struct cuda_api {
-    cudaError_t (*GetDeviceCount)(int *count);
-    cudaError_t (*SetDevice)(int gpu);
-    cudaError_t (*Malloc)(void **ptr, size_t n);
-    cudaError_t (*Free)(void *ptr);
-    cudaError_t (*MemGetInfo)(size_t *free_bytes, size_t *total_bytes);
-    cudaError_t (*StreamCreate)(cudaStream_t *s);
-    cudaError_t (*StreamDestroy)(cudaStream_t s);
-    cudaError_t (*StreamSynchronize)(cudaStream_t s);
-    cudaError_t (*Memcpy)(void *dst, const void *src, size_t n, int kind);
-    cudaError_t (*MemcpyAsync)(void *dst, const void *src, size_t n, int kind, cudaStream_t s);
-    cudaError_t (*Memcpy2D)(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
-                            size_t height, int kind);
-    cudaError_t (*Memcpy2DAsync)(void *dst, size_t dpitch, const void *src, size_t spitch,
-                                 size_t width, size_t height, int kind, cudaStream_t s);
-    cudaError_t (*MemsetAsync)(void *ptr, int value, size_t n, cudaStream_t s);
-    cudaError_t (*HostRegister)(void *ptr, size_t n, unsigned flags);
-    cudaError_t (*HostUnregister)(void *ptr);
-    cudaError_t (*EventCreateWithFlags)(cudaEvent_t *e, unsigned flags);
-    cudaError_t (*EventRecord)(cudaEvent_t e, cudaStream_t s);
-    cudaError_t (*EventSynchronize)(cudaEvent_t e);
-    cudaError_t (*EventDestroy)(cudaEvent_t e);
-    const char *(*GetErrorString)(cudaError_t e);
-} cuda_api;
-
-static const struct {
-    const char *name;
-    size_t off;
-} cu_syms[] = {
-    {"cudaGetDeviceCount", offsetof(cuda_api, GetDeviceCount)},
-    {"cudaSetDevice", offsetof(cuda_api, SetDevice)},
-    {"cudaMalloc", offsetof(cuda_api, Malloc)},
-    {"cudaFree", offsetof(cuda_api, Free)},
-    {"cudaMemGetInfo", offsetof(cuda_api, MemGetInfo)},
-    {"cudaStreamCreate", offsetof(cuda_api, StreamCreate)},
-    {"cudaStreamDestroy", offsetof(cuda_api, StreamDestroy)},
-    {"cudaStreamSynchronize", offsetof(cuda_api, StreamSynchronize)},
-    {"cudaMemcpy", offsetof(cuda_api, Memcpy)},
-    {"cudaMemcpyAsync", offsetof(cuda_api, MemcpyAsync)},
-    {"cudaMemcpy2D", offsetof(cuda_api, Memcpy2D)},
-    {"cudaMemcpy2DAsync", offsetof(cuda_api, Memcpy2DAsync)},
-    {"cudaMemsetAsync", offsetof(cuda_api, MemsetAsync)},
-    {"cudaHostRegister", offsetof(cuda_api, HostRegister)},
-    {"cudaHostUnregister", offsetof(cuda_api, HostUnregister)},
-    {"cudaEventCreateWithFlags", offsetof(cuda_api, EventCreateWithFlags)},
-    {"cudaEventRecord", offsetof(cuda_api, EventRecord)},
-    {"cudaEventSynchronize", offsetof(cuda_api, EventSynchronize)},
-    {"cudaEventDestroy", offsetof(cuda_api, EventDestroy)},
-    {"cudaGetErrorString", offsetof(cuda_api, GetErrorString)},
-};
 
 /* One pinned host range, shared by every mesh device that pinned it. */
 typedef struct cu_pin {
@@ -105,16 +36,11 @@ typedef struct cu_pin {
     int registered;    /* 0: cudaHostRegister failed; copies from it are synchronous */
 } cu_pin;
 
-/* Process state: once loaded, the runtime is never unloaded (unloading libcudart while other code
- * may still hold its streams is unsafe, and the driver keeps its context anyway). A failed load is
- * not remembered: the next open tries again, e.g. after the caller has set SL_CUDART. */
+/* Process state: the pins every mesh device shares. */
 static struct {
-    pthread_mutex_t load_lock;     /* guards loaded and the api table while it is filled */
-    int loaded;
     pthread_mutex_t lock;          /* guards pins */
-    cuda_api api;
     cu_pin pins[CU_MAX_PINS];
-} g_cu = {.load_lock = PTHREAD_MUTEX_INITIALIZER, .lock = PTHREAD_MUTEX_INITIALIZER};
+} g_cu = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 typedef struct cuda_dev {
     int32_t index;
@@ -131,87 +57,11 @@ typedef struct cuda_dev {
     cudaEvent_t marks[SL_DEVICE_MAX_MARKS]; /* created on first use; NULL: never marked */
 } cuda_dev;
 
-/* ---- loading the runtime -------------------------------------------------------------------- */
-
-static int cu_resolve(void *lib, const char *path, char *msg, size_t len)
-{
-    for (size_t i = 0; i < sizeof cu_syms / sizeof cu_syms[0]; i++) {
-        void *sym = dlsym(lib, cu_syms[i].name);
-        if (!sym) {
-            snprintf(msg, len, "device 'cuda': the CUDA runtime %s lacks %s", path, cu_syms[i].name);
-            return -1;
-        }
-        /* memcpy: ISO C has no cast from an object pointer to a function pointer. */
-        memcpy((char *)&g_cu.api + cu_syms[i].off, &sym, sizeof sym);
-    }
-    return 0;
-}
-
-/* The loader's search path first; then the toolkit's usual home, which CUDA's installers do not
- * always add to ld.so.conf. */
-static void *cu_dlopen_default(char *why, size_t len)
-{
-    static const char *const names[] = {"libcudart.so.13", "libcudart.so.12", "libcudart.so.11",
-                                        "libcudart.so"};
-    static const char *const dirs[] = {"", "/usr/local/cuda/lib64/",
-                                       "/usr/local/cuda/targets/x86_64-linux/lib/"};
-    for (size_t k = 0; k < sizeof dirs / sizeof dirs[0]; k++) {
-        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-            char path[160];
-            snprintf(path, sizeof path, "%s%s", dirs[k], names[i]);
-            void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-            if (lib)
-                return lib;
-            const char *e = dlerror();
-            if (k == 0)
-                snprintf(why, len, "%s", e ? e : "not found");
-        }
-    }
-    return NULL;
-}
-
-/* Caller holds load_lock. 0 when the table is filled; else msg says why. */
-static int cu_try_load(char *msg, size_t len)
-{
-    const char *env = getenv("SL_CUDART");
-    char why[512] = "";
-    void *lib = NULL;
-    if (env && *env) {
-        lib = dlopen(env, RTLD_NOW | RTLD_LOCAL);
-        if (!lib) {
-            const char *e = dlerror();
-            snprintf(msg, len, "device 'cuda': CUDA runtime not found: cannot load SL_CUDART=%s "
-                     "(%s); use --device cpu", env, e ? e : "dlopen failed");
-            return -1;
-        }
-    } else if (!(lib = cu_dlopen_default(why, sizeof why))) {
-        snprintf(msg, len, "device 'cuda': CUDA runtime not found (libcudart.so.13/12/11: %s); "
-                 "install it, set SL_CUDART, or use --device cpu", why);
-        return -1;
-    }
-    if (cu_resolve(lib, env && *env ? env : "libcudart", msg, len) != 0) {
-        dlclose(lib);
-        return -1;
-    }
-    return 0;
-}
-
-static sl_status cu_load(sl_err *err)
-{
-    char msg[768] = "";
-    pthread_mutex_lock(&g_cu.load_lock);
-    if (!g_cu.loaded)
-        g_cu.loaded = cu_try_load(msg, sizeof msg) == 0;
-    const int ok = g_cu.loaded;
-    pthread_mutex_unlock(&g_cu.load_lock);
-    return ok ? SL_OK : sl_err_set(err, SL_E_UNSUPPORTED, "%s", msg);
-}
-
 /* ---- helpers -------------------------------------------------------------------------------- */
 
 static sl_status cu_fail(const cuda_dev *d, sl_err *err, const char *what, cudaError_t e)
 {
-    const char *s = g_cu.api.GetErrorString ? g_cu.api.GetErrorString(e) : NULL;
+    const char *s = sl_cuda_api.GetErrorString ? sl_cuda_api.GetErrorString(e) : NULL;
     return sl_err_set(err, SL_E_DEVICE, "cuda device %d (GPU %d): %s failed: %s (error %d)",
                       d->index, d->gpu, what, s ? s : "unknown error", e);
 }
@@ -227,7 +77,7 @@ static sl_status cu_fail(const cuda_dev *d, sl_err *err, const char *what, cudaE
  * selects its GPU first. */
 static sl_status cu_select(const cuda_dev *d, sl_err *err)
 {
-    CU_CALL(d, err, "cudaSetDevice", g_cu.api.SetDevice(d->gpu));
+    CU_CALL(d, err, "cudaSetDevice", sl_cuda_api.SetDevice(d->gpu));
     return SL_OK;
 }
 
@@ -254,7 +104,7 @@ static sl_status cuda_alloc(void *ctx, uint64_t bytes, sl_err *err)
         return sl_err_set(err, SL_E_NOMEM, "cuda device %d: %llu bytes do not fit in size_t",
                           d->index, (unsigned long long)bytes);
     SL_TRY(cu_select(d, err));
-    CU_CALL(d, err, "cudaMemGetInfo", g_cu.api.MemGetInfo(&fr, &total));
+    CU_CALL(d, err, "cudaMemGetInfo", sl_cuda_api.MemGetInfo(&fr, &total));
     d->free_before = d->free_after = fr;
     if (bytes == 0)
         return SL_OK;
@@ -263,14 +113,14 @@ static sl_status cuda_alloc(void *ctx, uint64_t bytes, sl_err *err)
         d->bytes = bytes;
         return SL_OK;
     }
-    cudaError_t e = g_cu.api.Malloc(&p, (size_t)bytes);
+    cudaError_t e = sl_cuda_api.Malloc(&p, (size_t)bytes);
     if (e != 0)
         return sl_err_set(err, SL_E_NOMEM, "cuda device %d (GPU %d): cudaMalloc of %llu bytes failed: %s "
                           "(%llu bytes free)", d->index, d->gpu, (unsigned long long)bytes,
-                          g_cu.api.GetErrorString(e), (unsigned long long)fr);
+                          sl_cuda_api.GetErrorString(e), (unsigned long long)fr);
     d->base = p;
     d->bytes = bytes;
-    CU_CALL(d, err, "cudaMemGetInfo", g_cu.api.MemGetInfo(&fr, &total));
+    CU_CALL(d, err, "cudaMemGetInfo", sl_cuda_api.MemGetInfo(&fr, &total));
     d->free_after = fr;
     return SL_OK;
 }
@@ -290,9 +140,9 @@ static sl_status cu_write_1d(cuda_dev *d, unsigned char *dst, const void *src, s
 {
     if (async)
         CU_CALL(d, err, "cudaMemcpyAsync",
-                g_cu.api.MemcpyAsync(dst, src, n, CU_MEMCPY_H2D, d->stream));
+                sl_cuda_api.MemcpyAsync(dst, src, n, CU_MEMCPY_H2D, d->stream));
     else
-        CU_CALL(d, err, "cudaMemcpy", g_cu.api.Memcpy(dst, src, n, CU_MEMCPY_H2D));
+        CU_CALL(d, err, "cudaMemcpy", sl_cuda_api.Memcpy(dst, src, n, CU_MEMCPY_H2D));
     return SL_OK;
 }
 
@@ -348,11 +198,11 @@ static sl_status cuda_write2d(void *ctx, uint64_t dst_off, uint64_t dst_pitch, c
     const size_t src_span = (rows - 1) * src_pitch + width;
     if (cu_pinned(d, src, src_span))
         CU_CALL(d, err, "cudaMemcpy2DAsync",
-                g_cu.api.Memcpy2DAsync(dst, (size_t)dst_pitch, src, src_pitch, width, rows,
+                sl_cuda_api.Memcpy2DAsync(dst, (size_t)dst_pitch, src, src_pitch, width, rows,
                                        CU_MEMCPY_H2D, d->stream));
     else
         CU_CALL(d, err, "cudaMemcpy2D",
-                g_cu.api.Memcpy2D(dst, (size_t)dst_pitch, src, src_pitch, width, rows,
+                sl_cuda_api.Memcpy2D(dst, (size_t)dst_pitch, src, src_pitch, width, rows,
                                   CU_MEMCPY_H2D));
     return SL_OK;
 }
@@ -369,11 +219,11 @@ static sl_status cuda_zero(void *ctx, uint64_t off, uint64_t n, sl_err *err)
         uint64_t avail = 0;
         unsigned char *dst = cu_addr(d, off, &avail);
         const uint64_t m = sl_min_u64(n, avail);
-        CU_CALL(d, err, "cudaMemsetAsync", g_cu.api.MemsetAsync(dst, 0, (size_t)m, d->stream));
+        CU_CALL(d, err, "cudaMemsetAsync", sl_cuda_api.MemsetAsync(dst, 0, (size_t)m, d->stream));
         off += m;
         n -= m;
     }
-    CU_CALL(d, err, "cudaStreamSynchronize", g_cu.api.StreamSynchronize(d->stream));
+    CU_CALL(d, err, "cudaStreamSynchronize", sl_cuda_api.StreamSynchronize(d->stream));
     return SL_OK;
 }
 
@@ -385,12 +235,12 @@ static sl_status cuda_read(void *ctx, uint64_t off, void *dst, size_t n, sl_err 
     if (n == 0)
         return SL_OK;
     SL_TRY(cu_select(d, err));
-    CU_CALL(d, err, "cudaStreamSynchronize", g_cu.api.StreamSynchronize(d->stream));
+    CU_CALL(d, err, "cudaStreamSynchronize", sl_cuda_api.StreamSynchronize(d->stream));
     for (unsigned char *h = dst; n;) {
         uint64_t avail = 0;
         const unsigned char *src = cu_addr(d, off, &avail);
         const size_t m = (size_t)sl_min_u64(n, avail);
-        CU_CALL(d, err, "cudaMemcpy", g_cu.api.Memcpy(h, src, m, CU_MEMCPY_D2H));
+        CU_CALL(d, err, "cudaMemcpy", sl_cuda_api.Memcpy(h, src, m, CU_MEMCPY_D2H));
         off += m;
         h += m;
         n -= m;
@@ -402,7 +252,7 @@ static sl_status cuda_fence(void *ctx, sl_err *err)
 {
     cuda_dev *d = ctx;
     SL_TRY(cu_select(d, err));
-    CU_CALL(d, err, "cudaStreamSynchronize", g_cu.api.StreamSynchronize(d->stream));
+    CU_CALL(d, err, "cudaStreamSynchronize", sl_cuda_api.StreamSynchronize(d->stream));
     return SL_OK;
 }
 
@@ -414,8 +264,8 @@ static sl_status cuda_mark(void *ctx, unsigned tag, sl_err *err)
     SL_TRY(cu_select(d, err));
     if (!d->marks[tag])
         CU_CALL(d, err, "cudaEventCreateWithFlags",
-                g_cu.api.EventCreateWithFlags(&d->marks[tag], CU_EVENT_DISABLE_TIMING));
-    CU_CALL(d, err, "cudaEventRecord", g_cu.api.EventRecord(d->marks[tag], d->stream));
+                sl_cuda_api.EventCreateWithFlags(&d->marks[tag], CU_EVENT_DISABLE_TIMING));
+    CU_CALL(d, err, "cudaEventRecord", sl_cuda_api.EventRecord(d->marks[tag], d->stream));
     return SL_OK;
 }
 
@@ -425,7 +275,7 @@ static sl_status cuda_wait_mark(void *ctx, unsigned tag, sl_err *err)
     if (tag >= SL_DEVICE_MAX_MARKS || !d->marks[tag])
         return SL_OK;
     SL_TRY(cu_select(d, err));
-    CU_CALL(d, err, "cudaEventSynchronize", g_cu.api.EventSynchronize(d->marks[tag]));
+    CU_CALL(d, err, "cudaEventSynchronize", sl_cuda_api.EventSynchronize(d->marks[tag]));
     return SL_OK;
 }
 
@@ -454,7 +304,7 @@ static sl_status cuda_pin(void *ctx, void *ptr, size_t len, sl_err *err)
     cu_pin *p = cu_pin_slot(ptr);
     if (p && p->refs == 0)
         *p = (cu_pin){.ptr = ptr, .len = len,
-                      .registered = g_cu.api.HostRegister(ptr, len, CU_HOST_REGISTER_PORTABLE) == 0};
+                      .registered = sl_cuda_api.HostRegister(ptr, len, CU_HOST_REGISTER_PORTABLE) == 0};
     if (p && p->len == len) {
         p->refs++;
         d->pin_ptr = ptr;
@@ -477,7 +327,7 @@ static void cuda_unpin(void *ctx, void *ptr)
     pthread_mutex_lock(&g_cu.lock);
     cu_pin *p = cu_pin_slot(ptr);
     if (p && p->refs && p->ptr == ptr && --p->refs == 0 && p->registered)
-        (void)g_cu.api.HostUnregister(ptr);
+        (void)sl_cuda_api.HostUnregister(ptr);
     pthread_mutex_unlock(&g_cu.lock);
     d->pin_ptr = NULL;
     d->pin_len = 0;
@@ -513,17 +363,17 @@ static void cuda_free(void *ctx)
         return;
     if (d->pin_ptr)
         cuda_unpin(d, d->pin_ptr);
-    if (g_cu.api.SetDevice(d->gpu) == 0) {
+    if (sl_cuda_api.SetDevice(d->gpu) == 0) {
         if (d->stream)
-            (void)g_cu.api.StreamSynchronize(d->stream);
+            (void)sl_cuda_api.StreamSynchronize(d->stream);
         for (unsigned i = 0; i < SL_DEVICE_MAX_MARKS; i++) {
             if (d->marks[i])
-                (void)g_cu.api.EventDestroy(d->marks[i]);
+                (void)sl_cuda_api.EventDestroy(d->marks[i]);
         }
         if (d->base && !d->dest)
-            (void)g_cu.api.Free(d->base);
+            (void)sl_cuda_api.Free(d->base);
         if (d->stream)
-            (void)g_cu.api.StreamDestroy(d->stream);
+            (void)sl_cuda_api.StreamDestroy(d->stream);
     }
     sl_device_blocks_free(&d->blocks);
     free(d);
@@ -573,10 +423,10 @@ static sl_status cu_pick_gpu(int32_t index, const sl_load_opts *o, int count, in
 
 static sl_status cu_gpu_count(int *count, sl_err *err)
 {
-    cudaError_t e = g_cu.api.GetDeviceCount(count);
+    cudaError_t e = sl_cuda_api.GetDeviceCount(count);
     if (e != 0)
         return sl_err_set(err, SL_E_DEVICE, "device 'cuda': no CUDA GPU available (cudaGetDeviceCount: "
-                          "%s); use --device cpu", g_cu.api.GetErrorString(e));
+                          "%s); use --device cpu", sl_cuda_api.GetErrorString(e));
     SL_CHECK(*count > 0, err, SL_E_DEVICE, "device 'cuda': no CUDA GPU available (0 devices); use "
              "--device cpu");
     return SL_OK;
@@ -586,7 +436,7 @@ int32_t sl_cuda_gpu_count(void)
 {
     sl_err e = {0};
     int n = 0;
-    if (cu_load(&e) != SL_OK || g_cu.api.GetDeviceCount(&n) != 0 || n < 0)
+    if (sl_cuda_rt_load(&e) != SL_OK || sl_cuda_api.GetDeviceCount(&n) != 0 || n < 0)
         n = 0;
     sl_err_clear(&e);
     return n;
@@ -596,7 +446,7 @@ sl_status sl_device_cuda_open(int32_t index, const sl_load_opts *o, const sl_dev
                               sl_device *out, sl_err *err)
 {
     int count = 0, gpu = 0;
-    SL_TRY(cu_load(err));
+    SL_TRY(sl_cuda_rt_load(err));
     SL_TRY(cu_gpu_count(&count, err));
     SL_TRY(cu_pick_gpu(index, o, count, &gpu, err));
     cuda_dev *d = calloc(1, sizeof *d);
@@ -608,7 +458,7 @@ sl_status sl_device_cuda_open(int32_t index, const sl_load_opts *o, const sl_dev
     sl_status st = sl_device_blocks_copy(&d->blocks, segs, err);
     if (st == SL_OK)
         st = cu_select(d, err);
-    cudaError_t e = st == SL_OK ? g_cu.api.StreamCreate(&d->stream) : 0;
+    cudaError_t e = st == SL_OK ? sl_cuda_api.StreamCreate(&d->stream) : 0;
     if (st == SL_OK && e != 0)
         st = cu_fail(d, err, "cudaStreamCreate", e);
     if (st != SL_OK) {

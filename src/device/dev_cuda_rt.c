@@ -1,0 +1,117 @@
+/* dev_cuda_rt.c - loading the CUDA runtime (dev_cuda_rt.h). Once loaded, the runtime is never
+ * unloaded (unloading libcudart while other code may still hold its streams is unsafe, and the
+ * driver keeps its context anyway). A failed load is not remembered: the next open tries again,
+ * e.g. after the caller has set SL_CUDART. */
+#include "device/dev_cuda_rt.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+cuda_api sl_cuda_api;
+
+static pthread_mutex_t cu_load_lock = PTHREAD_MUTEX_INITIALIZER; /* guards cu_loaded, sl_cuda_api */
+static int cu_loaded;
+
+static const struct {
+    const char *name;
+    size_t off;
+} cu_syms[] = {
+    {"cudaGetDeviceCount", offsetof(cuda_api, GetDeviceCount)},
+    {"cudaSetDevice", offsetof(cuda_api, SetDevice)},
+    {"cudaMalloc", offsetof(cuda_api, Malloc)},
+    {"cudaFree", offsetof(cuda_api, Free)},
+    {"cudaMemGetInfo", offsetof(cuda_api, MemGetInfo)},
+    {"cudaStreamCreate", offsetof(cuda_api, StreamCreate)},
+    {"cudaStreamDestroy", offsetof(cuda_api, StreamDestroy)},
+    {"cudaStreamSynchronize", offsetof(cuda_api, StreamSynchronize)},
+    {"cudaMemcpy", offsetof(cuda_api, Memcpy)},
+    {"cudaMemcpyAsync", offsetof(cuda_api, MemcpyAsync)},
+    {"cudaMemcpy2D", offsetof(cuda_api, Memcpy2D)},
+    {"cudaMemcpy2DAsync", offsetof(cuda_api, Memcpy2DAsync)},
+    {"cudaMemsetAsync", offsetof(cuda_api, MemsetAsync)},
+    {"cudaHostRegister", offsetof(cuda_api, HostRegister)},
+    {"cudaHostUnregister", offsetof(cuda_api, HostUnregister)},
+    {"cudaEventCreateWithFlags", offsetof(cuda_api, EventCreateWithFlags)},
+    {"cudaEventRecord", offsetof(cuda_api, EventRecord)},
+    {"cudaEventSynchronize", offsetof(cuda_api, EventSynchronize)},
+    {"cudaEventDestroy", offsetof(cuda_api, EventDestroy)},
+    {"cudaGetErrorString", offsetof(cuda_api, GetErrorString)},
+};
+
+static int cu_resolve(void *lib, const char *path, char *msg, size_t len)
+{
+    for (size_t i = 0; i < sizeof cu_syms / sizeof cu_syms[0]; i++) {
+        void *sym = dlsym(lib, cu_syms[i].name);
+        if (!sym) {
+            snprintf(msg, len, "device 'cuda': the CUDA runtime %s lacks %s", path, cu_syms[i].name);
+            return -1;
+        }
+        /* memcpy: ISO C has no cast from an object pointer to a function pointer. */
+        memcpy((char *)&sl_cuda_api + cu_syms[i].off, &sym, sizeof sym);
+    }
+    return 0;
+}
+
+/* The loader's search path first; then the toolkit's usual home, which CUDA's installers do not
+ * always add to ld.so.conf. */
+static void *cu_dlopen_default(char *why, size_t len)
+{
+    static const char *const names[] = {"libcudart.so.13", "libcudart.so.12", "libcudart.so.11",
+                                        "libcudart.so"};
+    static const char *const dirs[] = {"", "/usr/local/cuda/lib64/",
+                                       "/usr/local/cuda/targets/x86_64-linux/lib/"};
+    for (size_t k = 0; k < sizeof dirs / sizeof dirs[0]; k++) {
+        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+            char path[160];
+            snprintf(path, sizeof path, "%s%s", dirs[k], names[i]);
+            void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+            if (lib)
+                return lib;
+            const char *e = dlerror();
+            if (k == 0)
+                snprintf(why, len, "%s", e ? e : "not found");
+        }
+    }
+    return NULL;
+}
+
+/* Caller holds load_lock. 0 when the table is filled; else msg says why. */
+static int cu_try_load(char *msg, size_t len)
+{
+    const char *env = getenv("SL_CUDART");
+    char why[512] = "";
+    void *lib = NULL;
+    if (env && *env) {
+        lib = dlopen(env, RTLD_NOW | RTLD_LOCAL);
+        if (!lib) {
+            const char *e = dlerror();
+            snprintf(msg, len, "device 'cuda': CUDA runtime not found: cannot load SL_CUDART=%s "
+                     "(%s); use --device cpu", env, e ? e : "dlopen failed");
+            return -1;
+        }
+    } else if (!(lib = cu_dlopen_default(why, sizeof why))) {
+        snprintf(msg, len, "device 'cuda': CUDA runtime not found (libcudart.so.13/12/11: %s); "
+                 "install it, set SL_CUDART, or use --device cpu", why);
+        return -1;
+    }
+    if (cu_resolve(lib, env && *env ? env : "libcudart", msg, len) != 0) {
+        dlclose(lib);
+        return -1;
+    }
+    return 0;
+}
+
+sl_status sl_cuda_rt_load(sl_err *err)
+{
+    char msg[768] = "";
+    pthread_mutex_lock(&cu_load_lock);
+    if (!cu_loaded)
+        cu_loaded = cu_try_load(msg, sizeof msg) == 0;
+    const int ok = cu_loaded;
+    pthread_mutex_unlock(&cu_load_lock);
+    return ok ? SL_OK : sl_err_set(err, SL_E_UNSUPPORTED, "%s", msg);
+}
+
