@@ -40,6 +40,8 @@ void cli_put_text(FILE *f, const char *s)
 /* prefix, the formatted message with control bytes escaped (argv and library messages alike),
  * suffix. */
 static void cli_vmessage(const char *prefix, const char *suffix, const char *fmt, va_list ap)
+    CLI_PRINTF(3, 0);
+static void cli_vmessage(const char *prefix, const char *suffix, const char *fmt, va_list ap)
 {
     va_list ap2;
     va_copy(ap2, ap);
