@@ -152,6 +152,10 @@ int cli_opts_parse(cli_opts *o, const char *cmd, int argc, char **argv, const ch
     o->cmd = cmd;
     sl_plan_opts_init(&o->po);
     sl_load_opts_init(&o->lo);
+    /* Engine knobs for benchmarks and tests, from the environment (load --help). */
+    o->lo.io_engine = getenv("SL_IO_ENGINE");
+    const char *gather = getenv("SL_GATHER_ROWS");
+    o->lo.gather_rows = gather ? strtoull(gather, NULL, 10) : 0;
     sl_dist_opts_init(&o->dist);
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];

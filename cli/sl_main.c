@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const struct {
@@ -66,5 +67,7 @@ static int main_close_stdout(int rc)
 
 int main(int argc, char **argv)
 {
+    /* The library reads no environment; the CLI keeps the knob it documents (load --help). */
+    sl_cuda_set_runtime(getenv("SL_CUDART"));
     return main_close_stdout(main_dispatch(argc, argv));
 }

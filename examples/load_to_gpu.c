@@ -18,6 +18,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: load_to_gpu CHECKPOINT_DIR [TP]\n");
         return 2;
     }
+    sl_cuda_set_runtime(getenv("SL_CUDART"));                 /* NULL: libcudart from the loader's path */
     if (sl_cuda_gpu_count() == 0) {
         fprintf(stderr, "no CUDA GPU here (or no CUDA runtime; SL_CUDART picks one)\n");
         return 1;

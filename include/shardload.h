@@ -316,12 +316,24 @@ typedef struct sl_load_opts {
     int32_t n_param_dest;
     sl_progress_fn progress;   /* may be NULL; called from the loading thread */
     void *progress_user;
+    /* Engine choices (the library reads no environment; the CLI fills these from SL_IO_ENGINE and
+     * SL_GATHER_ROWS): */
+    const char *io_engine;     /* "io_uring", "pread" or "uring-inline"; NULL or "": io_uring
+                                  where it works, else pread */
+    uint64_t gather_rows;      /* cuda: same-dtype rows narrower than this many bytes are gathered
+                                  on the host into ring pieces (a benchmark knob, docs/engine.md);
+                                  0: off */
 } sl_load_opts;
 
 void sl_load_opts_init(sl_load_opts *o);
 
-/* Number of CUDA GPUs the runtime sees (SL_CUDART or libcudart found as for device "cuda"); 0
- * without a runtime or a GPU. */
+/* The CUDA runtime library the cuda backend loads, once per process, at its first use (the CLI
+ * passes SL_CUDART here); NULL or "": libcudart.so.13, .12, .11 from the loader's path. Once a
+ * runtime is loaded it stays: SL_E_INVALID_ARG for another path then. */
+sl_status sl_cuda_set_runtime(const char *path);
+
+/* Number of CUDA GPUs the runtime sees (the one sl_cuda_set_runtime names, or libcudart found as
+ * for device "cuda"); 0 without a runtime or a GPU. */
 int32_t sl_cuda_gpu_count(void);
 
 /* Executes plan p (built from ck, which may be NULL when o->dummy) on the devices. On failure every

@@ -81,7 +81,7 @@ static sl_status run_load(const sl_load_file *files, int64_t n, const sl_plan *p
         *m = NULL;
         return SL_OK;
     }
-    setenv("SL_IO_ENGINE", engine, 1);
+    o->io_engine = engine;
     sl_status st = sl_load_files(files, n, p, o, m);
     if (st == SL_E_UNSUPPORTED && !strcmp(engine, "uring") && strstr(sl_model_errmsg(*m), "io_uring")) {
         uring_missing = 1;
@@ -115,7 +115,7 @@ static void fill_floats(unsigned char *b, sl_dtype dt, size_t n, unsigned seed)
 static void test_tp_layout_cuda(const sl_load_file *f, const sl_plan *p, unsigned char *const *fd)
 {
     const int32_t reversed[2] = {1, 0};
-    setenv("SL_CUDART", SL_FAKE_CUDART, 1);
+    sl_cuda_set_runtime(SL_FAKE_CUDART);
     setenv("FAKE_CUDA_GPUS", "2", 1);
     for (int g = 0; g < 2; g++) {
         sl_load_opts o;
@@ -141,12 +141,11 @@ static void test_tp_layout_cuda(const sl_load_file *f, const sl_plan *p, unsigne
         }
         sl_model_free(m);
     }
-    unsetenv("SL_CUDART");
     unsetenv("FAKE_CUDA_GPUS");
 }
 
 /* Entry point `name` of the stand-in (lib: dlopen'd by the test; the same library shardload loads
- * through SL_CUDART) into the function pointer at fn; it stays NULL when missing. ISO C has no cast
+ * through sl_cuda_set_runtime) into the function pointer at fn; it stays NULL when missing. ISO C has no cast
  * from an object pointer to a function pointer: memcpy. */
 static void fake_sym(void *lib, const char *name, void *fn, size_t fn_size)
 {
@@ -171,7 +170,7 @@ static void test_cuda_fault(const sl_load_file *f, const sl_plan *p)
     fake_sym(lib, "cudaMemGetInfo", &info, sizeof info);
     fake_sym(lib, "cudaSetDevice", &setdev, sizeof setdev);
     EXPECT(inject && info && setdev, "stand-in not loadable: %s", dlerror());
-    setenv("SL_CUDART", SL_FAKE_CUDART, 1);
+    sl_cuda_set_runtime(SL_FAKE_CUDART);
     setenv("FAKE_CUDA_GPUS", "2", 1);
     static const char *const calls[] = {"cudaMemcpyAsync", "cudaEventSynchronize", "cudaMemcpy2DAsync"};
     /* w1's rows are f32 in the file: 2-D copies only when the plan keeps f32 */
@@ -199,7 +198,6 @@ static void test_cuda_fault(const sl_load_file *f, const sl_plan *p)
         }
         sl_model_free(m);
     }
-    unsetenv("SL_CUDART");
     unsetenv("FAKE_CUDA_GPUS");
     if (lib)
         dlclose(lib);
@@ -223,7 +221,7 @@ static void test_request_sizing(void)
         tp_copy(plans[i], 0, w, SL_DTYPE_BF16, 0, 0, 0, 0, 0, 1, 5120 * 8192);
     }
     sl_load_file f = {path, size};
-    setenv("SL_CUDART", SL_FAKE_CUDART, 1);
+    sl_cuda_set_runtime(SL_FAKE_CUDART);
     setenv("FAKE_CUDA_GPUS", "1", 1);
     setenv("FAKE_CUDA_MEM", "1073741824", 1);
     const struct {
@@ -261,7 +259,6 @@ static void test_request_sizing(void)
         }
         sl_model_free(m);
     }
-    unsetenv("SL_CUDART");
     unsetenv("FAKE_CUDA_GPUS");
     unsetenv("FAKE_CUDA_MEM");
     tp_free(plans[0]);
@@ -287,7 +284,7 @@ static void test_dest(const sl_load_file *f, const sl_plan *p, unsigned char *co
     fake_sym(lib, "cudaFree", &cfree, sizeof cfree);
     fake_sym(lib, "cudaSetDevice", &csetdev, sizeof csetdev);
     EXPECT(cmalloc && cfree && csetdev, "stand-in not loadable: %s", dlerror());
-    setenv("SL_CUDART", SL_FAKE_CUDART, 1);
+    sl_cuda_set_runtime(SL_FAKE_CUDART);
     setenv("FAKE_CUDA_GPUS", "2", 1);
     for (int cuda = 0; cuda < 2 && cmalloc && cfree && csetdev; cuda++) {
         void *dest[2] = {NULL, NULL};
@@ -329,7 +326,6 @@ static void test_dest(const sl_load_file *f, const sl_plan *p, unsigned char *co
                 free(dest[d]);
         }
     }
-    unsetenv("SL_CUDART");
     unsetenv("FAKE_CUDA_GPUS");
     if (lib)
         dlclose(lib);
@@ -472,11 +468,10 @@ static void test_param_dest(const sl_load_file *f, const sl_plan *p, unsigned ch
     fake_sym(lib, "cudaMalloc", &cmalloc, sizeof cmalloc);
     fake_sym(lib, "cudaFree", &cfree, sizeof cfree);
     EXPECT(cmalloc && cfree, "stand-in not loadable: %s", dlerror());
-    setenv("SL_CUDART", SL_FAKE_CUDART, 1);
+    sl_cuda_set_runtime(SL_FAKE_CUDART);
     setenv("FAKE_CUDA_GPUS", "1", 1);
     if (cmalloc && cfree)
         param_dest_case(f, p, fd, cmalloc, cfree);
-    unsetenv("SL_CUDART");
     unsetenv("FAKE_CUDA_GPUS");
     if (lib)
         dlclose(lib);
@@ -569,7 +564,7 @@ static void test_convert_threads(void)
     unsigned char *fd[1] = {data};
     sl_load_file f = {path, size};
     const sl_dtype dts[2] = {SL_DTYPE_BF16, SL_DTYPE_F16};
-    setenv("SL_CUDART", SL_FAKE_CUDART, 1);
+    sl_cuda_set_runtime(SL_FAKE_CUDART);
     setenv("FAKE_CUDA_GPUS", "2", 1);
     for (int t = 0; t < 2; t++) {
         sl_plan *p = tp_new(2, dts[t], 1);
@@ -591,7 +586,6 @@ static void test_convert_threads(void)
         }
         tp_free(p);
     }
-    unsetenv("SL_CUDART");
     unsetenv("FAKE_CUDA_GPUS");
     free(data);
     unlink(path);
@@ -835,16 +829,15 @@ static void test_changed(void)
     sl_load_opts o;
     sl_load_opts_init(&o);
     sl_model *m = NULL;
-    setenv("SL_IO_ENGINE", "pread", 1);
+    o.io_engine = "pread";
     EXPECT(sl_load_files(&f, 1, p, &o, &m) == SL_E_NOT_FOUND && strstr(sl_model_errmsg(m), path),
            "missing: %s", sl_model_errmsg(m));
     sl_model_free(m);
     o.device = "cuda";
-    setenv("SL_CUDART", "/nonexistent/libcudart.so", 1); /* no runtime, whatever this host has */
+    sl_cuda_set_runtime("/nonexistent/libcudart.so"); /* no runtime, whatever this host has */
     EXPECT(sl_load_files(&f, 1, p, &o, &m) == SL_E_UNSUPPORTED &&
                strstr(sl_model_errmsg(m), "CUDA runtime not found"),
            "cuda: %s", sl_model_errmsg(m));
-    unsetenv("SL_CUDART");
     sl_model_free(m);
     o.device = "tpu";
     EXPECT(sl_load_files(&f, 1, p, &o, &m) == SL_E_INVALID_ARG, "tpu: %s", sl_model_errmsg(m));

@@ -42,7 +42,8 @@ class LoadOpts(Structure):
                 ("n_gpus", c_int32), ("dest", POINTER(c_void_p)), ("n_dest", c_int32),
                 ("devices", POINTER(c_int32)), ("n_devices", c_int32),
                 ("param_dest", POINTER(POINTER(c_void_p))), ("n_param_dest", c_int32),
-                ("progress", PROGRESS_FN), ("progress_user", c_void_p)]
+                ("progress", PROGRESS_FN), ("progress_user", c_void_p),
+                ("io_engine", c_char_p), ("gather_rows", c_uint64)]
 
 
 class Box(Structure):
@@ -98,6 +99,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "sl_plan_read_bytes": (c_uint64, [_P]),
     "sl_load_opts_init": (None, [POINTER(LoadOpts)]),
     "sl_cuda_gpu_count": (c_int32, []),
+    "sl_cuda_set_runtime": (c_int, [c_char_p]),
     "sl_load": (c_int, [_P, _P, POINTER(LoadOpts), POINTER(_P)]),
     "sl_model_free": (None, [_P]),
     "sl_model_errmsg": (c_char_p, [_P]),
@@ -143,6 +145,9 @@ def _load() -> ctypes.CDLL:
 
 
 lib = _load()
+# The front end, like the CLI, reads SL_CUDART (the library reads no environment).
+if os.environ.get("SL_CUDART"):
+    lib.sl_cuda_set_runtime(os.fsencode(os.environ["SL_CUDART"]))
 
 
 def text(b: bytes | None) -> str:

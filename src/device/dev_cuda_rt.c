@@ -1,7 +1,7 @@
 /* dev_cuda_rt.c - loading the CUDA runtime (dev_cuda_rt.h). Once loaded, the runtime is never
  * unloaded (unloading libcudart while other code may still hold its streams is unsafe, and the
  * driver keeps its context anyway). A failed load is not remembered: the next open tries again,
- * e.g. after the caller has set SL_CUDART. */
+ * e.g. after the caller has named another runtime (sl_cuda_set_runtime). */
 #include "device/dev_cuda_rt.h"
 
 #include <dlfcn.h>
@@ -12,8 +12,9 @@
 
 cuda_api sl_cuda_api;
 
-static pthread_mutex_t cu_load_lock = PTHREAD_MUTEX_INITIALIZER; /* guards cu_loaded, sl_cuda_api */
+static pthread_mutex_t cu_load_lock = PTHREAD_MUTEX_INITIALIZER; /* guards the three below */
 static int cu_loaded;
+static char cu_path[4096]; /* sl_cuda_set_runtime's choice; "": the default search */
 
 static const struct {
     const char *name;
@@ -46,7 +47,8 @@ static int cu_resolve(void *lib, const char *path, char *msg, size_t len)
     for (size_t i = 0; i < sizeof cu_syms / sizeof cu_syms[0]; i++) {
         void *sym = dlsym(lib, cu_syms[i].name);
         if (!sym) {
-            snprintf(msg, len, "device 'cuda': the CUDA runtime %s lacks %s", path, cu_syms[i].name);
+            snprintf(msg, len, "device 'cuda': the CUDA runtime %.300s lacks %s", path,
+                     cu_syms[i].name);
             return -1;
         }
         /* memcpy: ISO C has no cast from an object pointer to a function pointer. */
@@ -81,20 +83,20 @@ static void *cu_dlopen_default(char *why, size_t len)
 /* Caller holds load_lock. 0 when the table is filled; else msg says why. */
 static int cu_try_load(char *msg, size_t len)
 {
-    const char *env = getenv("SL_CUDART");
+    const char *env = cu_path; /* the caller's runtime, or "" */
     char why[512] = "";
     void *lib = NULL;
     if (env && *env) {
         lib = dlopen(env, RTLD_NOW | RTLD_LOCAL);
         if (!lib) {
             const char *e = dlerror();
-            snprintf(msg, len, "device 'cuda': CUDA runtime not found: cannot load SL_CUDART=%s "
-                     "(%s); use --device cpu", env, e ? e : "dlopen failed");
+            snprintf(msg, len, "device 'cuda': CUDA runtime not found: cannot load %.300s "
+                     "(%.300s); use --device cpu", env, e ? e : "dlopen failed");
             return -1;
         }
     } else if (!(lib = cu_dlopen_default(why, sizeof why))) {
         snprintf(msg, len, "device 'cuda': CUDA runtime not found (libcudart.so.13/12/11: %s); "
-                 "install it, set SL_CUDART, or use --device cpu", why);
+                 "install it, name it (SL_CUDART for the CLI), or use --device cpu", why);
         return -1;
     }
     if (cu_resolve(lib, env && *env ? env : "libcudart", msg, len) != 0) {
@@ -115,3 +117,18 @@ sl_status sl_cuda_rt_load(sl_err *err)
     return ok ? SL_OK : sl_err_set(err, SL_E_UNSUPPORTED, "%s", msg);
 }
 
+
+sl_status sl_cuda_set_runtime(const char *path)
+{
+    const char *want = path ? path : "";
+    sl_status st = SL_OK;
+    if (strlen(want) >= sizeof cu_path)
+        return SL_E_INVALID_ARG;
+    pthread_mutex_lock(&cu_load_lock);
+    if (!cu_loaded)
+        snprintf(cu_path, sizeof cu_path, "%s", want);
+    else if (strcmp(cu_path, want) != 0)
+        st = SL_E_INVALID_ARG; /* a runtime is loaded already: it stays for the process */
+    pthread_mutex_unlock(&cu_load_lock);
+    return st;
+}

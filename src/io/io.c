@@ -19,8 +19,6 @@ sl_status sl_io_open(const char *force, unsigned depth, unsigned threads, sl_io 
 {
     out->ops = NULL;
     out->ctx = NULL;
-    if (!force || !*force)
-        force = getenv("SL_IO_ENGINE");
     if (force && !strcmp(force, "pread"))
         return sl_io_pread_open(depth, threads, out, err);
     if (force && (!strcmp(force, "uring") || !strcmp(force, "io_uring")))

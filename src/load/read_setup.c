@@ -77,7 +77,7 @@ sl_status rd_setup(rd_ctx *x, const rd_config *c)
     rd_start_pool(x);
     SL_TRY(rd_alloc_buffers(x));
     const unsigned threads = x->o->threads > 0 ? (unsigned)x->o->threads : 0;
-    return sl_io_open(NULL, x->n_slots, threads, &x->io, x->err);
+    return sl_io_open(x->o->io_engine, x->n_slots, threads, &x->io, x->err);
 }
 
 void rd_free(rd_ctx *x)

@@ -63,13 +63,12 @@ uint64_t sl_rd_ring_budget(uint64_t staging)
 }
 
 /* The ring, out of at most max_bytes, when the local devices copy asynchronously and some of
- * their elements are converted (or narrow rows gathered: SL_GATHER_ROWS, for benchmarks, see
+ * their elements are converted (or narrow rows gathered: opts.gather_rows, for benchmarks, see
  * docs/engine.md). Without it, conversions go through a small synchronous bounce buffer. */
 void rd_plan_ring(rd_ctx *x, uint64_t max_bytes)
 {
     const uint64_t unit = (uint64_t)RD_RING * RD_ALIGN;
-    const char *g = getenv("SL_GATHER_ROWS");
-    x->gather_rows = g ? strtoull(g, NULL, 10) : 0;
+    x->gather_rows = x->o->gather_rows;
     if (max_bytes < unit || !rd_staged_work(x, 1) || !rd_can_mark(x))
         return;
     x->ring = 1;
