@@ -110,7 +110,7 @@ static sl_status ck_read_header(ck_file *f, bool from_index, sl_err *e)
 
 static sl_status ck_add_file(sl_checkpoint *ck, char *path)
 {
-    if (ck->n_files == ck->cap_files) {   /* doubling: 20,000 shards are 15 reallocations */
+    if (ck->n_files == ck->cap_files) {   /* doubling: 20,000 shards are 12 reallocations */
         const size_t cap = ck->cap_files ? 2 * ck->cap_files : 8;
         ck_file *nf = realloc(ck->files, cap * sizeof(*nf));
         if (!nf) {
@@ -168,7 +168,10 @@ static int names_push(ck_names *nm, const char *name)
         nm->v = v;
         nm->cap = cap;
     }
-    return (nm->v[nm->n] = strdup(name)) != NULL ? (int)(nm->n++, 0) : -1;
+    if ((nm->v[nm->n] = strdup(name)) == NULL)
+        return -1;
+    nm->n++;
+    return 0;
 }
 
 static sl_status ck_scan_dir(sl_checkpoint *ck, ck_names *nm)
