@@ -159,21 +159,6 @@ static void *dummy_worker(void *arg)
     return NULL;
 }
 
-static sl_status dummy_zero_ops(const sl_plan *p, const sl_model_dev *devs, sl_err *err)
-{
-    const uint64_t es = sl_dtype_bits(p->dtype) / 8;
-    for (int32_t dev = 0; dev < p->n_devices; dev++) {
-        const sl_plan_device *pd = &p->devices[dev];
-        for (int64_t k = 0; k < pd->n_ops; k++) {
-            const sl_op *op = &pd->ops[k];
-            if (op->kind == SL_OP_ZERO)
-                SL_TRY(sl_device_zero(&devs[dev].dev, op->dst_offset, op->rows * op->row_elems * es,
-                                      err));
-        }
-    }
-    return SL_OK;
-}
-
 sl_status sl_load_dummy(const sl_plan *p, const sl_model_dev *devs, const sl_load_opts *o,
                         sl_load_stats *stats, sl_err *err)
 {
@@ -202,7 +187,7 @@ sl_status sl_load_dummy(const sl_plan *p, const sl_model_dev *devs, const sl_loa
         st = sl_err_copy(err, &j.err);
     sl_err_clear(&j.err);
     if (st == SL_OK)
-        st = dummy_zero_ops(p, devs, err);
+        st = sl_load_zero_pads(p, devs, NULL, 1, err);
     stats->staging_peak = (uint64_t)(started ? started : 1) * DUMMY_CHUNK;
     return st;
 }

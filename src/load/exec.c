@@ -89,6 +89,28 @@ sl_status sl_load_check_plan(const sl_plan *p, const sl_load_file *files, int64_
     return SL_OK;
 }
 
+/* ---- padding ------------------------------------------------------------------------------- */
+
+/* A backend's own host memory is fresh anonymous memory, zero already; other memory (cudaMalloc,
+ * file devices, the caller's dest) is not, nor memory written before (the dummy fill). */
+sl_status sl_load_zero_pads(const sl_plan *p, const sl_model_dev *devs, const unsigned char *local,
+                            int written, sl_err *err)
+{
+    const uint64_t es = sl_dtype_bits(p->dtype) / 8;
+    for (int32_t d = 0; d < p->n_devices; d++) {
+        const sl_plan_device *pd = &p->devices[d];
+        const sl_device *dev = &devs[d].dev;
+        if ((local && !local[d]) || (!written && sl_device_zeroed(dev)))
+            continue;
+        for (int64_t k = 0; k < pd->n_ops; k++) {
+            const sl_op *op = &pd->ops[k];
+            if (op->kind == SL_OP_ZERO && op->rows && op->row_elems)
+                SL_TRY(sl_device_zero(dev, op->dst_offset, op->rows * op->row_elems * es, err));
+        }
+    }
+    return SL_OK;
+}
+
 /* ---- devices ------------------------------------------------------------------------------- */
 
 static double now_seconds(void)

@@ -86,6 +86,13 @@ sl_status sl_load_read(const sl_load_file *files, int64_t n_files, const sl_plan
                        const sl_model_dev *devs, const sl_load_opts *o, sl_load_stats *stats,
                        sl_err *err);
 
+/* Writes the plan's ZERO operations (padding) into devs[d] for every device d, or those local[d]
+ * flags (local NULL: all). With `written` 0 the devices' memory holds nothing yet, so a device
+ * whose memory is known to be zero (fresh anonymous pages) is skipped. Padding ranges are disjoint
+ * from every copy's. */
+sl_status sl_load_zero_pads(const sl_plan *p, const sl_model_dev *devs, const unsigned char *local,
+                            int written, sl_err *err);
+
 /* Fills every parameter with the dummy values of docs/engine.md ("Dummy weights"). */
 sl_status sl_load_dummy(const sl_plan *p, const sl_model_dev *devs, const sl_load_opts *o,
                         sl_load_stats *stats, sl_err *err);

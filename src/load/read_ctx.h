@@ -165,7 +165,6 @@ void rd_free_buffers(rd_ctx *x);
  * [a, b_ext). */
 sl_status rd_scatter_chunk(rd_ctx *x, const rd_chunk *c, const unsigned char *data);
 /* Writes the plan's ZERO operations into local devices whose memory is not known zero. */
-sl_status rd_zero_pads(rd_ctx *x);
 /* 1 when some local device that is not host memory receives converted elements; with
  * narrow_too, also narrow strided rows that SL_GATHER_ROWS asks to gather. */
 int rd_staged_work(const rd_ctx *x, int narrow_too);

@@ -224,26 +224,6 @@ sl_status rd_scatter_chunk(rd_ctx *x, const rd_chunk *c, const unsigned char *da
     return SL_OK;
 }
 
-/* Padding (ZERO operations): a backend's own host memory is fresh anonymous memory, zero already;
- * other memory (cudaMalloc, file devices, the caller's opts.dest) is not. Their ranges are disjoint
- * from every copy's. */
-sl_status rd_zero_pads(rd_ctx *x)
-{
-    const uint64_t es = sl_dtype_bits(x->p->dtype) / 8;
-    for (int32_t d = 0; d < x->p->n_devices; d++) {
-        const sl_plan_device *pd = &x->p->devices[d];
-        const sl_device *dev = &x->devs[d].dev;
-        if (!rd_local(x, d) || sl_device_zeroed(dev))
-            continue;
-        for (int64_t k = 0; k < pd->n_ops; k++) {
-            const sl_op *op = &pd->ops[k];
-            if (op->kind == SL_OP_ZERO && op->rows && op->row_elems)
-                SL_TRY(sl_device_zero(dev, op->dst_offset, op->rows * op->row_elems * es, x->err));
-        }
-    }
-    return SL_OK;
-}
-
 /* ---- conversions ---------------------------------------------------------------------------- */
 
 int rd_staged_work(const rd_ctx *x, int narrow_too)

@@ -67,7 +67,7 @@ sl_status rd_setup(rd_ctx *x, const rd_config *c)
         rd_size_for_devices(x);
     else
         rd_plan_ring(x, c->ring_bytes);
-    SL_TRY(rd_zero_pads(x));      /* local devices only */
+    SL_TRY(sl_load_zero_pads(x->p, x->devs, x->local, 0, x->err));      /* local devices only */
     SL_TRY(rd_plan_chunks(x));
     x->planned = 1;
     if (x->chunks.n == 0)

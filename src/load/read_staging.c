@@ -18,7 +18,7 @@ _Static_assert(RD_MAX_SLOTS + RD_RING <= SL_DEVICE_MAX_MARKS,
 
 static uint64_t rd_staging_budget(const rd_ctx *x)
 {
-    return x->o->staging_bytes ? x->o->staging_bytes : (uint64_t)64 << 20;
+    return x->o->staging_bytes ? x->o->staging_bytes : SL_STAGING_DEFAULT;
 }
 
 /* Request size req (a multiple of 4096), cut so that at least two slots fit the budget when
