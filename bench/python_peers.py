@@ -4,9 +4,11 @@
     .venv/bin/python bench/python_peers.py CKPT_DIR      # bench/python_peers.sh sets .venv up first
 
 Every contender runs in its own fresh subprocess (so peak RSS is that contender's, from wait4's
-ru_maxrss), on the same files, in interleaved rounds (each round the same list, rotated, as
-bench/run.sh does), hot (files read into the page cache, then memory compacted) and cold (page
-cache dropped, then compacted, before each run). Every contender ends with the same bytes in
+ru_maxrss), on the same files, in interleaved rounds (every contender once a round, in a seeded
+shuffle of the list), hot (files read into the page cache, then memory compacted) or cold (page
+cache dropped, then compacted). That preparation runs right before the load starts: a Python
+child imports and allocates first, says "ready" and waits for the parent's "go"; the CLI starts
+once it is done. Every contender ends with the same bytes in
 memory the process owns: the plan's parameters in vLLM's layout (SHARDING.md: fused qkv_proj and
 gate_up_proj, vocab padded to 64, kv heads replicated), per rank, filled.
 
@@ -34,7 +36,7 @@ the clock starts, their first touch is in it) and, for shardload.load, making th
 after its imports and before loading (for the CLI, no baseline is subtracted).
 
 Knobs (environment): BENCH_ROUNDS (3), BENCH_PY_TP ("1 4"), BENCH_PY_CACHE ("hot cold"),
-BENCH_PY_ONLY (comma-separated contender names), BENCH_PY_VERIFY (1: in round 1 every hot run
+BENCH_PY_ONLY (comma-separated contender names), BENCH_PY_SEED (1: the order's shuffle), BENCH_PY_VERIFY (1: in round 1 every hot run
 hashes its shards and the report checks them against shardload.load's), SL_CLI (build/shardload),
 BENCH_PY_OUT (bench/python_peers.jsonl), BENCH_PY_MD (bench/python_peers.md).
 
@@ -47,6 +49,7 @@ import json
 import math
 import os
 import platform
+import random
 import statistics
 import subprocess
 import sys
@@ -236,6 +239,14 @@ def child(name: str, ck: str, T: int, scope: str, verify: bool) -> dict:
     res: dict = {}
     cpu0 = [0.0]
 
+    def ready() -> None:
+        """Imports done, destination allocated: tell the parent, which prepares the page cache
+        (warm or dropped) and compacts memory now, and wait for its go."""
+        sys.stdout.write("ready\n")
+        sys.stdout.flush()
+        if sys.stdin.readline().strip() != "go":
+            raise SystemExit("python_peers: no go from the parent")
+
     def start() -> float:
         ru = resource.getrusage(resource.RUSAGE_SELF)
         cpu0[0] = ru.ru_utime + ru.ru_stime
@@ -263,6 +274,7 @@ def child(name: str, ck: str, T: int, scope: str, verify: bool) -> dict:
     if name == "safetensors.get_tensor":
         from safetensors import safe_open
         alloc()
+        ready()
         base = rss_now()
         t0 = start()
         for f in files:
@@ -273,6 +285,7 @@ def child(name: str, ck: str, T: int, scope: str, verify: bool) -> dict:
     elif name == "safetensors.load_file":
         from safetensors.torch import load_file
         alloc()
+        ready()
         base = rss_now()
         t0 = start()
         for f in files:
@@ -285,6 +298,7 @@ def child(name: str, ck: str, T: int, scope: str, verify: bool) -> dict:
         from fastsafetensors import SafeTensorsFileLoader, SingleGroup
         if name == "fastsafetensors":
             alloc()
+        ready()
         base = rss_now()
         t0 = start()
         for f in files:          # vLLM's fastsafetensors_weights_iterator: pg.size() files at a time
@@ -305,6 +319,7 @@ def child(name: str, ck: str, T: int, scope: str, verify: bool) -> dict:
         from runai_model_streamer import SafetensorsStreamer
         if name == "runai":
             alloc()
+        ready()
         base = rss_now()
         t0 = start()
         with SafetensorsStreamer() as st:      # vLLM's runai_safetensors_weights_iterator
@@ -320,6 +335,7 @@ def child(name: str, ck: str, T: int, scope: str, verify: bool) -> dict:
     elif name == "vllm-way":
         from safetensors import safe_open
         alloc()
+        ready()
         base = rss_now()
         t0 = start()
         for r in ranks:                        # each rank opens the files and takes its part
@@ -336,6 +352,7 @@ def child(name: str, ck: str, T: int, scope: str, verify: bool) -> dict:
                     params[r][p][dst].zero_()
     elif name == "shardload.load":
         import shardload
+        ready()
         base = rss_now()
         t0 = start()
         m = shardload.load(ck, tp=T, devices=None if scope == "all" else [0], progress=False)
@@ -349,6 +366,7 @@ def child(name: str, ck: str, T: int, scope: str, verify: bool) -> dict:
     elif name == "shardload.load_into":
         import shardload
         alloc()
+        ready()
         base = rss_now()
         t0 = start()
         st = shardload.load_into(ck, params[0], tp=T, rank=0, progress=False)
@@ -420,15 +438,35 @@ def warm(files: list[str]) -> None:
                 pass
 
 
-def run_child(argv: list[str], timeout: float) -> tuple[int, str, str, int, float, float]:
-    """(exit code, stdout, stderr, ru_maxrss bytes of the child, wall seconds, CPU seconds)."""
+def run_child(argv: list[str], timeout: float, prep, handshake: bool
+              ) -> tuple[int, str, str, int, float, float]:
+    """Runs one contender: (exit code, stdout, stderr, ru_maxrss bytes of the child, wall seconds,
+    CPU seconds). prep() (page cache and compaction) runs right before the load starts: for a
+    Python child once it has imported and allocated and says "ready" (it then waits for "go"), for
+    the CLI before it starts, so that every contender starts loading right after the same steps."""
     import tempfile
     with tempfile.TemporaryFile() as err:
+        if not handshake:
+            prep()
         t0 = time.monotonic()
-        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, cwd=ROOT)
+        p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                             cwd=ROOT)
         timer = threading.Timer(timeout, p.kill)
         timer.start()
-        out = p.stdout.read().decode()
+        out = ""
+        if handshake:
+            line = p.stdout.readline().decode()
+            if line.strip() == "ready":
+                prep()
+                try:
+                    p.stdin.write(b"go\n")
+                    p.stdin.flush()
+                except BrokenPipeError:
+                    pass
+            else:
+                out = line
+        p.stdin.close()
+        out += p.stdout.read().decode()
         _, status, ru = os.wait4(p.pid, 0)
         wall = time.monotonic() - t0
         timer.cancel()
@@ -445,6 +483,7 @@ def bench(ck: str) -> None:
     caches = os.environ.get("BENCH_PY_CACHE", "hot cold").split()
     only = set(os.environ["BENCH_PY_ONLY"].split(",")) if os.environ.get("BENCH_PY_ONLY") else None
     verify = os.environ.get("BENCH_PY_VERIFY", "1") == "1"
+    seed = int(os.environ.get("BENCH_PY_SEED", "1"))
     cli = os.environ.get("SL_CLI", os.path.join(ROOT, "build", "shardload"))
     out_path = os.environ.get("BENCH_PY_OUT", os.path.join(HERE, "python_peers.jsonl"))
     md_path = os.environ.get("BENCH_PY_MD", os.path.join(HERE, "python_peers.md"))
@@ -456,6 +495,7 @@ def bench(ck: str) -> None:
         raise SystemExit(f"python_peers: no CLI at {cli} (make, or set SL_CLI)")
     rel = os.path.relpath(ck, ROOT)
     meta = {"meta": True, "ckpt": ck if rel.startswith("..") else rel, "rounds": rounds, "tps": tps,
+            "seed": seed,
             "caches": caches, "checkpoint_bytes": sum(os.path.getsize(f) for f in files),
             "versions": versions(), "machine": machine(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
             "cli": cli, "commit": os.environ.get("BENCH_PY_COMMIT") or git_head(),
@@ -465,26 +505,34 @@ def bench(ck: str) -> None:
         out.write(json.dumps(meta) + "\n")
         for rnd in range(1, rounds + 1):
             n = len(runs)
-            order = [runs[(k + (rnd - 1) * 3) % n] for k in range(n)]
+            # A seeded shuffle each round, not a rotation: on this kind of VM a run's first touch
+            # of memory costs more or less depending on what ran just before it, and a rotation
+            # keeps every contender behind the same neighbour in every round.
+            order = list(runs)
+            random.Random(seed * 1000 + rnd).shuffle(order)
             print(f"python_peers: round {rnd}/{rounds}, {n} runs", file=sys.stderr, flush=True)
             for cache, t, scope, name in order:
-                how = "warm"
-                if cache == "hot":
-                    warm(files)
-                else:
-                    how = drop_caches(files)
-                compact()
-                load1 = os.getloadavg()[0]
+                how = []
+
+                def prep(cache: str = cache) -> None:
+                    if cache == "hot":
+                        warm(files)
+                        how.append("warm")
+                    else:
+                        how.append(drop_caches(files))
+                    compact()
+                    how.append(os.getloadavg()[0])
+
                 v = verify and rnd == 1 and cache == "hot"
                 if name == "cli":
                     argv = [cli, "load", ck, "--tp", str(t), "--json"]
                 else:
                     argv = [sys.executable, os.path.abspath(__file__), "--child", name, ck, str(t),
                             scope, "1" if v else "0"]
-                rc, so, se, maxrss, wall, cpu = run_child(argv, 600)
-                row = {"round": rnd, "cache": cache, "cache_prep": how, "tp": t, "scope": scope,
-                       "name": name, "rc": rc, "peak_rss": maxrss, "wall": wall,
-                       "loadavg": load1}
+                rc, so, se, maxrss, wall, cpu = run_child(argv, 600, prep, name != "cli")
+                row = {"round": rnd, "cache": cache, "cache_prep": how[0] if how else None,
+                       "tp": t, "scope": scope, "name": name, "rc": rc, "peak_rss": maxrss,
+                       "wall": wall, "loadavg": how[1] if len(how) > 1 else os.getloadavg()[0]}
                 if rc != 0:
                     row["error"] = (se.strip().splitlines() or ["exit %d" % rc])[-1][:300]
                     print(f"python_peers: {name} tp={t} {scope} {cache} failed: {row['error']}",
