@@ -180,7 +180,7 @@ typedef struct dist_ctx {
     void *open_user;
     const sl_load_file *files;
     int64_t n_files;
-    sl_model_dev *all;              /* p->n_devices: this rank's devices, placeholders elsewhere */
+    sl_model_dev *all;              /* p->n_devices: this rank's devices, empty entries elsewhere */
     unsigned char *local;           /* p->n_devices flags */
     sl_rd *rd;
     int64_t *first;                 /* size + 1: rank r reads chunks [first[r], first[r+1]) */
@@ -207,29 +207,6 @@ static sl_status dist_agree_err(dist_ctx *c, sl_status st)
     return all;
 }
 
-/* Placeholder for the devices of other ranks: read.c only asks for a host pointer (none) and,
- * since scatters skip non-local devices, never writes to it. */
-static void *dist_absent_host(void *ctx)
-{
-    (void)ctx;
-    return NULL;
-}
-
-static const sl_device_ops dist_absent_ops = {.name = "absent", .host_ptr = dist_absent_host};
-
-static sl_status dist_files(const sl_checkpoint *ck, sl_load_file **files, int64_t *n)
-{
-    *n = ck ? sl_checkpoint_file_count(ck) : 0;
-    *files = calloc((size_t)(*n > 0 ? *n : 0) + 1, sizeof **files);
-    if (!*files)
-        return SL_E_NOMEM;
-    for (int64_t i = 0; i < *n; i++) {
-        (*files)[i].path = sl_checkpoint_file_path(ck, i);
-        (*files)[i].size = sl_checkpoint_file_size(ck, i);
-    }
-    return SL_OK;
-}
-
 static sl_status dist_check(dist_ctx *c)
 {
     sl_err *err = &c->m->err;
@@ -243,15 +220,16 @@ static sl_status dist_check(dist_ctx *c)
     return sl_load_check_plan(p, c->files, c->n_files, c->o->dummy, err);
 }
 
-/* Independent: the ordinary engine on a view of the plan that holds only this rank's devices. */
+/* Independent: the ordinary engine on the job of this rank's devices. */
 static sl_status dist_independent(dist_ctx *c)
 {
-    sl_plan sub = *c->p;
-    sub.devices = c->p->devices + c->me.first_device;
-    sub.n_devices = c->k;
-    sl_status st = c->o->dummy ? sl_load_dummy(&sub, c->m->devs, c->o, &c->m->stats, &c->m->err)
-                               : sl_load_read(c->files, c->n_files, &sub, c->m->devs, c->o,
-                                              &c->m->stats, &c->m->err);
+    sl_load_job job = {0};
+    sl_status st = sl_load_job_range(&job, c->p, c->me.first_device, c->k, &c->m->err);
+    if (st == SL_OK)
+        st = c->o->dummy ? sl_load_dummy(&job.view, c->m->devs, c->o, &c->m->stats, &c->m->err)
+                         : sl_load_read(c->files, c->n_files, &job.view, c->m->devs, c->o,
+                                        &c->m->stats, &c->m->err);
+    sl_load_job_free(&job);
     return dist_agree_err(c, st);
 }
 
@@ -270,8 +248,7 @@ static sl_status dist_coop_setup(dist_ctx *c)
         return sl_err_set(err, SL_E_NOMEM, "out of memory");
     for (int i = 0; i < 2 * c->size; i++)
         c->types[i] = MPI_BYTE;
-    for (int32_t d = 0; d < n; d++)
-        c->all[d].dev.ops = &dist_absent_ops;
+    /* Other ranks' entries stay empty: the engine calls only the devices flagged local. */
     for (int32_t i = 0; i < c->k; i++) {
         c->all[c->me.first_device + i] = c->m->devs[i];
         c->local[c->me.first_device + i] = 1;
@@ -533,7 +510,7 @@ sl_status sl_load_dist_devices(const sl_checkpoint *ck, const sl_plan *p, const 
 {
     sl_load_opts lo_def;
     sl_dist_opts d_def;
-    sl_load_file *files = NULL;
+    sl_load_job job = {0};
     if (!out)
         return SL_E_INVALID_ARG;
     sl_model *m = sl_model_new();
@@ -559,12 +536,10 @@ sl_status sl_load_dist_devices(const sl_checkpoint *ck, const sl_plan *p, const 
     MPI_Comm_rank(MPI_COMM_WORLD, &c.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &c.size);
     const double t0 = MPI_Wtime();
-    sl_status st = dist_files(o->dummy ? NULL : ck, &files, &c.n_files);
-    c.files = files;
-    if (st == SL_OK)
-        st = dist_run(&c, d);
-    else
-        st = dist_agree_err(&c, sl_err_set(&m->err, st, "out of memory"));
+    sl_status st = sl_load_job_files(&job, o->dummy ? NULL : ck, &m->err);
+    c.files = job.files;
+    c.n_files = job.n_files;
+    st = st == SL_OK ? dist_run(&c, d) : dist_agree_err(&c, st);
     m->stats.seconds = MPI_Wtime() - t0;
     if (ck)
         m->stats.checkpoint_bytes = sl_checkpoint_total_bytes(ck);
@@ -577,6 +552,6 @@ sl_status sl_load_dist_devices(const sl_checkpoint *ck, const sl_plan *p, const 
     else
         sl_load_drop_devices(m);
     dist_free(&c);
-    free(files);
+    sl_load_job_free(&job);
     return st;
 }

@@ -240,32 +240,6 @@ void sl_prefault_stop(sl_prefault *j)
 
 /* ---- sl_load_files ------------------------------------------------------------------------- */
 
-/* The part of p this process loads (opts.devices): a plan whose device list holds copies of the
- * chosen devices' entries (their arrays stay p's), so that the engine reads only the bytes they
- * need. Every mesh device when no list is given. view->devices is freed by the caller. */
-static sl_status load_view(const sl_plan *p, const sl_load_opts *o, sl_plan *view, sl_err *err)
-{
-    *view = *p;
-    view->devices = NULL;
-    const int32_t n = o->devices ? o->n_devices : p->n_devices;
-    SL_CHECK(n > 0 && n <= p->n_devices, err, SL_E_INVALID_ARG,
-             "devices: %d devices chosen of a %d-device mesh", (int)n, (int)p->n_devices);
-    view->devices = calloc((size_t)n, sizeof *view->devices);
-    if (!view->devices)
-        return sl_err_set(err, SL_E_NOMEM, "out of memory");
-    view->n_devices = n;
-    for (int32_t i = 0; i < n; i++) {
-        const int32_t d = o->devices ? o->devices[i] : i;
-        SL_CHECK(d >= 0 && d < p->n_devices, err, SL_E_INVALID_ARG,
-                 "devices: mesh device %d out of range [0, %d)", (int)d, (int)p->n_devices);
-        for (int32_t j = 0; o->devices && j < i; j++)
-            SL_CHECK(o->devices[j] != d, err, SL_E_INVALID_ARG,
-                     "devices: mesh device %d chosen twice", (int)d);
-        view->devices[i] = p->devices[d];
-    }
-    return SL_OK;
-}
-
 /* Remembers which mesh device each local device is, when they were chosen. */
 static sl_status load_mesh_index(sl_model *m, const sl_plan *view, const sl_load_opts *o)
 {
@@ -286,8 +260,9 @@ static sl_status load_run(sl_model *m, const sl_load_file *files, int64_t n_file
     SL_CHECK(o->dummy || n_files >= p->n_files, &m->err, SL_E_INVALID_ARG,
              "plan reads %lld files, %lld given", (long long)p->n_files, (long long)n_files);
     SL_TRY(sl_load_check_plan(p, files, n_files, o->dummy, &m->err));
-    sl_plan view;
-    sl_status st = load_view(p, o, &view, &m->err);
+    sl_load_job job = {0};
+    sl_status st = sl_load_job_devices(&job, p, o->devices, o->n_devices, &m->err);
+    const sl_plan view = job.view;
     if (st == SL_OK)
         st = sl_load_open_devices(m, &view, 0, view.n_devices, o);
     if (st == SL_OK)
@@ -299,7 +274,7 @@ static sl_status load_run(sl_model *m, const sl_load_file *files, int64_t n_file
                       : sl_load_read(files, n_files, &view, m->devs, o, &m->stats, &m->err);
         sl_prefault_stop(&pf);
     }
-    free(view.devices);
+    sl_load_job_free(&job);
     return st;
 }
 

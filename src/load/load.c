@@ -7,26 +7,18 @@
 
 sl_status sl_load(const sl_checkpoint *ck, const sl_plan *p, const sl_load_opts *o, sl_model **out)
 {
-    sl_load_file *files = NULL;
-    int64_t n = ck ? sl_checkpoint_file_count(ck) : 0;
-    if (n < 0)
-        n = 0;
-    if (n) {
-        files = calloc((size_t)n, sizeof *files);
-        if (!files) {
-            if (out)
-                *out = NULL;
-            return SL_E_NOMEM;
-        }
-    }
-    for (int64_t i = 0; i < n; i++) {
-        files[i].path = sl_checkpoint_file_path(ck, i);
-        files[i].size = sl_checkpoint_file_size(ck, i);
+    sl_load_job job = {0};
+    sl_err err = {0};
+    if (sl_load_job_files(&job, ck, &err) != SL_OK) {
+        sl_err_clear(&err);
+        if (out)
+            *out = NULL;
+        return SL_E_NOMEM;
     }
     /* Without a checkpoint only a dummy load can run: the executor rejects COPY ops on file -1. */
-    sl_status st = sl_load_files(files, n, p, o, out);
+    sl_status st = sl_load_files(job.files, job.n_files, p, o, out);
     if (ck && out && *out)
-        (*out)->stats.checkpoint_bytes = sl_checkpoint_total_bytes(ck);
-    free(files);
+        (*out)->stats.checkpoint_bytes = job.checkpoint_bytes;
+    sl_load_job_free(&job);
     return st;
 }

@@ -20,6 +20,26 @@ typedef struct sl_load_file {
     uint64_t size;           /* size at planning time; a different size now is SL_E_CHANGED */
 } sl_load_file;
 
+/* What one process loads (job.c): the checkpoint's files and a view of the plan holding only the
+ * mesh devices this process loads (their entries copied, their arrays the plan's). */
+typedef struct sl_load_job {
+    sl_load_file *files;
+    int64_t n_files;
+    uint64_t checkpoint_bytes;
+    sl_plan view;
+} sl_load_job;
+
+/* The job's files: ck's, with their sizes as opened (none without ck). */
+sl_status sl_load_job_files(sl_load_job *j, const sl_checkpoint *ck, sl_err *err);
+/* The job's devices: mesh devices devices[0..n) of p, in that order (devices NULL: all of them),
+ * distinct and in range. */
+sl_status sl_load_job_devices(sl_load_job *j, const sl_plan *p, const int32_t *devices,
+                              int32_t n, sl_err *err);
+/* Mesh devices [first, first + count) of p (an MPI rank's). */
+sl_status sl_load_job_range(sl_load_job *j, const sl_plan *p, int32_t first, int32_t count,
+                            sl_err *err);
+void sl_load_job_free(sl_load_job *j);
+
 typedef struct sl_model_dev {
     sl_device dev;
     int64_t n_params;
