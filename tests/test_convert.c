@@ -3,7 +3,7 @@
  * integer reference of round-to-nearest-even. */
 #include "expect.h"
 #include "load/convert.h"
-#include "sl_pool.h"
+#include "common/sl_pool.h"
 
 #include <math.h>
 #include <stdatomic.h>

@@ -6,7 +6,7 @@
  * checkpoint directories (paths, tensor names), the planner (architectures, unclaimed names, rule
  * tables) and the writer. */
 #include "fmt_testutil.h"
-#include "sl_text.h"
+#include "common/sl_text.h"
 
 #include <dirent.h>
 

@@ -4,8 +4,8 @@
  * the path the user gave, joined with the shard name for directories. */
 #include "ckpt/ckpt_file.h"
 #include "format/st_format.h"
-#include "sl_file.h"
-#include "sl_text.h"
+#include "common/sl_file.h"
+#include "common/sl_text.h"
 
 #include <assert.h>
 #include <dirent.h>

@@ -2,7 +2,7 @@
 #ifndef SL_CKPT_FILE_H
 #define SL_CKPT_FILE_H
 
-#include "sl_err.h"
+#include "common/sl_err.h"
 
 #include <stddef.h>
 #include <stdint.h>

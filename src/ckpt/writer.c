@@ -7,7 +7,7 @@
  * renamed by sl_writer_finish, so a crash never leaves a half-written file under the final name. */
 #include "ckpt/ckpt_file.h"
 #include "format/st_format.h"
-#include "sl_strbuf.h"
+#include "common/sl_strbuf.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,5 +1,5 @@
 /* sl_arena.c - bump arena (see sl_arena.h). */
-#include "sl_arena.h"
+#include "common/sl_arena.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* sl_err.c - error records (see sl_err.h). */
-#include "sl_err.h"
+#include "common/sl_err.h"
 
-#include "sl_text.h"
+#include "common/sl_text.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* sl_file.c - opening files without blocking on FIFOs and devices (see sl_file.h). */
-#include "sl_file.h"
+#include "common/sl_file.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -8,7 +8,7 @@
 #ifndef SL_FILE_H
 #define SL_FILE_H
 
-#include "sl_err.h"
+#include "common/sl_err.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,6 +1,6 @@
 /* sl_pool.c - see sl_pool.h. Helpers sleep on a condition variable between jobs; a job is a
  * generation number, so a helper that wakes late still runs each job exactly once. */
-#include "sl_pool.h"
+#include "common/sl_pool.h"
 
 #include <pthread.h>
 #include <stdlib.h>

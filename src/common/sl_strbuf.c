@@ -1,5 +1,5 @@
 /* sl_strbuf.c - growable string (see sl_strbuf.h). */
-#include "sl_strbuf.h"
+#include "common/sl_strbuf.h"
 
 #include <stdarg.h>
 #include <stdint.h>

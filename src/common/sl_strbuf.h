@@ -2,7 +2,7 @@
 #ifndef SL_STRBUF_H
 #define SL_STRBUF_H
 
-#include "sl_err.h"
+#include "common/sl_err.h"
 
 #include <stddef.h>
 

@@ -1,5 +1,5 @@
 /* sl_text.c - printable, bounded text for messages (see sl_text.h). */
-#include "sl_text.h"
+#include "common/sl_text.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -9,7 +9,7 @@
  * writes bytes, so it can race with the scatter threads safely. */
 #include "device/device.h"
 
-#include "sl_bytes.h"
+#include "common/sl_bytes.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -19,7 +19,7 @@
 #include "device/dev_cuda_rt.h"
 #include "device/device.h"
 
-#include "sl_bytes.h"
+#include "common/sl_bytes.h"
 
 #include <pthread.h>
 #include <stddef.h>

@@ -17,7 +17,7 @@
 
 #include "shardload.h"
 
-#include "sl_err.h"
+#include "common/sl_err.h"
 
 #include <stdatomic.h>
 #include <stddef.h>

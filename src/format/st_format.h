@@ -16,9 +16,9 @@
 #ifndef ST_FORMAT_H
 #define ST_FORMAT_H
 
-#include "sl_arena.h"
-#include "sl_bytes.h"
-#include "sl_err.h"
+#include "common/sl_arena.h"
+#include "common/sl_bytes.h"
+#include "common/sl_err.h"
 
 #include <stdbool.h>
 #include <stddef.h>

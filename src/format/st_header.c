@@ -11,7 +11,7 @@
  * Policy findings made while parsing are only noted, and reported after steps 6-7, so that a file the
  * reference rejects gets the reference's class. Duplicate names are resolved "last one wins" for
  * steps 6-7, as the reference's HashMap does, and then rejected. */
-#include "st_json.h"
+#include "format/st_json.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -6,7 +6,7 @@
  * JSON_REJECT_DUPLICATES compares keys after unescaping, which is rule I3. Without JSON_ALLOW_NUL
  * jansson rejects "\u0000" in strings, which covers NUL in shard names. Rules I4-I7 need the shards
  * and live in src/ckpt/. */
-#include "st_format.h"
+#include "format/st_format.h"
 
 #include <jansson.h>
 #include <stdlib.h>

@@ -1,8 +1,8 @@
 /* st_json.c - strict JSON lexer for safetensors headers (see st_json.h), plus the UTF-8 check that
  * runs over the whole header before any JSON is looked at (reference step 4). */
-#include "st_json.h"
+#include "format/st_json.h"
 
-#include "sl_text.h"
+#include "common/sl_text.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -8,7 +8,7 @@
 #ifndef ST_JSON_H
 #define ST_JSON_H
 
-#include "st_format.h"
+#include "format/st_format.h"
 
 #include <string.h>
 

@@ -11,7 +11,7 @@
 
 #include "shardload.h"
 
-#include "sl_err.h"
+#include "common/sl_err.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -6,7 +6,7 @@
 
 #include <string.h>
 
-#include "sl_pool.h"
+#include "common/sl_pool.h"
 
 static inline uint32_t f32_bits(float f)
 {

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sl_bytes.h"
+#include "common/sl_bytes.h"
 
 #define DUMMY_CHUNK ((size_t)1 << 20)
 

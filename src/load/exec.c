@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "sl_bytes.h"
+#include "common/sl_bytes.h"
 
 /* ---- plan checks --------------------------------------------------------------------------- */
 

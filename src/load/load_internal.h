@@ -9,7 +9,7 @@
 
 #include "device/device.h"
 #include "plan/plan_internal.h"
-#include "sl_err.h"
+#include "common/sl_err.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

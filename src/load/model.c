@@ -5,7 +5,7 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "sl_bytes.h"
+#include "common/sl_bytes.h"
 
 void sl_load_opts_init(sl_load_opts *o)
 {

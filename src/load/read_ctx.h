@@ -9,7 +9,7 @@
  *   read_scatter.c   scatter and copy strategies: a completed chunk into every device op
  *   read_pipeline.c  several reads in flight, device fences and marks around slot reuse
  *   read.c           sl_load_read: the whole load in one process
- *   read_step.c      the stepwise API of read_internal.h (src/dist/: ranks share a chunk list)
+ *   read_step.c      the stepwise API of read_internal.h (src/mpi/: ranks share a chunk list)
  *
  * Host memory: the slots (staging budget) plus the metadata arrays. */
 #ifndef SL_READ_CTX_H

@@ -1,5 +1,5 @@
 /* read_internal.h - the read-once engine (read_ctx.h) taken apart, for loads that do not run its
- * whole pipeline in one process (src/dist/: several ranks share one chunk list). Defined in
+ * whole pipeline in one process (src/mpi/: several ranks share one chunk list). Defined in
  * read_step.c (sl_rd_ring_budget: read_staging.c).
  *
  * sl_rd_open builds the same chunk list as sl_load_read, from every device's COPY operations, so

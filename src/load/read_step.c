@@ -1,5 +1,5 @@
 /* read_step.c - the read engine in pieces (read_internal.h), for loads that do not run its whole
- * pipeline in one process: src/dist/'s ranks share one chunk list, each reads its own chunks into
+ * pipeline in one process: src/mpi/'s ranks share one chunk list, each reads its own chunks into
  * two staging slots and scatters what it read or received into its local devices. Set up by
  * rd_setup like the whole load, without direct reads (other ranks may need any chunk's bytes). */
 #include "load/read_ctx.h"

@@ -6,10 +6,10 @@
 #include "plan/arch.h"
 #include "plan/arch_config.h"
 
-#include "rules_builtin.h"
-#include "sl_bytes.h"
-#include "sl_strbuf.h"
-#include "sl_text.h"
+#include "plan/rules_builtin.h"
+#include "common/sl_bytes.h"
+#include "common/sl_strbuf.h"
+#include "common/sl_text.h"
 
 #include <jansson.h>
 #include <stdio.h>

@@ -3,8 +3,8 @@
  * prefixes the file. */
 #include "plan/arch_config.h"
 
-#include "sl_file.h"
-#include "sl_text.h"
+#include "common/sl_file.h"
+#include "common/sl_text.h"
 
 #include <stdlib.h>
 #include <string.h>

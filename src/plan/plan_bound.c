@@ -7,9 +7,9 @@
  * the count comes first, in arithmetic over the templates and the stages (no walk over devices),
  * as an upper bound on what devices_build will allocate, and a plan above SL_PLAN_MAX_BYTES is
  * refused with the figures. */
-#include "plan_ctx.h"
+#include "plan/plan_ctx.h"
 
-#include "sl_bytes.h"
+#include "common/sl_bytes.h"
 
 #include <stdio.h>
 

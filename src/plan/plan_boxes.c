@@ -8,9 +8,9 @@
  * dimensions that the box covers whole join the last partial one into one contiguous run; the
  * dimension outside it becomes the rows of an operation (constant stride); any dimension further
  * out gives one operation per index. */
-#include "plan_ctx.h"
+#include "plan/plan_ctx.h"
 
-#include "sl_bytes.h"
+#include "common/sl_bytes.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -3,9 +3,9 @@
  *
  * The plan is built in two walks over the same code: the first counts parameters and operations
  * per device, the second fills arrays allocated once at the exact size (STYLE.md rule 10). */
-#include "plan_ctx.h"
+#include "plan/plan_ctx.h"
 
-#include "sl_bytes.h"
+#include "common/sl_bytes.h"
 
 #include <stdio.h>
 #include <stdlib.h>

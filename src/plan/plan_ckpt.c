@@ -1,9 +1,9 @@
 /* plan_ckpt.c - matching checkpoint tensors to the rule table, with SHARDING.md's strictness:
  * unclaimed tensors, wrong shapes, unconvertible dtypes and missing parameters are errors. */
-#include "plan_ctx.h"
+#include "plan/plan_ctx.h"
 
-#include "sl_strbuf.h"
-#include "sl_text.h"
+#include "common/sl_strbuf.h"
+#include "common/sl_text.h"
 
 #include <stdio.h>
 #include <stdlib.h>

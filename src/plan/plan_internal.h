@@ -21,8 +21,8 @@
 
 #include "shardload.h"
 
-#include "sl_arena.h"
-#include "sl_err.h"
+#include "common/sl_arena.h"
+#include "common/sl_err.h"
 
 #include <stdint.h>
 

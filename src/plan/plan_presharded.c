@@ -4,10 +4,10 @@
  * parameter is one contiguous copy of the tensor of the same name in its own device's files, so a
  * device reads exactly its own bytes. The files must have been written for the same layout, T and
  * P, and hold exactly the device's parameters with exactly their shapes. */
-#include "plan_ctx.h"
+#include "plan/plan_ctx.h"
 
-#include "sl_bytes.h"
-#include "sl_text.h"
+#include "common/sl_bytes.h"
+#include "common/sl_text.h"
 
 #include <stdio.h>
 #include <stdlib.h>

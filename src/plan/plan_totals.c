@@ -1,7 +1,7 @@
 /* plan_totals.c - the last step of planning: ops in (file, src_offset) order, bytes each device
  * needs from each file, and read_bytes, the size of the union of every COPY's source bytes over
  * all devices (what a loader that reads each byte once reads). */
-#include "plan_ctx.h"
+#include "plan/plan_ctx.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -9,8 +9,8 @@
 #include "device/device.h"
 #include "load/load_internal.h"
 #include "plan/plan_internal.h"
-#include "sl_bytes.h"
-#include "sl_err.h"
+#include "common/sl_bytes.h"
+#include "common/sl_err.h"
 #include "tools/reshard_outdir.h"
 #include "tools/tools_common.h"
 

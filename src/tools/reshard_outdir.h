@@ -5,7 +5,7 @@
 
 #include "shardload.h"
 
-#include "sl_err.h"
+#include "common/sl_err.h"
 
 #include <stdint.h>
 

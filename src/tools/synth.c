@@ -10,8 +10,8 @@
 
 #include "load/convert.h"
 #include "plan/arch.h"
-#include "sl_bytes.h"
-#include "sl_err.h"
+#include "common/sl_bytes.h"
+#include "common/sl_err.h"
 #include "tools/tools_common.h"
 
 #include <errno.h>

@@ -1,8 +1,8 @@
 /* tools_common.c - small file helpers shared by synth.c and reshard.c (see tools_common.h). */
 #include "tools/tools_common.h"
 
-#include "sl_bytes.h"
-#include "sl_file.h"
+#include "common/sl_bytes.h"
+#include "common/sl_file.h"
 
 #include <errno.h>
 #include <inttypes.h>

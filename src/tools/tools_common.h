@@ -2,7 +2,7 @@
 #ifndef SL_TOOLS_COMMON_H
 #define SL_TOOLS_COMMON_H
 
-#include "sl_err.h"
+#include "common/sl_err.h"
 
 #include <jansson.h>
 

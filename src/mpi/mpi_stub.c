@@ -1,4 +1,4 @@
-/* dist_stub.c - multi-process loading when shardload is built without MPI (SL_WITH_MPI off):
+/* mpi_stub.c - multi-process loading when shardload is built without MPI (SL_WITH_MPI off):
  * one process, rank 0 of 1; the calls that need MPI return SL_E_UNSUPPORTED. */
 #include "load/load_internal.h"
 

@@ -1,4 +1,4 @@
-/* dist_mpi.c - multi-process loading over MPI (built with SL_WITH_MPI; dist_stub.c otherwise).
+/* mpi_load.c - multi-process loading over MPI (built with SL_WITH_MPI; mpi_stub.c otherwise).
  *
  * Rank r owns mesh devices [r*K, (r+1)*K) and allocates only those. Two strategies:
  * - independent: each rank runs the ordinary read-once engine on a view of the plan holding only
@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sl_bytes.h"
+#include "common/sl_bytes.h"
 
 #define DIST_MSG 1024
 
