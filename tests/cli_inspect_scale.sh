@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # cli_inspect_scale.sh - opening and listing a checkpoint is linear in files + tensors (issue 18
-# item 14): 10,000 shards of 20 tensors each, listed as text, take about as long as --json, and so
-# does opening them through an index (the text listing once counted each file's tensors by walking
-# every tensor, and matching an index to its shards once searched the shard list for every entry:
-# both quadratic, seconds here).
+# item 14): 10,000 shards of 20 tensors each, listed as text, take about as long as --json (the
+# text listing once counted each file's tensors by walking every tensor: 6 to 9 s here against
+# 0.3 s), and opening them through an index stays within a few times that.
 # Usage: cli_inspect_scale.sh path/to/shardload
 set -u
 SL=${1:?usage: cli_inspect_scale.sh SHARDLOAD}
@@ -49,10 +48,14 @@ json=$(timed "$T/plain.json" "$SL" inspect "$T/plain" --json)
 text=$(timed "$T/plain.txt" "$SL" inspect "$T/plain")
 ijson=$(timed "$T/indexed.json" "$SL" inspect "$T/indexed" --json)
 echo "inspect of $N files of $K tensors: --json ${json} ms, text ${text} ms; with an index: --json ${ijson} ms"
-# linear: the same work as --json, give or take the formatting (generous for loaded machines)
-[ "$text" -le $((3 * json + 1000)) ] || fail "text listing took ${text} ms against ${json} ms for --json"
-# the index adds one parse of its 200,000 entries (the quadratic match added a second or more)
-[ "$ijson" -le $((2 * json + 500)) ] || fail "opening with an index took ${ijson} ms against ${json} ms without"
+# linear: the same work as --json, give or take the formatting (generous for loaded machines). The
+# index adds one parse of its 200,000 entries, about 2x; this bound is a guard only (the quadratic
+# match of entries to shards, fixed with the listing, cost 0.5 to 1.5 s more here, within noise of
+# it). Under a sanitizer the library's code is slower and jansson's is not: looser ratios there.
+tf=3 tc=1000 xf=3 xc=700
+nm "$SL" 2>/dev/null | grep -q __asan_init && tf=4 tc=2000 xf=4 xc=2000
+[ "$text" -le $((tf * json + tc)) ] || fail "text listing took ${text} ms against ${json} ms for --json"
+[ "$ijson" -le $((xf * json + xc)) ] || fail "opening with an index took ${ijson} ms against ${json} ms without"
 grep -q "^total: $N files, $((K * N)) tensors, 200,000 data bytes" "$T/plain.txt" ||
     fail "text totals: $(tail -1 "$T/plain.txt")"
 grep -q "model-10000-of-10000.safetensors  .* bytes  $K tensors$" "$T/plain.txt" ||
