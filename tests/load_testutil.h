@@ -4,8 +4,8 @@
 #define SL_LOAD_TESTUTIL_H
 
 #include "expect.h"
-#include "load/load_internal.h"
-#include "plan/plan_internal.h"
+#include "load/engine.h"
+#include "plan/plan_data.h"
 
 #include <fcntl.h>
 #include <stdio.h>

@@ -5,7 +5,7 @@
 #include "expect.h"
 #include "shardload.h"
 
-#include "plan/plan_internal.h"
+#include "plan/plan_data.h"
 #include "plan/rules_builtin.h"
 
 #include <stdio.h>

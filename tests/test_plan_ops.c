@@ -9,7 +9,7 @@
 #include "expect.h"
 #include "shardload.h"
 
-#include "plan/plan_internal.h"
+#include "plan/plan_data.h"
 
 #include <stdarg.h>
 #include <stdint.h>

@@ -9,7 +9,7 @@
  * Parameters are independent, so worker threads take them one at a time; each generates into its
  * own bounded buffer and writes through the device ops (so non-host backends work too). */
 #include "load/convert.h"
-#include "load/load_internal.h"
+#include "load/engine.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -1,14 +1,15 @@
-/* load_internal.h - the loading executor's internal entry points and the sl_model handle.
+/* engine.h - the loading engine as the layers above it use it: the load job, the executor's entry
+ * points and the sl_model handle.
  *
  * sl_load (load.c) only translates a checkpoint into a list of files and calls sl_load_files, so
  * the engine can be driven (and tested) with plain files and hand-built plans. */
-#ifndef SL_LOAD_INTERNAL_H
-#define SL_LOAD_INTERNAL_H
+#ifndef SL_LOAD_ENGINE_H
+#define SL_LOAD_ENGINE_H
 
 #include "shardload.h"
 
 #include "device/device.h"
-#include "plan/plan_internal.h"
+#include "plan/plan_data.h"
 #include "common/sl_err.h"
 
 #include <pthread.h>
@@ -133,4 +134,4 @@ uint32_t sl_mt19937_next(sl_mt19937 *g);
 /* Dummy value n elements starting at draw 0 of a freshly seeded generator, in dtype dt. */
 void sl_dummy_values(sl_mt19937 *g, sl_dtype dt, void *dst, size_t n);
 
-#endif /* SL_LOAD_INTERNAL_H */
+#endif /* SL_LOAD_ENGINE_H */

@@ -3,7 +3,7 @@
  * and either hand back a complete model or free everything. A failed load never leaves a model
  * with devices: n_devices is 0 and only the message remains. */
 #include "load/convert.h"
-#include "load/load_internal.h"
+#include "load/engine.h"
 
 #include <pthread.h>
 #include <stdlib.h>

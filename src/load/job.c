@@ -3,7 +3,7 @@
  * (path and size: a different size at read time is SL_E_CHANGED) and a view of the plan that
  * holds only the mesh devices this process loads, so that the engine reads only the bytes they
  * need; nobody edits a plan handle to get there. */
-#include "load/load_internal.h"
+#include "load/engine.h"
 
 #include <stdlib.h>
 

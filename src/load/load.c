@@ -1,7 +1,7 @@
 /* load.c - sl_load: the public entry point. It only turns the checkpoint into the list of files
  * (path and size as seen when it was opened and planned) and runs the executor on them; keeping it
  * apart lets tests drive the executor without the checkpoint reader. */
-#include "load/load_internal.h"
+#include "load/engine.h"
 
 #include <stdlib.h>
 

@@ -1,5 +1,5 @@
 /* model.c - the sl_model handle: per-device buffers of a finished load, and their getters. */
-#include "load/load_internal.h"
+#include "load/engine.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* read.c - "read once, place everywhere": the checkpoint side of a whole load in one process
- * (sl_load_read, load_internal.h). Every COPY operation of every device is read once, in large
+ * (sl_load_read, engine.h). Every COPY operation of every device is read once, in large
  * requests through a fixed set of staging slots, several in flight, and each completed chunk is
  * scattered into every operation that intersects it. The pieces are listed in read_ctx.h. */
 #include "load/read_ctx.h"

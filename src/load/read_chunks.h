@@ -25,7 +25,7 @@
 #define SL_READ_CHUNKS_H
 
 #include "common/sl_err.h"
-#include "plan/plan_internal.h"
+#include "plan/plan_data.h"
 
 #include <stdint.h>
 

@@ -9,14 +9,14 @@
  *   read_scatter.c   scatter and copy strategies: a completed chunk into every device op
  *   read_pipeline.c  several reads in flight, device fences and marks around slot reuse
  *   read.c           sl_load_read: the whole load in one process
- *   read_step.c      the stepwise API of read_internal.h (src/mpi/: ranks share a chunk list)
+ *   read_step.c      the stepwise API of read_step.h (src/mpi/: ranks share a chunk list)
  *
  * Host memory: the slots (staging budget) plus the metadata arrays. */
 #ifndef SL_READ_CTX_H
 #define SL_READ_CTX_H
 
 #include "io/io.h"
-#include "load/load_internal.h"
+#include "load/engine.h"
 #include "load/read_chunks.h"
 
 #include "common/sl_pool.h"

@@ -3,7 +3,7 @@
  * asynchronously, and the staging block itself (populated once, page-locked for such devices).
  * docs/engine.md "Fixed staging" and "Slots follow CPUs". */
 #include "load/read_ctx.h"
-#include "load/read_internal.h"
+#include "load/read_step.h"
 
 #include <stdlib.h>
 #include <sys/mman.h>

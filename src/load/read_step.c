@@ -1,9 +1,9 @@
-/* read_step.c - the read engine in pieces (read_internal.h), for loads that do not run its whole
+/* read_step.c - the read engine in pieces (read_step.h), for loads that do not run its whole
  * pipeline in one process: src/mpi/'s ranks share one chunk list, each reads its own chunks into
  * two staging slots and scatters what it read or received into its local devices. Set up by
  * rd_setup like the whole load, without direct reads (other ranks may need any chunk's bytes). */
 #include "load/read_ctx.h"
-#include "load/read_internal.h"
+#include "load/read_step.h"
 
 #include <stdlib.h>
 

@@ -1,4 +1,4 @@
-/* read_internal.h - the read-once engine (read_ctx.h) taken apart, for loads that do not run its
+/* read_step.h - the read-once engine (read_ctx.h) taken apart, for loads that do not run its
  * whole pipeline in one process (src/mpi/: several ranks share one chunk list). Defined in
  * read_step.c (sl_rd_ring_budget: read_staging.c).
  *
@@ -6,10 +6,10 @@
  * every process that opens the same plan with the same options gets the same chunks. Reads go
  * into two staging slots (the next chunk while the current one is used); scatters only reach the
  * devices marked local. */
-#ifndef SL_READ_INTERNAL_H
-#define SL_READ_INTERNAL_H
+#ifndef SL_LOAD_READ_STEP_H
+#define SL_LOAD_READ_STEP_H
 
-#include "load/load_internal.h"
+#include "load/engine.h"
 
 typedef struct sl_rd sl_rd;
 
@@ -78,4 +78,4 @@ sl_status sl_rd_segments(const sl_rd *r, const sl_rd_chunk *c, int32_t d0, int32
 /* Records bytes_read, staging_peak, io and engine in stats (may be NULL) and frees r. */
 void sl_rd_close(sl_rd *r, sl_load_stats *stats);
 
-#endif /* SL_READ_INTERNAL_H */
+#endif /* SL_LOAD_READ_STEP_H */

@@ -3,7 +3,7 @@
  * Rank r owns mesh devices [r*K, (r+1)*K) and allocates only those. Two strategies:
  * - independent: each rank runs the ordinary read-once engine on a view of the plan holding only
  *   its devices, so it reads the bytes they need (small gaps merged, as in one process).
- * - cooperative: every rank builds the same chunk list from the whole plan (read_internal.h) and
+ * - cooperative: every rank builds the same chunk list from the whole plan (read_step.h) and
  *   owns a contiguous run of chunks, balanced by bytes, so each byte is read by one rank. In round
  *   k every rank takes its k-th chunk (or nothing) from one of its two read slots, starts reading
  *   its next chunk into the other (so reads overlap the exchange and the scatters), and one
@@ -17,8 +17,8 @@
  * rank, then a broadcast of its message), so all ranks leave at the same point and none waits in
  * a collective that others skipped. MPI's own errors keep the default MPI_ERRORS_ARE_FATAL: they
  * mean the transport broke, and aborting the job is the only way not to hang. */
-#include "load/load_internal.h"
-#include "load/read_internal.h"
+#include "load/engine.h"
+#include "load/read_step.h"
 
 #include <limits.h>
 #include <mpi.h>

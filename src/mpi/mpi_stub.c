@@ -1,6 +1,6 @@
 /* mpi_stub.c - multi-process loading when shardload is built without MPI (SL_WITH_MPI off):
  * one process, rank 0 of 1; the calls that need MPI return SL_E_UNSUPPORTED. */
-#include "load/load_internal.h"
+#include "load/engine.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* plan_api.c - the public getters of a plan (shardload.h, "placement plans"). */
-#include "plan/plan_internal.h"
+#include "plan/plan_data.h"
 
 #include <string.h>
 

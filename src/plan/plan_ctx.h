@@ -4,7 +4,7 @@
 #define SL_PLAN_CTX_H
 
 #include "plan/arch.h"
-#include "plan/plan_internal.h"
+#include "plan/plan_data.h"
 
 /* A parameter of the layout: the rules (checkpoint tensors) that fill it. In layout tp a rule group;
  * in layout spmd one rule each (no fusing). */

@@ -1,4 +1,4 @@
-/* plan_internal.h - the in-memory plan that the planner (src/plan) builds and the loading engine
+/* plan_data.h - the in-memory plan that the planner (src/plan) builds and the loading engine
  * (src/load) executes. A plan does no I/O: for every device it lists the parameters the device
  * holds and the operations that fill them.
  *
@@ -16,8 +16,8 @@
  *  hold data and which are padding): their `file` is -1 and src_offset is relative to the start
  *  of the checkpoint tensor.
  * Operations of a device are sorted by (file, src_offset). */
-#ifndef SL_PLAN_INTERNAL_H
-#define SL_PLAN_INTERNAL_H
+#ifndef SL_PLAN_DATA_H
+#define SL_PLAN_DATA_H
 
 #include "shardload.h"
 
@@ -84,4 +84,4 @@ struct sl_plan {
  * the last stage's copy of a tied embedding (sl_plan.tied_stored). */
 const char *sl_plan_stored_name(const sl_plan *p, const sl_plan_device *d, const char *param);
 
-#endif /* SL_PLAN_INTERNAL_H */
+#endif /* SL_PLAN_DATA_H */

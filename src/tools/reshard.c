@@ -7,8 +7,8 @@
 #include "shardload.h"
 
 #include "device/device.h"
-#include "load/load_internal.h"
-#include "plan/plan_internal.h"
+#include "load/engine.h"
+#include "plan/plan_data.h"
 #include "common/sl_bytes.h"
 #include "common/sl_err.h"
 #include "tools/reshard_outdir.h"
