@@ -52,6 +52,8 @@ sl_status sl_plan_bind_checkpoint(plan_ctx *c);
 /* plan_presharded.c: operations for a pre-sharded directory (sl_checkpoint_file_rank >= 0): each
  * parameter one copy of its own device's tensor. Replaces the ops devices_build made. */
 sl_status sl_plan_bind_presharded(plan_ctx *c);
+/* plan_tied.c: the names a tied embedding is planned and stored under (sl_plan.tied_*). */
+sl_status sl_plan_tied_names(sl_plan *p, const sl_arch *m);
 /* plan_totals.c: sorts each device's ops, fills file_bytes and read_bytes. */
 sl_status sl_plan_finish(plan_ctx *c);
 
