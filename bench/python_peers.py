@@ -494,8 +494,12 @@ def bench(ck: str) -> None:
     if any(r[3] == "cli" for r in runs) and not os.access(cli, os.X_OK):
         raise SystemExit(f"python_peers: no CLI at {cli} (make, or set SL_CLI)")
     rel = os.path.relpath(ck, ROOT)
-    meta = {"meta": True, "ckpt": ck if rel.startswith("..") else rel, "rounds": rounds, "tps": tps,
-            "seed": seed,
+    meta_ck = ck if rel.startswith("..") else rel
+    meta = {"meta": True, "ckpt": meta_ck, "rounds": rounds, "tps": tps,
+            "seed": seed, "command": " ".join(
+                ["%s=%s" % (k, v) for k, v in sorted(os.environ.items())
+                 if k.startswith(("BENCH_", "SL_CLI", "SHARDLOAD_")) and k not in ("BENCH_PY_OUT", "BENCH_PY_MD")]
+                + [os.path.relpath(sys.executable, ROOT), "bench/python_peers.py", meta_ck]),
             "caches": caches, "checkpoint_bytes": sum(os.path.getsize(f) for f in files),
             "versions": versions(), "machine": machine(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
             "cli": cli, "commit": os.environ.get("BENCH_PY_COMMIT") or git_head(),
@@ -628,6 +632,9 @@ def report(src: str, md: str) -> None:
         *(meta.get("versions", {}).get(k) for k in ("torch", "safetensors", "fastsafetensors",
                                                       "runai-model-streamer", "shardload")),
         meta.get("commit"), meta.get("machine", "?"), meta.get("started", "?")), ""]
+    if meta.get("command"):
+        L += ["Run: `%s`%s." % (meta["command"], " (%s)" % meta["command_note"]
+                                if meta.get("command_note") else ""), ""]
     L += ["Every contender ends with the same bytes in memory it owns: the plan's parameters in "
           "vLLM's layout (fused qkv/gate_up), per rank. Scope `all`: one process holds all T ranks' "
           "shards (peers read each tensor whole once and copy each rank's slice into its "
@@ -645,9 +652,14 @@ def report(src: str, md: str) -> None:
           "hashed its shards; same bytes = equal to shardload.load's, parameter by parameter.", ""]
     la = [r["loadavg"] for r in runs if "loadavg" in r]
     if la:
+        busy = statistics.median(la) > (os.cpu_count() or 1) / 2
         L += ["Machine load (1-minute load average when each run started, other processes "
-              "included): median %.2f, max %.2f on %s cores." % (
-                  statistics.median(la), max(la), os.cpu_count()), ""]
+              "included): median %.2f, max %.2f on %s cores.%s" % (
+                  statistics.median(la), max(la), os.cpu_count(),
+                  " Other work shared the machine during this run: single runs swing widely "
+                  "(see the min-max ranges), and ratios within about 2x of each other can change "
+                  "sides from one full run to the next; the byte and memory figures do not." if busy else ""),
+              ""]
     L += ["| cache | T | scope | contender | seconds med (min-max) | GB/s | CPU s | peak RSS MiB | "
           "beyond shards MiB | its s / shardload.load's | its s / load_into's | bytes |",
           "|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
