@@ -52,7 +52,7 @@ echo "inspect of $N files of $K tensors: --json ${json} ms, text ${text} ms; wit
 # index adds one parse of its 200,000 entries, about 2x; this bound is a guard only (the quadratic
 # match of entries to shards, fixed with the listing, cost 0.5 to 1.5 s more here, within noise of
 # it). Under a sanitizer the library's code is slower and jansson's is not: looser ratios there.
-tf=3 tc=1000 xf=3 xc=700
+tf=4 tc=1500 xf=5 xc=1500
 nm "$SL" 2>/dev/null | grep -q __asan_init && tf=4 tc=2000 xf=4 xc=2000
 [ "$text" -le $((tf * json + tc)) ] || fail "text listing took ${text} ms against ${json} ms for --json"
 [ "$ijson" -le $((xf * json + xc)) ] || fail "opening with an index took ${ijson} ms against ${json} ms without"
