@@ -2,7 +2,8 @@
 # make bench: shardload against the machine's limits and the alternatives, on the same files, in
 # one run, interleaved (A B C A B C ...) so that drift on a shared machine hits every contender alike.
 # Writes bench/RESULTS.md, bench/results.jsonl, bench/mpi.jsonl, bench/ring.jsonl (ring_sim.sh)
-# and bench/chart.png; RESULTS.md also carries bench/ring.md, bench/python_peers.md (python_peers.sh)
+# and bench/chart.png; RESULTS.md also carries bench/ring.md, bench/python_peers.md (python_peers.sh),
+# bench/jax_peers.md (jax_peers.py)
 # and, when present, bench/gpu.md.
 #
 # Knobs: BENCH_CONFIG (a name in ../shared/configs, default tinyllama-1.1b, about 2.2 GB in bf16),
@@ -124,6 +125,18 @@ if [[ ${BENCH_PY:-1} != 0 ]]; then
   fi
 fi
 # ---- end of Python peers --------------------------------------------------------------------------
+
+# ---- JAX peers (bench/jax_peers.py; issue 14 item 5) -----------------------------------------------
+# shardload.jax.load against safe_open + device_put per tensor and orbax-checkpoint's safetensors
+# loader, on 8 virtual CPU devices, same files: bench/jax_peers.{jsonl,md}. BENCH_JAX=0 skips it.
+if [[ ${BENCH_JAX:-1} != 0 ]]; then
+  echo "bench: JAX peers (bench/jax_peers.py)" >&2
+  if ! { scripts/pyenv.sh && .venv/bin/pip install -q -r python/requirements-bench.txt &&
+         .venv/bin/python bench/jax_peers.py "$CK" bench/jax_peers.jsonl bench/jax_peers.md; }; then
+    echo "bench: jax peers failed" >&2
+    printf '## JAX peers (bench/jax_peers.py, issue 14 item 5)\n\nNot run: it failed in this run (see its output).\n' > bench/jax_peers.md
+  fi
+fi
 
 $PY bench/report.py "$OUT" bench/RESULTS.md bench/chart.png "$NAME" "$ALT_TP" "$have_torch" bench/mpi.jsonl
 echo "bench: wrote bench/RESULTS.md and bench/chart.png" >&2
