@@ -197,6 +197,9 @@ static void test_replicated(const sl_checkpoint *ck)
            (unsigned long long)sl_plan_read_bytes(p));
     EXPECT(sl_plan_layout(p) == SL_LAYOUT_BOXES && sl_plan_device_count(p) == N_DEV &&
                sl_plan_total_bytes(p) == 3 * 10 * 43 * 4, "replicated: plan figures");
+    char err[256] = "";
+    EXPECT(sl_reshard(ck, p, NULL, "/nonexistent/out", 0, err, sizeof err) == SL_E_INVALID_ARG &&
+               strstr(err, "cannot be resharded"), "reshard of a box plan: %s", err);
     sl_plan_free(p);
     check_round(ck, bx, N_DEV, -1, 1000);
 }

@@ -400,6 +400,9 @@ sl_status sl_reshard(const sl_checkpoint *ck, const sl_plan *p, const sl_load_op
     sl_status st = SL_OK;
     if (!ck || !p || !outdir)
         st = sl_err_set(&r.err, SL_E_INVALID_ARG, "reshard needs a checkpoint, a plan and an output directory");
+    else if (p->layout == SL_LAYOUT_BOXES) /* no layout rule to plan the rank files back with */
+        st = sl_err_set(&r.err, SL_E_INVALID_ARG, "a plan from boxes cannot be resharded: "
+                        "reshard with layout tp or spmd");
     else
         st = reshard_run(&r, ck, o);
     reshard_done(&r, err, errlen);
