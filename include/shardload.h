@@ -323,6 +323,14 @@ typedef struct sl_load_opts {
     uint64_t gather_rows;      /* cuda: same-dtype rows narrower than this many bytes are gathered
                                   on the host into ring pieces (a benchmark knob, docs/engine.md);
                                   0: off */
+    /* pjrt backend (device "pjrt"): the PJRT plugin to dlopen (xla_cpu_pjrt.so, JAX's
+     * xla_cuda_plugin.so, libtpu.so), or, when pjrt_api is set, none: the parameters go into
+     * pjrt_client (a PJRT_Client * of that const PJRT_Api *, owned by the caller, who initialized
+     * the plugin; NULL: shardload makes one, shared by the mesh devices, destroyed with the last
+     * model that uses it). docs/design.md "The pjrt backend". */
+    const char *pjrt_plugin;
+    const void *pjrt_api;
+    void *pjrt_client;
 } sl_load_opts;
 
 void sl_load_opts_init(sl_load_opts *o);
@@ -372,6 +380,14 @@ const void *sl_model_param_host_ptr(const sl_model *m, int32_t dev, int64_t i);
  * valid on GPU sl_model_device_gpu(m, dev). Owned by the model, valid until sl_model_free. NULL
  * out of range or when the device holds no bytes. */
 void *sl_model_param_ptr(const sl_model *m, int32_t dev, int64_t i);
+/* pjrt backend: the PJRT_Buffer * of parameter i of device dev (its dtype and shape, on the PJRT
+ * device the mesh device maps to), to pass to PJRT_LoadedExecutable_Execute; borrowed, owned by
+ * the model, valid until sl_model_free. NULL for other backends and out of range. */
+void *sl_model_param_pjrt_buffer(const sl_model *m, int32_t dev, int64_t i);
+/* pjrt backend: the PJRT_Client * that holds device dev's buffers, and the plugin's
+ * const PJRT_Api *; NULL for other backends. Borrowed: valid until sl_model_free. */
+void *sl_model_pjrt_client(const sl_model *m, int32_t dev);
+const void *sl_model_pjrt_api(const sl_model *m, int32_t dev);
 /* GPU ordinal of device dev for cuda; -1 for host backends and out of range. */
 int32_t sl_model_device_gpu(const sl_model *m, int32_t dev);
 /* XXH3-64 of one parameter's bytes. */

@@ -14,7 +14,10 @@ static sl_status device_open_backend(const char *name, int32_t index, const sl_l
         return sl_device_cpu_open(index, o, segs, out, err);
     if (!strcmp(name, "cuda"))
         return sl_device_cuda_open(index, o, segs, out, err);
-    return sl_err_set(err, SL_E_INVALID_ARG, "unknown device '%s' (expected cpu or cuda)", name);
+    if (!strcmp(name, "pjrt"))
+        return sl_device_pjrt_open(index, o, segs, out, err);
+    return sl_err_set(err, SL_E_INVALID_ARG, "unknown device '%s' (expected cpu, cuda or pjrt)",
+                      name);
 }
 
 sl_status sl_device_open(const char *name, int32_t index, const sl_load_opts *o,
@@ -179,7 +182,20 @@ sl_status sl_device_mem_info(const sl_device *d, uint64_t *free_before, uint64_t
         return sl_err_set(err, SL_E_UNSUPPORTED, "device '%s' does not report free memory",
                           d->ops->name);
     d->ops->mem_info(d->ctx, free_before, free_after);
+    if (*free_before == UINT64_MAX && *free_after == UINT64_MAX)
+        return sl_err_set(err, SL_E_UNSUPPORTED, "device '%s' does not report free memory here",
+                          d->ops->name);
     return SL_OK;
+}
+
+sl_status sl_device_set_layout(const sl_device *d, const sl_device_layout *l, sl_err *err)
+{
+    return d->ops->layout ? d->ops->layout(d->ctx, l, err) : SL_OK;
+}
+
+void *sl_device_handle(const sl_device *d, sl_device_handle_kind what, int64_t i)
+{
+    return d->ops->handle ? d->ops->handle(d->ctx, what, i) : NULL;
 }
 
 int sl_device_is_async(const sl_device *d)

@@ -1,6 +1,7 @@
 /* device.h - the device backends the loading engine places shards into. A backend is an ops table
  * plus a void *ctx (STYLE.md rule 11), one instance per mesh device, chosen by name: "cpu"
- * (dev_cpu.c) or "cuda" (dev_cuda.c, CUDA runtime loaded at run time). The engine only ever asks
+ * (dev_cpu.c), "cuda" (dev_cuda.c, CUDA runtime loaded at run time) or "pjrt" (dev_pjrt.c, a PJRT
+ * plugin loaded at run time, one buffer per parameter). The engine only ever asks
  * a backend to allocate the plan's exact bytes, copy host bytes in, zero a range, copy bytes back
  * out and free.
  *
@@ -50,6 +51,21 @@ typedef struct sl_device_async_ops {
                          size_t src_pitch, size_t width, size_t rows, sl_err *err);
 } sl_device_async_ops;
 
+/* What a backend that keeps each parameter in a buffer of its own (pjrt) is told before alloc():
+ * the device's parameters, in plan order with their packed offsets. Borrowed for the call. */
+typedef struct sl_device_layout {
+    int32_t n_mesh;                 /* devices of the plan being loaded */
+    int64_t n_params;
+    const sl_param_info *params;    /* name, dtype, ndim, shape, nbytes, offset */
+} sl_device_layout;
+
+/* What sl_device_handle hands out: a backend's own objects, for engines that call its runtime. */
+typedef enum sl_device_handle_kind {
+    SL_DEVICE_HANDLE_PARAM = 0,     /* parameter i's buffer (pjrt: PJRT_Buffer *) */
+    SL_DEVICE_HANDLE_CLIENT = 1,    /* the runtime's client (pjrt: PJRT_Client *) */
+    SL_DEVICE_HANDLE_API = 2        /* the runtime's entry points (pjrt: const PJRT_Api *) */
+} sl_device_handle_kind;
+
 typedef struct sl_device_ops {
     /* Required: every backend sets every one of these. */
     const char *name;
@@ -79,8 +95,13 @@ typedef struct sl_device_ops {
     int (*zeroed)(const void *ctx);
     /* The GPU ordinal. */
     int (*gpu)(const void *ctx);
-    /* Device free memory (bytes) right before and right after alloc(). */
+    /* Device free memory (bytes) right before and right after alloc() (pjrt: before the first
+     * buffer and after the last); both UINT64_MAX when this instance cannot tell. */
     void (*mem_info)(const void *ctx, uint64_t *free_before, uint64_t *free_after);
+    /* The device's parameters, once, before alloc(). */
+    sl_status (*layout)(void *ctx, const sl_device_layout *l, sl_err *err);
+    /* The backend's own handle of a kind (i: the parameter for SL_DEVICE_HANDLE_PARAM). */
+    void *(*handle)(const void *ctx, sl_device_handle_kind what, int64_t i);
 
     /* NULL for synchronous backends (cpu, file devices); else complete. */
     const sl_device_async_ops *async;
@@ -115,6 +136,10 @@ int sl_device_gpu(const sl_device *d);
 /* SL_E_UNSUPPORTED "device 'NAME' does not report free memory" */
 sl_status sl_device_mem_info(const sl_device *d, uint64_t *free_before, uint64_t *free_after,
                              sl_err *err);
+/* SL_OK: the backend needs no layout */
+sl_status sl_device_set_layout(const sl_device *d, const sl_device_layout *l, sl_err *err);
+/* NULL: no such handle */
+void *sl_device_handle(const sl_device *d, sl_device_handle_kind what, int64_t i);
 /* The asynchronous part, all no-ops (SL_OK) for synchronous backends: */
 /* 1 when writes may complete after they return (d has the async part) */
 int sl_device_is_async(const sl_device *d);
@@ -177,6 +202,8 @@ sl_status sl_device_check_range(const char *backend, int32_t index, uint64_t siz
 sl_status sl_device_cpu_open(int32_t index, const sl_load_opts *o, const sl_device_segs *segs,
                              sl_device *out, sl_err *err);
 sl_status sl_device_cuda_open(int32_t index, const sl_load_opts *o, const sl_device_segs *segs,
+                              sl_device *out, sl_err *err);
+sl_status sl_device_pjrt_open(int32_t index, const sl_load_opts *o, const sl_device_segs *segs,
                               sl_device *out, sl_err *err);
 
 #endif /* SL_DEVICE_H */

@@ -143,9 +143,26 @@ static int has_param_dest(const sl_load_opts *o, int32_t index)
     return o->param_dest && index >= 0 && index < o->n_param_dest && o->param_dest[index];
 }
 
-static sl_status open_device(sl_model_dev *md, const sl_plan_device *pd, const sl_load_opts *o,
+/* Device d's parameters, for backends that keep a buffer per parameter (pjrt); the mesh size is
+ * tp * pp, also in a view of some of its devices. */
+static sl_status describe_device(const sl_device *dev, const sl_plan *p, int32_t d, sl_err *err)
+{
+    const int64_t n = p->devices[d].n_params;
+    sl_param_info *params = calloc((size_t)n + 1, sizeof *params);
+    if (!params)
+        return sl_err_set(err, SL_E_NOMEM, "out of memory");
+    for (int64_t k = 0; k < n; k++)
+        (void)sl_plan_param(p, d, k, &params[k]);
+    const sl_device_layout l = {.n_mesh = p->tp * p->pp, .n_params = n, .params = params};
+    const sl_status st = sl_device_set_layout(dev, &l, err);
+    free(params);
+    return st;
+}
+
+static sl_status open_device(sl_model_dev *md, const sl_plan *p, int32_t d, const sl_load_opts *o,
                              sl_err *err)
 {
+    const sl_plan_device *pd = &p->devices[d];
     md->n_params = pd->n_params;
     md->bytes = pd->bytes;
     md->param_off = calloc((size_t)pd->n_params + 1, sizeof *md->param_off);
@@ -166,6 +183,7 @@ static sl_status open_device(sl_model_dev *md, const sl_plan_device *pd, const s
         use = &segs;
     }
     SL_TRY(sl_device_open(o->device, pd->index, o, use, &md->dev, err));
+    SL_TRY(describe_device(&md->dev, p, d, err));
     return sl_device_alloc(&md->dev, pd->bytes, err);
 }
 
@@ -178,7 +196,7 @@ static sl_status open_devices(sl_model *m, const sl_plan *p, int32_t first, int3
     m->n_devices = count;
     m->first_device = first;
     for (int32_t i = 0; i < count; i++)
-        SL_TRY(open_device(&m->devs[i], &p->devices[first + i], o, &m->err));
+        SL_TRY(open_device(&m->devs[i], p, first + i, o, &m->err));
     return SL_OK;
 }
 
