@@ -14,10 +14,10 @@ static void load_help(FILE *out)
 {
     fprintf(out,
             "usage: shardload load PATH [--tp T] [--pp P] [--layout tp|spmd] [--dtype D]\n"
-            "                      [--device cpu|cuda] [--io auto|direct|buffered] [--threads N]\n"
+            "                      [--device cpu|cuda|pjrt] [--io auto|direct|buffered] [--threads N]\n"
             "                      [--staging MiB] [--request MiB] [--format auto|dummy] [--seed S]\n"
             "                      [--checksums] [--json] [--config FILE] [--rules FILE]\n"
-            "                      [--gpus LIST] [--numa]\n\n"
+            "                      [--gpus LIST] [--numa] [--pjrt-plugin PATH]\n\n"
             "Loads a safetensors checkpoint into a mesh of devices, each device getting exactly its\n"
             "shard (SHARDING.md), reading each checkpoint byte once in large parallel requests under\n"
             "a fixed host staging budget; then reports the time, throughput, bytes read, the bytes\n"
@@ -29,12 +29,17 @@ static void load_help(FILE *out)
             "  --layout L      tp (vLLM tensor parallel, default) or spmd (XLA/GSPMD 1-D mesh)\n"
             "  --dtype D       target dtype bf16, f16 or f32 (converted while loading, round to\n"
             "                  nearest even); default the config's torch_dtype\n"
-            "  --device D      cpu (default: one host allocation per device) or cuda (CUDA runtime\n"
+            "  --device D      cpu (default: one host allocation per device), cuda (CUDA runtime\n"
             "                  loaded at run time: $SL_CUDART, else libcudart.so.13/12/11 from\n"
-            "                  the loader's path or /usr/local/cuda)\n"
+            "                  the loader's path or /usr/local/cuda) or pjrt (a PJRT plugin)\n"
             "  --numa          cpu: bind device d's memory to NUMA node d %% number of nodes\n"
             "  --gpus LIST     cuda: GPU of each mesh device, e.g. 0,1,0,1; default device d on\n"
             "                  GPU d %% number of GPUs\n"
+            "  --pjrt-plugin PATH  pjrt: the PJRT plugin to load (XLA's CPU plugin\n"
+            "                  xla_cpu_pjrt.so, JAX's xla_cuda_plugin.so, libtpu.so); each\n"
+            "                  parameter becomes one PJRT buffer of its dtype and shape, device d\n"
+            "                  on PJRT device d %% addressable devices (the CPU plugin is given\n"
+            "                  the mesh size); checksums read the buffers back\n"
             "  --io M          auto (default: buffered when the file is mostly in the page cache,\n"
             "                  else O_DIRECT), direct or buffered\n"
             "  --threads N     I/O threads / requests in flight (for cuda, also the number of\n"
@@ -79,7 +84,7 @@ static void load_help(FILE *out)
 static const char *const load_allowed[] = {
     "--tp",      "--pp",     "--layout", "--dtype",  "--device", "--io",   "--threads",
     "--staging", "--request", "--format", "--seed",   "--config", "--rules",  "--gpus", "--dist",
-    "--devices-per-rank",    "--json",   "--checksums", "--numa", NULL};
+    "--devices-per-rank",    "--json",   "--checksums", "--numa", "--pjrt-plugin", NULL};
 
 /* Returns -1 after --help, else an exit code (CLI_EXIT_OK to go on). */
 static int load_parse(int argc, char **argv, cli_opts *a)

@@ -68,7 +68,8 @@ static int opts_enum(cli_opts *o, const char *opt, const char *v)
         o->po.dtype = (int32_t)dt;
     else if (!strcmp(opt, "--layout") && (!strcmp(v, "tp") || !strcmp(v, "spmd")))
         o->po.layout = !strcmp(v, "tp") ? SL_LAYOUT_TP : SL_LAYOUT_SPMD;
-    else if (!strcmp(opt, "--device") && (!strcmp(v, "cpu") || !strcmp(v, "cuda")))
+    else if (!strcmp(opt, "--device") &&
+             (!strcmp(v, "cpu") || !strcmp(v, "cuda") || !strcmp(v, "pjrt")))
         o->lo.device = v;
     else if (!strcmp(opt, "--io") && !strcmp(v, "auto"))
         o->lo.io = SL_IO_AUTO;
@@ -114,6 +115,11 @@ static int opts_value(cli_opts *o, const char *opt, const char *v)
             rc = cli_usage_error(o->cmd, "--max-part-size needs a size, e.g. 5GB or 512MiB");
     } else if (!strcmp(opt, "--gpus")) {
         rc = opts_gpus(o, v);
+    } else if (!strcmp(opt, "--pjrt-plugin")) {
+        o->lo.pjrt_plugin = v;
+        /* XLA's plugins log INFO lines to stderr (absl) unless told not to, and stderr is the one
+         * line of an error; a value the user set wins. */
+        setenv("TF_CPP_MIN_LOG_LEVEL", "1", 0);
     } else if (!strcmp(opt, "--config")) {
         o->po.config_path = v;
     } else if (!strcmp(opt, "--rules")) {
