@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ctypes
+import os
 import resource
 import sys
 from collections.abc import Callable, Iterable, Mapping
@@ -93,8 +94,8 @@ def _int_list(name: str, v: Iterable[int] | None) -> list[int] | None:
 
 def _load_opts(device: str, io: str, staging: int, threads: int, dummy: bool,
                seed: int) -> N.LoadOpts:
-    if device not in ("cpu", "cuda"):
-        raise ValueError(f"device {device!r}: expected 'cpu' or 'cuda'")
+    if device not in ("cpu", "cuda", "pjrt"):
+        raise ValueError(f"device {device!r}: expected 'cpu', 'cuda' or 'pjrt'")
     if io not in _IO:
         raise ValueError(f"io {io!r}: expected 'auto', 'direct' or 'buffered'")
     for what, v in (("staging", staging), ("threads", threads), ("seed", seed)):
@@ -215,6 +216,9 @@ class Model:
         return out
 
     def _view(self, d: int, i: int, p: Param) -> _dlpack.DLPackView:
+        if self.device == "pjrt":
+            raise DeviceError("SL_E_DEVICE", f"device {d} holds PJRT buffers, which have no "
+                              "address to view; use .read(d, name) or .checksums(d)")
         k = self._local_of(d)
         gpu = N.lib.sl_model_device_gpu(self._h().h, k)
         dev = (_dlpack.KDL_CUDA, gpu) if gpu >= 0 else (_dlpack.KDL_CPU, 0)
@@ -269,13 +273,20 @@ def load(path: Any = None, *, tp: int = 1, pp: int = 1, ep: bool = False, layout
          dtype: Any = None, device: str = "cpu", gpus: Iterable[int] | None = None,
          devices: Iterable[int] | None = None, io: str = "auto", staging: int = 64 << 20,
          threads: int = 0, dummy: bool = False, seed: int = 1234, config: Any = None,
-         rules: Any = None, progress: Progress = None) -> Model:
+         rules: Any = None, progress: Progress = None, pjrt_plugin: Any = None) -> Model:
     """Plans path for a tp x pp mesh and loads the devices this process wants (all by default).
 
     With dummy=True and no path the plan comes from config alone and no file is read.
+    device="pjrt" puts each parameter in a PJRT buffer through the plugin at pjrt_plugin
+    (e.g. XLA's CPU plugin xla_cpu_pjrt.so); its bytes come back with .read and .checksums.
     """
     o = _load_opts(device, io, staging, threads, dummy, seed)
     keep: list[Any] = []
+    if (pjrt_plugin is not None) != (device == "pjrt"):
+        raise ValueError("pjrt_plugin= goes with device='pjrt', and device='pjrt' needs it")
+    if pjrt_plugin is not None:
+        keep.append(os.fsencode(pjrt_plugin))
+        o.pjrt_plugin = keep[-1]
     _set_list(o, keep, "gpus", "n_gpus", _int_list("gpus", gpus))
     _set_list(o, keep, "devices", "n_devices", _int_list("devices", devices))
     if path is None and not dummy:
