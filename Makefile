@@ -25,6 +25,7 @@ install: all
 # fuzz corpus replay again under ASan+UBSan.
 test:
 	@scripts/deps.sh test
+	@scripts/pyenv.sh   # first: ctest's cli_pjrt_real finds XLA's CPU PJRT plugin in .venv
 	$(MAKE) --no-print-directory test-release test-python test-asan
 
 test-release: all
