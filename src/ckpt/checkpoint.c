@@ -62,7 +62,7 @@ static sl_status ck_read_header_fd(int fd, ck_file *f, sl_err *e)
     unsigned char *buf = NULL;
     uint64_t n = 0;
     sl_status st = SL_OK;
-    if (ck_pread_full(fd, first8, f->size < 8 ? (size_t)f->size : 8, 0) != 0)
+    if (sl_pread_full(fd, first8, f->size < 8 ? (size_t)f->size : 8, 0) != 0)
         return ck_fail_errno(e, f->path, "read", false);
     st = st_prefix_check(first8, f->size, &n, e);
     if (st != SL_OK)
@@ -72,7 +72,7 @@ static sl_status ck_read_header_fd(int fd, ck_file *f, sl_err *e)
         st = sl_err_set(e, SL_E_NOMEM, "out of memory for a %" PRIu64 "-byte header", n);
         goto out;
     }
-    if (ck_pread_full(fd, buf, (size_t)n, 8) != 0) {
+    if (sl_pread_full(fd, buf, (size_t)n, 8) != 0) {
         st = ck_fail_errno(e, f->path, "read", false);
         free(buf);
         return st;
@@ -251,7 +251,7 @@ static sl_status ck_read_index(const char *path, st_index *ix, sl_err *e)
         st = sl_err_set(e, SL_E_NOMEM, "%s: out of memory", path);
         goto out;
     }
-    if (ck_pread_full(fd, buf, (size_t)sb.st_size, 0) != 0) {
+    if (sl_pread_full(fd, buf, (size_t)sb.st_size, 0) != 0) {
         st = ck_fail_errno(e, path, "read", false);
         goto out;
     }

@@ -6,25 +6,6 @@
 #include <string.h>
 #include <unistd.h>
 
-int ck_pread_full(int fd, void *buf, size_t n, uint64_t off)
-{
-    unsigned char *p = buf;
-    while (n > 0) {
-        const ssize_t r = pread(fd, p, n, (off_t)off);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0) {
-            if (r == 0)
-                errno = 0;
-            return -1;
-        }
-        p += r;
-        n -= (size_t)r;
-        off += (uint64_t)r;
-    }
-    return 0;
-}
-
 int ck_pwrite_full(int fd, const void *buf, size_t n, uint64_t off)
 {
     const unsigned char *p = buf;

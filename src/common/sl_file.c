@@ -45,10 +45,11 @@ const char *sl_file_kind(unsigned mode)
     return "not a plain file";
 }
 
-static int read_full(int fd, char *p, size_t n)
+int sl_pread_full(int fd, void *buf, size_t n, uint64_t off)
 {
+    unsigned char *p = buf;
     while (n > 0) {
-        const ssize_t r = read(fd, p, n);
+        const ssize_t r = pread(fd, p, n, (off_t)off);
         if (r < 0 && errno == EINTR)
             continue;
         if (r <= 0) {
@@ -58,6 +59,7 @@ static int read_full(int fd, char *p, size_t n)
         }
         p += r;
         n -= (size_t)r;
+        off += (uint64_t)r;
     }
     return 0;
 }
@@ -85,7 +87,7 @@ sl_status sl_file_read_all(const char *path, size_t max, sl_status st, sl_err *e
         ret = sl_err_set(err, SL_E_NOMEM, "%s: out of memory", path);
         goto out;
     }
-    if (read_full(fd, b, (size_t)size) != 0) {
+    if (sl_pread_full(fd, b, (size_t)size, 0) != 0) {
         ret = sl_err_set(err, st, "%s: read: %s", path, errno ? strerror(errno) : "unexpected end of file");
         goto out;
     }

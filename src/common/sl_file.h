@@ -23,6 +23,10 @@ int sl_file_open_regular(const char *path, struct stat *sb);
 /* "a FIFO", "a directory", "a character device", ...: what a non-regular st_mode is, for messages. */
 const char *sl_file_kind(unsigned mode);
 
+/* Reads exactly n bytes at off, retrying on EINTR and short reads. Returns 0, or -1 with errno set
+ * (errno 0 when the file ended early). */
+int sl_pread_full(int fd, void *buf, size_t n, uint64_t off);
+
 /* Reads a whole regular file of at most max bytes into *buf (NUL-terminated, free() it) and *len.
  * Failures are recorded in err with status st and read "<path>: <what>", e.g. "<path>: not a
  * regular file (a FIFO)" or "<path>: cannot open: No such file or directory". */
