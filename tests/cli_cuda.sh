@@ -13,15 +13,7 @@ FAKE=${FAKE_CUDART:-$(dirname "$SL")/tests/libfake_cudart.so}
 . "$(dirname "$0")/lib.sh"
 [ -f "$FAKE" ] || { echo "FAIL: fake CUDA runtime not found at $FAKE (set FAKE_CUDART)" >&2; exit 1; }
 
-tiny_config "$T/tiny.json"
-if ! "$SL" synth --config "$T/tiny.json" "$T/ck" --max-shard-size 600KB >/dev/null 2>"$T/err"; then
-    echo "skip: synth unavailable: $(cat "$T/err")" >&2
-    exit 77
-fi
-CK="$T/ck"
-one_line_error() { # rc file pattern
-    [ "$1" -eq 1 ] && [ "$(wc -l <"$2")" -eq 1 ] && grep -q "^shardload: error: .*$3" "$2"
-}
+tiny_ckpt
 # Runs shardload on the stand-in; the stand-in appends its counters to $T/log at exit.
 fake() { rm -f "$T/log"; FAKE_CUDA_LOG="$T/log" SL_CUDART="$FAKE" "$SL" "$@"; }
 counter() { sed -n "s/.* $1=\([0-9]*\).*/\1/p" "$T/log"; }

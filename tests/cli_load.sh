@@ -7,12 +7,7 @@ set -u
 SL=${1:?usage: cli_load.sh SHARDLOAD}
 . "$(dirname "$0")/lib.sh"
 
-tiny_config "$T/tiny.json"
-if ! "$SL" synth --config "$T/tiny.json" "$T/ck" --max-shard-size 600KB >/dev/null 2>"$T/err"; then
-    echo "skip: synth unavailable: $(cat "$T/err")" >&2
-    exit 77
-fi
-CK="$T/ck"
+tiny_ckpt
 json_field() { sed -n "s/.*\"$1\":\([^,}]*\).*/\1/p" | head -1 | tr -d '"'; }
 
 # 1. same checksums for every engine x io mode; bytes read once; allocations equal the plan

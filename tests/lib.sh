@@ -5,6 +5,10 @@
 #   tiny_config FILE [KV_HEADS]
 #                a 2-layer Llama with hidden size 256 and a vocabulary of 1001, which no TP degree
 #                divides, so every split pads (2 KV heads unless told)
+#   tiny_ckpt    synthesizes tiny_config's model into $T/ck (shards of 600 KB, an index) and sets
+#                CK; exit 77 (skip) when synth cannot run
+#   one_line_error RC FILE PATTERN
+#                true when RC is 1 and FILE is one "shardload: error: ...PATTERN" line
 #   sums, nums   pick fields out of `load --json`: the parameter checksums, or the numbers of a field
 T=$(mktemp -d "${TMPDIR:-/tmp}/sl_$(basename "$0" .sh).XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
@@ -22,3 +26,14 @@ JSON
 }
 sums() { grep -o '"xxh3":"[0-9a-f]*"' | tr -d '\n'; }
 nums() { grep -o "\"$1\":[0-9]*" | grep -o '[0-9]*$' | tr '\n' ' '; }
+tiny_ckpt() {
+    tiny_config "$T/tiny.json"
+    if ! "$SL" synth --config "$T/tiny.json" "$T/ck" --max-shard-size 600KB >/dev/null 2>"$T/err"; then
+        echo "skip: synth unavailable: $(cat "$T/err")" >&2
+        exit 77
+    fi
+    CK="$T/ck"
+}
+one_line_error() { # rc file pattern
+    [ "$1" -eq 1 ] && [ "$(wc -l <"$2")" -eq 1 ] && grep -q "^shardload: error: .*$3" "$2"
+}

@@ -18,11 +18,7 @@ SAN=${SL_SAN_FLAGS:-}
 CMAKE=${SL_CMAKE:-cmake}
 EXAMPLE="$SRC/examples/load_to_cpu.c"
 
-tiny_config "$T/tiny.json"
-if ! "$SL" synth --config "$T/tiny.json" "$T/ck" --max-shard-size 600KB >/dev/null 2>"$T/err"; then
-    echo "skip: synth unavailable: $(cat "$T/err")" >&2
-    exit 77
-fi
+tiny_ckpt
 want=$("$SL" load "$T/ck" --tp 4 --json | nums allocated_bytes)
 
 P="$T/prefix"
