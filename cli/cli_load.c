@@ -164,13 +164,18 @@ static void load_print_mem(const sl_model *m, int32_t d, int json)
     char b1[32], b2[32], b3[32];
     if (sl_model_device_mem(m, d, &before, &after) != SL_OK)
         return;
+    /* -1: not a CUDA GPU (pjrt reports memory per PJRT device, which the model does not number) */
     const int gpu = (int)sl_model_device_gpu(m, d);
     if (json) {
-        printf(",\"gpu\":%d,\"mem_free_before\":%" PRIu64 ",\"mem_free_after\":%" PRIu64, gpu,
-               before, after);
+        if (gpu >= 0)
+            printf(",\"gpu\":%d", gpu);
+        printf(",\"mem_free_before\":%" PRIu64 ",\"mem_free_after\":%" PRIu64, before, after);
         return;
     }
-    printf("device %d: GPU %d free memory %s -> %s bytes (%s used)\n", (int)d, gpu,
+    char where[32] = "";
+    if (gpu >= 0)
+        snprintf(where, sizeof where, "GPU %d ", gpu);
+    printf("device %d: %sfree memory %s -> %s bytes (%s used)\n", (int)d, where,
            cli_commas(before, b1, sizeof b1), cli_commas(after, b2, sizeof b2),
            cli_commas(before >= after ? before - after : 0, b3, sizeof b3));
 }

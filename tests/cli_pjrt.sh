@@ -64,6 +64,11 @@ out=$(FAKE_PJRT_STATS=1 fake load "$CK" --tp 2 --device pjrt --pjrt-plugin "$FAK
 before=($(echo "$out" | nums mem_free_before)) after=($(echo "$out" | nums mem_free_after))
 delta="$((before[0] - after[0])) $((before[1] - after[1])) "
 [ "$delta" = "$(plan_bytes --tp 2)" ] || fail "stats: deltas '$delta' != plan '$(plan_bytes --tp 2)'"
+echo "$out" | grep -q '"gpu":' && fail "stats: a pjrt device reported as a CUDA GPU: $out"
+out=$(FAKE_PJRT_STATS=1 fake load "$CK" --tp 2 --device pjrt --pjrt-plugin "$FAKE" 2>"$T/err") \
+    || fail "stats text: $(cat "$T/err")"
+echo "$out" | grep -q "^device 1: free memory .* bytes (.* used)" || fail "stats text: $out"
+echo "$out" | grep -q "GPU -1" && fail "stats text names GPU -1: $out"
 fake load "$CK" --tp 2 --device pjrt --pjrt-plugin "$FAKE" --json | grep -q mem_free_before \
     && fail "no stats: memory figures reported"
 
