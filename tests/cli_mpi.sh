@@ -108,6 +108,25 @@ if [ -f "$FAKE" ]; then
         || fail "cuda f32 copies: $(cat "$T/log")"
 fi
 
+# 2c. the pjrt backend under MPI (the PJRT stand-in; each rank opens its own client): both
+# strategies give one process's bytes, and every rank destroys what its plugin made
+PJ=$(dirname "$SL")/tests/libfake_pjrt.so
+if [ -f "$PJ" ]; then
+    for dist in cooperative independent; do
+        rm -f "$T"/pjlog.*
+        out=$("${MPIRUN[@]}" -np 2 bash -c 'FAKE_PJRT_LOG="$0.$OMPI_COMM_WORLD_RANK" "$@"' "$T/pjlog" \
+              "$SL" load "$CK" --tp 4 --devices-per-rank 2 --dist $dist --device pjrt --pjrt-plugin "$PJ" \
+              --staging 256K --checksums --json 2>"$T/err") || fail "pjrt $dist: $(cat "$T/err")"
+        [ "$(echo "$out" | sums)" = "$ref" ] || fail "pjrt $dist: checksums differ from one cpu process"
+        for r in 0 1; do
+            for k in violations live_error live_event live_client live_buffer live_tm; do
+                grep -q " $k=0\( \|$\)\|^$k=0 " "$T/pjlog.$r" 2>/dev/null \
+                    || fail "pjrt $dist: rank $r: $k not 0: $(cat "$T/pjlog.$r" 2>&1)"
+            done
+        done
+    done
+fi
+
 # 3. text report on rank 0 only
 out=$("${MPIRUN[@]}" -np 2 "$SL" load "$CK" --tp 2 2>&1) || fail "text report: $out"
 [ "$(echo "$out" | grep -c '^Loading weights took')" -eq 1 ] || fail "text report: $out"
