@@ -10,6 +10,7 @@
  * own bounded buffer and writes through the device ops (so non-host backends work too). */
 #include "load/convert.h"
 #include "load/engine.h"
+#include "plan/plan_data.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -9,8 +9,8 @@
 #include "shardload.h"
 
 #include "device/device.h"
-#include "plan/plan_data.h"
 #include "common/sl_err.h"
+#include "common/sl_file.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -19,36 +19,70 @@
 typedef struct sl_load_file {
     const char *path;
     uint64_t size;           /* size at planning time; a different size now is SL_E_CHANGED */
+    sl_file_id id;           /* identity at the checkpoint's open (another one now is
+                                SL_E_CHANGED); id.valid 0: not known, only the size is checked */
 } sl_load_file;
 
-/* What one process loads (job.c): the checkpoint's files and a view of the plan holding only the
- * mesh devices this process loads (their entries copied, their arrays the plan's). */
+typedef struct sl_model_dev sl_model_dev;
+
+/* Opens and allocates mesh devices [first, first + count) of p as m->devs[0..count), setting
+ * m->n_devices and m->first_device; what it opened is closed through the devices' ops. */
+typedef sl_status (*sl_open_devices_fn)(void *user, sl_model *m, const sl_plan *p, int32_t first,
+                                        int32_t count, const sl_load_opts *o);
+
+/* What one process loads (job.c), the one way into the engine for sl_load, sl_load_files, the MPI
+ * ranks and sl_reshard: the resolved options, the checkpoint's files, the plan (checked against
+ * them) and a view of it holding only the mesh devices this process loads (their entries copied,
+ * their arrays the plan's). Built in that order: init, files (or use_files), plan, devices (or
+ * range); then fill. The layers above load/ get everything they need from a plan through it and
+ * the public getters, and never include plan/plan_data.h (tests/layers.sh checks). */
 typedef struct sl_load_job {
-    sl_load_file *files;
+    sl_load_opts opts;              /* the caller's, or the defaults */
+    const sl_load_file *files;      /* n_files entries: the checkpoint's (owned) or the caller's */
     int64_t n_files;
     uint64_t checkpoint_bytes;
-    sl_plan view;
+    const sl_plan *plan;            /* the whole plan */
+    sl_plan *view;                  /* the plan's view of this process's mesh devices */
+    sl_open_devices_fn open;        /* NULL: the backend of opts.device; else devices the caller
+                                       makes (reshard's file devices), for the whole mesh */
+    void *open_user;
+    sl_load_file *own_files;
 } sl_load_job;
 
+/* An empty job with options o (NULL: the defaults). */
+void sl_load_job_init(sl_load_job *j, const sl_load_opts *o);
 /* The job's files: ck's, with their sizes as opened (none without ck). */
 sl_status sl_load_job_files(sl_load_job *j, const sl_checkpoint *ck, sl_err *err);
-/* The job's devices: mesh devices devices[0..n) of p, in that order (devices NULL: all of them),
- * distinct and in range. */
-sl_status sl_load_job_devices(sl_load_job *j, const sl_plan *p, const int32_t *devices,
-                              int32_t n, sl_err *err);
-/* Mesh devices [first, first + count) of p (an MPI rank's). */
-sl_status sl_load_job_range(sl_load_job *j, const sl_plan *p, int32_t first, int32_t count,
-                            sl_err *err);
+/* The job's files: the caller's (borrowed; the engine driven with plain files). */
+void sl_load_job_use_files(sl_load_job *j, const sl_load_file *files, int64_t n_files);
+/* The plan the job executes: it has devices, and its operations stay inside its parameters and
+ * the job's files (sizes as planned; no file is read with opts.dummy). */
+sl_status sl_load_job_plan(sl_load_job *j, const sl_plan *p, sl_err *err);
+/* The job's devices: mesh devices devices[0..n) of the plan, in that order (devices NULL: all of
+ * them), distinct and in range. */
+sl_status sl_load_job_devices(sl_load_job *j, const int32_t *devices, int32_t n, sl_err *err);
+/* Mesh devices [first, first + count) of the plan (an MPI rank's). */
+sl_status sl_load_job_range(sl_load_job *j, int32_t first, int32_t count, sl_err *err);
+/* The job's devices: how many, and the mesh index of the i-th. */
+int32_t sl_load_job_device_count(const sl_load_job *j);
+int32_t sl_load_job_mesh_index(const sl_load_job *j, int32_t i);
+/* Fills the job's devices, devs[0..device_count) in the job's order: reads their bytes once from
+ * the files, or writes the dummy values with opts.dummy. */
+sl_status sl_load_job_fill(const sl_load_job *j, const sl_model_dev *devs, sl_load_stats *stats,
+                           sl_err *err);
+/* Executes the job's plan on its devices (sl_load_job_plan, _devices from opts.devices, opening
+ * them with j->open or the backend, fill) into a new model: the same contract as sl_load. */
+sl_status sl_load_job_run(sl_load_job *j, const sl_plan *p, sl_model **out);
 void sl_load_job_free(sl_load_job *j);
 
-typedef struct sl_model_dev {
+struct sl_model_dev {
     sl_device dev;
     int64_t n_params;
     uint64_t *param_off;     /* n_params entries */
     uint64_t *param_bytes;
     uint64_t bytes;
     void **param_ptr;        /* the caller's block per parameter (opts.param_dest), or NULL */
-} sl_model_dev;
+};
 
 struct sl_model {
     sl_err err;
@@ -66,8 +100,8 @@ struct sl_model {
  * memory. */
 sl_model *sl_model_new(void);
 
-/* Executes plan p reading its files (p->n_files entries of files; may be NULL with o->dummy).
- * Same contract as sl_load: *out holds a handle even on failure (unless SL_E_NOMEM). */
+/* Executes plan p reading its files (as many as the plan reads; may be NULL with o->dummy): a job
+ * with the caller's files. Same contract as sl_load: *out holds a handle even on failure (unless SL_E_NOMEM). */
 sl_status sl_load_files(const sl_load_file *files, int64_t n_files, const sl_plan *p,
                         const sl_load_opts *o, sl_model **out);
 
@@ -89,11 +123,6 @@ typedef struct sl_prefault {
 
 void sl_prefault_start(sl_prefault *j, const sl_model *m);
 void sl_prefault_stop(sl_prefault *j);
-
-/* Opens and allocates mesh devices [first, first + count) of p as m->devs[0..count), setting
- * m->n_devices and m->first_device; what it opened is closed through the devices' ops. */
-typedef sl_status (*sl_open_devices_fn)(void *user, sl_model *m, const sl_plan *p, int32_t first,
-                                        int32_t count, const sl_load_opts *o);
 
 /* Collective: sl_load_dist into devices that open() provides instead of the backend's, so that
  * reshard's file devices can be driven over MPI too. open is called once per rank, for that rank's

@@ -4,6 +4,7 @@
  * with devices: n_devices is 0 and only the message remains. */
 #include "load/convert.h"
 #include "load/engine.h"
+#include "plan/plan_data.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -259,47 +260,42 @@ void sl_prefault_stop(sl_prefault *j)
 /* ---- sl_load_files ------------------------------------------------------------------------- */
 
 /* Remembers which mesh device each local device is, when they were chosen. */
-static sl_status load_mesh_index(sl_model *m, const sl_plan *view, const sl_load_opts *o)
+static sl_status load_mesh_index(sl_model *m, const sl_load_job *j)
 {
-    if (!o->devices)
+    if (!j->opts.devices)
         return SL_OK;
-    m->mesh_index = calloc((size_t)view->n_devices, sizeof *m->mesh_index);
+    const int32_t n = sl_load_job_device_count(j);
+    m->mesh_index = calloc((size_t)n, sizeof *m->mesh_index);
     if (!m->mesh_index)
         return sl_err_set(&m->err, SL_E_NOMEM, "out of memory");
-    for (int32_t i = 0; i < view->n_devices; i++)
-        m->mesh_index[i] = view->devices[i].index;
+    for (int32_t i = 0; i < n; i++)
+        m->mesh_index[i] = sl_load_job_mesh_index(j, i);
     return SL_OK;
 }
 
-static sl_status load_run(sl_model *m, const sl_load_file *files, int64_t n_files, const sl_plan *p,
-                          const sl_load_opts *o)
+static sl_status load_run(sl_model *m, sl_load_job *j, const sl_plan *p)
 {
-    SL_CHECK(p->n_devices > 0 && p->devices, &m->err, SL_E_INVALID_ARG, "plan has no devices");
-    SL_CHECK(o->dummy || n_files >= p->n_files, &m->err, SL_E_INVALID_ARG,
-             "plan reads %lld files, %lld given", (long long)p->n_files, (long long)n_files);
-    SL_TRY(sl_load_check_plan(p, files, n_files, o->dummy, &m->err));
-    sl_load_job job = {0};
-    sl_status st = sl_load_job_devices(&job, p, o->devices, o->n_devices, &m->err);
-    const sl_plan view = job.view;
+    SL_TRY(sl_load_job_plan(j, p, &m->err));
+    SL_TRY(sl_load_job_devices(j, j->opts.devices, j->opts.n_devices, &m->err));
+    /* a caller's opener is given mesh indices: it opens a job of the whole mesh */
+    SL_CHECK(!j->open || !j->opts.devices, &m->err, SL_E_INVALID_ARG,
+             "devices: these devices load the whole mesh");
+    const int32_t n = sl_load_job_device_count(j);
+    sl_status st = j->open ? j->open(j->open_user, m, j->view, 0, n, &j->opts)
+                           : sl_load_open_devices(m, j->view, 0, n, &j->opts);
     if (st == SL_OK)
-        st = sl_load_open_devices(m, &view, 0, view.n_devices, o);
-    if (st == SL_OK)
-        st = load_mesh_index(m, &view, o);
+        st = load_mesh_index(m, j);
     if (st == SL_OK) {
         sl_prefault pf;
         sl_prefault_start(&pf, m);
-        st = o->dummy ? sl_load_dummy(&view, m->devs, o, &m->stats, &m->err)
-                      : sl_load_read(files, n_files, &view, m->devs, o, &m->stats, &m->err);
+        st = sl_load_job_fill(j, m->devs, &m->stats, &m->err);
         sl_prefault_stop(&pf);
     }
-    sl_load_job_free(&job);
     return st;
 }
 
-sl_status sl_load_files(const sl_load_file *files, int64_t n_files, const sl_plan *p,
-                        const sl_load_opts *o, sl_model **out)
+sl_status sl_load_job_run(sl_load_job *j, const sl_plan *p, sl_model **out)
 {
-    sl_load_opts defaults;
     if (!out)
         return SL_E_INVALID_ARG;
     *out = NULL;
@@ -307,18 +303,24 @@ sl_status sl_load_files(const sl_load_file *files, int64_t n_files, const sl_pla
     if (!m)
         return SL_E_NOMEM;
     *out = m;
-    if (!o) {
-        sl_load_opts_init(&defaults);
-        o = &defaults;
-    }
     if (!p)
         return sl_err_set(&m->err, SL_E_INVALID_ARG, "no plan");
-    for (int64_t i = 0; files && i < n_files; i++)
-        m->stats.checkpoint_bytes += files[i].size;
+    m->stats.checkpoint_bytes = j->checkpoint_bytes;
     const double t0 = now_seconds();
-    sl_status st = load_run(m, files, n_files, p, o);
+    sl_status st = load_run(m, j, p);
     m->stats.seconds = now_seconds() - t0;
     if (st != SL_OK)
         sl_load_drop_devices(m);
+    return st;
+}
+
+sl_status sl_load_files(const sl_load_file *files, int64_t n_files, const sl_plan *p,
+                        const sl_load_opts *o, sl_model **out)
+{
+    sl_load_job j;
+    sl_load_job_init(&j, o);
+    sl_load_job_use_files(&j, files, n_files);
+    const sl_status st = sl_load_job_run(&j, p, out);
+    sl_load_job_free(&j);
     return st;
 }

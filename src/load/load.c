@@ -7,8 +7,9 @@
 
 sl_status sl_load(const sl_checkpoint *ck, const sl_plan *p, const sl_load_opts *o, sl_model **out)
 {
-    sl_load_job job = {0};
+    sl_load_job job;
     sl_err err = {0};
+    sl_load_job_init(&job, o);
     if (sl_load_job_files(&job, ck, &err) != SL_OK) {
         sl_err_clear(&err);
         if (out)
@@ -16,9 +17,7 @@ sl_status sl_load(const sl_checkpoint *ck, const sl_plan *p, const sl_load_opts 
         return SL_E_NOMEM;
     }
     /* Without a checkpoint only a dummy load can run: the executor rejects COPY ops on file -1. */
-    sl_status st = sl_load_files(job.files, job.n_files, p, o, out);
-    if (ck && out && *out)
-        (*out)->stats.checkpoint_bytes = job.checkpoint_bytes;
+    const sl_status st = sl_load_job_run(&job, p, out);
     sl_load_job_free(&job);
     return st;
 }

@@ -174,14 +174,10 @@ typedef struct dist_ctx {
     int rank, size;
     int32_t k;                      /* devices per rank */
     sl_model *m;
-    const sl_plan *p;
-    const sl_load_opts *o;
-    sl_open_devices_fn open;        /* opens this rank's devices into m->devs */
-    void *open_user;
-    const sl_load_file *files;
-    int64_t n_files;
-    sl_model_dev *all;              /* p->n_devices: this rank's devices, empty entries elsewhere */
-    unsigned char *local;           /* p->n_devices flags */
+    sl_load_job *job;               /* the files, the resolved options, the plan, this rank's view */
+    int32_t n_mesh;                 /* the plan's mesh devices */
+    sl_model_dev *all;              /* n_mesh: this rank's devices, empty entries elsewhere */
+    unsigned char *local;           /* n_mesh flags */
     sl_rd *rd;
     int64_t *first;                 /* size + 1: rank r reads chunks [first[r], first[r+1]) */
     unsigned char *recv;            /* size - 1 slots of received pieces (in the engine's staging) */
@@ -207,37 +203,31 @@ static sl_status dist_agree_err(dist_ctx *c, sl_status st)
     return all;
 }
 
-static sl_status dist_check(dist_ctx *c)
+/* The same checks as a single-process load (the job's), then the mesh against the ranks; the
+ * job's view becomes this rank's devices. */
+static sl_status dist_check(dist_ctx *c, const sl_plan *p)
 {
     sl_err *err = &c->m->err;
-    const sl_plan *p = c->p;
-    SL_CHECK(p->n_devices > 0 && p->devices, err, SL_E_INVALID_ARG, "plan has no devices");
-    SL_CHECK(c->k >= 1 && (int64_t)c->k * c->size == p->n_devices, err, SL_E_INVALID_ARG,
+    SL_TRY(sl_load_job_plan(c->job, p, err));
+    c->n_mesh = sl_plan_device_count(p);
+    SL_CHECK(c->k >= 1 && (int64_t)c->k * c->size == c->n_mesh, err, SL_E_INVALID_ARG,
              "%d ranks x %d devices per rank != the mesh's %d devices", c->size, (int)c->k,
-             (int)p->n_devices);
-    SL_CHECK(c->o->dummy || c->n_files >= p->n_files, err, SL_E_INVALID_ARG,
-             "plan reads %lld files, %lld given", (long long)p->n_files, (long long)c->n_files);
-    return sl_load_check_plan(p, c->files, c->n_files, c->o->dummy, err);
+             (int)c->n_mesh);
+    return sl_load_job_range(c->job, c->me.first_device, c->k, err);
 }
 
 /* Independent: the ordinary engine on the job of this rank's devices. */
 static sl_status dist_independent(dist_ctx *c)
 {
-    sl_load_job job = {0};
-    sl_status st = sl_load_job_range(&job, c->p, c->me.first_device, c->k, &c->m->err);
-    if (st == SL_OK)
-        st = c->o->dummy ? sl_load_dummy(&job.view, c->m->devs, c->o, &c->m->stats, &c->m->err)
-                         : sl_load_read(c->files, c->n_files, &job.view, c->m->devs, c->o,
-                                        &c->m->stats, &c->m->err);
-    sl_load_job_free(&job);
-    return dist_agree_err(c, st);
+    return dist_agree_err(c, sl_load_job_fill(c->job, c->m->devs, &c->m->stats, &c->m->err));
 }
 
 /* ---- cooperative ---------------------------------------------------------------------------- */
 
 static sl_status dist_coop_setup(dist_ctx *c)
 {
-    const int32_t n = c->p->n_devices;
+    const int32_t n = c->n_mesh;
+    const sl_load_opts *o = &c->job->opts;
     sl_err *err = &c->m->err;
     c->all = calloc((size_t)n, sizeof *c->all);
     c->local = calloc((size_t)n, 1);
@@ -255,13 +245,13 @@ static sl_status dist_coop_setup(dist_ctx *c)
     }
     /* size + 1 slots per rank (two read, size-1 received) and the conversion ring within the
      * budget; Alltoallw counts and displacements are ints. */
-    const uint64_t staging = c->o->staging_bytes ? c->o->staging_bytes : SL_STAGING_DEFAULT;
+    const uint64_t staging = o->staging_bytes ? o->staging_bytes : SL_STAGING_DEFAULT;
     const uint64_t ring = sl_rd_ring_budget(staging);
     const uint64_t budget = sl_min_u64(staging - ring, INT_MAX) / ((uint64_t)c->size + 1);
     /* The receive slots live in the engine's staging block, so that devices that copy
      * asynchronously (cuda) copy received pieces from page-locked memory too. */
-    const sl_rd_setup s = {.files = c->files, .n_files = c->n_files, .p = c->p, .devs = c->all,
-                           .local = c->local, .o = c->o, .slot_bytes = budget,
+    const sl_rd_setup s = {.files = c->job->files, .n_files = c->job->n_files, .p = c->job->plan,
+                           .devs = c->all, .local = c->local, .o = o, .slot_bytes = budget,
                            .extra_slots = (unsigned)(c->size - 1), .ring_bytes = ring, .err = err};
     SL_TRY(sl_rd_open(&s, &c->rd));
     c->slot = sl_rd_slot_bytes(c->rd);
@@ -442,19 +432,19 @@ static sl_status dist_cooperative(dist_ctx *c)
 
 /* ---- frame ---------------------------------------------------------------------------------- */
 
-static sl_status dist_run(dist_ctx *c, const sl_dist_opts *d)
+static sl_status dist_run(dist_ctx *c, const sl_plan *p, const sl_dist_opts *d)
 {
     c->me.first_device = c->rank * c->k;
     c->me.devices = c->k;
     c->m->ranks = calloc((size_t)c->size, sizeof *c->m->ranks);
-    sl_status st = c->m->ranks ? dist_check(c) : sl_err_set(&c->m->err, SL_E_NOMEM, "out of memory");
+    sl_status st = c->m->ranks ? dist_check(c, p) : sl_err_set(&c->m->err, SL_E_NOMEM, "out of memory");
     if (st == SL_OK)
-        st = c->open(c->open_user, c->m, c->p, c->me.first_device, c->k, c->o);
+        st = c->job->open(c->job->open_user, c->m, p, c->me.first_device, c->k, &c->job->opts);
     SL_TRY(dist_agree_err(c, st));
     sl_prefault pf;
     sl_prefault_start(&pf, c->m);
     /* One rank reads every byte once either way: the single-process pipeline does it faster. */
-    if (d->strategy == SL_DIST_INDEPENDENT || c->o->dummy || c->size == 1)
+    if (d->strategy == SL_DIST_INDEPENDENT || c->job->opts.dummy || c->size == 1)
         st = dist_independent(c);
     else
         st = dist_cooperative(c);
@@ -508,9 +498,8 @@ sl_status sl_load_dist_devices(const sl_checkpoint *ck, const sl_plan *p, const 
                                const sl_dist_opts *d, sl_open_devices_fn open, void *user,
                                sl_model **out)
 {
-    sl_load_opts lo_def;
     sl_dist_opts d_def;
-    sl_load_job job = {0};
+    sl_load_job job;
     if (!out)
         return SL_E_INVALID_ARG;
     sl_model *m = sl_model_new();
@@ -519,8 +508,8 @@ sl_status sl_load_dist_devices(const sl_checkpoint *ck, const sl_plan *p, const 
         return sl_dist_agree(SL_E_NOMEM, "out of memory", NULL, 0);
     if (!m)
         return SL_E_NOMEM;
-    if (!o)
-        sl_load_opts_init(&lo_def), o = &lo_def;
+    sl_load_job_init(&job, o);
+    o = &job.opts;
     if (!d)
         sl_dist_opts_init(&d_def), d = &d_def;
     if (!p || !open || !dist_active())
@@ -532,14 +521,14 @@ sl_status sl_load_dist_devices(const sl_checkpoint *ck, const sl_plan *p, const 
         return sl_err_set(&m->err, SL_E_INVALID_ARG,
                           "devices: under MPI each rank holds its devices_per_rank devices; "
                           "choose them with sl_dist_opts, not sl_load_opts.devices");
-    dist_ctx c = {.m = m, .p = p, .o = o, .k = d->devices_per_rank, .open = open, .open_user = user};
+    job.open = open;
+    job.open_user = user;
+    dist_ctx c = {.m = m, .job = &job, .k = d->devices_per_rank};
     MPI_Comm_rank(MPI_COMM_WORLD, &c.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &c.size);
     const double t0 = MPI_Wtime();
     sl_status st = sl_load_job_files(&job, o->dummy ? NULL : ck, &m->err);
-    c.files = job.files;
-    c.n_files = job.n_files;
-    st = st == SL_OK ? dist_run(&c, d) : dist_agree_err(&c, st);
+    st = st == SL_OK ? dist_run(&c, p, d) : dist_agree_err(&c, st);
     m->stats.seconds = MPI_Wtime() - t0;
     if (ck)
         m->stats.checkpoint_bytes = sl_checkpoint_total_bytes(ck);
