@@ -345,27 +345,48 @@ static sl_status reshard_complete(reshard *r, const sl_checkpoint *ck, int write
     return write_config ? reshard_copy_config(r, ck) : SL_OK;
 }
 
+/* sl_open_devices_fn: this process's (over MPI: this rank's) file devices become the model's
+ * devices. They stay owned by the reshard run (their free op does nothing), so the model only
+ * borrows them. */
+static sl_status reshard_open_devices(void *user, sl_model *m, const sl_plan *p, int32_t first,
+                                      int32_t count, const sl_load_opts *o)
+{
+    reshard *r = user;
+    (void)p, (void)o;
+    if (reshard_open(r, first, count) != SL_OK)
+        return sl_err_copy(&m->err, &r->err);
+    m->devs = calloc((size_t)count + 1, sizeof(*m->devs));
+    if (!m->devs)
+        return sl_err_set(&m->err, SL_E_NOMEM, "out of memory");
+    memcpy(m->devs, r->mdevs + first, (size_t)count * sizeof(*m->devs));
+    m->n_devices = count;
+    m->first_device = first;
+    return SL_OK;
+}
+
+/* The single-process run is a load job like sl_load's, whose devices are this run's file
+ * devices. */
 static sl_status reshard_run(reshard *r, const sl_checkpoint *ck, const sl_load_opts *o)
 {
-    const int64_t nf = sl_checkpoint_file_count(ck);
-    sl_load_file *files = calloc((size_t)nf + 1, sizeof(*files));
-    if (!files)
-        return sl_err_set(&r->err, SL_E_NOMEM, "out of memory");
-    for (int64_t i = 0; i < nf; i++) {
-        files[i].path = sl_checkpoint_file_path(ck, i);
-        files[i].size = sl_checkpoint_file_size(ck, i);
-    }
-    sl_load_stats stats = {0};
-    sl_status st = sl_load_check_plan(r->plan, files, nf, 0, &r->err);
+    sl_load_job job;
+    sl_model *m = NULL;
+    sl_load_job_init(&job, o);
+    job.opts.dummy = 0;        /* resharding copies the checkpoint */
+    job.opts.devices = NULL;   /* and writes every device */
+    job.opts.n_devices = 0;
+    job.open = reshard_open_devices;
+    job.open_user = r;
+    sl_status st = sl_load_job_files(&job, ck, &r->err);
+    if (st == SL_OK)
+        st = sl_load_job_plan(&job, r->plan, &r->err);   /* checked before outdir is touched */
     if (st == SL_OK)
         st = reshard_check_outdir(r);
-    if (st == SL_OK)
-        st = reshard_open(r, 0, r->plan->n_devices);
-    if (st == SL_OK)
-        st = sl_load_read(files, nf, r->plan, r->mdevs, o, &stats, &r->err);
+    if (st == SL_OK && (st = sl_load_job_run(&job, r->plan, &m)) != SL_OK)
+        sl_err_set(&r->err, st, "%s", m ? sl_model_errmsg(m) : "out of memory");
     if (st == SL_OK)
         st = reshard_complete(r, ck, 1);
-    free(files);
+    sl_model_free(m);
+    sl_load_job_free(&job);
     return st;
 }
 
@@ -411,24 +432,6 @@ sl_status sl_reshard(const sl_checkpoint *ck, const sl_plan *p, const sl_load_op
 
 /* ---- over MPI ------------------------------------------------------------------------------ */
 
-/* sl_open_devices_fn: this rank's file devices become the model's devices. They stay owned by
- * the reshard run (their free op does nothing), so the model only borrows them. */
-static sl_status reshard_open_rank(void *user, sl_model *m, const sl_plan *p, int32_t first,
-                                   int32_t count, const sl_load_opts *o)
-{
-    reshard *r = user;
-    (void)p, (void)o;
-    if (reshard_open(r, first, count) != SL_OK)
-        return sl_err_copy(&m->err, &r->err);
-    m->devs = calloc((size_t)count + 1, sizeof(*m->devs));
-    if (!m->devs)
-        return sl_err_set(&m->err, SL_E_NOMEM, "out of memory");
-    memcpy(m->devs, r->mdevs + first, (size_t)count * sizeof(*m->devs));
-    m->n_devices = count;
-    m->first_device = first;
-    return SL_OK;
-}
-
 /* Collective: agrees on the local steps after the engine, with the failing rank's message. */
 static sl_status reshard_agree(reshard *r, sl_status st)
 {
@@ -459,7 +462,7 @@ sl_status sl_reshard_dist(const sl_checkpoint *ck, const sl_plan *p, const sl_lo
         st = sl_err_set(&r.err, SL_E_INVALID_ARG, "reshard needs a checkpoint, a plan and an output directory");
     else /* before any rank writes anything */
         st = reshard_agree(&r, reshard_check_outdir(&r));
-    if (st == SL_OK && (st = sl_load_dist_devices(ck, p, &lo, d, reshard_open_rank, &r, &m)) != SL_OK)
+    if (st == SL_OK && (st = sl_load_dist_devices(ck, p, &lo, d, reshard_open_devices, &r, &m)) != SL_OK)
         sl_err_set(&r.err, st, "%s", m ? sl_model_errmsg(m) : "out of memory");
     else if (st == SL_OK) /* every rank got here: the engine's last agreement succeeded */
         st = reshard_agree(&r, reshard_complete(&r, ck, 0));
