@@ -10,7 +10,13 @@
 
 int sl_file_open_regular(const char *path, struct stat *sb)
 {
-    const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    return sl_file_open_regular_flags(path, 0, sb);
+}
+
+/* O_NONBLOCK is cleared again: on a regular file it would make io_uring reads answer EAGAIN. */
+int sl_file_open_regular_flags(const char *path, int flags, struct stat *sb)
+{
+    const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | flags);
     if (fd < 0)
         return -1;
     if (fstat(fd, sb) != 0)
@@ -28,6 +34,26 @@ fail:;
     close(fd);
     errno = e;
     return -1;
+}
+
+void sl_file_id_from_stat(const struct stat *sb, sl_file_id *id)
+{
+    *id = (sl_file_id){.dev = (uint64_t)sb->st_dev, .ino = (uint64_t)sb->st_ino,
+                       .size = (uint64_t)sb->st_size, .mtime_sec = (int64_t)sb->st_mtim.tv_sec,
+                       .mtime_nsec = (int64_t)sb->st_mtim.tv_nsec, .valid = 1};
+}
+
+const char *sl_file_id_diff(const sl_file_id *id, const struct stat *sb)
+{
+    sl_file_id now;
+    sl_file_id_from_stat(sb, &now);
+    if (now.size != id->size)
+        return "size";
+    if (now.dev != id->dev || now.ino != id->ino)
+        return "device and inode";
+    if (now.mtime_sec != id->mtime_sec || now.mtime_nsec != id->mtime_nsec)
+        return "modification time";
+    return NULL;
 }
 
 const char *sl_file_kind(unsigned mode)

@@ -19,6 +19,23 @@
 /* Opens path read-only. Returns the descriptor with *sb filled; -1 when open or fstat failed (errno
  * set); SL_FILE_NOT_REGULAR, with *sb filled and nothing left open, when path is not a regular file. */
 int sl_file_open_regular(const char *path, struct stat *sb);
+/* The same with more open flags (O_DIRECT); the descriptor is left blocking either way. */
+int sl_file_open_regular_flags(const char *path, int flags, struct stat *sb);
+
+/* What identifies a file's contents cheaply: a file replaced by another of the same size (a new
+ * inode), or rewritten in place (a new mtime, in nanoseconds), differs in some field. The
+ * checkpoint records it at open; the loader compares it whenever it opens the file again. (ctime
+ * is left out: chmod or a new hard link change it, not the bytes.) */
+typedef struct sl_file_id {
+    uint64_t dev, ino, size;
+    int64_t mtime_sec, mtime_nsec;
+    int valid;                 /* 0: nothing recorded (files given by path and size only) */
+} sl_file_id;
+
+void sl_file_id_from_stat(const struct stat *sb, sl_file_id *id);
+/* NULL when sb is the file id was taken from, else what differs: "size", "device and inode" (another
+ * file now has that name) or "modification time". */
+const char *sl_file_id_diff(const sl_file_id *id, const struct stat *sb);
 
 /* "a FIFO", "a directory", "a character device", ...: what a non-regular st_mode is, for messages. */
 const char *sl_file_kind(unsigned mode);
