@@ -70,6 +70,12 @@ typedef struct cli_opts {
 int cli_opts_parse(cli_opts *o, const char *cmd, int argc, char **argv, const char *const *allowed,
                    int max_pos, void (*help)(FILE *out));
 
+/* A checkpoint argument as a path: hf://org/name[@revision] resolved in the Hugging Face cache
+ * (cli_hf.c) into buf (CLI_PATH_MAX bytes), anything else as given. Returns an exit code, having
+ * printed the error. */
+#define CLI_PATH_MAX 4096
+int cli_ckpt_path(const char *arg, char *buf, size_t n, const char **path);
+
 int cli_inspect(int argc, char **argv);
 int cli_plan(int argc, char **argv);
 int cli_load(int argc, char **argv);

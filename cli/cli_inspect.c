@@ -147,6 +147,9 @@ int cli_inspect(int argc, char **argv)
     }
     if (!path)
         return cli_usage_error("inspect", "missing PATH");
+    char pb[CLI_PATH_MAX];
+    if (cli_ckpt_path(path, pb, sizeof pb, &path) != CLI_EXIT_OK)
+        return CLI_EXIT_FAIL;
     sl_checkpoint *ck = NULL;
     const sl_status st = sl_checkpoint_open(path, &ck);
     if (st != SL_OK) {

@@ -256,6 +256,9 @@ int cli_load(int argc, char **argv)
     int rc = load_parse(argc, argv, &a);
     if (rc != CLI_EXIT_OK)
         return rc < 0 ? CLI_EXIT_OK : rc;
+    char pb[CLI_PATH_MAX];
+    if (a.n_pos && (rc = cli_ckpt_path(a.pos[0], pb, sizeof pb, &a.pos[0])) != CLI_EXIT_OK)
+        return rc;
     if (a.dist_set || (cli_dist_launched() && sl_dist_available()))
         return cli_load_dist(a.n_pos ? a.pos[0] : NULL, &a.po, &a.lo, &a.dist, a.checksums, a.json);
     sl_checkpoint *ck = NULL;

@@ -191,6 +191,9 @@ int cli_plan(int argc, char **argv)
     sl_checkpoint *ck = NULL;
     sl_plan *p = NULL;
     int ret = CLI_EXIT_OK;
+    char pb[CLI_PATH_MAX];
+    if (a.path && (ret = cli_ckpt_path(a.path, pb, sizeof pb, &a.path)) != CLI_EXIT_OK)
+        return ret;
     if (a.path && sl_checkpoint_open(a.path, &ck) != SL_OK) {
         ret = cli_fail("%s", ck ? sl_checkpoint_errmsg(ck) : "out of memory");
         goto out;

@@ -66,11 +66,14 @@ static int reshard_run(const char *path, const char *outdir, cli_opts *a)
 int cli_reshard(int argc, char **argv)
 {
     cli_opts a = {0};
-    const int rc = cli_opts_parse(&a, "reshard", argc, argv, reshard_allowed, 2, reshard_help);
+    int rc = cli_opts_parse(&a, "reshard", argc, argv, reshard_allowed, 2, reshard_help);
     if (rc != CLI_EXIT_OK)
         return rc < 0 ? CLI_EXIT_OK : rc;
     if (a.n_pos != 2)
         return cli_usage_error("reshard", "expected PATH and OUTDIR");
+    char pb[CLI_PATH_MAX];
+    if ((rc = cli_ckpt_path(a.pos[0], pb, sizeof pb, &a.pos[0])) != CLI_EXIT_OK)
+        return rc;
     /* As for load: MPI only under an MPI launcher or when asked for, so a plain run is unchanged. */
     if (a.dist_set || (cli_dist_launched() && sl_dist_available()))
         return cli_reshard_dist(a.pos[0], a.pos[1], &a.po, &a.lo, &a.dist, a.max_part);

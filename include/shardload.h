@@ -165,6 +165,19 @@ uint64_t sl_checkpoint_total_bytes(const sl_checkpoint *ck);
  * then returns one of them). Returns d for such a file, -1 otherwise. */
 int32_t sl_checkpoint_file_rank(const sl_checkpoint *ck, int64_t file);
 
+/* Resolves "hf://org/name[@revision]" (revision: a branch or tag under refs/, or a 40-digit
+ * commit; default "main") in a Hugging Face hub cache folder (huggingface_hub's layout:
+ * models--org--name/refs/<revision> holds a commit, snapshots/<commit>/ the files) to the snapshot
+ * folder, which sl_checkpoint_open then opens like any checkpoint folder. No network. hub_cache is
+ * the cache folder itself: the library reads no environment, so callers pass what huggingface_hub
+ * would use ($HF_HUB_CACHE, else $HF_HOME/hub, else $XDG_CACHE_HOME/huggingface/hub, else
+ * ~/.cache/huggingface/hub; the CLI and the Python package do). Writes the folder to out (outlen
+ * bytes; 4096 is enough for any real cache); on failure "" there and a one-line message to err:
+ * SL_E_INVALID_ARG for a malformed reference (a "..", an empty part or a byte outside the hub's
+ * names), SL_E_NOT_FOUND for a model, revision or snapshot the cache does not hold. */
+sl_status sl_hf_resolve(const char *ref, const char *hub_cache, char *out, size_t outlen, char *err,
+                        size_t errlen);
+
 /* Validates a whole safetensors file held in memory, with the same rules as sl_checkpoint_open.
  * `name` is used in the message written to err (errlen bytes, may be 0). For fuzzing and tests. */
 sl_status sl_validate_buffer(const void *buf, size_t len, const char *name, char *err, size_t errlen);

@@ -9,7 +9,7 @@ installed.
 from __future__ import annotations
 
 from . import _native
-from .checkpoint import Checkpoint, Tensor, inspect, open
+from .checkpoint import Checkpoint, Tensor, hub_cache, inspect, open
 from .errors import (ArgumentError, CheckpointError, DeviceError, Error, FormatError, LoadError,
                      PlanError, UnsupportedError)
 from .model import Model, load, load_into
@@ -26,5 +26,5 @@ def cuda_gpu_count() -> int:
 
 __all__ = ["ArgumentError", "Checkpoint", "CheckpointError", "Device", "DeviceError", "Error",
            "FormatError", "LoadError", "Model", "Param", "Plan", "PlanError", "Tensor",
-           "UnsupportedError", "cuda_gpu_count", "inspect", "load", "load_into", "open", "plan",
+           "UnsupportedError", "cuda_gpu_count", "hub_cache", "inspect", "load", "load_into", "open", "plan",
            "reshard", "synth", "__version__"]

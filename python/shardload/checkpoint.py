@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ctypes
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,30 @@ class Tensor:
     nbytes: int
 
 
+def hub_cache() -> str:
+    """The Hugging Face hub cache folder, found as huggingface_hub finds it."""
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(var):
+            return os.environ[var]
+    if os.environ.get("HF_HOME"):
+        return os.path.join(os.environ["HF_HOME"], "hub")
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "huggingface", "hub")
+
+
+def _resolve(path: Any) -> bytes:
+    """A checkpoint path as bytes: hf://org/name[@revision] becomes its snapshot folder in the
+    hub cache (the C core resolves it; no network), anything else is taken as given."""
+    raw = N.fspath(path)
+    if not raw.startswith(b"hf://"):
+        return raw
+    out, err = ctypes.create_string_buffer(4096), ctypes.create_string_buffer(1024)
+    st = N.lib.sl_hf_resolve(raw, os.fsencode(hub_cache()), out, len(out), err, len(err))
+    if st != 0:
+        N.raise_status(st, err.value)
+    return out.value
+
+
 class Checkpoint:
     """A safetensors file or Hugging Face directory, every header read and validated.
 
@@ -28,7 +53,7 @@ class Checkpoint:
 
     def __init__(self, path: Any) -> None:
         self._h = ctypes.c_void_p()
-        st = N.lib.sl_checkpoint_open(N.fspath(path), ctypes.byref(self._h))
+        st = N.lib.sl_checkpoint_open(_resolve(path), ctypes.byref(self._h))
         if st != 0:
             msg = N.lib.sl_checkpoint_errmsg(self._h) if self._h else None
             self.close()
