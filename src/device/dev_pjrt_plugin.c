@@ -3,6 +3,7 @@
  * mutex; plugins are never unloaded. */
 #include "device/dev_pjrt_plugin.h"
 
+#include "common/sl_grow.h"
 #include "common/sl_text.h"
 
 #include <dlfcn.h>
@@ -107,14 +108,10 @@ int pj_event_ready(const PJRT_Api *api, PJRT_Event *ev)
 
 sl_status pj_events_push(pj_events *l, pj_pending e, sl_err *err)
 {
-    if (l->n == l->cap) {
-        const size_t cap = l->cap ? 2 * l->cap : 16;
-        pj_pending *v = realloc(l->v, cap * sizeof *v);
-        if (!v)
-            return sl_err_set(err, SL_E_NOMEM, "out of memory");
-        l->v = v;
-        l->cap = cap;
-    }
+    pj_pending *v = sl_grow(l->v, &l->cap, l->n, sizeof *v, 16);
+    if (!v)
+        return sl_err_set(err, SL_E_NOMEM, "out of memory");
+    l->v = v;
     l->v[l->n++] = e;
     return SL_OK;
 }

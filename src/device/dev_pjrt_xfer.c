@@ -4,6 +4,7 @@
 #include "device/dev_pjrt.h"
 
 #include "common/sl_bytes.h"
+#include "common/sl_grow.h"
 #include "common/sl_text.h"
 
 #include <stdio.h>
@@ -192,14 +193,10 @@ static sl_status pj_assemble(pjrt_dev *d, pj_param *p, sl_err *err)
 /* The block is complete: it becomes the buffer, and stays until the plugin has read it. */
 static sl_status pj_assembled(pjrt_dev *d, pj_param *p, sl_err *err)
 {
-    if (d->n_retiring == d->cap_retiring) {
-        const size_t cap = d->cap_retiring ? 2 * d->cap_retiring : 16;
-        pj_block *v = realloc(d->retiring, cap * sizeof *v);
-        if (!v)
-            return sl_err_set(err, SL_E_NOMEM, "out of memory");
-        d->retiring = v;
-        d->cap_retiring = cap;
-    }
+    pj_block *v = sl_grow(d->retiring, &d->cap_retiring, d->n_retiring, sizeof *v, 16);
+    if (!v)
+        return sl_err_set(err, SL_E_NOMEM, "out of memory");
+    d->retiring = v;
     PJRT_Client_BufferFromHostBuffer_Args a = pj_bfhb_args(d, p, p->host);
     PJRT_Error *e = d->api->Client_BufferFromHostBuffer(&a);
     if (e)
@@ -294,14 +291,10 @@ static sl_status pj_stream_open(pjrt_dev *d, pj_param *p, sl_err *err)
 
 static sl_status pj_tm_retire(pjrt_dev *d, pj_param *p, sl_err *err)
 {
-    if (d->n_tms == d->cap_tms) {
-        const size_t cap = d->cap_tms ? 2 * d->cap_tms : 16;
-        PJRT_AsyncHostToDeviceTransferManager **v = realloc(d->tms, cap * sizeof *v);
-        if (!v)
-            return sl_err_set(err, SL_E_NOMEM, "out of memory");
-        d->tms = v;
-        d->cap_tms = cap;
-    }
+    PJRT_AsyncHostToDeviceTransferManager **v = sl_grow(d->tms, &d->cap_tms, d->n_tms, sizeof *v, 16);
+    if (!v)
+        return sl_err_set(err, SL_E_NOMEM, "out of memory");
+    d->tms = v;
     d->tms[d->n_tms++] = p->tm;
     p->tm = NULL;
     return pj_param_done(d, p, err);
