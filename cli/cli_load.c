@@ -13,7 +13,7 @@
 static void load_help(FILE *out)
 {
     fprintf(out,
-            "usage: shardload load PATH [--tp T] [--pp P] [--layout tp|spmd] [--dtype D]\n"
+            "usage: shardload load PATH [--tp T] [--pp P] [--ep] [--layout tp|spmd] [--dtype D]\n"
             "                      [--device cpu|cuda|pjrt] [--io auto|direct|buffered] [--threads N]\n"
             "                      [--staging MiB] [--request MiB] [--format auto|dummy] [--seed S]\n"
             "                      [--checksums] [--json] [--config FILE] [--rules FILE]\n"
@@ -26,6 +26,8 @@ static void load_help(FILE *out)
             "                  --format dummy and --config)\n"
             "  --tp T          tensor-parallel size (layout spmd: the mesh size N); default 1\n"
             "  --pp P          pipeline-parallel size; default 1 (layout tp only)\n"
+            "  --ep            expert parallelism (MoE models, layout tp): the T ranks of a stage\n"
+            "                  share the routed experts, each whole (vLLM --enable-expert-parallel)\n"
             "  --layout L      tp (vLLM tensor parallel, default) or spmd (XLA/GSPMD 1-D mesh)\n"
             "  --dtype D       target dtype bf16, f16 or f32 (converted while loading, round to\n"
             "                  nearest even); default the config's torch_dtype\n"
@@ -84,7 +86,7 @@ static void load_help(FILE *out)
 static const char *const load_allowed[] = {
     "--tp",      "--pp",     "--layout", "--dtype",  "--device", "--io",   "--threads",
     "--staging", "--request", "--format", "--seed",   "--config", "--rules",  "--gpus", "--dist",
-    "--devices-per-rank",    "--json",   "--checksums", "--numa", "--pjrt-plugin", NULL};
+    "--devices-per-rank",    "--json",   "--checksums", "--numa", "--pjrt-plugin", "--ep", NULL};
 
 /* Returns -1 after --help, else an exit code (CLI_EXIT_OK to go on). */
 static int load_parse(int argc, char **argv, cli_opts *a)

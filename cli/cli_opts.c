@@ -147,6 +147,8 @@ static int opts_flag(cli_opts *o, const char *s)
         o->checksums = 1;
     else if (!strcmp(s, "--numa"))
         o->lo.numa = 1;
+    else if (!strcmp(s, "--ep"))
+        o->po.ep = 1;
     else
         return 0;
     return 1;

@@ -16,7 +16,7 @@ typedef struct plan_args {
 static void plan_help(FILE *out)
 {
     fprintf(out,
-            "usage: shardload plan (PATH | --config FILE) [--tp T] [--pp P] [--layout tp|spmd]\n"
+            "usage: shardload plan (PATH | --config FILE) [--tp T] [--pp P] [--ep] [--layout tp|spmd]\n"
             "                      [--dtype bf16|f16|f32] [--rules FILE] [--json] [--verbose]\n\n"
             "Shows the parameters each device of a mesh holds, per SHARDING.md, without loading.\n"
             "With PATH (a .safetensors file or a checkpoint directory) every tensor is checked\n"
@@ -26,6 +26,9 @@ static void plan_help(FILE *out)
             "  --config FILE   the model's Hugging Face config.json\n"
             "  --tp T          tensor-parallel size (layout spmd: the mesh size N); default 1\n"
             "  --pp P          pipeline-parallel size; default 1 (layout tp only)\n"
+            "  --ep            expert parallelism (MoE models, layout tp): the T ranks of a stage\n"
+            "                  share the routed experts, each whole, in contiguous ranges (the\n"
+            "                  first E %% T ranks one more; vLLM --enable-expert-parallel)\n"
             "  --layout L      tp (vLLM tensor parallel, default) or spmd (XLA/GSPMD 1-D mesh)\n"
             "  --dtype D       target dtype bf16, f16 or f32; default the config's torch_dtype\n"
             "  --rules FILE    rule table for the architecture instead of the built-in one\n"
@@ -90,6 +93,8 @@ static int plan_parse(int argc, char **argv, plan_args *a)
             return plan_help(stdout), -1;
         if (!strcmp(s, "--json"))
             a->json = 1;
+        else if (!strcmp(s, "--ep"))
+            a->o.ep = 1;
         else if (!strcmp(s, "--verbose") || !strcmp(s, "-v"))
             a->verbose = 1;
         else if (plan_is_valued(s))

@@ -7,7 +7,7 @@
 static void reshard_help(FILE *out)
 {
     fprintf(out,
-            "usage: shardload reshard PATH OUTDIR [--tp T] [--pp P] [--layout tp|spmd] [--dtype D]\n"
+            "usage: shardload reshard PATH OUTDIR [--tp T] [--pp P] [--ep] [--layout tp|spmd] [--dtype D]\n"
             "                         [--max-part-size SIZE] [--staging MiB] [--request MiB]\n"
             "                         [--threads N]\n"
             "                         [--io auto|direct|buffered] [--config FILE] [--rules FILE]\n"
@@ -20,7 +20,7 @@ static void reshard_help(FILE *out)
             "OUTDIR is refused, before anything is written, when it is or contains PATH, holds a\n"
             "Hugging Face checkpoint, or holds rank files this reshard would not overwrite (from a\n"
             "reshard for another mesh or part size): use a new or empty directory.\n\n"
-            "  --tp T, --pp P, --layout L, --dtype D, --config FILE, --rules FILE   as for `load`\n"
+            "  --tp T, --pp P, --ep, --layout L, --dtype D, --config FILE, --rules FILE   as for `load`\n"
             "  --max-part-size SIZE   largest part file, e.g. 5GB, 512MiB (default 5GB)\n"
             "  --staging MiB          host staging budget (default 64)\n"
             "  --request MiB          size of one read request (default: the budget cut into\n"
@@ -38,7 +38,7 @@ static void reshard_help(FILE *out)
 static const char *const reshard_allowed[] = {
     "--tp",      "--pp",      "--layout", "--dtype",         "--config", "--rules",
     "--staging", "--request", "--threads", "--io", "--max-part-size", "--dist",
-    "--devices-per-rank", NULL};
+    "--devices-per-rank", "--ep", NULL};
 
 static int reshard_run(const char *path, const char *outdir, cli_opts *a)
 {

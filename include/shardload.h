@@ -220,6 +220,10 @@ typedef struct sl_plan_opts {
     int32_t dtype;            /* target sl_dtype (F32, F16, BF16), or -1 for the config's torch_dtype */
     const char *config_path;  /* config.json; NULL: <checkpoint dir>/config.json */
     const char *rules_path;   /* user rule table; NULL: built-in table for architectures[0] */
+    int32_t ep;               /* 1: expert parallelism (vLLM enable_expert_parallel): the T ranks of
+                                 a stage share the routed experts, each whole, in contiguous ranges
+                                 (the first E % T ranks one more); 0 (default): every rank holds every
+                                 expert, sliced like a dense MLP. Layout tp only */
 } sl_plan_opts;
 
 void sl_plan_opts_init(sl_plan_opts *o);

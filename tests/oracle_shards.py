@@ -4,8 +4,11 @@
 Writes small multi-file checkpoints itself (its own safetensors writer, tensors shuffled across
 files, with an index), computes every device's parameters with numpy slicing straight from
 SHARDING.md, and compares them by XXH3-64 with `shardload load --checksums --json` for the four
-architectures, T in {1,2,4,8}, P in {1,2,3}, both layouts, and bf16<->f32 conversion. Nothing here
-uses shardload's code: the reference is numpy and the text of the spec.
+architectures, T in {1,2,4,8}, P in {1,2,3}, both layouts, and bf16<->f32 conversion. The
+mixture-of-experts families (Mixtral, Qwen2-MoE, Qwen3-MoE) follow SHARDING-MOE-FP8.md: T in
+{1,2,4}, P in {1,2}, with and without expert parallelism (E % T != 0 included), layout spmd, and
+the files `shardload reshard` writes, read back with this file's own reader. Nothing here uses
+shardload's code: the reference is numpy and the text of the spec.
 
 usage: oracle_shards.py path/to/shardload
 """
@@ -126,6 +129,56 @@ ARCHS = {
 }
 
 
+# Mixture-of-experts configs (SHARDING-MOE-FP8.md). E % T != 0 for some T (uneven EP ranges);
+# Qwen2-MoE mixes dense and MoE layers (decoder_sparse_step 2, mlp_only_layers) and has a shared
+# expert; Qwen3-MoE has none (shared_expert_intermediate_size 0), q/k norms and a head_dim.
+MOE_ARCHS = {
+    "mixtral": dict(architectures=["MixtralForCausalLM"], model_type="mixtral", hidden_size=32,
+                    intermediate_size=64, num_attention_heads=8, num_key_value_heads=2,
+                    num_hidden_layers=3, vocab_size=100, tie_word_embeddings=False,
+                    num_local_experts=6, num_experts_per_tok=2),
+    "qwen2_moe": dict(architectures=["Qwen2MoeForCausalLM"], model_type="qwen2_moe", hidden_size=48,
+                      intermediate_size=80, num_attention_heads=8, num_key_value_heads=4,
+                      num_hidden_layers=4, vocab_size=130, tie_word_embeddings=True, num_experts=5,
+                      moe_intermediate_size=32, shared_expert_intermediate_size=48,
+                      decoder_sparse_step=2, mlp_only_layers=[3], num_experts_per_tok=2),
+    "qwen3_moe": dict(architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe", hidden_size=32,
+                      intermediate_size=64, num_attention_heads=8, num_key_value_heads=4,
+                      num_hidden_layers=3, vocab_size=100, tie_word_embeddings=False, head_dim=12,
+                      num_experts=4, moe_intermediate_size=16, shared_expert_intermediate_size=0,
+                      decoder_sparse_step=1, mlp_only_layers=[], num_experts_per_tok=2),
+}
+
+
+def moe_info(arch, cfg):
+    """(E, I of an expert, Is of the shared expert, the MoE-block prefix) from the spec's table."""
+    if arch == "mixtral":
+        return cfg["num_local_experts"], cfg["intermediate_size"], 0, "block_sparse_moe."
+    if arch in ("qwen2_moe", "qwen3_moe"):
+        return (cfg.get("num_experts", 0), cfg["moe_intermediate_size"],
+                cfg.get("shared_expert_intermediate_size") or 0, "mlp.")
+    return 0, 0, 0, None
+
+
+def is_moe_layer(arch, cfg, layer):
+    if arch == "mixtral":
+        return True
+    if arch in ("qwen2_moe", "qwen3_moe"):
+        return (layer not in (cfg.get("mlp_only_layers") or []) and cfg.get("num_experts", 0) > 0
+                and (layer + 1) % cfg.get("decoder_sparse_step", 1) == 0)
+    return False
+
+
+def expert_names(arch):
+    return ("w1", "w3", "w2") if arch == "mixtral" else ("gate_proj", "up_proj", "down_proj")
+
+
+def ep_range(E, T, r):
+    """vLLM's placement since 2025-07-24: contiguous, the first E % T ranks one more."""
+    base, rem = divmod(E, T)
+    return r * base + min(r, rem), base + (1 if r < rem else 0)
+
+
 def dims(cfg):
     H, nh = cfg["hidden_size"], cfg["num_attention_heads"]
     K = cfg.get("num_key_value_heads", nh)
@@ -136,6 +189,7 @@ def dims(cfg):
 def checkpoint_tensors(arch, cfg, dtype, rng):
     """The Hugging Face tensors of a config, with random finite values."""
     H, nh, K, D, I, V, L = dims(cfg)
+    E, Ie, Is, mp = moe_info(arch, cfg)
     shapes = {"model.embed_tokens.weight": (V, H), "model.norm.weight": (H,),
               "lm_head.weight": (V, H)}   # tied models still ship lm_head: it must be skipped
     for i in range(L):
@@ -144,15 +198,27 @@ def checkpoint_tensors(arch, cfg, dtype, rng):
                        p + "self_attn.k_proj.weight": (K * D, H),
                        p + "self_attn.v_proj.weight": (K * D, H),
                        p + "self_attn.o_proj.weight": (H, nh * D),
-                       p + "mlp.gate_proj.weight": (I, H), p + "mlp.up_proj.weight": (I, H),
-                       p + "mlp.down_proj.weight": (H, I),
                        p + "input_layernorm.weight": (H,),
                        p + "post_attention_layernorm.weight": (H,)})
-        if arch == "qwen2":
+        if not is_moe_layer(arch, cfg, i):
+            shapes.update({p + "mlp.gate_proj.weight": (I, H), p + "mlp.up_proj.weight": (I, H),
+                           p + "mlp.down_proj.weight": (H, I)})
+        else:
+            g, u, d = expert_names(arch)
+            shapes[p + mp + "gate.weight"] = (E, H)
+            for e in range(E):
+                x = p + mp + "experts.%d." % e
+                shapes.update({x + g + ".weight": (Ie, H), x + u + ".weight": (Ie, H),
+                               x + d + ".weight": (H, Ie)})
+            if Is > 0:
+                x = p + mp + "shared_expert."
+                shapes.update({x + "gate_proj.weight": (Is, H), x + "up_proj.weight": (Is, H),
+                               x + "down_proj.weight": (H, Is), p + mp + "shared_expert_gate.weight": (1, H)})
+        if arch in ("qwen2", "qwen2_moe"):
             shapes.update({p + "self_attn.q_proj.bias": (nh * D,),
                            p + "self_attn.k_proj.bias": (K * D,),
                            p + "self_attn.v_proj.bias": (K * D,)})
-        if arch == "qwen3":
+        if arch in ("qwen3", "qwen3_moe"):
             shapes.update({p + "self_attn.q_norm.weight": (D,), p + "self_attn.k_norm.weight": (D,)})
     shapes["model.layers.0.self_attn.rotary_emb.inv_freq"] = (D // 2,)   # skipped by rule
     out = {}
@@ -181,7 +247,31 @@ def vocab_shard(w, T, r):
     return out
 
 
-def expected_tp(arch, cfg, ck, T, P, d):
+def expected_moe(arch, cfg, w, p, T, r, ep):
+    """An MoE layer's parameters on tp rank r (SHARDING-MOE-FP8.md, "Experts on rank r")."""
+    E, Ie, Is, mp = moe_info(arch, cfg)
+    g, u, dn = expert_names(arch)
+    out = {p + mp + "gate.weight": w[p + mp + "gate.weight"]}
+    first, count = ep_range(E, T, r) if ep else (0, E)
+    Ip, t = (Ie, 0) if ep else (Ie // T, r)
+    w13, w2 = [], []
+    for e in range(first, first + count):
+        x = p + mp + "experts.%d." % e
+        w13.append(np.concatenate([w[x + g + ".weight"][t * Ip:(t + 1) * Ip],
+                                   w[x + u + ".weight"][t * Ip:(t + 1) * Ip]]))
+        w2.append(w[x + dn + ".weight"][:, t * Ip:(t + 1) * Ip])
+    out[p + mp + "experts.w13_weight"] = np.stack(w13)
+    out[p + mp + "experts.w2_weight"] = np.stack(w2)
+    if Is > 0:   # the shared expert is a dense MLP of width Is; its gate is replicated
+        x, m = p + mp + "shared_expert.", Is // T
+        out[x + "gate_up_proj.weight"] = np.concatenate(
+            [w[x + "gate_proj.weight"][r * m:(r + 1) * m], w[x + "up_proj.weight"][r * m:(r + 1) * m]])
+        out[x + "down_proj.weight"] = w[x + "down_proj.weight"][:, r * m:(r + 1) * m]
+        out[p + mp + "shared_expert_gate.weight"] = w[p + mp + "shared_expert_gate.weight"]
+    return out
+
+
+def expected_tp(arch, cfg, ck, T, P, d, ep=False):
     H, nh, K, D, I, V, L = dims(cfg)
     s, r = divmod(d, T)
     tied = cfg.get("tie_word_embeddings", False)
@@ -197,7 +287,7 @@ def expected_tp(arch, cfg, ck, T, P, d):
         out[p + "self_attn.qkv_proj.weight"] = np.concatenate(
             [q[r * nq * D:(r + 1) * nq * D], k[kb * kl * D:(kb + 1) * kl * D],
              v[kb * kl * D:(kb + 1) * kl * D]])
-        if arch == "qwen2":
+        if arch in ("qwen2", "qwen2_moe"):
             qb, kb_, vb = (w[p + "self_attn.%s_proj.bias" % x] for x in "qkv")
             out[p + "self_attn.qkv_proj.bias"] = np.concatenate(
                 [qb[r * nq * D:(r + 1) * nq * D], kb_[kb * kl * D:(kb + 1) * kl * D],
@@ -205,12 +295,15 @@ def expected_tp(arch, cfg, ck, T, P, d):
         c = nh * D // T
         out[p + "self_attn.o_proj.weight"] = w[p + "self_attn.o_proj.weight"][:, r * c:(r + 1) * c]
         m = I // T
-        out[p + "mlp.gate_up_proj.weight"] = np.concatenate(
-            [w[p + "mlp.gate_proj.weight"][r * m:(r + 1) * m], w[p + "mlp.up_proj.weight"][r * m:(r + 1) * m]])
-        out[p + "mlp.down_proj.weight"] = w[p + "mlp.down_proj.weight"][:, r * m:(r + 1) * m]
+        if is_moe_layer(arch, cfg, i):
+            out.update(expected_moe(arch, cfg, w, p, T, r, ep))
+        else:
+            out[p + "mlp.gate_up_proj.weight"] = np.concatenate(
+                [w[p + "mlp.gate_proj.weight"][r * m:(r + 1) * m], w[p + "mlp.up_proj.weight"][r * m:(r + 1) * m]])
+            out[p + "mlp.down_proj.weight"] = w[p + "mlp.down_proj.weight"][:, r * m:(r + 1) * m]
         for n in ("input_layernorm.weight", "post_attention_layernorm.weight"):
             out[p + n] = w[p + n]
-        if arch == "qwen3":
+        if arch in ("qwen3", "qwen3_moe"):
             for n in ("self_attn.q_norm.weight", "self_attn.k_norm.weight"):
                 out[p + n] = w[p + n]
     if s == P - 1:
@@ -241,10 +334,11 @@ def expected_spmd(arch, cfg, ck, N, i):
     for name, (_, w) in ck.items():
         if "rotary_emb" in name or (tied and name == "lm_head.weight"):
             continue
-        if w.ndim == 1:
+        if w.ndim == 1 or name.endswith("gate.weight"):   # 1-D, and the replicated routers
             out[name] = w
         else:
-            dim1 = name.endswith("o_proj.weight") or name.endswith("down_proj.weight")
+            dim1 = (name.endswith("o_proj.weight") or name.endswith("down_proj.weight")
+                    or name.endswith(".w2.weight"))
             out[name] = tile(w, N, i, 1 if dim1 else 0)
     return out
 
@@ -259,25 +353,67 @@ def run_load(exe, path, args):
     return json.loads(p.stdout)
 
 
-def check(exe, path, arch, cfg, ck, layout, T, P, src_dt, dst_dt):
+def read_safetensors(path):
+    """name -> (dtype, array) of one file, with this file's own parser."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = t["data_offsets"]
+        arr = np.frombuffer(data[a:b], dtype=NP_OF[t["dtype"]]).reshape(t["shape"])
+        out[name] = (t["dtype"], arr)
+    return out
+
+
+def check_reshard(exe, path, arch, cfg, ck, T, P, ep, tmp):
+    """`shardload reshard` for the mesh, each rank file read back here and compared array for array."""
+    out = os.path.join(tmp, "rs-%s-%d-%d-%d" % (arch, T, P, ep))
+    cmd = [exe, "reshard", path, out, "--tp", str(T), "--pp", str(P)] + (["--ep"] if ep else [])
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise AssertionError("%s failed (%d): %s" % (" ".join(cmd), p.returncode, p.stderr.strip()))
+    tied = cfg.get("tie_word_embeddings", False)
+    for d in range(T * P):
+        got = {}
+        for fn in sorted(os.listdir(out)):
+            if fn.startswith("model-rank-%d-part-" % d):
+                got.update(read_safetensors(os.path.join(out, fn)))
+        if tied and "lm_head.weight" in got:   # the last stage's tied copy, stored once
+            got["model.embed_tokens.weight"] = got.pop("lm_head.weight")
+        exp = expected_tp(arch, cfg, ck, T, P, d, ep)
+        if set(got) != set(exp):
+            raise AssertionError("reshard %s T=%d P=%d ep=%d dev %d: tensors differ: missing %s, extra %s" % (
+                arch, T, P, ep, d, sorted(set(exp) - set(got))[:5], sorted(set(got) - set(exp))[:5]))
+        for name, arr in exp.items():
+            if got[name][1].shape != arr.shape or not np.array_equal(got[name][1].view(np.uint8),
+                                                                     np.ascontiguousarray(arr).view(np.uint8)):
+                raise AssertionError("reshard %s T=%d P=%d ep=%d dev %d: %s differs" % (arch, T, P, ep, d, name))
+
+
+def check(exe, path, arch, cfg, ck, layout, T, P, src_dt, dst_dt, ep=False):
     args = ["--tp", str(T), "--pp", str(P), "--layout", layout, "--dtype", dst_dt.lower()]
-    rep = run_load(exe, path, args)
+    rep = run_load(exe, path, args + (["--ep"] if ep else []))
     ndev = T * P
     assert len(rep["devices"]) == ndev, "devices: %d != %d" % (len(rep["devices"]), ndev)
     for dev in rep["devices"]:
         d = dev["index"]
-        exp = expected_tp(arch, cfg, ck, T, P, d) if layout == "tp" else expected_spmd(arch, cfg, ck, T, d)
+        exp = (expected_tp(arch, cfg, ck, T, P, d, ep) if layout == "tp"
+               else expected_spmd(arch, cfg, ck, T, d))
         got = {p["name"]: p["xxh3"] for p in dev["params"]}
         if set(got) != set(exp):
-            raise AssertionError("%s %s T=%d P=%d dev %d: params differ: missing %s, extra %s" % (
-                arch, layout, T, P, d, sorted(set(exp) - set(got))[:5], sorted(set(got) - set(exp))[:5]))
+            raise AssertionError("%s %s T=%d P=%d ep=%d dev %d: params differ: missing %s, extra %s" % (
+                arch, layout, T, P, ep, d, sorted(set(exp) - set(got))[:5], sorted(set(got) - set(exp))[:5]))
         nbytes = 0
         for name, arr in exp.items():
             want = convert(arr, src_dt, dst_dt)
             nbytes += want.nbytes
             if got[name] != xxh3(want):
-                raise AssertionError("%s %s T=%d P=%d %s->%s dev %d: %s differs" % (
-                    arch, layout, T, P, src_dt, dst_dt, d, name))
+                raise AssertionError("%s %s T=%d P=%d ep=%d %s->%s dev %d: %s differs" % (
+                    arch, layout, T, P, ep, src_dt, dst_dt, d, name))
         assert dev["allocated_bytes"] == nbytes, "dev %d allocated %d, oracle %d" % (
             d, dev["allocated_bytes"], nbytes)
 
@@ -313,6 +449,26 @@ def main():
                         except AssertionError as e:
                             print("FAIL:", e)
                             failed += 1
+        for arch, cfg in MOE_ARCHS.items():
+            path = os.path.join(tmp, arch)
+            os.mkdir(path)
+            c = dict(cfg, torch_dtype="bfloat16")
+            with open(os.path.join(path, "config.json"), "w") as f:
+                json.dump(c, f)
+            ck = checkpoint_tensors(arch, c, "BF16", rng)
+            write_checkpoint(path, ck, 3, shuffle)
+            cases = [("tp", T, P, ep, "BF16") for T in (1, 2, 4) for P in (1, 2) for ep in (False, True)]
+            cases += [("tp", 2, 1, True, "F32"), ("tp", 4, 2, False, "F32")]
+            cases += [("spmd", N, 1, False, "BF16") for N in (1, 2, 4)]
+            for layout, T, P, ep, dst_dt in cases:
+                try:
+                    check(exe, path, arch, c, ck, layout, T, P, "BF16", dst_dt, ep)
+                    if layout == "tp" and dst_dt == "BF16":
+                        check_reshard(exe, path, arch, c, ck, T, P, ep, tmp)
+                    passed += 1
+                except AssertionError as e:
+                    print("FAIL:", e)
+                    failed += 1
     print("%d passed, %d failed" % (passed, failed))
     sys.exit(1 if failed else 0)
 

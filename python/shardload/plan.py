@@ -46,9 +46,8 @@ def _check_mesh(tp: int, pp: int, ep: bool, layout: str) -> None:
             raise ValueError(f"{what} must be >= 1, got {v}")
     if layout not in _LAYOUTS:
         raise ValueError(f"layout {layout!r}: expected 'tp' or 'spmd'")
-    if ep:
-        raise NotImplementedError("ep=True: expert parallelism is not in the planner yet "
-                                  "(MoE/EP issue); only dense models can be planned")
+    if not isinstance(ep, bool):
+        raise TypeError(f"ep must be a bool, got {type(ep).__name__}")
 
 
 class Plan:
@@ -67,6 +66,7 @@ class Plan:
         opts = N.PlanOpts()
         N.lib.sl_plan_opts_init(ctypes.byref(opts))
         opts.tp, opts.pp, opts.layout = tp, pp, _LAYOUTS[layout]
+        opts.ep = 1 if ep else 0
         opts.dtype = target_value(dtype)
         keep = [N.fspath(x) if x is not None else None for x in (config, rules)]
         opts.config_path, opts.rules_path = keep[0], keep[1]

@@ -32,6 +32,11 @@ static int sym_value(const sl_arch_config *c, const char *s, size_t n, uint64_t 
             return 0;
         }
     }
+    const int si = sl_arch_sym_find(c, s, n);
+    if (si >= 0) {   /* a table symbol; 0 is no dimension */
+        *out = (uint64_t)c->sym_val[si];
+        return *out > 0 ? 0 : -1;
+    }
     if (n == 0 || n > 18 || strspn(s, "0123456789") < n)
         return -1;
     *out = strtoull(s, NULL, 10);
@@ -47,8 +52,8 @@ static sl_status shape_eval(sl_err *err, const sl_arch_config *c, const char *ex
         const size_t n = strcspn(p, "*");
         uint64_t f = 0;
         SL_CHECK(sym_value(c, p, n, &f) == 0, err, SL_E_CONFIG,
-                 "rule '%s': shape term '%.*s' is not one of H, nh, K, D, I, V, L or a positive "
-                 "integer", tensor, (int)n, p);
+                 "rule '%s': shape term '%.*s' is not one of H, nh, K, D, I, V, L, a table "
+                 "symbol with a positive value for this config or a positive integer", tensor, (int)n, p);
         SL_CHECK(!sl_mul_overflow(v, f, &v), err, SL_E_CONFIG,
                  "%s: shape %s overflows with this config", tensor, expr);
         if (p[n] == '\0')
@@ -156,7 +161,7 @@ static sl_status rule_shape(sl_err *err, sl_arena *a, const sl_arch_config *c, c
 static sl_status rule_keys(sl_err *err, const json_t *r, const char *t)
 {
     static const char *const keys[] = {"tensor", "param", "shape", "shard", "slot", "place",
-                                       "tied", "description"};
+                                       "tied", "description", "layers", "when"};
     const char *key;
     const json_t *v;
     json_object_foreach((json_t *)(uintptr_t)r, key, v) {
@@ -169,9 +174,9 @@ static sl_status rule_keys(sl_err *err, const json_t *r, const char *t)
     return SL_OK;
 }
 
-static sl_status rule_parse(sl_err *err, sl_arena *a, const sl_arch_config *c, const json_t *r,
-                            sl_rule *out)
+static sl_status rule_parse(sl_err *err, sl_arch *m, const json_t *r, sl_rule *out, int *absent)
 {
+    sl_arena *a = &m->arena;
     SL_CHECK(json_is_object(r), err, SL_E_CONFIG, "a rule is not a JSON object");
     const char *t = rule_str(r, "tensor");
     SL_CHECK(t != NULL && t[0], err, SL_E_CONFIG, "a rule has no \"tensor\" string");
@@ -186,7 +191,8 @@ static sl_status rule_parse(sl_err *err, sl_arena *a, const sl_arch_config *c, c
     SL_CHECK((strstr(out->param, "{i}") != NULL) == (out->place == SL_PLACE_LAYER), err,
              SL_E_CONFIG, "rule '%s': param '%s' must have {i} exactly when the tensor has", t,
              out->param);
-    return rule_shape(err, a, c, r, t, out);
+    SL_TRY(sl_arch_rule_extras(err, m, r, t, out, absent));
+    return *absent ? SL_OK : rule_shape(err, a, &m->cfg, r, t, out);
 }
 
 /* ---- groups: rules that fill one tp parameter ------------------------------------------------- */
@@ -202,6 +208,9 @@ static sl_status group_check_pair(sl_err *err, const sl_rule *a, const sl_rule *
              "or row length", a->tensor, b->tensor, a->param);
     SL_CHECK(a->slot != b->slot, err, SL_E_CONFIG, "rules '%s' and '%s' take the same slot of '%s'",
              a->tensor, b->tensor, a->param);
+    SL_CHECK(a->expert == b->expert && a->layers == b->layers, err, SL_E_CONFIG,
+             "rules '%s' and '%s' fill param '%s' but differ in {e} or \"layers\"", a->tensor,
+             b->tensor, a->param);
     return SL_OK;
 }
 
@@ -283,9 +292,18 @@ static sl_status rules_parse(sl_err *err, sl_arch *m, const json_t *root)
     m->groups = sl_arena_alloc(&m->arena, (size_t)m->n_rules * sizeof(*m->groups));
     SL_CHECK(m->rules && m->groups, err, SL_E_NOMEM, "out of memory");
     memset(m->rules, 0, (size_t)m->n_rules * sizeof(*m->rules));
-    for (int32_t i = 0; i < m->n_rules; i++) {
+    const int32_t n_json = m->n_rules;
+    m->n_rules = 0;
+    for (int32_t j = 0; j < n_json; j++) {
+        const int32_t i = m->n_rules;
         sl_rule *r = &m->rules[i];
-        SL_TRY(rule_parse(err, &m->arena, &m->cfg, json_array_get(rules, (size_t)i), r));
+        int absent = 0;
+        SL_TRY(rule_parse(err, m, json_array_get(rules, (size_t)j), r, &absent));
+        if (absent) {   /* "when" names a symbol that is 0 for this config: no such tensor */
+            memset(r, 0, sizeof(*r));
+            continue;
+        }
+        m->n_rules++;
         for (int32_t k = 0; k < i; k++)
             SL_CHECK(strcmp(m->rules[k].tensor, r->tensor) != 0, err, SL_E_CONFIG,
                      "rule table lists '%s' twice", r->tensor);
@@ -299,7 +317,23 @@ static sl_status rules_parse(sl_err *err, sl_arch *m, const json_t *root)
     return SL_OK;
 }
 
-static sl_status rules_from_json(sl_err *err, sl_arch *m, json_t *root, const char *what)
+static sl_status table_keys(sl_err *err, const json_t *root)
+{
+    static const char *const keys[] = {"description", "architectures", "rules", "symbols", "moe"};
+    const char *key;
+    const json_t *v;
+    json_object_foreach((json_t *)(uintptr_t)root, key, v) {
+        size_t i = 0;
+        while (i < sizeof(keys) / sizeof(keys[0]) && strcmp(key, keys[i]) != 0)
+            i++;
+        SL_CHECK(i < sizeof(keys) / sizeof(keys[0]), err, SL_E_CONFIG,
+                 "rule table: unknown key \"%s\"", key);
+    }
+    return SL_OK;
+}
+
+static sl_status rules_from_json(sl_err *err, sl_arch *m, json_t *root, const char *what,
+                                 const json_t *cfg)
 {
     char ab[SL_TEXT_NAME];
     int match = 0;
@@ -307,10 +341,14 @@ static sl_status rules_from_json(sl_err *err, sl_arch *m, json_t *root, const ch
     if (!json_is_object(root))
         st = sl_err_set(err, SL_E_CONFIG, "rule table is not a JSON object");
     if (st == SL_OK)
+        st = table_keys(err, root);
+    if (st == SL_OK)
         st = rules_arch_check(err, root, m->cfg.architecture, &match);
     if (st == SL_OK && !match)
         st = sl_err_set(err, SL_E_CONFIG, "rule table does not list architecture '%s'",
                         sl_text_name(m->cfg.architecture, ab, sizeof ab));
+    if (st == SL_OK)
+        st = sl_arch_table_extras(err, m, root, cfg);
     if (st == SL_OK)
         st = rules_parse(err, m, root);
     if (st != SL_OK)
@@ -318,13 +356,13 @@ static sl_status rules_from_json(sl_err *err, sl_arch *m, json_t *root, const ch
     return st;
 }
 
-static sl_status rules_load_file(sl_err *err, sl_arch *m, const char *path)
+static sl_status rules_load_file(sl_err *err, sl_arch *m, const char *path, const json_t *cfg)
 {
     sl_status st = SL_OK;
     json_t *root = sl_arch_json_read(err, path, &st);
     if (root == NULL)
         return st;
-    st = rules_from_json(err, m, root, path);
+    st = rules_from_json(err, m, root, path, cfg);
     json_decref(root);
     return st;
 }
@@ -339,7 +377,7 @@ static json_t *builtin_parse(const sl_builtin_rules *b)
     return root;
 }
 
-static sl_status rules_load_builtin(sl_err *err, sl_arch *m)
+static sl_status rules_load_builtin(sl_err *err, sl_arch *m, const json_t *cfg)
 {
     for (const sl_builtin_rules *b = sl_builtin_rule_tables; b->name != NULL; b++) {
         json_t *root = builtin_parse(b);
@@ -350,7 +388,7 @@ static sl_status rules_load_builtin(sl_err *err, sl_arch *m)
         if (match) {
             char what[64];
             snprintf(what, sizeof(what), "built-in rules/%s.json", b->name);
-            st = rules_from_json(err, m, root, what);
+            st = rules_from_json(err, m, root, what, cfg);
         }
         json_decref(root);
         if (match)
@@ -358,28 +396,31 @@ static sl_status rules_load_builtin(sl_err *err, sl_arch *m)
     }
     char ab[SL_TEXT_NAME];
     return sl_err_set(err, SL_E_CONFIG, "architecture '%s' has no built-in rule table (built in: "
-                      "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM); "
-                      "give one with --rules FILE", sl_text_name(m->cfg.architecture, ab, sizeof ab));
+                      "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+                      "MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM); give one with "
+                      "--rules FILE", sl_text_name(m->cfg.architecture, ab, sizeof ab));
 }
 
 /* ---- the tensor list -------------------------------------------------------------------------- */
 
-/* pattern with every "{i}" replaced by the layer number. */
-static const char *name_format(sl_arena *a, const char *pattern, int64_t layer)
+/* pattern with every "{i}" replaced by the layer number and every "{e}" by the expert. */
+static const char *name_format(sl_arena *a, const char *pattern, int64_t layer, int64_t e)
 {
-    char num[24];
-    const int nlen = snprintf(num, sizeof(num), "%lld", (long long)layer);
+    char num[2][24];
+    const int nlen[2] = {snprintf(num[0], sizeof(num[0]), "%lld", (long long)layer),
+                         snprintf(num[1], sizeof(num[1]), "%lld", (long long)e)};
     size_t n = 0;
     for (const char *p = pattern; *p; n++)
-        p += strncmp(p, "{i}", 3) == 0 ? 3 : 1;
-    char *out = sl_arena_alloc(a, strlen(pattern) + (size_t)nlen * n + 1);
+        p += strncmp(p, "{i}", 3) == 0 || strncmp(p, "{e}", 3) == 0 ? 3 : 1;
+    char *out = sl_arena_alloc(a, strlen(pattern) + (size_t)(nlen[0] + nlen[1]) * n + 1);
     if (out == NULL)
         return NULL;
     char *o = out;
     for (const char *p = pattern; *p;) {
-        if (strncmp(p, "{i}", 3) == 0) {
-            memcpy(o, num, (size_t)nlen);
-            o += nlen;
+        const int k = strncmp(p, "{i}", 3) == 0 ? 0 : strncmp(p, "{e}", 3) == 0 ? 1 : -1;
+        if (k >= 0) {
+            memcpy(o, num[k], (size_t)nlen[k]);
+            o += nlen[k];
             p += 3;
         } else {
             *o++ = *p++;
@@ -389,40 +430,92 @@ static const char *name_format(sl_arena *a, const char *pattern, int64_t layer)
     return out;
 }
 
-const char *sl_arch_name_format(sl_arena *a, const char *pattern, int64_t layer)
+const char *sl_arch_name_format(sl_arena *a, const char *pattern, int64_t layer, int64_t e)
 {
-    return name_format(a, pattern, layer);
+    return name_format(a, pattern, layer, e);
 }
 
-int64_t sl_arch_tensor_index(const sl_arch *m, int32_t rule, int64_t layer)
+int64_t sl_arch_tensor_index(const sl_arch *m, int32_t rule, int64_t layer, int64_t e)
 {
     const sl_rule *r = &m->rules[rule];
     switch (r->place) {
     case SL_PLACE_FIRST: return r->ord;
-    case SL_PLACE_LAYER: return m->n_first + layer * m->n_layer + r->ord;
-    case SL_PLACE_LAST: return m->n_first + m->cfg.L * m->n_layer + r->ord;
+    case SL_PLACE_LAYER: {
+        const int64_t k = r->kind_ord[m->layer_moe[layer]];
+        return k < 0 ? -1 : m->layer_start[layer] + k + (r->expert ? e : 0);
+    }
+    case SL_PLACE_LAST: return m->layer_start[m->cfg.L] + r->ord;
     }
     return -1;
 }
 
+int sl_arch_rule_at(const sl_arch *m, int32_t rule, int64_t layer)
+{
+    const sl_rule *r = &m->rules[rule];
+    return r->place != SL_PLACE_LAYER || r->kind_ord[m->layer_moe[layer]] >= 0;
+}
+
+int sl_arch_rule_used(const sl_arch *m, int32_t rule)
+{
+    const sl_rule *r = &m->rules[rule];
+    if (r->place != SL_PLACE_LAYER)
+        return 1;
+    const int64_t dense = m->cfg.L - m->n_moe_layers;
+    return (r->kind_ord[0] >= 0 && dense > 0) || (r->kind_ord[1] >= 0 && m->n_moe_layers > 0);
+}
+
+/* Per-layer rules: where each rule's tensors sit among a dense and an MoE layer's tensors (an
+ * expert rule takes E places), and where each layer's tensors start. */
+static sl_status layers_index(sl_err *err, sl_arch *m)
+{
+    int64_t per_kind[2] = {0, 0};
+    for (int kind = 0; kind < 2; kind++) {
+        for (int32_t ri = 0; ri < m->n_rules; ri++) {
+            sl_rule *r = &m->rules[ri];
+            const int in = r->place == SL_PLACE_LAYER &&
+                           (r->layers == SL_LAYERS_ALL || (int)r->layers == kind + 1);
+            r->kind_ord[kind] = in ? per_kind[kind] : -1;
+            per_kind[kind] += in ? (r->expert ? m->cfg.E : 1) : 0;
+        }
+    }
+    m->layer_start = sl_arena_alloc(&m->arena, (size_t)(m->cfg.L + 1) * sizeof(int64_t));
+    SL_CHECK(m->layer_start != NULL, err, SL_E_NOMEM, "out of memory");
+    m->layer_start[0] = m->n_first;
+    for (int64_t l = 0; l < m->cfg.L; l++)
+        m->layer_start[l + 1] = m->layer_start[l] + per_kind[m->layer_moe[l]];
+    SL_CHECK(m->layer_start[m->cfg.L] - m->n_first <= 10000000, err, SL_E_CONFIG,
+             "%lld layers of %lld tensors are too many", (long long)m->cfg.L,
+             (long long)sl_max_u64((uint64_t)per_kind[0], (uint64_t)per_kind[1]));
+    return SL_OK;
+}
+
+static sl_status tensor_set(sl_err *err, sl_arch *m, int32_t ri, int64_t l, int64_t e)
+{
+    const sl_rule *r = &m->rules[ri];
+    sl_arch_tensor *t = &m->tensors[sl_arch_tensor_index(m, ri, l, e)];
+    t->rule = ri;
+    t->layer = r->place == SL_PLACE_LAYER ? (int32_t)l : -1;
+    t->expert = r->expert ? (int32_t)e : -1;
+    t->ndim = r->ndim;
+    t->shape = r->shape;
+    t->name = r->place == SL_PLACE_LAYER ? name_format(&m->arena, r->tensor, l, e) : r->tensor;
+    SL_CHECK(t->name != NULL, err, SL_E_NOMEM, "out of memory");
+    return SL_OK;
+}
+
 static sl_status tensors_build(sl_err *err, sl_arch *m)
 {
-    SL_CHECK(m->cfg.L * m->n_layer <= 10000000, err, SL_E_CONFIG,
-             "%lld layers of %d tensors are too many", (long long)m->cfg.L, (int)m->n_layer);
-    m->n_tensors = m->n_first + m->cfg.L * m->n_layer + m->n_last;
+    SL_TRY(layers_index(err, m));
+    m->n_tensors = m->layer_start[m->cfg.L] + m->n_last;
     m->tensors = sl_arena_alloc(&m->arena, (size_t)m->n_tensors * sizeof(*m->tensors));
     SL_CHECK(m->tensors != NULL, err, SL_E_NOMEM, "out of memory");
     for (int32_t ri = 0; ri < m->n_rules; ri++) {
         const sl_rule *r = &m->rules[ri];
         const int64_t nl = r->place == SL_PLACE_LAYER ? m->cfg.L : 1;
+        const int64_t ne = r->expert ? m->cfg.E : 1;
         for (int64_t l = 0; l < nl; l++) {
-            sl_arch_tensor *t = &m->tensors[sl_arch_tensor_index(m, ri, l)];
-            t->rule = ri;
-            t->layer = r->place == SL_PLACE_LAYER ? (int32_t)l : -1;
-            t->ndim = r->ndim;
-            t->shape = r->shape;
-            t->name = r->place == SL_PLACE_LAYER ? name_format(&m->arena, r->tensor, l) : r->tensor;
-            SL_CHECK(t->name != NULL, err, SL_E_NOMEM, "out of memory");
+            for (int64_t e = 0; e < ne && sl_arch_rule_at(m, ri, l); e++)
+                SL_TRY(tensor_set(err, m, ri, l, e));
         }
     }
     return SL_OK;
@@ -435,7 +528,15 @@ static sl_status arch_check_size(sl_err *err, const sl_arch *m)
     uint64_t total = 0;
     for (int32_t i = 0; i < m->n_rules; i++) {
         const sl_rule *r = &m->rules[i];
-        uint64_t n = r->place == SL_PLACE_LAYER ? (uint64_t)m->cfg.L : 1;
+        uint64_t n = 1;
+        if (r->place == SL_PLACE_LAYER) {
+            n = 0;
+            for (int64_t l = 0; l < m->cfg.L; l++)
+                n += (uint64_t)sl_arch_rule_at(m, i, l);
+        }
+        if (r->expert)
+            SL_CHECK(!sl_mul_overflow(n, (uint64_t)m->cfg.E, &n), err, SL_E_CONFIG,
+                     "the tensors of rule '%s' overflow 64 bits", r->tensor);
         for (uint32_t d = 0; d < r->ndim; d++)
             SL_CHECK(!sl_mul_overflow(n, r->shape[d], &n), err, SL_E_CONFIG,
                      "the tensors of rule '%s' overflow 64 bits", r->tensor);
@@ -459,11 +560,13 @@ sl_status sl_arch_load(const char *config_path, const char *rules_path, sl_err *
     /* cfg_load and a --rules table name their files. What fails after them is about the config
      * too (no built-in table for its architecture, sizes a table cannot take, the total), and the
      * message names it. */
-    sl_status st = sl_arch_config_load(err, &m->arena, config_path, &m->cfg);
+    json_t *cfg = NULL;
+    sl_status st = sl_arch_config_load(err, &m->arena, config_path, &m->cfg, &cfg);
     if (st == SL_OK && rules_path)
-        st = rules_load_file(err, m, rules_path);
-    else if (st == SL_OK && (st = rules_load_builtin(err, m)) != SL_OK)
+        st = rules_load_file(err, m, rules_path, cfg);
+    else if (st == SL_OK && (st = rules_load_builtin(err, m, cfg)) != SL_OK)
         sl_err_prefix(err, config_path);
+    json_decref(cfg);
     if (st == SL_OK && ((st = tensors_build(err, m)) != SL_OK || (st = arch_check_size(err, m)) != SL_OK))
         sl_err_prefix(err, config_path);
     if (st != SL_OK) {

@@ -1,9 +1,11 @@
-/* arch.h - a model's architecture as the planner sees it: the config's sizes (H, nh, K, D, I, V, L)
- * and the rule table of its architecture, instantiated into the list of checkpoint tensors the config
- * implies. Used by the planner and by `synth` (which writes exactly these tensors).
+/* arch.h - a model's architecture as the planner sees it: the config's sizes (H, nh, K, D, I, V, L,
+ * and the symbols a table declares from other config keys) and the rule table of its architecture,
+ * instantiated into the list of checkpoint tensors the config implies. Used by the planner and by
+ * `synth` (which writes exactly these tensors).
  *
- * A rule table (docs/rules.md) maps checkpoint names, with {i} for the layer, to the parameters of
- * the layout, with a shape in config symbols, a sharding kind and a placement. */
+ * A rule table (docs/rules.md) maps checkpoint names, with {i} for the layer and {e} for a routed
+ * expert, to the parameters of the layout, with a shape in config symbols, a sharding kind, a
+ * placement and the layers (all, dense or mixture-of-experts) it applies to. */
 #ifndef SL_ARCH_H
 #define SL_ARCH_H
 
@@ -16,6 +18,8 @@
 
 #define SL_RULE_MAX_DIMS 2
 #define SL_GROUP_MAX_SLOTS 8
+#define SL_ARCH_MAX_SYMS 16
+#define SL_ARCH_SYM_LEN 8
 
 typedef enum sl_shard_kind {
     SL_SHARD_REPLICATED = 0,  /* full copy on every device */
@@ -27,6 +31,10 @@ typedef enum sl_shard_kind {
 } sl_shard_kind;
 
 typedef enum sl_place { SL_PLACE_LAYER = 0, SL_PLACE_FIRST, SL_PLACE_LAST } sl_place;
+
+/* The layers a per-layer rule applies to. A layer is an MoE layer when the table's "moe" entry
+ * says so for the config (arch_moe.c); every other layer is dense. */
+typedef enum sl_layers { SL_LAYERS_ALL = 0, SL_LAYERS_DENSE, SL_LAYERS_MOE } sl_layers;
 
 typedef struct sl_rule {
     const char *tensor;       /* checkpoint name pattern, {i} = layer (arena) */
@@ -41,6 +49,11 @@ typedef struct sl_rule {
     int tied_skip;            /* with tied embeddings not a parameter; the checkpoint's is skipped */
     int32_t group;            /* index of the tp parameter (rules with the same param pattern) */
     int32_t ord;              /* position among the rules of the same placement */
+    sl_layers layers;         /* per-layer rules: which layers have the tensor */
+    int expert;               /* the name has {e}: one tensor per routed expert, stacked into a
+                                 parameter [El, ...] in layout tp */
+    int64_t kind_ord[2];      /* per-layer rules: offset of the rule's first tensor among a dense
+                                 (0) / MoE (1) layer's tensors; -1 when absent there */
 } sl_rule;
 
 /* A tp-layout parameter: one rule, or the slots of a fused parameter, in slot order. */
@@ -54,6 +67,13 @@ typedef struct sl_arch_config {
     int64_t H, nh, K, D, I, V, L;
     int tied;                     /* tie_word_embeddings */
     int32_t dtype;                /* sl_dtype of torch_dtype, -1 when absent */
+    /* Symbols the rule table declares ("symbols": name -> config key), with the config's values
+     * (0 allowed: a "when" rule is then absent). */
+    int32_t n_syms;
+    char sym_name[SL_ARCH_MAX_SYMS][SL_ARCH_SYM_LEN];
+    const char *sym_key[SL_ARCH_MAX_SYMS];
+    int64_t sym_val[SL_ARCH_MAX_SYMS];
+    int64_t E;                    /* routed experts (the "moe" entry's symbol); 0: no MoE layers */
 } sl_arch_config;
 
 /* One checkpoint tensor the config implies. */
@@ -61,6 +81,7 @@ typedef struct sl_arch_tensor {
     const char *name;             /* arena */
     int32_t rule;
     int32_t layer;                /* -1 for first/last-stage tensors */
+    int32_t expert;               /* routed expert of an {e} rule, else -1 */
     uint32_t ndim;
     const uint64_t *shape;        /* the rule's */
 } sl_arch_tensor;
@@ -78,6 +99,12 @@ typedef struct sl_arch {
     sl_arch_tensor *tensors;
     int64_t n_tensors;
     int32_t n_first, n_layer, n_last;   /* rules per placement */
+    /* Layers: layer_moe[l] is 1 for an MoE layer; a layer's tensors are
+     * tensors[layer_start[l], layer_start[l + 1]) (L + 1 entries). */
+    uint8_t *layer_moe;
+    int64_t *layer_start;
+    int64_t n_moe_layers;
+    int has_moe;                  /* the table has a "moe" entry */
 } sl_arch;
 
 /* Reads config_path and the rule table (rules_path, or the built-in one for architectures[0]),
@@ -87,11 +114,18 @@ sl_status sl_arch_load(const char *config_path, const char *rules_path, sl_err *
                              sl_arch **out);
 void sl_arch_free(sl_arch *m);
 
-/* Index into m->tensors of a rule's tensor at a layer (layer ignored for first/last rules). */
-int64_t sl_arch_tensor_index(const sl_arch *m, int32_t rule, int64_t layer);
+/* Index into m->tensors of a rule's tensor at a layer and, for an {e} rule, expert e (layer
+ * ignored for first/last rules, e for others); -1 when the rule has no tensor at that layer. */
+int64_t sl_arch_tensor_index(const sl_arch *m, int32_t rule, int64_t layer, int64_t e);
 
-/* pattern with every "{i}" replaced by layer, in arena a; NULL when out of memory. */
-const char *sl_arch_name_format(sl_arena *a, const char *pattern, int64_t layer);
+/* Whether per-layer rule `rule` has tensors at layer l (first/last rules: 1). */
+int sl_arch_rule_at(const sl_arch *m, int32_t rule, int64_t layer);
+
+/* Whether rule `rule` has a tensor at some layer. */
+int sl_arch_rule_used(const sl_arch *m, int32_t rule);
+
+/* pattern with every "{i}" replaced by layer (and "{e}" by e), in arena a; NULL when out of memory. */
+const char *sl_arch_name_format(sl_arena *a, const char *pattern, int64_t layer, int64_t e);
 
 /* The tensors a checkpoint of this config holds (synth): tied-skip rules are left out when the
  * config ties embeddings. Calls fn once per tensor in m->tensors order. */

@@ -163,15 +163,38 @@ static sl_status cfg_parse(sl_err *err, sl_arena *a, const json_t *root, sl_arch
     return cfg_dtype(err, root, &c->dtype);
 }
 
-sl_status sl_arch_config_load(sl_err *err, sl_arena *a, const char *path, sl_arch_config *c)
+sl_status sl_arch_config_load(sl_err *err, sl_arena *a, const char *path, sl_arch_config *c,
+                              json_t **root_out)
 {
     sl_status st = SL_OK;
+    *root_out = NULL;
     json_t *root = sl_arch_json_read(err, path, &st);
     if (root == NULL)
         return st;
     st = cfg_parse(err, a, root, c);
-    json_decref(root);
-    if (st != SL_OK)
+    if (st != SL_OK) {
+        json_decref(root);
         sl_err_prefix(err, path);
-    return st;
+        return st;
+    }
+    *root_out = root;
+    return SL_OK;
+}
+
+/* A table symbol's value: a non-negative integer; null or absent is dflt, or an error when the
+ * table gives no default (dflt < 0). */
+sl_status sl_arch_config_sym(sl_err *err, const json_t *root, const char *key, int64_t dflt,
+                             int64_t *out)
+{
+    const json_t *v = json_object_get(root, key);
+    if (v == NULL || json_is_null(v)) {
+        SL_CHECK(dflt >= 0, err, SL_E_CONFIG, "config has no '%s'", key);
+        *out = dflt;
+        return SL_OK;
+    }
+    SL_CHECK(json_is_integer(v) && json_integer_value(v) >= 0 &&
+                 json_integer_value(v) <= (json_int_t)1 << 40,
+             err, SL_E_CONFIG, "config '%s' is not an integer in [0, 2^40]", key);
+    *out = (int64_t)json_integer_value(v);
+    return SL_OK;
 }

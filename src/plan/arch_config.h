@@ -13,7 +13,26 @@ json_t *sl_arch_json_read(sl_err *err, const char *path, sl_status *st);
 
 /* Reads the sizes (H, nh, K, D, I, V, L), architectures[0], tie_word_embeddings and the dtype, and
  * checks them: positive; at most 100,000 layers; kv heads at most the heads and dividing them;
- * head_dim at most 65,536. SL_E_CONFIG with "<path>: config '<key>' ..." on failure. */
-sl_status sl_arch_config_load(sl_err *err, sl_arena *a, const char *path, sl_arch_config *c);
+ * head_dim at most 65,536. SL_E_CONFIG with "<path>: config '<key>' ..." on failure. On success
+ * *root_out is the parsed config (json_decref it), for the table's symbols. */
+sl_status sl_arch_config_load(sl_err *err, sl_arena *a, const char *path, sl_arch_config *c,
+                              json_t **root_out);
+
+/* A non-negative integer config value for a table symbol or MoE key (null/absent: dflt, or
+ * SL_E_CONFIG "config has no 'key'" when dflt < 0). The caller prefixes the path. */
+sl_status sl_arch_config_sym(sl_err *err, const json_t *root, const char *key, int64_t dflt,
+                             int64_t *out);
+
+/* arch_moe.c: the table's "symbols" (into m->cfg) and "moe" entries (m->layer_moe, m->cfg.E),
+ * read against the config. Called before the rules are parsed. */
+sl_status sl_arch_table_extras(sl_err *err, sl_arch *m, const json_t *table, const json_t *cfg);
+
+/* arch_moe.c: index of table symbol s[0, n) in c, or -1. */
+int sl_arch_sym_find(const sl_arch_config *c, const char *s, size_t n);
+
+/* arch_moe.c: the rule keys "layers" and "when", and {e}; *absent is set when "when" names a
+ * symbol whose value is 0 (the rule then has no tensors for this config). */
+sl_status sl_arch_rule_extras(sl_err *err, const sl_arch *m, const json_t *r, const char *t,
+                              sl_rule *out, int *absent);
 
 #endif /* SL_ARCH_CONFIG_H */

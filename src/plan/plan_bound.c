@@ -49,7 +49,9 @@ static uint64_t tmpl_ops(const plan_ctx *c, const plan_tmpl *t)
 static void tmpl_count(const plan_ctx *c, const plan_tmpl *t, uint64_t *params)
 {
     if (t->place == SL_PLACE_LAYER && !(c->m->cfg.tied && t->tied_skip)) {
-        *params = (uint64_t)c->m->cfg.L;
+        *params = 0;
+        for (int64_t l = 0; l < c->m->cfg.L; l++)
+            *params += (uint64_t)sl_arch_rule_at(c->m, t->rules[0], l);
         return;
     }
     *params = 0;
@@ -65,6 +67,10 @@ sl_status sl_plan_check_size(plan_ctx *c)
     for (int32_t i = 0; i < c->n_tmpl; i++) {
         uint64_t n = 0;
         tmpl_count(c, &c->tmpl[i], &n);
+        /* {e} templates: E parameters of 2 ops per rule (spmd), or one holding E experts' ops (tp):
+         * either way at most E times the ops of a plain template; counted as E parameters */
+        if (c->tmpl[i].expert)
+            n = sat_mul(n, (uint64_t)c->m->cfg.E);
         params = sat_add(params, sat_mul(n, T));
         ops = sat_add(ops, sat_mul(sat_mul(n, T), tmpl_ops(c, &c->tmpl[i])));
     }

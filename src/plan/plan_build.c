@@ -12,95 +12,6 @@
 #include <string.h>
 
 #define SL_PLAN_MAX_DEVICES 65536
-#define SL_VOCAB_PAD 64
-
-/* ---- mesh checks ------------------------------------------------------------------------------ */
-
-/* "intermediate_size 14336" for a one-symbol dimension, else "dim 1 of <tensor> (nh*D = 4096)". */
-static void dim_desc(const sl_rule *r, uint32_t d, char *buf, size_t len)
-{
-    static const char *const sym[] = {"H", "nh", "K", "D", "I", "V", "L"};
-    static const char *const field[] = {"hidden_size", "num_attention_heads", "num_key_value_heads",
-                                        "head_dim", "intermediate_size", "vocab_size",
-                                        "num_hidden_layers"};
-    for (size_t i = 0; i < sizeof(sym) / sizeof(sym[0]); i++) {
-        if (strcmp(r->dim_expr[d], sym[i]) == 0) {
-            snprintf(buf, len, "%s %llu", field[i], (unsigned long long)r->shape[d]);
-            return;
-        }
-    }
-    snprintf(buf, len, "dim %u of %s (%s = %llu)", d, r->tensor, r->dim_expr[d],
-             (unsigned long long)r->shape[d]);
-}
-
-static sl_status check_dim(sl_plan *p, const sl_rule *r, uint32_t d)
-{
-    char what[256];
-    if (r->shape[d] % (uint64_t)p->tp == 0)
-        return SL_OK;
-    dim_desc(r, d, what, sizeof(what));
-    return sl_err_set(&p->err, SL_E_DIVISIBILITY, "%s is not divisible by tp %d", what, (int)p->tp);
-}
-
-static uint64_t vocab_padded(uint64_t v)
-{
-    return (v + SL_VOCAB_PAD - 1) / SL_VOCAB_PAD * SL_VOCAB_PAD;
-}
-
-static sl_status check_rule_tp(sl_plan *p, const sl_arch_config *cfg, const sl_rule *r)
-{
-    const int64_t T = p->tp;
-    switch (r->shard) {
-    case SL_SHARD_REPLICATED: return SL_OK;
-    case SL_SHARD_COLUMN:
-    case SL_SHARD_MERGED: return check_dim(p, r, 0);
-    case SL_SHARD_ROW: return r->ndim == 2 ? check_dim(p, r, 1) : SL_OK;
-    case SL_SHARD_VOCAB:
-        SL_CHECK(vocab_padded(r->shape[0]) % (uint64_t)T == 0, &p->err, SL_E_DIVISIBILITY,
-                 "padded vocab size %llu (%s %llu rounded up to a multiple of 64) is not divisible "
-                 "by tp %d", (unsigned long long)vocab_padded(r->shape[0]), r->dim_expr[0],
-                 (unsigned long long)r->shape[0], (int)T);
-        return SL_OK;
-    case SL_SHARD_QKV:
-        SL_CHECK(cfg->nh % T == 0, &p->err, SL_E_DIVISIBILITY,
-                 "num_attention_heads %lld is not divisible by tp %d", (long long)cfg->nh, (int)T);
-        SL_CHECK(cfg->K % T == 0 || T % cfg->K == 0, &p->err, SL_E_DIVISIBILITY,
-                 "num_key_value_heads %lld is not divisible by tp %d, nor tp %d by it",
-                 (long long)cfg->K, (int)T, (int)T);
-        return SL_OK;
-    }
-    return SL_OK;
-}
-
-static sl_status check_mesh_impl(plan_ctx *c)
-{
-    sl_plan *p = c->p;
-    const sl_arch_config *cfg = &c->m->cfg;
-    SL_CHECK(p->layout != SL_LAYOUT_SPMD || p->pp == 1, &p->err, SL_E_INVALID_ARG,
-             "layout spmd is a 1-D mesh: pp must be 1 (got %d)", (int)p->pp);
-    SL_CHECK(p->pp <= cfg->L, &p->err, SL_E_CONFIG,
-             "pp %d is larger than num_hidden_layers %lld", (int)p->pp, (long long)cfg->L);
-    if (p->layout != SL_LAYOUT_TP)
-        return SL_OK;
-    /* heads first: they are what a user tunes tp by, and they imply o_proj's split */
-    for (int pass = 0; pass < 2; pass++) {
-        for (int32_t i = 0; i < c->m->n_rules; i++) {
-            const sl_rule *r = &c->m->rules[i];
-            if ((r->shard == SL_SHARD_QKV) == (pass == 0))
-                SL_TRY(check_rule_tp(p, cfg, r));
-        }
-    }
-    return SL_OK;
-}
-
-/* Whether the mesh fits is a matter of the config's sizes: the message names the config. */
-static sl_status check_mesh(plan_ctx *c)
-{
-    const sl_status st = check_mesh_impl(c);
-    if (st == SL_E_DIVISIBILITY || st == SL_E_CONFIG)
-        sl_err_prefix(&c->p->err, c->config_path);
-    return st;
-}
 
 /* ---- pipeline stages (vLLM get_pp_indices) ----------------------------------------------------- */
 
@@ -131,19 +42,49 @@ static void tmpl_from_rule(plan_tmpl *t, const sl_rule *r, const char *param)
     t->place = r->place;
     t->tied_also_last = r->tied_also_last;
     t->tied_skip = r->tied_skip;
+    t->expert = r->expert;
+}
+
+/* Layout spmd keeps one parameter per expert, under the checkpoint name. */
+static int64_t tmpl_names_per_layer(const plan_ctx *c, const plan_tmpl *t)
+{
+    return t->expert && c->p->layout == SL_LAYOUT_SPMD ? c->m->cfg.E : 1;
 }
 
 static sl_status tmpl_names(plan_ctx *c, plan_tmpl *t)
 {
-    const int64_t n = t->place == SL_PLACE_LAYER ? c->m->cfg.L : 1;
-    t->names = sl_arena_alloc(&c->p->arena, (size_t)n * sizeof(*t->names));
+    const int64_t n = t->place == SL_PLACE_LAYER ? c->m->cfg.L : 1, ne = tmpl_names_per_layer(c, t);
+    t->names = sl_arena_alloc(&c->p->arena, (size_t)(n * ne) * sizeof(*t->names) + 1);
     SL_CHECK(t->names != NULL, &c->p->err, SL_E_NOMEM, "out of memory");
     for (int64_t l = 0; l < n; l++) {
-        /* copied even without {i}: the plan outlives the architecture description */
-        t->names[l] = sl_arch_name_format(&c->p->arena, t->param, l);
-        SL_CHECK(t->names[l] != NULL, &c->p->err, SL_E_NOMEM, "out of memory");
+        for (int64_t e = 0; e < ne; e++) {
+            /* copied even without {i}: the plan outlives the architecture description; layers
+             * the template skips (dense MLP rules at MoE layers) get a name all the same */
+            t->names[l * ne + e] = sl_arch_name_format(&c->p->arena, t->param, l, e);
+            SL_CHECK(t->names[l * ne + e] != NULL, &c->p->err, SL_E_NOMEM, "out of memory");
+        }
     }
     return SL_OK;
+}
+
+const char *sl_plan_tmpl_name(const plan_ctx *c, const plan_tmpl *t, int64_t layer, int64_t e)
+{
+    const int64_t ne = tmpl_names_per_layer(c, t);
+    return t->names[(layer < 0 ? 0 : layer) * ne + (ne > 1 ? e : 0)];
+}
+
+void sl_plan_expert_range(const plan_ctx *c, int32_t rank, int64_t *first, int64_t *count)
+{
+    const int64_t E = c->m->cfg.E, T = c->p->tp;
+    if (!c->p->ep) {
+        *first = 0;
+        *count = E;
+        return;
+    }
+    /* vLLM since fe56180c7f90 (2025-07-24): the first E % T ranks take one more */
+    const int64_t base = E / T, rem = E % T;
+    *first = rank * base + (rank < rem ? rank : rem);
+    *count = base + (rank < rem ? 1 : 0);
 }
 
 static sl_status tmpl_build(plan_ctx *c)
@@ -188,7 +129,9 @@ typedef struct param_ctx {
     uint64_t Pr, Pc;              /* parameter as a 2-D view */
     const plan_tmpl *t;
     int64_t layer;
-    int32_t rank, n;              /* tp rank (spmd: device) and tp size (spmd: N) */
+    int64_t expert;               /* spmd: the expert of an {e} template's parameter */
+    int32_t rank, n;              /* tp rank (spmd: device) and tp size (spmd: N); for the slices
+                                     of an expert under EP, 0 and 1 */
 } param_ctx;
 
 static uint64_t dtype_size(sl_dtype dt)
@@ -275,7 +218,7 @@ static uint64_t tp_slot_rows(const param_ctx *pc, const sl_rule *r, uint64_t *kv
         return kl * D;
     case SL_SHARD_COLUMN:
     case SL_SHARD_MERGED: return r->shape[0] / T;
-    case SL_SHARD_VOCAB: return vocab_padded(r->shape[0]) / T;
+    case SL_SHARD_VOCAB: return sl_plan_vocab_padded(r->shape[0]) / T;
     case SL_SHARD_REPLICATED:
     case SL_SHARD_ROW: return r->shape[0];
     }
@@ -369,14 +312,58 @@ static void param_shape(const param_ctx *pc, sl_plan_param_t *pp)
     pp->shape[0] = rows;
 }
 
+/* Layout tp, an {e} template: [El, rows, cols] from the per-expert [rows, cols] of one expert's
+ * slices (TP-sliced without EP, whole with it). */
+static void expert_shape(const param_ctx *pc, const param_ctx *sub, sl_plan_param_t *pp)
+{
+    int64_t first = 0, count = 0;
+    sl_plan_expert_range(pc->c, pc->rank, &first, &count);
+    sl_plan_param_t one;
+    param_shape(sub, &one);
+    pp->ndim = one.ndim + 1;
+    pp->shape[0] = (uint64_t)count;
+    for (uint32_t k = 0; k < one.ndim; k++)
+        pp->shape[k + 1] = one.shape[k];
+}
+
+/* The copies of every slot of every expert the rank holds: expert j's rows start at j * rows. */
+static void expert_ops(param_ctx *pc, const param_ctx *sub)
+{
+    int64_t first = 0, count = 0;
+    sl_plan_expert_range(pc->c, pc->rank, &first, &count);
+    const sl_arch *m = pc->c->m;
+    param_ctx q = *sub;
+    q.pidx = pc->pidx;
+    q.offset = pc->offset;
+    q.Pc = pc->Pc;
+    uint64_t dst_row = 0, block = 0;
+    for (int64_t j = 0; j < count; j++) {
+        for (int32_t k = 0; k < pc->t->n_rules; k++) {
+            const int32_t ri = pc->t->rules[k];
+            const sl_rule *r = &m->rules[ri];
+            tp_rule_ops(&q, r, &pc->c->src[sl_arch_tensor_index(m, ri, pc->layer, first + j)], dst_row);
+            dst_row += tp_slot_rows(&q, r, &block);
+        }
+    }
+}
+
 static sl_status param_emit(param_ctx *pc)
 {
     sl_plan *p = pc->c->p;
     sl_plan_device *d = pc->dev;
     sl_plan_param_t tmp, *pp = d->params ? &d->params[d->n_params] : &tmp;
+    const int stacked = pc->t->expert && p->layout == SL_LAYOUT_TP;
+    param_ctx sub = *pc;
+    if (stacked && p->ep) {   /* whole experts: slice as at T = 1 */
+        sub.rank = 0;
+        sub.n = 1;
+    }
     memset(pp, 0, sizeof(*pp));
-    pp->name = pc->t->names[pc->layer < 0 ? 0 : pc->layer];
-    param_shape(pc, pp);
+    pp->name = sl_plan_tmpl_name(pc->c, pc->t, pc->layer, pc->expert);
+    if (stacked)
+        expert_shape(pc, &sub, pp);
+    else
+        param_shape(pc, pp);
     uint64_t nb = dtype_size(p->dtype);
     for (uint32_t k = 0; k < pp->ndim; k++)
         SL_CHECK(!sl_mul_overflow(nb, pp->shape[k], &nb), &p->err, SL_E_CONFIG,
@@ -388,12 +375,16 @@ static sl_status param_emit(param_ctx *pc)
     pc->pidx = d->n_params++;
     pc->offset = pp->offset;
     pc->Pr = pp->shape[0];
-    pc->Pc = pp->ndim == 2 ? pp->shape[1] : 1;
+    pc->Pc = pp->ndim == (stacked ? 3u : 2u) ? pp->shape[pp->ndim - 1] : 1;
+    if (stacked) {
+        expert_ops(pc, &sub);
+        return SL_OK;
+    }
     uint64_t dst_row = 0, block = 0;
     for (int32_t k = 0; k < pc->t->n_rules; k++) {
         const int32_t ri = pc->t->rules[k];
         const sl_rule *r = &pc->c->m->rules[ri];
-        const plan_src *s = &pc->c->src[sl_arch_tensor_index(pc->c->m, ri, pc->layer)];
+        const plan_src *s = &pc->c->src[sl_arch_tensor_index(pc->c->m, ri, pc->layer, pc->expert)];
         if (p->layout == SL_LAYOUT_SPMD) {
             spmd_rule_ops(pc, r, s);
         } else {
@@ -430,8 +421,13 @@ static sl_status device_walk(plan_ctx *c, sl_plan_device *d)
             for (int32_t i = 0; i < c->n_tmpl; i++) {
                 pc.t = &c->tmpl[i];
                 pc.layer = l;
-                if (pc.t->place == place &&
-                    (place == SL_PLACE_LAYER || sl_plan_tmpl_on_stage(c, pc.t, d->pp_rank)))
+                if (pc.t->place != place ||
+                    (place == SL_PLACE_LAYER ? !sl_arch_rule_at(c->m, pc.t->rules[0], l)
+                                             : !sl_plan_tmpl_on_stage(c, pc.t, d->pp_rank)))
+                    continue;
+                /* layout spmd: one parameter per expert; layout tp stacks them in one */
+                const int64_t ne = tmpl_names_per_layer(c, pc.t);
+                for (pc.expert = 0; pc.expert < ne; pc.expert++)
                     SL_TRY(param_emit(&pc));
             }
         }
@@ -484,6 +480,11 @@ static sl_status opts_check(sl_plan *p, const sl_checkpoint *ck, const sl_plan_o
              &p->err, SL_E_INVALID_ARG, "target dtype must be F32, F16 or BF16");
     SL_CHECK(ck != NULL || o->config_path != NULL, &p->err, SL_E_INVALID_ARG,
              "a plan needs a checkpoint or a config path");
+    SL_CHECK(o->ep == 0 || o->ep == 1, &p->err, SL_E_INVALID_ARG, "ep must be 0 or 1");
+    SL_CHECK(!o->ep || o->layout == SL_LAYOUT_TP, &p->err, SL_E_INVALID_ARG,
+             "expert parallelism (ep) applies to layout tp only (layout spmd keeps one tensor per "
+             "expert)");
+    p->ep = o->ep;
     p->layout = o->layout;
     p->tp = o->tp;
     p->pp = o->pp;
@@ -547,7 +548,7 @@ static sl_status plan_build_impl(sl_plan *p, const sl_checkpoint *ck, const sl_p
         st = plan_dtype(&c, o);
     }
     if (st == SL_OK)
-        st = check_mesh(&c);
+        st = sl_plan_check_mesh(&c);
     if (st == SL_OK)
         st = stages_split(&c);
     if (st == SL_OK)

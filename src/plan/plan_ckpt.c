@@ -170,11 +170,20 @@ static sl_status bind_one(plan_ctx *c, const name_map *mp, int64_t i, unclaimed 
 
 /* ---- completeness ----------------------------------------------------------------------------- */
 
+/* Experts a template's tensors come in at a layer: E for {e} rules (all of them, under EP too: a
+ * checkpoint is complete or it is not), else 1. */
+static int64_t tmpl_experts(const plan_ctx *c, const plan_tmpl *t)
+{
+    return t->expert ? c->m->cfg.E : 1;
+}
+
 static int tmpl_complete(const plan_ctx *c, const plan_tmpl *t, int64_t layer)
 {
     for (int32_t k = 0; k < t->n_rules; k++) {
-        if (c->src[sl_arch_tensor_index(c->m, t->rules[k], layer)].index < 0)
-            return 0;
+        for (int64_t e = 0; e < tmpl_experts(c, t); e++) {
+            if (c->src[sl_arch_tensor_index(c->m, t->rules[k], layer, e)].index < 0)
+                return 0;
+        }
     }
     return 1;
 }
@@ -203,11 +212,13 @@ static void missing_add(sl_strbuf *b, int64_t *n, const char *name)
 /* The parameter of template t at a layer, and the checkpoint tensors it lacks. */
 static void missing_param(plan_ctx *c, missing *ms, const plan_tmpl *t, int64_t layer)
 {
-    missing_add(&ms->params, &ms->n_params, t->names[layer]);
+    missing_add(&ms->params, &ms->n_params, sl_plan_tmpl_name(c, t, layer, 0));
     for (int32_t k = 0; k < t->n_rules; k++) {
-        const int64_t ti = sl_arch_tensor_index(c->m, t->rules[k], layer);
-        if (c->src[ti].index < 0)
-            missing_add(&ms->tensors, &ms->n_tensors, c->m->tensors[ti].name);
+        for (int64_t e = 0; e < tmpl_experts(c, t); e++) {
+            const int64_t ti = sl_arch_tensor_index(c->m, t->rules[k], layer, e);
+            if (c->src[ti].index < 0)
+                missing_add(&ms->tensors, &ms->n_tensors, c->m->tensors[ti].name);
+        }
     }
 }
 
@@ -232,7 +243,7 @@ static sl_status check_missing(plan_ctx *c)
         if (c->m->cfg.tied && t->tied_skip)
             continue;
         for (int64_t l = 0; l < layers; l++) {
-            if (!tmpl_complete(c, t, l))
+            if (sl_arch_rule_at(c->m, t->rules[0], l) && !tmpl_complete(c, t, l))
                 missing_param(c, &ms, t, l);
         }
     }

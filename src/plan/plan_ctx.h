@@ -14,7 +14,10 @@ typedef struct plan_tmpl {
     const char *param;            /* name pattern */
     sl_place place;
     int tied_also_last, tied_skip;
-    const char **names;           /* per layer (1 entry for first/last), arena */
+    int expert;                   /* the rules have {e}: layout tp stacks the experts a rank holds
+                                     into one parameter; layout spmd keeps one per expert */
+    const char **names;           /* per layer (1 entry for first/last); spmd experts: per layer
+                                     and expert, names[l * E + e]; arena */
 } plan_tmpl;
 
 /* Where a model tensor lives in the checkpoint. Without a checkpoint: index -1, offset 0 (ops
@@ -37,6 +40,16 @@ typedef struct plan_ctx {
     int64_t *stage_start;         /* pp + 1 entries: stage s holds layers [start[s], start[s+1]) */
 } plan_ctx;
 
+/* plan_mesh.c: the mesh against the config (divisibility, T > E, pp > L); messages name the
+ * config. */
+sl_status sl_plan_check_mesh(plan_ctx *c);
+/* plan_mesh.c: vocab size padded to a multiple of 64 (vLLM's VocabParallelEmbedding). */
+uint64_t sl_plan_vocab_padded(uint64_t v);
+/* plan_build.c: the routed experts tp rank `rank` holds, [*first, *first + *count): all of them
+ * without EP, else vLLM's contiguous ranges (the first E % T ranks one more). */
+void sl_plan_expert_range(const plan_ctx *c, int32_t rank, int64_t *first, int64_t *count);
+/* plan_build.c: the name of template t's parameter at a layer (and expert, for spmd experts). */
+const char *sl_plan_tmpl_name(const plan_ctx *c, const plan_tmpl *t, int64_t layer, int64_t e);
 /* plan_build.c: whether a template placed first or last has a parameter on pipeline stage
  * `stage` (ties included). Per-layer templates are on every stage, for the stage's layers. */
 int sl_plan_tmpl_on_stage(const plan_ctx *c, const plan_tmpl *t, int32_t stage);

@@ -67,6 +67,7 @@ struct sl_plan {
     sl_arena arena;
     sl_layout layout;
     int32_t tp, pp;
+    int32_t ep;              /* expert parallelism (sl_plan_opts.ep): experts spread over tp ranks */
     sl_dtype dtype;          /* every parameter's dtype */
     int32_t n_devices;       /* tp * pp */
     sl_plan_device *devices;

@@ -25,7 +25,7 @@ BAD_ARGS = [
     (dict(devices="01"), TypeError, "devices must be a list of ints"),
     (dict(devices=[0.5]), TypeError, "devices must be a list of ints"),
     (dict(gpus=3), TypeError, "gpus must be a list of ints"),
-    (dict(ep=True), NotImplementedError, "expert parallelism"),
+    (dict(ep=1), TypeError, "ep must be a bool"),
 ]
 
 

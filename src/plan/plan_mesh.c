@@ -1,0 +1,112 @@
+/* plan_mesh.c - whether a mesh fits a config (SHARDING.md, SHARDING-MOE-FP8.md): every dimension a
+ * rule splits divisible by T, heads first; for MoE models no more ranks than experts, and the
+ * experts' own split only without expert parallelism (under EP experts are whole). */
+#include "plan/plan_ctx.h"
+#include "plan/arch_config.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define SL_VOCAB_PAD 64
+
+/* ---- mesh checks ------------------------------------------------------------------------------ */
+
+/* "intermediate_size 14336" for a one-symbol dimension, else "dim 1 of <tensor> (nh*D = 4096)". */
+static void dim_desc(const sl_arch_config *c, const sl_rule *r, uint32_t d, char *buf, size_t len)
+{
+    const int si = sl_arch_sym_find(c, r->dim_expr[d], strlen(r->dim_expr[d]));
+    if (si >= 0) {   /* a table symbol: its config key */
+        snprintf(buf, len, "%s %llu", c->sym_key[si], (unsigned long long)r->shape[d]);
+        return;
+    }
+    static const char *const sym[] = {"H", "nh", "K", "D", "I", "V", "L"};
+    static const char *const field[] = {"hidden_size", "num_attention_heads", "num_key_value_heads",
+                                        "head_dim", "intermediate_size", "vocab_size",
+                                        "num_hidden_layers"};
+    for (size_t i = 0; i < sizeof(sym) / sizeof(sym[0]); i++) {
+        if (strcmp(r->dim_expr[d], sym[i]) == 0) {
+            snprintf(buf, len, "%s %llu", field[i], (unsigned long long)r->shape[d]);
+            return;
+        }
+    }
+    snprintf(buf, len, "dim %u of %s (%s = %llu)", d, r->tensor, r->dim_expr[d],
+             (unsigned long long)r->shape[d]);
+}
+
+static sl_status check_dim(sl_plan *p, const sl_arch_config *c, const sl_rule *r, uint32_t d)
+{
+    char what[256];
+    if (r->shape[d] % (uint64_t)p->tp == 0)
+        return SL_OK;
+    dim_desc(c, r, d, what, sizeof(what));
+    return sl_err_set(&p->err, SL_E_DIVISIBILITY, "%s is not divisible by tp %d%s", what, (int)p->tp,
+                      r->expert ? " (the routed experts' split; --ep keeps each expert whole)" : "");
+}
+
+uint64_t sl_plan_vocab_padded(uint64_t v)
+{
+    return (v + SL_VOCAB_PAD - 1) / SL_VOCAB_PAD * SL_VOCAB_PAD;
+}
+
+static sl_status check_rule_tp(sl_plan *p, const sl_arch_config *cfg, const sl_rule *r)
+{
+    const int64_t T = p->tp;
+    if (r->expert && p->ep)   /* expert parallelism: each expert whole on one rank */
+        return SL_OK;
+    switch (r->shard) {
+    case SL_SHARD_REPLICATED: return SL_OK;
+    case SL_SHARD_COLUMN:
+    case SL_SHARD_MERGED: return check_dim(p, cfg, r, 0);
+    case SL_SHARD_ROW: return r->ndim == 2 ? check_dim(p, cfg, r, 1) : SL_OK;
+    case SL_SHARD_VOCAB:
+        SL_CHECK(sl_plan_vocab_padded(r->shape[0]) % (uint64_t)T == 0, &p->err, SL_E_DIVISIBILITY,
+                 "padded vocab size %llu (%s %llu rounded up to a multiple of 64) is not divisible "
+                 "by tp %d", (unsigned long long)sl_plan_vocab_padded(r->shape[0]), r->dim_expr[0],
+                 (unsigned long long)r->shape[0], (int)T);
+        return SL_OK;
+    case SL_SHARD_QKV:
+        SL_CHECK(cfg->nh % T == 0, &p->err, SL_E_DIVISIBILITY,
+                 "num_attention_heads %lld is not divisible by tp %d", (long long)cfg->nh, (int)T);
+        SL_CHECK(cfg->K % T == 0 || T % cfg->K == 0, &p->err, SL_E_DIVISIBILITY,
+                 "num_key_value_heads %lld is not divisible by tp %d, nor tp %d by it",
+                 (long long)cfg->K, (int)T, (int)T);
+        return SL_OK;
+    }
+    return SL_OK;
+}
+
+static sl_status check_mesh_impl(plan_ctx *c)
+{
+    sl_plan *p = c->p;
+    const sl_arch_config *cfg = &c->m->cfg;
+    SL_CHECK(p->layout != SL_LAYOUT_SPMD || p->pp == 1, &p->err, SL_E_INVALID_ARG,
+             "layout spmd is a 1-D mesh: pp must be 1 (got %d)", (int)p->pp);
+    SL_CHECK(p->pp <= cfg->L, &p->err, SL_E_CONFIG,
+             "pp %d is larger than num_hidden_layers %lld", (int)p->pp, (long long)cfg->L);
+    /* vLLM's check (qwen3_moe.py, qwen2_moe.py; SHARDING-MOE-FP8.md): with or without EP */
+    SL_CHECK(c->m->n_moe_layers == 0 || cfg->E >= p->tp, &p->err, SL_E_DIVISIBILITY,
+             "Tensor parallel size %d is greater than the number of experts %lld", (int)p->tp,
+             (long long)cfg->E);
+    if (p->layout != SL_LAYOUT_TP)
+        return SL_OK;
+    /* heads first: they are what a user tunes tp by, and they imply o_proj's split. A rule with no
+     * tensor for this config (the dense MLP of an all-MoE model) splits nothing. */
+    for (int pass = 0; pass < 2; pass++) {
+        for (int32_t i = 0; i < c->m->n_rules; i++) {
+            const sl_rule *r = &c->m->rules[i];
+            if ((r->shard == SL_SHARD_QKV) == (pass == 0) && sl_arch_rule_used(c->m, i))
+                SL_TRY(check_rule_tp(p, cfg, r));
+        }
+    }
+    return SL_OK;
+}
+
+/* Whether the mesh fits is a matter of the config's sizes: the message names the config. */
+sl_status sl_plan_check_mesh(plan_ctx *c)
+{
+    const sl_status st = check_mesh_impl(c);
+    if (st == SL_E_DIVISIBILITY || st == SL_E_CONFIG)
+        sl_err_prefix(&c->p->err, c->config_path);
+    return st;
+}
+
