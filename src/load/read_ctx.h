@@ -19,6 +19,7 @@
 #include "load/engine.h"
 #include "load/read_chunks.h"
 
+#include "common/sl_file.h"
 #include "common/sl_pool.h"
 
 #include <stdint.h>
@@ -35,23 +36,44 @@
 
 /* ---- files (read_files.c) -------------------------------------------------------------------- */
 
+/* Files are opened on demand and at most max_open at once (a 1,353-shard checkpoint under
+ * `ulimit -n 1024` once failed with every file open): a request holds its file open while it is in
+ * flight, and the least recently used idle file is closed to open another. Each open (the first,
+ * at set-up, and any later one) refuses what is not a regular file without blocking and compares
+ * the file with the identity it had when the checkpoint was opened (SL_E_CHANGED otherwise). */
+#define RD_MAX_OPEN 64u
+
 typedef struct rd_file {
     const char *path;
     uint64_t size;
-    int fd;
-    int fd_direct_old;   /* direct fd kept open after an EINVAL fallback, until the end */
-    int direct;
+    sl_file_id id;       /* as the checkpoint was opened, or as first opened here */
+    int fd;              /* -1 while closed */
+    int fd_direct_old;   /* direct fd kept open after an EINVAL fallback, until the file closes */
+    int direct;          /* the mode chosen at set-up (or buffered since a fallback) */
     int used;
+    unsigned busy;       /* requests in flight on it */
+    uint64_t last_use;   /* for choosing the file to close */
 } rd_file;
 
 typedef struct rd_files {
     rd_file *v;
     int64_t n;
+    int64_t *open;       /* the n_open files now open */
+    unsigned n_open, max_open;
+    uint64_t clock;
 } rd_files;
 
 sl_status rd_files_init(rd_files *fs, const sl_load_file *files, int64_t n, sl_err *err);
-/* Opens the files that used[] marks (io: the load's --io mode); sizes must be as planned. */
+/* Opens each file that used[] marks once, in turn (io: the load's --io mode), to check it and
+ * choose O_DIRECT or buffered reads; the first max_open stay open. */
 sl_status rd_files_open(rd_files *fs, const unsigned char *used, sl_io_mode io, sl_err *err);
+/* Lets n files be open at once when the budget is smaller (the stepwise path's fixed slots). */
+void rd_files_allow_open(rd_files *fs, unsigned n);
+/* File i is open (reopened if need be, closing an idle one) and counted busy; every acquire is
+ * followed by one release, when its request is done. Needs fewer requests in flight than
+ * max_open (rd_setup bounds the slots). */
+sl_status rd_file_acquire(rd_files *fs, int64_t i, sl_err *err);
+void rd_file_release(rd_files *fs, int64_t i);
 /* Some filesystems accept O_DIRECT at open and refuse the reads: f continues buffered. */
 sl_status rd_file_fallback(rd_file *f, sl_err *err);
 /* Stats `io`: "direct", "buffered", "mixed" or "none" (no file used). */

@@ -68,6 +68,7 @@ sl_status rd_submit(rd_ctx *x, rd_slot *s, int64_t chunk)
     if (x->in_flight)
         SL_TRY(rd_fence(x));
     const rd_chunk *c = &x->chunks.v[chunk];
+    SL_TRY(rd_file_acquire(&x->files, c->file, x->err));   /* released by rd_check */
     const rd_file *f = &x->files.v[c->file];
     s->chunk = chunk;
     s->req.fd = f->fd;
@@ -90,6 +91,7 @@ sl_status rd_check(rd_ctx *x, rd_slot *s, int *resubmitted)
     rd_file *f = &x->files.v[c->file];
     const int64_t res = s->req.result;
     *resubmitted = 0;
+    rd_file_release(&x->files, c->file);
     if (res == -EINVAL && s->req.fd == f->fd && f->direct) {
         SL_TRY(rd_file_fallback(f, x->err));
         *resubmitted = 1;

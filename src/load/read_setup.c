@@ -50,6 +50,17 @@ static sl_status rd_size(rd_ctx *x, const rd_config *c)
     return SL_OK;
 }
 
+/* A request keeps its file open while it is in flight (read_files.c), so no more requests than
+ * files allowed open: fewer slots, or, where the slots are fixed (the stepwise path: the ranks
+ * share one chunk list), room for one more file than slots. */
+static void rd_bound_open_files(rd_ctx *x, const rd_config *c)
+{
+    if (c->n_slots)
+        rd_files_allow_open(&x->files, x->n_slots + 1);
+    else if (x->n_slots > x->files.max_open)
+        x->n_slots = x->files.max_open;
+}
+
 sl_status rd_setup(rd_ctx *x, const rd_config *c)
 {
     /* size_for_devices chooses slots and ring itself */
@@ -73,6 +84,7 @@ sl_status rd_setup(rd_ctx *x, const rd_config *c)
     if (x->chunks.n == 0)
         return SL_OK;
     rd_fit_slots(x);
+    rd_bound_open_files(x, c);
     x->use_marks = c->slot_marks && rd_can_mark(x);
     rd_start_pool(x);
     SL_TRY(rd_alloc_buffers(x));
