@@ -52,7 +52,7 @@ extern "C" {
     X(SL_E_INCOMPLETE, 10, "data buffer not exactly covered (short file, trailing bytes)")         \
     X(SL_E_POLICY, 11, "accepted by the reference, rejected by shardload on purpose")              \
     /* checkpoints */                                                                              \
-    X(SL_E_INDEX, 20, "model.safetensors.index.json breaks rules I1-I7")                           \
+    X(SL_E_INDEX, 20, "an index breaks I1-I7, or a directory mixes HF shards and rank files")      \
     X(SL_E_NOT_FOUND, 21, "a file or a tensor that should exist does not")                         \
     X(SL_E_DUPLICATE, 22, "one tensor name in two files")                                          \
     /* system */                                                                                   \
@@ -60,6 +60,7 @@ extern "C" {
     X(SL_E_NOMEM, 31, "out of memory")                                                             \
     X(SL_E_INVALID_ARG, 32, "caller error: bad option, out-of-range index")                        \
     X(SL_E_UNSUPPORTED, 33, "feature not built in or not available here (CUDA, io_uring)")         \
+    X(SL_E_CANCELLED, 34, "stopped by sl_cancel (a signal, in the CLI); unfinished files removed") \
     /* planning */                                                                                 \
     X(SL_E_CONFIG, 40, "config.json or rule table unreadable or inconsistent")                     \
     X(SL_E_SHAPE, 41, "checkpoint tensor shape differs from the config's")                         \
@@ -67,7 +68,7 @@ extern "C" {
     X(SL_E_UNCLAIMED, 43, "checkpoint tensor that no rule claims")                                 \
     X(SL_E_MISSING, 44, "parameters not initialized from the checkpoint")                          \
     /* loading */                                                                                  \
-    X(SL_E_CHANGED, 50, "a file changed between planning and reading (size, short read)")          \
+    X(SL_E_CHANGED, 50, "a file changed since its open (size, inode, mtime, short read, FIFO)")    \
     X(SL_E_DEVICE, 51, "device backend failure")
 
 #define SL_STATUS_ENUM_(name, value, meaning) name = value,
@@ -495,6 +496,16 @@ sl_status sl_reshard_dist(const sl_checkpoint *ck, const sl_plan *p, const sl_lo
  * random values from seed, in dtype (-1: the config's), shards of at most max_shard_bytes (0: 5 GB). */
 sl_status sl_synth(const char *config_path, const char *rules_path, const char *outdir, int32_t dtype,
                    uint64_t seed, uint64_t max_shard_bytes, char *err, size_t errlen);
+
+/* ---- cancelling --------------------------------------------------------------------------------- */
+
+/* Asks every sl_load, sl_reshard, sl_reshard_dist and sl_synth running in this process to stop:
+ * each fails with SL_E_CANCELLED at its next check (between read requests, before each write)
+ * and, as after any failure, removes the files it had not finished. sl_cancel only stores to a
+ * lock-free atomic, so a signal handler may call it (the CLI does, on SIGINT and SIGTERM); the
+ * library installs no handler itself. The request holds until sl_cancel_clear. */
+void sl_cancel(void);
+void sl_cancel_clear(void);
 
 /* ---- utilities ---------------------------------------------------------------------------------- */
 

@@ -4,18 +4,26 @@
  * ordered by dtype descending (enum order) then by name, data is packed in that order with no gaps,
  * and the header is padded with spaces so that 8 + N is a multiple of 8. With that order every
  * tensor starts at a multiple of its element size. The file is written under a temporary name and
- * renamed by sl_writer_finish, so a crash never leaves a half-written file under the final name. */
+ * renamed by sl_writer_finish, so a crash never leaves a half-written file under the final name;
+ * the temporary file is locked while it is open (writer.h), and a cancel request (sl_cancel)
+ * stops the next write. */
 #include "ckpt/ckpt_file.h"
+#include "ckpt/writer.h"
 #include "format/st_format.h"
+#include "common/sl_cancel.h"
+#include "common/sl_file.h"
 #include "common/sl_strbuf.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -43,8 +51,11 @@ enum { WR_OPEN, WR_BEGUN, WR_FINISHED, WR_FAILED };
 struct sl_writer {
     sl_err err;
     char *path, *tmp;
-    int fd;
+    int fd;              /* -1 while parked by a ck_writer_set (or failed to open) */
     int state;
+    unsigned busy;       /* in a ck_writer_set: writes under way */
+    uint64_t last_use;   /* in a ck_writer_set: for choosing the writer to park */
+    int in_set;          /* listed among the set's open writers */
     wr_tensor *t;
     size_t n, cap;
     wr_meta *meta;
@@ -83,7 +94,26 @@ sl_status sl_writer_open(const char *path, sl_writer **out)
     }
     if (fchmod(w->fd, 0644) != 0)   /* mkostemp creates 0600; checkpoints are meant to be shared */
         return sl_err_set(&w->err, SL_E_IO, "%s: chmod: %s", w->tmp, strerror(errno));
+    (void)flock(w->fd, LOCK_EX | LOCK_NB);   /* a new file: nobody else holds it; where flock is
+                                                not supported, stale files are still told by name */
     return SL_OK;
+}
+
+/* A parked writer's temporary file, opened again by name and locked again. */
+static sl_status wr_reopen(sl_writer *w)
+{
+    if (w->fd >= 0)
+        return SL_OK;
+    w->fd = open(w->tmp, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (w->fd < 0)
+        return sl_err_set(&w->err, SL_E_IO, "%s: cannot open again: %s", w->tmp, strerror(errno));
+    (void)flock(w->fd, LOCK_EX | LOCK_NB);
+    return SL_OK;
+}
+
+static sl_status wr_cancelled(sl_writer *w)
+{
+    return sl_err_set(&w->err, SL_E_CANCELLED, "%s: cancelled, not finished", w->path);
 }
 
 /* Names and metadata become JSON strings a strict reader must accept again. */
@@ -312,6 +342,9 @@ sl_status sl_writer_write(sl_writer *w, int64_t idx, uint64_t offset, const void
              w->path, t->name, n, offset, t->nbytes);
     if (n == 0)
         return SL_OK;
+    if (sl_cancel_requested())
+        return wr_cancelled(w);
+    SL_TRY(wr_reopen(w));
     if (ck_pwrite_full(w->fd, data, n, t->offset + offset) != 0)
         return sl_err_set(&w->err, SL_E_IO, "%s: write: %s", w->tmp, strerror(errno));
     if (wr_mark(t, offset, end) != 0)
@@ -330,6 +363,9 @@ sl_status sl_writer_finish(sl_writer *w)
         const bool full = t->nbytes == 0 || (t->n_done == 1 && t->done[0].b == 0 && t->done[0].e == t->nbytes);
         SL_CHECK(full, &w->err, SL_E_INCOMPLETE, "%s: tensor '%s': not every byte was written", w->path, t->name);
     }
+    if (sl_cancel_requested())   /* no complete file appears once a stop was asked for */
+        return wr_cancelled(w);
+    SL_TRY(wr_reopen(w));
     /* fdatasync, not fsync: the rename below is what must not overtake the data. */
     if (fdatasync(w->fd) != 0 && errno != EINVAL)
         return sl_err_set(&w->err, SL_E_IO, "%s: sync: %s", w->tmp, strerror(errno));
@@ -371,4 +407,162 @@ void sl_writer_free(sl_writer *w)
 const char *sl_writer_errmsg(const sl_writer *w)
 {
     return w ? sl_err_msg(&w->err) : "out of memory";
+}
+
+/* ---- temporary files of runs that died ---- */
+
+/* "<final>.tmp.XXXXXX" (mkostemp's six characters): the length of <final>, or 0. */
+static size_t wr_tmp_final_len(const char *name)
+{
+    const size_t n = strlen(name), k = sizeof(".tmp.XXXXXX") - 1;
+    return n > k && strncmp(name + n - k, ".tmp.", 5) == 0 ? n - k : 0;
+}
+
+/* Removes dir/name when no live writer holds it: a writer locks its temporary file while it has
+ * it open, so a lock taken here means the writer is gone. */
+static sl_status wr_remove_if_unlocked(const char *dir, const char *name, sl_err *err)
+{
+    char *path = ck_path_join(dir, name);
+    SL_CHECK(path, err, SL_E_NOMEM, "out of memory");
+    struct stat sb;
+    sl_status st = SL_OK;
+    const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY);
+    if (fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && flock(fd, LOCK_EX | LOCK_NB) == 0 &&
+        unlink(path) != 0 && errno != ENOENT)
+        st = sl_err_set(err, SL_E_IO, "%s: cannot remove a stale temporary file: %s", path, strerror(errno));
+    if (fd >= 0)
+        close(fd);
+    free(path);
+    return st;
+}
+
+sl_status ck_writer_remove_stale(const char *dir, int (*ours)(void *user, const char *final_name),
+                                 void *user, sl_err *err)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return SL_OK;   /* nothing there yet */
+    sl_status st = SL_OK;
+    char final[256];
+    for (struct dirent *de; st == SL_OK && (de = readdir(d)) != NULL;) {
+        const size_t k = wr_tmp_final_len(de->d_name);
+        if (k == 0 || k >= sizeof final)
+            continue;
+        memcpy(final, de->d_name, k);
+        final[k] = '\0';
+        if (ours(user, final))
+            st = wr_remove_if_unlocked(dir, de->d_name, err);
+    }
+    closedir(d);
+    return st;
+}
+
+/* ---- a set of writers with a few descriptors ---- */
+
+struct ck_writer_set {
+    pthread_mutex_t lock;
+    sl_writer **open;    /* the writers holding a descriptor */
+    size_t n_open, cap;
+    unsigned max_open;
+    uint64_t clock;
+};
+
+sl_status ck_writer_set_new(ck_writer_set **out, sl_err *err)
+{
+    ck_writer_set *s = calloc(1, sizeof *s);
+    *out = s;
+    SL_CHECK(s, err, SL_E_NOMEM, "out of memory");
+    pthread_mutex_init(&s->lock, NULL);
+    s->max_open = sl_file_open_budget(64);
+    return SL_OK;
+}
+
+void ck_writer_set_free(ck_writer_set *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_destroy(&s->lock);
+    free(s->open);
+    free(s);
+}
+
+static void wr_set_remove(ck_writer_set *s, size_t k)
+{
+    s->open[k]->in_set = 0;
+    s->open[k] = s->open[--s->n_open];
+}
+
+/* Parks the least recently used writer that no thread is writing; none when all are busy (then
+ * one more stays open for a while: never more than the threads writing at once). */
+static void wr_set_park_one(ck_writer_set *s)
+{
+    size_t best = s->n_open;
+    for (size_t k = 0; k < s->n_open; k++) {
+        if (!s->open[k]->busy && (best == s->n_open || s->open[k]->last_use < s->open[best]->last_use))
+            best = k;
+    }
+    if (best == s->n_open)
+        return;
+    sl_writer *w = s->open[best];
+    close(w->fd);   /* only its own pwrites use it, and none is under way */
+    w->fd = -1;
+    wr_set_remove(s, best);
+}
+
+/* Lists w as open (it opens itself again when written: wr_reopen), parking another if need be. */
+static int wr_set_use(ck_writer_set *s, sl_writer *w)
+{
+    w->last_use = ++s->clock;
+    w->busy++;
+    if (w->in_set)
+        return 0;
+    if (s->n_open >= s->max_open)
+        wr_set_park_one(s);
+    if (s->n_open == s->cap) {
+        const size_t cap = s->cap ? 2 * s->cap : 16;
+        sl_writer **v = realloc(s->open, cap * sizeof *v);
+        if (!v)
+            return -1;
+        s->open = v;
+        s->cap = cap;
+    }
+    s->open[s->n_open++] = w;
+    w->in_set = 1;
+    return 0;
+}
+
+sl_status ck_writer_set_join(ck_writer_set *s, sl_writer *w, sl_err *err)
+{
+    pthread_mutex_lock(&s->lock);
+    const int rc = wr_set_use(s, w);
+    w->busy--;
+    pthread_mutex_unlock(&s->lock);
+    SL_CHECK(rc == 0, err, SL_E_NOMEM, "out of memory");
+    return SL_OK;
+}
+
+sl_status ck_writer_set_write(ck_writer_set *s, sl_writer *w, int64_t idx, uint64_t offset,
+                              const void *data, size_t n)
+{
+    pthread_mutex_lock(&s->lock);
+    const int rc = wr_set_use(s, w);
+    pthread_mutex_unlock(&s->lock);
+    const sl_status st = rc == 0 ? sl_writer_write(w, idx, offset, data, n) : wr_nomem(w);
+    pthread_mutex_lock(&s->lock);
+    w->busy--;
+    pthread_mutex_unlock(&s->lock);
+    return st;
+}
+
+sl_status ck_writer_set_finish(ck_writer_set *s, sl_writer *w)
+{
+    pthread_mutex_lock(&s->lock);
+    for (size_t k = 0; k < s->n_open; k++) {
+        if (s->open[k] == w) {
+            wr_set_remove(s, k);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    return sl_writer_finish(w);   /* opens w again if it was parked, and closes it */
 }

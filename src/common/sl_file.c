@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 int sl_file_open_regular(const char *path, struct stat *sb)
@@ -54,6 +55,15 @@ const char *sl_file_id_diff(const sl_file_id *id, const struct stat *sb)
     if (now.mtime_sec != id->mtime_sec || now.mtime_nsec != id->mtime_nsec)
         return "modification time";
     return NULL;
+}
+
+unsigned sl_file_open_budget(unsigned most)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+        return most;
+    const rlim_t q = rl.rlim_cur / 4;
+    return q < 4 ? 4u : q > most ? most : (unsigned)q;
 }
 
 const char *sl_file_kind(unsigned mode)

@@ -37,6 +37,12 @@ void sl_file_id_from_stat(const struct stat *sb, sl_file_id *id);
  * file now has that name) or "modification time". */
 const char *sl_file_id_diff(const sl_file_id *id, const struct stat *sb);
 
+/* How many files one part of the library keeps open at once: a quarter of the soft descriptor
+ * limit, within [4, most], so that the loader's files, a reshard's part files, the I/O engine and
+ * the caller's own descriptors fit together (a 1,353-shard checkpoint under `ulimit -n 1024` once
+ * failed with every shard open). */
+unsigned sl_file_open_budget(unsigned most);
+
 /* "a FIFO", "a directory", "a character device", ...: what a non-regular st_mode is, for messages. */
 const char *sl_file_kind(unsigned mode);
 

@@ -16,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -26,20 +25,9 @@
 /* The open-file list holds max_open entries, which the stepwise path may raise to its slots + 1. */
 #define RD_OPEN_CAP (RD_MAX_OPEN + RD_MAX_SLOTS + 1u)
 
-/* A quarter of the soft descriptor limit, within [4, RD_MAX_OPEN]: the rest stays for the caller,
- * the I/O engine and, in a reshard, the part files being written. */
-static unsigned rd_open_budget(void)
-{
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
-        return RD_MAX_OPEN;
-    const rlim_t q = rl.rlim_cur / 4;
-    return q < 4 ? 4u : q > RD_MAX_OPEN ? RD_MAX_OPEN : (unsigned)q;
-}
-
 sl_status rd_files_init(rd_files *fs, const sl_load_file *files, int64_t n, sl_err *err)
 {
-    *fs = (rd_files){.n = n, .max_open = rd_open_budget()};
+    *fs = (rd_files){.n = n, .max_open = sl_file_open_budget(RD_MAX_OPEN)};
     fs->v = calloc((size_t)n + 1, sizeof *fs->v);
     fs->open = calloc(RD_OPEN_CAP, sizeof *fs->open);
     if (!fs->v || !fs->open)

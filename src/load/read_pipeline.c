@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/sl_bytes.h"
+#include "common/sl_cancel.h"
 
 /* ---- device waits --------------------------------------------------------------------------- */
 
@@ -68,6 +69,9 @@ sl_status rd_submit(rd_ctx *x, rd_slot *s, int64_t chunk)
     if (x->in_flight)
         SL_TRY(rd_fence(x));
     const rd_chunk *c = &x->chunks.v[chunk];
+    if (sl_cancel_requested())   /* sl_cancel: the caller's cleanup runs as after any failure */
+        return sl_err_set(x->err, SL_E_CANCELLED, "%s: cancelled before reading offset %llu",
+                          x->files.v[c->file].path, (unsigned long long)c->a);
     SL_TRY(rd_file_acquire(&x->files, c->file, x->err));   /* released by rd_check */
     const rd_file *f = &x->files.v[c->file];
     s->chunk = chunk;

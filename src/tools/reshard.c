@@ -6,7 +6,9 @@
  * same staging bound as a load; no device buffer is ever held in memory. */
 #include "shardload.h"
 
+#include "ckpt/writer.h"
 #include "device/device.h"
+#include "format/st_format.h"
 #include "load/engine.h"
 #include "plan/plan_data.h"
 #include "common/sl_bytes.h"
@@ -32,6 +34,7 @@ typedef struct file_dev {
     int64_t n_parts;
     int64_t *param_part;      /* part of each parameter */
     int64_t *param_widx;      /* writer index of each parameter in its part */
+    ck_writer_set *set;       /* the run's parts, few of them open at once */
     pthread_mutex_t lock;     /* the engine may write from several threads */
 } file_dev;
 
@@ -68,8 +71,9 @@ static sl_status file_dev_write_locked(file_dev *f, uint64_t off, const unsigned
                  (unsigned long long)off);
         const size_t k = (size_t)sl_min_u64(n, pp->nbytes - in_param);
         sl_writer *w = f->parts[f->param_part[i]];
-        if (sl_writer_write(w, f->param_widx[i], in_param, src, k) != SL_OK)
-            return sl_err_set(err, SL_E_IO, "%s", sl_writer_errmsg(w));
+        const sl_status st = ck_writer_set_write(f->set, w, f->param_widx[i], in_param, src, k);
+        if (st != SL_OK)
+            return sl_err_set(err, st == SL_E_CANCELLED ? st : SL_E_IO, "%s", sl_writer_errmsg(w));
         off += k;
         src += k;
         n -= k;
@@ -142,6 +146,7 @@ typedef struct reshard {
     int32_t first, count;     /* the mesh devices this process writes (over MPI: its rank's) */
     file_dev *fdevs;          /* plan->n_devices entries; only [first, first + count) are opened */
     sl_model_dev *mdevs;      /* likewise */
+    ck_writer_set *parts_open;
     sl_err err;
 } reshard;
 
@@ -193,6 +198,7 @@ static sl_status file_dev_init(reshard *r, file_dev *f, const sl_plan_device *pd
 {
     f->plan = r->plan;
     f->pd = pd;
+    f->set = r->parts_open;
     pthread_mutex_init(&f->lock, NULL);
     const size_t np = (size_t)pd->n_params + 1;
     f->param_part = calloc(np, sizeof(*f->param_part));
@@ -201,18 +207,20 @@ static sl_status file_dev_init(reshard *r, file_dev *f, const sl_plan_device *pd
     if (!f->param_part || !f->param_widx || !f->parts)
         return sl_err_set(&r->err, SL_E_NOMEM, "out of memory");
     f->n_parts = split_parts(pd, r->max_part, f->param_part);
-    for (int64_t k = 0; k < f->n_parts; k++)
+    /* part by part (a part's parameters are consecutive), each left to the set once begun, so
+     * that thousands of parts never hold a descriptor each */
+    for (int64_t k = 0, i = 0; k < f->n_parts; k++) {
         SL_TRY(part_open(r, f, k));
-    for (int64_t i = 0; i < pd->n_params; i++) {
-        const sl_plan_param_t *pp = &pd->params[i];
-        sl_writer *w = f->parts[f->param_part[i]];
-        if (sl_writer_add(w, sl_plan_stored_name(r->plan, pd, pp->name), r->plan->dtype, pp->ndim, pp->shape,
-                          &f->param_widx[i]) != SL_OK)
-            return sl_err_set(&r->err, SL_E_INVALID_ARG, "%s", sl_writer_errmsg(w));
-    }
-    for (int64_t k = 0; k < f->n_parts; k++) {
-        if (sl_writer_begin(f->parts[k]) != SL_OK)
-            return sl_err_set(&r->err, SL_E_IO, "%s", sl_writer_errmsg(f->parts[k]));
+        sl_writer *w = f->parts[k];
+        for (; i < pd->n_params && f->param_part[i] == k; i++) {
+            const sl_plan_param_t *pp = &pd->params[i];
+            if (sl_writer_add(w, sl_plan_stored_name(r->plan, pd, pp->name), r->plan->dtype, pp->ndim,
+                              pp->shape, &f->param_widx[i]) != SL_OK)
+                return sl_err_set(&r->err, SL_E_INVALID_ARG, "%s", sl_writer_errmsg(w));
+        }
+        if (sl_writer_begin(w) != SL_OK)
+            return sl_err_set(&r->err, SL_E_IO, "%s", sl_writer_errmsg(w));
+        SL_TRY(ck_writer_set_join(r->parts_open, w, &r->err));
     }
     return SL_OK;
 }
@@ -235,8 +243,10 @@ static sl_status reshard_finish(reshard *r)
     for (int32_t d = r->first; d < r->first + r->count; d++) {
         file_dev *f = &r->fdevs[d];
         for (int64_t k = 0; k < f->n_parts; k++) {
-            if (sl_writer_finish(f->parts[k]) != SL_OK)
-                return sl_err_set(&r->err, SL_E_IO, "%s", sl_writer_errmsg(f->parts[k]));
+            const sl_status st = ck_writer_set_finish(r->parts_open, f->parts[k]);
+            if (st != SL_OK)
+                return sl_err_set(&r->err, st == SL_E_CANCELLED ? st : SL_E_IO, "%s",
+                                  sl_writer_errmsg(f->parts[k]));
         }
     }
     return SL_OK;
@@ -313,6 +323,20 @@ static sl_status reshard_check_space(reshard *r, int32_t first, int32_t count)
     return sl_tools_check_space(r->outdir, need, reclaimed, &r->err);
 }
 
+/* Temporary part files of devices [first, first + count) that a run which died left (no live
+ * writer holds them): they would pile up, run after run. Only this process's devices: over MPI
+ * the other ranks' parts are theirs. */
+typedef struct reshard_span {
+    int32_t first, count;
+} reshard_span;
+
+static int reshard_ours(void *user, const char *name)
+{
+    const reshard_span *s = user;
+    int32_t rank = -1;
+    return st_rank_file_name(name, &rank, NULL) && rank >= s->first && rank - s->first < s->count;
+}
+
 /* Creates outdir and the file devices [first, first + count), each with its part files begun. */
 static sl_status reshard_open(reshard *r, int32_t first, int32_t count)
 {
@@ -321,6 +345,9 @@ static sl_status reshard_open(reshard *r, int32_t first, int32_t count)
         return sl_err_set(&r->err, SL_E_IO, "%s: cannot create directory: %s", r->outdir, strerror(errno));
     SL_TRY(reshard_check_space(r, first, count));
     SL_TRY(reshard_drop_config(r));
+    reshard_span span = {first, count};
+    SL_TRY(ck_writer_remove_stale(r->outdir, reshard_ours, &span, &r->err));
+    SL_TRY(ck_writer_set_new(&r->parts_open, &r->err));
     r->fdevs = calloc((size_t)n, sizeof(*r->fdevs));
     r->mdevs = calloc((size_t)n, sizeof(*r->mdevs));
     if (!r->fdevs || !r->mdevs)
@@ -404,6 +431,7 @@ static void reshard_done(reshard *r, char *err, size_t errlen)
         file_dev_destroy(&r->fdevs[d]);
     free(r->fdevs);
     free(r->mdevs);
+    ck_writer_set_free(r->parts_open);
     sl_err_export(&r->err, err, errlen);
     sl_err_clear(&r->err);
 }
