@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# cli_moe.sh - mixture-of-experts end to end through the CLI (issue 16, SHARDING-MOE-FP8.md):
+# `plan --config` on the real Mixtral-8x7B and Qwen3-30B-A3B configs gives the spec's worked
+# shapes; --rules with a copy of a built-in MoE table gives the built-in plan; `load --ep` equals
+# `reshard --ep` then loading the rank files; MPI (independent and cooperative) with --ep gives the
+# single-process checksums, cooperative reading each byte once; T > E and --ep with spmd fail with
+# one line. Usage: cli_moe.sh path/to/shardload. Exit 0 pass, 1 fail.
+set -u
+SL=${1:?usage: cli_moe.sh SHARDLOAD}
+. "$(dirname "$0")/lib.sh"
+SRC="${SL_SRC:-$(dirname "$0")/..}"
+CFG="$SRC/tests/configs"
+
+# 1. worked figures from the real configs
+out=$("$SL" plan --config "$CFG/mixtral-8x7b.json" --tp 2 --ep --verbose) || fail "plan mixtral --ep"
+grep -q "model.layers.0.block_sparse_moe.experts.w13_weight  *BF16  \[4, 28672, 4096\]" <<<"$out" ||
+    fail "Mixtral T=2 --ep: w13_weight [4, 28672, 4096]"
+out=$("$SL" plan --config "$CFG/qwen3-30b-a3b.json" --tp 2 --verbose) || fail "plan qwen3-moe"
+grep -q "model.layers.0.self_attn.qkv_proj.weight  *BF16  \[2560, 2048\]" <<<"$out" || fail "Qwen3 qkv [2560, 2048]"
+grep -q "model.layers.0.mlp.experts.w13_weight  *BF16  \[128, 768, 2048\]" <<<"$out" || fail "Qwen3 w13 [128, 768, 2048]"
+
+# 2. --rules can express the MoE tables: a copy of the built-in one plans the same
+cp "$SRC/rules/qwen3_moe.json" "$T/my-rules.json"
+a=$("$SL" plan --config "$CFG/qwen3-30b-a3b.json" --tp 4 --pp 2 --ep --json)
+b=$("$SL" plan --config "$CFG/qwen3-30b-a3b.json" --tp 4 --pp 2 --ep --json --rules "$T/my-rules.json")
+[ -n "$a" ] && [ "$a" = "$b" ] || fail "--rules copy of qwen3_moe.json gives the built-in plan"
+
+# 3. a small Mixtral: load --ep against reshard --ep + load of the rank files
+cat >"$T/mx.json" <<JSON
+{"architectures":["MixtralForCausalLM"],"hidden_size":64,"intermediate_size":128,
+ "num_attention_heads":4,"num_key_value_heads":2,"num_hidden_layers":2,"vocab_size":130,
+ "num_local_experts":6,"torch_dtype":"bfloat16"}
+JSON
+"$SL" synth --config "$T/mx.json" "$T/ck" --max-shard-size 64KB >/dev/null || { fail "synth"; finish; }
+for mesh in "--tp 4 --ep" "--tp 2 --pp 2 --ep" "--tp 2"; do
+    ref=$("$SL" load "$T/ck" $mesh --checksums --json) || { fail "load $mesh"; continue; }
+    rm -rf "$T/rs"
+    "$SL" reshard "$T/ck" "$T/rs" $mesh >/dev/null || { fail "reshard $mesh"; continue; }
+    got=$("$SL" load "$T/rs" $mesh --checksums --json) || { fail "load resharded $mesh"; continue; }
+    [ "$(sums <<<"$ref")" = "$(sums <<<"$got")" ] || fail "$mesh: resharded files load to the same checksums"
+done
+noep=$("$SL" load "$T/ck" --tp 4 --checksums --json)
+withep=$("$SL" load "$T/ck" --tp 4 --ep --checksums --json)
+[ "$(sums <<<"$noep")" != "$(sums <<<"$withep")" ] || fail "--ep changes the experts' placement"
+
+# 4. MPI with --ep (skipped without mpirun or an MPI build)
+if command -v mpirun >/dev/null 2>&1; then
+    export OMPI_MCA_btl=self,vader OMPI_MCA_plm_rsh_agent= OMPI_MCA_rmaps_base_oversubscribe=1
+    MPIRUN=(env ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" timeout 60 mpirun
+            --allow-run-as-root --oversubscribe)
+    probe=$("${MPIRUN[@]}" -np 1 "$SL" load "$T/ck" --dist cooperative 2>&1)
+    if ! grep -q "built without it" <<<"$probe"; then
+        ref=$("$SL" load "$T/ck" --tp 4 --ep --io buffered --checksums --json)
+        for dist in independent cooperative; do
+            out=$("${MPIRUN[@]}" -np 4 "$SL" load "$T/ck" --tp 4 --ep --io buffered --dist $dist --checksums --json) ||
+                { fail "mpirun $dist --ep"; continue; }
+            [ "$(sums <<<"$ref")" = "$(sums <<<"$out")" ] || fail "MPI $dist --ep: checksums equal one process"
+        done
+        total=$(nums bytes_read <<<"$out" | cut -d' ' -f1)
+        [ "$total" = "$(nums bytes_read <<<"$ref" | cut -d' ' -f1)" ] || fail "cooperative --ep reads each byte once"
+    fi
+fi
+
+# 5. errors: one line, exit 1
+"$SL" plan --config "$T/mx.json" --tp 8 >/dev/null 2>"$T/err"; rc=$?
+one_line_error $rc "$T/err" "Tensor parallel size 8 is greater than the number of experts 6" || fail "T > E: $(cat "$T/err")"
+"$SL" load "$T/ck" --tp 8 --ep >/dev/null 2>"$T/err"; rc=$?
+one_line_error $rc "$T/err" "greater than the number of experts 6" || fail "T > E with --ep: $(cat "$T/err")"
+"$SL" plan --config "$T/mx.json" --tp 2 --ep --layout spmd >/dev/null 2>"$T/err"; rc=$?
+one_line_error $rc "$T/err" "layout tp only" || fail "--ep with spmd: $(cat "$T/err")"
+"$SL" plan --help | grep -q -- "--ep" || fail "plan --help mentions --ep"
+"$SL" load --help | grep -q -- "--ep" || fail "load --help mentions --ep"
+finish

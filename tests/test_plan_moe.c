@@ -1,0 +1,380 @@
+/* test_plan_moe.c - mixture-of-experts plans (SHARDING-MOE-FP8.md): the worked figures from the
+ * real Mixtral-8x7B and Qwen3-30B-A3B configs, vLLM's EP placement (uneven E % T included), that a
+ * rank under EP reads exactly the experts it holds (plan file bytes and a load's bytes_read, with
+ * one checkpoint file per tensor), and every MoE error: T > E, the experts' split, EP with spmd, a
+ * missing and an unclaimed expert, and each malformed table form.
+ * Exit 0 pass, 1 fail. */
+#include "expect.h"
+#include "shardload.h"
+
+#include "plan/plan_data.h"
+
+#include <jansson.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define CONFIGS SL_TEST_CONFIGS
+
+static char dir[256];
+
+static sl_status build(const sl_checkpoint *ck, const char *config, const char *rules, int tp,
+                       int pp, int ep, sl_layout layout, sl_plan **p)
+{
+    sl_plan_opts o;
+    sl_plan_opts_init(&o);
+    o.config_path = config;
+    o.rules_path = rules;
+    o.tp = tp;
+    o.pp = pp;
+    o.ep = ep;
+    o.layout = layout;
+    return sl_plan_build(ck, &o, p);
+}
+
+static const sl_plan_param_t *param(const sl_plan *p, int d, const char *name)
+{
+    for (int64_t i = 0; p && i < p->devices[d].n_params; i++)
+        if (!strcmp(p->devices[d].params[i].name, name))
+            return &p->devices[d].params[i];
+    return NULL;
+}
+
+static int shape3(const sl_plan *p, int d, const char *name, uint64_t a, uint64_t b, uint64_t c)
+{
+    const sl_plan_param_t *x = param(p, d, name);
+    return x && x->ndim == (c ? 3u : 2u) && x->shape[0] == a && x->shape[1] == b &&
+           (c == 0 || x->shape[2] == c);
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+/* ---- the spec's worked figures ---------------------------------------------------------------- */
+
+static void worked_figures(void)
+{
+    sl_plan *p = NULL;
+    const char *w13 = "model.layers.0.block_sparse_moe.experts.w13_weight";
+    EXPECT(build(NULL, CONFIGS "/mixtral-8x7b.json", NULL, 2, 1, 1, SL_LAYOUT_TP, &p) == SL_OK, "%s",
+           sl_plan_errmsg(p));
+    EXPECT(shape3(p, 0, w13, 4, 28672, 4096), "Mixtral T=2 EP: rank 0 w13 [4, 28672, 4096]");
+    EXPECT(shape3(p, 1, "model.layers.31.block_sparse_moe.experts.w2_weight", 4, 4096, 14336),
+           "Mixtral T=2 EP: w2 [4, 4096, 14336]");
+    EXPECT(shape3(p, 1, "model.layers.31.block_sparse_moe.gate.weight", 8, 4096, 0), "router full");
+    sl_plan_free(p);
+    EXPECT(build(NULL, CONFIGS "/mixtral-8x7b.json", NULL, 2, 1, 0, SL_LAYOUT_TP, &p) == SL_OK, "%s",
+           sl_plan_errmsg(p));
+    EXPECT(shape3(p, 1, w13, 8, 14336, 4096), "Mixtral T=2: all 8 experts, I/T rows each");
+    sl_plan_free(p);
+
+    const char *q3 = CONFIGS "/qwen3-30b-a3b.json";
+    EXPECT(build(NULL, q3, NULL, 2, 1, 0, SL_LAYOUT_TP, &p) == SL_OK, "%s", sl_plan_errmsg(p));
+    EXPECT(shape3(p, 0, "model.layers.0.self_attn.qkv_proj.weight", 2560, 2048, 0), "Qwen3 qkv");
+    EXPECT(shape3(p, 1, "model.layers.47.mlp.experts.w13_weight", 128, 768, 2048), "Qwen3 T=2 w13");
+    EXPECT(param(p, 0, "model.layers.0.mlp.gate_up_proj.weight") == NULL,
+           "no dense MLP in an all-MoE Qwen3 (mlp_only_layers [])");
+    EXPECT(param(p, 0, "model.layers.0.mlp.shared_expert.gate_up_proj.weight") == NULL,
+           "no shared expert (shared_expert_intermediate_size absent)");
+    sl_plan_free(p);
+    EXPECT(build(NULL, q3, NULL, 8, 2, 1, SL_LAYOUT_TP, &p) == SL_OK, "%s", sl_plan_errmsg(p));
+    EXPECT(shape3(p, 15, "model.layers.47.mlp.experts.w13_weight", 16, 1536, 2048), "Qwen3 T=8 EP");
+    EXPECT(shape3(p, 8, "model.layers.24.mlp.experts.w2_weight", 16, 2048, 768), "Qwen3 EP stage 1");
+    sl_plan_free(p);
+    /* --ep at T = 1 changes nothing */
+    sl_plan *a = NULL, *b = NULL;
+    EXPECT(build(NULL, q3, NULL, 1, 1, 0, SL_LAYOUT_TP, &a) == SL_OK &&
+               build(NULL, q3, NULL, 1, 1, 1, SL_LAYOUT_TP, &b) == SL_OK, "T=1");
+    EXPECT(a && b && sl_plan_device_bytes(a, 0) == sl_plan_device_bytes(b, 0), "T=1 EP same bytes");
+    sl_plan_free(a);
+    sl_plan_free(b);
+}
+
+/* ---- a small Mixtral: uneven EP, bytes read ---------------------------------------------------- */
+
+/* E = 8 over T = 3 (attention allows 3): ranks hold [0,3), [3,6), [6,8). */
+static const char *small_mixtral(void)
+{
+    static char path[300];
+    snprintf(path, sizeof path, "%s/mixtral.json", dir);
+    write_file(path, "{\"architectures\":[\"MixtralForCausalLM\"],\"hidden_size\":48,"
+                     "\"intermediate_size\":96,\"num_attention_heads\":6,\"num_key_value_heads\":3,"
+                     "\"num_hidden_layers\":2,\"vocab_size\":192,\"num_local_experts\":8,"
+                     "\"torch_dtype\":\"bfloat16\"}");
+    return path;
+}
+
+static void uneven_ep(void)
+{
+    const int64_t want[3] = {3, 3, 2};
+    sl_plan *p = NULL;
+    EXPECT(build(NULL, small_mixtral(), NULL, 3, 1, 1, SL_LAYOUT_TP, &p) == SL_OK, "%s",
+           sl_plan_errmsg(p));
+    for (int d = 0; p && d < 3; d++)
+        EXPECT(shape3(p, d, "model.layers.1.block_sparse_moe.experts.w13_weight", (uint64_t)want[d],
+                      192, 48), "E=8 over T=3: rank %d holds %lld", d, (long long)want[d]);
+    sl_plan_free(p);
+}
+
+static int64_t tensor_index(const sl_checkpoint *ck, const char *name)
+{
+    for (int64_t i = 0; i < sl_checkpoint_tensor_count(ck); i++) {
+        sl_tensor_info ti;
+        if (sl_checkpoint_tensor(ck, i, &ti) == SL_OK && !strcmp(ti.name, name))
+            return i;
+    }
+    return -1;
+}
+
+/* One file per tensor (max shard 1 byte): the plan's bytes per file show which experts a device
+ * reads. Under EP, rank r reads every byte of the experts it holds and none of the others. */
+static void ep_reads_held_experts(void)
+{
+    char ckdir[300], err[512];
+    snprintf(ckdir, sizeof ckdir, "%s/ck", dir);
+    EXPECT(sl_synth(small_mixtral(), NULL, ckdir, -1, 7, 1, err, sizeof err) == SL_OK, "%s", err);
+    sl_checkpoint *ck = NULL;
+    EXPECT(sl_checkpoint_open(ckdir, &ck) == SL_OK, "open %s", ckdir);
+    if (!ck)
+        return;
+    sl_plan *p = NULL;
+    EXPECT(build(ck, small_mixtral(), NULL, 3, 1, 1, SL_LAYOUT_TP, &p) == SL_OK, "%s", sl_plan_errmsg(p));
+    const int64_t first[3] = {0, 3, 6}, count[3] = {3, 3, 2};
+    const uint64_t expert_bytes = 96 * 48 * 2;   /* each of w1, w2, w3 */
+    for (int d = 0; p && d < 3; d++) {
+        for (int e = 0; e < 8; e++) {
+            for (int w = 1; w <= 3; w++) {
+                char name[128];
+                snprintf(name, sizeof name, "model.layers.1.block_sparse_moe.experts.%d.w%d.weight", e, w);
+                sl_tensor_info ti;
+                const int64_t i = tensor_index(ck, name);
+                EXPECT(i >= 0 && sl_checkpoint_tensor(ck, i, &ti) == SL_OK, "%s", name);
+                const int held = e >= first[d] && e < first[d] + count[d];
+                EXPECT(i < 0 || sl_plan_device_file_bytes(p, d, ti.file) == (held ? expert_bytes : 0),
+                       "EP device %d reads %llu bytes of %s (held %d)", d,
+                       (unsigned long long)sl_plan_device_file_bytes(p, d, ti.file), name, held);
+            }
+        }
+        /* a load of this device alone reads exactly its plan bytes */
+        uint64_t want = 0;
+        for (int64_t f = 0; f < sl_checkpoint_file_count(ck); f++)
+            want += sl_plan_device_file_bytes(p, d, f);
+        sl_load_opts lo;
+        sl_load_opts_init(&lo);
+        lo.devices = &d;
+        lo.n_devices = 1;
+        lo.io = SL_IO_BUFFERED;
+        sl_model *m = NULL;
+        EXPECT(sl_load(ck, p, &lo, &m) == SL_OK, "load device %d: %s", d, m ? sl_model_errmsg(m) : "");
+        /* The reader may take a small gap between the strided rows it needs along (o_proj's
+         * column blocks), never a whole file: one unheld expert would add its 9,216 bytes. */
+        sl_load_stats st = {0};
+        EXPECT(m && sl_model_stats(m, &st) == SL_OK && st.bytes_read >= want &&
+                   st.bytes_read < want + expert_bytes,
+               "device %d bytes_read %llu, plan %llu", d, (unsigned long long)st.bytes_read,
+               (unsigned long long)want);
+        sl_model_free(m);
+    }
+    sl_plan_free(p);
+    /* without EP every rank reads a third of every expert */
+    EXPECT(build(ck, small_mixtral(), NULL, 3, 1, 0, SL_LAYOUT_TP, &p) == SL_OK, "%s", sl_plan_errmsg(p));
+    const int64_t i = tensor_index(ck, "model.layers.0.block_sparse_moe.experts.7.w2.weight");
+    sl_tensor_info ti;
+    EXPECT(p && i >= 0 && sl_checkpoint_tensor(ck, i, &ti) == SL_OK &&
+               sl_plan_device_file_bytes(p, 0, ti.file) == 96 * 48 * 2 / 3, "no EP: a third");
+    sl_plan_free(p);
+    sl_checkpoint_close(ck);
+}
+
+/* ---- errors ----------------------------------------------------------------------------------- */
+
+static void expect_error(const char *what, sl_status st, sl_plan *p, sl_status want, const char *text)
+{
+    EXPECT(st == want && p && strstr(sl_plan_errmsg(p), text), "%s: status %d, '%s' (want '%s')",
+           what, (int)st, p ? sl_plan_errmsg(p) : "", text);
+}
+
+static void mesh_errors(void)
+{
+    sl_plan *p = NULL;
+    const char *cfg = small_mixtral();
+    for (int ep = 0; ep < 2; ep++) {   /* T > E, with or without EP */
+        sl_status st = build(NULL, cfg, NULL, 12, 1, ep, SL_LAYOUT_TP, &p);
+        expect_error("T > E", st, p, SL_E_DIVISIBILITY,
+                     "Tensor parallel size 12 is greater than the number of experts 8");
+        sl_plan_free(p);
+    }
+    /* the experts' intermediate split only without EP: I = 96 over T = 6 heads-wise fine, 96 % 6
+     * == 0; over T = 3 with I = 100 it is not */
+    char path[300];
+    snprintf(path, sizeof path, "%s/mixtral-i.json", dir);
+    write_file(path, "{\"architectures\":[\"MixtralForCausalLM\"],\"hidden_size\":48,"
+                     "\"intermediate_size\":100,\"num_attention_heads\":6,\"num_key_value_heads\":3,"
+                     "\"num_hidden_layers\":2,\"vocab_size\":192,\"num_local_experts\":8,"
+                     "\"torch_dtype\":\"bfloat16\"}");
+    sl_status st = build(NULL, path, NULL, 3, 1, 0, SL_LAYOUT_TP, &p);
+    expect_error("experts' I % T", st, p, SL_E_DIVISIBILITY, "intermediate_size 100 is not divisible by tp 3");
+    sl_plan_free(p);
+    EXPECT(build(NULL, path, NULL, 3, 1, 1, SL_LAYOUT_TP, &p) == SL_OK, "EP keeps experts whole: %s",
+           sl_plan_errmsg(p));
+    sl_plan_free(p);
+    st = build(NULL, cfg, NULL, 2, 1, 1, SL_LAYOUT_SPMD, &p);
+    expect_error("ep + spmd", st, p, SL_E_INVALID_ARG, "layout tp only");
+    sl_plan_free(p);
+    st = build(NULL, cfg, NULL, 2, 1, 2, SL_LAYOUT_TP, &p);
+    expect_error("ep 2", st, p, SL_E_INVALID_ARG, "ep must be 0 or 1");
+    sl_plan_free(p);
+}
+
+/* Edits a checkpoint's index: adds name -> file (file non-NULL) or drops name and deletes its file. */
+static int index_edit(const char *ckdir, const char *name, const char *file)
+{
+    char path[400];
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", ckdir);
+    json_t *root = json_load_file(path, 0, NULL);
+    json_t *wm = root ? json_object_get(root, "weight_map") : NULL;
+    int ok = wm != NULL;
+    if (ok && file) {
+        ok = json_object_set_new(wm, name, json_string(file)) == 0;
+    } else if (ok) {
+        char old[400];
+        const char *f = json_string_value(json_object_get(wm, name));
+        snprintf(old, sizeof old, "%s/%s", ckdir, f ? f : "?");
+        ok = f && unlink(old) == 0 && json_object_del(wm, name) == 0;
+    }
+    ok = ok && json_dump_file(root, path, 0) == 0;
+    json_decref(root);
+    return ok;
+}
+
+static void checkpoint_errors(void)
+{
+    char ckdir[300], err[512], path[400];
+    /* an expert the config does not have (index 8 of E = 8) is unclaimed */
+    snprintf(ckdir, sizeof ckdir, "%s/ck-extra", dir);
+    EXPECT(sl_synth(small_mixtral(), NULL, ckdir, -1, 7, 1, err, sizeof err) == SL_OK, "%s", err);
+    snprintf(path, sizeof path, "%s/extra.safetensors", ckdir);
+    sl_writer *w = NULL;
+    const uint64_t shape[2] = {96, 48};
+    int64_t idx = 0;
+    const char *stray = "model.layers.0.block_sparse_moe.experts.8.w1.weight";
+    EXPECT(sl_writer_open(path, &w) == SL_OK &&
+               sl_writer_add(w, stray, SL_DTYPE_BF16, 2, shape, &idx) == SL_OK &&
+               sl_writer_begin(w) == SL_OK, "writer");
+    void *zero = calloc(96 * 48, 2);
+    EXPECT(w && zero && sl_writer_write(w, idx, 0, zero, 96 * 48 * 2) == SL_OK &&
+               sl_writer_finish(w) == SL_OK, "write %s", w ? sl_writer_errmsg(w) : "");
+    free(zero);
+    sl_writer_free(w);
+    EXPECT(index_edit(ckdir, stray, "extra.safetensors"), "index add");
+    sl_checkpoint *ck = NULL;
+    EXPECT(sl_checkpoint_open(ckdir, &ck) == SL_OK, "open with extra expert");
+    sl_plan *p = NULL;
+    sl_status st = build(ck, small_mixtral(), NULL, 3, 1, 1, SL_LAYOUT_TP, &p);
+    expect_error("unclaimed expert", st, p, SL_E_UNCLAIMED, stray);
+    sl_plan_free(p);
+    sl_checkpoint_close(ck);
+    /* a missing expert is an error with or without EP, whichever rank would hold it */
+    snprintf(ckdir, sizeof ckdir, "%s/ck-missing", dir);
+    EXPECT(sl_synth(small_mixtral(), NULL, ckdir, -1, 7, 1, err, sizeof err) == SL_OK, "%s", err);
+    EXPECT(index_edit(ckdir, "model.layers.1.block_sparse_moe.experts.5.w3.weight", NULL), "index drop");
+    EXPECT(sl_checkpoint_open(ckdir, &ck) == SL_OK, "open");
+    for (int ep = 0; ep < 2; ep++) {
+        st = build(ck, small_mixtral(), NULL, 3, 1, ep, SL_LAYOUT_TP, &p);
+        expect_error("missing expert", st, p, SL_E_MISSING,
+                     "{'model.layers.1.block_sparse_moe.experts.w13_weight'} (checkpoint tensors missing: "
+                     "'model.layers.1.block_sparse_moe.experts.5.w3.weight')");
+        sl_plan_free(p);
+    }
+    sl_checkpoint_close(ck);
+}
+
+/* Each malformed table form, from a copy of the Mixtral table with one thing changed. */
+static void table_errors(void)
+{
+    static const struct {
+        const char *top, *rule, *want;
+    } cases[] = {
+        {"\"moe\":{\"experts\":\"E\",\"stepp\":\"x\"}", "", "rule table \"moe\": unknown key \"stepp\""},
+        {"\"moe\":{\"experts\":\"X\"}", "", "\"experts\" must name a symbol"},
+        {"\"moe\":{\"experts\":\"E\"},\"extra\":1", "", "rule table: unknown key \"extra\""},
+        {"\"moe\":{\"experts\":\"E\"}", ",\"when\":\"Q\"", "\"when\" must name a symbol"},
+        {"\"moe\":{\"experts\":\"E\"}", ",\"layers\":\"some\"", "\"layers\" must be"},
+        {"\"moe\":{\"experts\":\"E\"}", ",\"layers\":\"dense\"", "applies to MoE layers only"},
+        {"\"moe\":{\"experts\":\"E\"}", ",\"color\":1", "unknown key \"color\""},
+        {"\"moe\":{\"experts\":\"E\",\"step\":\"num_hidden_layers\",\"freq\":\"zero\"}", "",
+         "config 'zero' is 0; it must be at least 1"},
+        {"", "", "{e} needs the table's \"moe\" entry"},
+    };
+    char cfg[300], rules[300];
+    snprintf(cfg, sizeof cfg, "%s/mixtral-z.json", dir);
+    write_file(cfg, "{\"architectures\":[\"MixtralForCausalLM\"],\"hidden_size\":48,"
+                    "\"intermediate_size\":96,\"num_attention_heads\":6,\"num_key_value_heads\":3,"
+                    "\"num_hidden_layers\":2,\"vocab_size\":192,\"num_local_experts\":8,\"zero\":0,"
+                    "\"torch_dtype\":\"bfloat16\"}");
+    snprintf(rules, sizeof rules, "%s/rules.json", dir);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[2048];
+        snprintf(text, sizeof text,
+                 "{\"symbols\":{\"E\":\"num_local_experts\"}%s%s,\"rules\":["
+                 "{\"tensor\":\"model.layers.{i}.experts.{e}.w1.weight\",\"shape\":[\"I\",\"H\"],"
+                 "\"shard\":\"merged\",\"slot\":0,\"param\":\"model.layers.{i}.experts.w13_weight\"%s}]}",
+                 cases[i].top[0] ? "," : "", cases[i].top, cases[i].rule);
+        write_file(rules, text);
+        sl_plan *p = NULL;
+        const sl_status st = build(NULL, cfg, rules, 1, 1, 0, SL_LAYOUT_TP, &p);
+        expect_error(cases[i].want, st, p, SL_E_CONFIG, cases[i].want);
+        sl_plan_free(p);
+    }
+    /* symbols: a built-in name, a bad default, a missing key without default */
+    static const struct {
+        const char *syms, *want;
+    } sym_cases[] = {
+        {"\"H\":\"num_local_experts\"", "symbol 'H' is built in"},
+        {"\"E\":{\"key\":\"num_local_experts\",\"default\":-1}", "\"default\" must be an integer"},
+        {"\"E\":{\"key\":\"num_local_experts\",\"dflt\":1}", "unknown key \"dflt\""},
+        {"\"E\":\"no_such_key\"", "config has no 'no_such_key'"},
+    };
+    for (size_t i = 0; i < sizeof sym_cases / sizeof sym_cases[0]; i++) {
+        char text[1024];
+        snprintf(text, sizeof text, "{\"symbols\":{%s},\"rules\":[{\"tensor\":\"model.norm.weight\","
+                 "\"shape\":[\"H\"],\"shard\":\"replicated\",\"place\":\"last\"}]}", sym_cases[i].syms);
+        write_file(rules, text);
+        sl_plan *p = NULL;
+        const sl_status st = build(NULL, cfg, rules, 1, 1, 0, SL_LAYOUT_TP, &p);
+        expect_error(sym_cases[i].want, st, p, SL_E_CONFIG, sym_cases[i].want);
+        sl_plan_free(p);
+    }
+}
+
+int main(void)
+{
+    snprintf(dir, sizeof dir, "%s/sl_test_plan_moe.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    worked_figures();
+    uneven_ep();
+    ep_reads_held_experts();
+    mesh_errors();
+    checkpoint_errors();
+    table_errors();
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+    if (expect_failures)
+        fprintf(stderr, "%d failure(s)\n", expect_failures);
+    else
+        printf("test_plan_moe: all passed\n");
+    return expect_failures ? 1 : 0;
+}
