@@ -2,31 +2,42 @@
 exactly its index of each tensor, with bounded host memory.
 
 How: every tensor's sharding says which index box each addressable device holds
-(``addressable_devices_indices_map``). The boxes become a plan of the C core
-(``sl_plan_build_boxes``: no layout rule, any sharding), loaded group by group into fresh host
-buffers, one per box, that go to their device with ``jax.device_put``; the global arrays are
-assembled with ``jax.make_array_from_single_device_arrays``. A group holds at most half the
-staging budget of boxes (the engine's own staging takes the other half), so host memory beyond the
-device arrays stays within the budget (or one box, when a single box is larger). A buffer is never
-reused: a CPU ``device_put`` may alias it, and then it *is* the device array.
+(``addressable_devices_indices_map``). The boxes become plans of the C core
+(``sl_plan_build_boxes``: no layout rule, any sharding): one of them all, built first (it checks
+every box before a byte is read), then one per group of consecutive tensors, loaded on a loader
+thread into fresh 64-byte aligned host buffers, one per box, while the previous group goes to its
+devices in one batched ``jax.device_put``; the global arrays are assembled with
+``jax.make_array_from_single_device_arrays``.
+
+Host memory: an eighth of the staging budget is the engine's own staging; the rest holds the
+buffers of two groups (the one being loaded, the one whose transfers JAX is finishing), so host
+memory beyond the device arrays stays within the budget (or one tensor's boxes, when they are
+larger). On CPU devices XLA adopts an aligned host buffer as the device buffer (no copy): there a
+group's buffers *are* device arrays, so groups are large (few C loads); every put is checked, and
+the first buffer JAX copies instead brings the bound back. A buffer is never reused: a CPU
+``device_put`` may alias it, and then it *is* the device array.
 
 Each process loads its addressable devices only, reading only the bytes they need.
 """
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
-from ._dtypes import numpy_dtype
+from ._dtypes import NAMES, numpy_dtype, target_value
 from .checkpoint import Checkpoint, Tensor
 from .model import _load_opts, _run, _set_list
 from .plan import Plan
 
 ShardingSpec = Any  # a Mapping name -> Sharding, a callable, or a list of (regex, PartitionSpec)
 Box = tuple[str, int, tuple[int, ...], tuple[int, ...]]
+_ALIGN = 64  # bytes: XLA's CPU client adopts a host buffer this aligned instead of copying it
+_ENGINE_PART = 8  # the engine's staging is staging // _ENGINE_PART
+_ADOPTED_GROUP = 1 << 30  # bytes of boxes per C load when the devices adopt the buffers
 
 
 def _default_specs(ck: Checkpoint, mesh: Any, config: Any, dtype: Any) -> dict[str, Any]:
@@ -114,21 +125,40 @@ def _box_bytes(box: Box, itemsize: int) -> int:
     return int(np.prod(box[3], dtype=np.int64)) * itemsize
 
 
-def _groups(items: list[tuple[Tensor, list[tuple[Any, Box]]]], budget: int,
-            target: Any) -> list[list[tuple[Tensor, list[tuple[Any, Box]]]]]:
-    """Consecutive tensors (checkpoint order) whose boxes fit the budget together; one source
-    dtype per group when no target dtype is given (a plan has one dtype)."""
-    groups: list[list[tuple[Tensor, list[tuple[Any, Box]]]]] = []
-    size, key = 0, None
+Group = list[tuple[Tensor, list[tuple[Any, Box]]]]
+
+
+def _groups(items: list[tuple[Tensor, list[tuple[Any, Box]]]], budget: Callable[[], int | None],
+            target: Any) -> Iterator[Group]:
+    """Consecutive tensors (checkpoint order) whose boxes fit the budget together (None: no
+    bound; asked afresh for each group), one source dtype per group when no target dtype is
+    given (a plan has one dtype). A tensor larger than the budget is a group of its own."""
+    group: Group = []
+    size, key, limit = 0, None, budget()
+    to = NAMES[target_value(target)] if target is not None else None
     for t, boxes in items:
-        n = sum(_box_bytes(b, 4) for _, b in boxes)  # 4: the widest target, an upper bound
+        width = numpy_dtype(to or t.dtype).itemsize  # packed types: an upper bound
+        n = sum(_box_bytes(b, width) for _, b in boxes)
         k = t.dtype if target is None else None
-        if not groups or size + n > budget or k != key:
-            groups.append([])
-            size, key = 0, k
-        groups[-1].append((t, boxes))
+        if group and ((limit is not None and size + n > limit) or k != key):
+            yield group
+            group, size, limit = [], 0, budget()
+        if not group:
+            key = k
+        group.append((t, boxes))
         size += n
-    return groups
+    if group:
+        yield group
+
+
+def _host_buffer(shape: tuple[int, ...], dtype: Any, nbytes: int) -> np.ndarray:
+    """An uninitialized host array at a 64-byte aligned address: XLA's CPU client adopts such a
+    buffer as the device buffer on device_put (no copy); NumPy's own are only 16-byte aligned,
+    which made every CPU device_put a copy."""
+    raw = np.empty(nbytes + _ALIGN, np.uint8)
+    off = -raw.ctypes.data % _ALIGN
+    out: np.ndarray = raw[off:off + nbytes].view(dtype).reshape(shape)
+    return out
 
 
 def _dest_table(plan: Plan, devs: list[int],
@@ -141,51 +171,73 @@ def _dest_table(plan: Plan, devs: list[int],
     for d in devs:
         ptrs = []
         for i, p in enumerate(plan.devices[d].params):
-            bufs[(d, i)] = buf = np.empty(p.shape, numpy_dtype(p.dtype))
+            bufs[(d, i)] = buf = _host_buffer(p.shape, numpy_dtype(p.dtype), p.nbytes)
             ptrs.append(buf.ctypes.data if p.nbytes else None)
         rows.append((ctypes.c_void_p * max(len(ptrs), 1))(*ptrs))
         table[d] = ctypes.cast(rows[-1], ctypes.POINTER(ctypes.c_void_p))
     return table, rows
 
 
-def _load_group(ck: Checkpoint, plan: Plan, group: list[tuple[Tensor, list[tuple[Any, Box]]]],
-                opts: dict[str, Any], progress: Any, shards: dict[str, list[Any]]) -> None:
-    """Loads one group's boxes into host buffers and hands each to its device."""
-    import jax
-    devs = sorted({b[1] for _, bs in group for _, b in bs})
-    bufs: dict[tuple[int, int], np.ndarray] = {}
-    table, rows = _dest_table(plan, devs, bufs)
-    o = _load_opts("cpu", opts["io"], opts["staging"], opts["threads"], False, 1234)
-    keep: list[Any] = [rows]
-    _set_list(o, keep, "devices", "n_devices", devs)
-    o.param_dest, o.n_param_dest = table, len(plan.devices)
-    _run(ck, plan, o, progress)
+def _fill_group(ck: Checkpoint, group: Group, n_devices: int, dtype: Any, opts: dict[str, Any],
+                progress: "_Progress") -> list[tuple[Any, str, np.ndarray]]:
+    """Plans one group's boxes and loads them into fresh host buffers: (device, tensor name,
+    buffer) per box, in the group's order. Runs on the loader thread (ctypes releases the GIL
+    for the C load), while the caller hands the previous group to JAX."""
+    plan = Plan.from_boxes(ck, [b for _, bs in group for _, b in bs], n_devices, dtype)
+    try:
+        devs = sorted({b[1] for _, bs in group for _, b in bs})
+        bufs: dict[tuple[int, int], np.ndarray] = {}
+        table, rows = _dest_table(plan, devs, bufs)
+        o = _load_opts("cpu", opts["io"], opts["staging"], opts["threads"], False, 1234)
+        keep: list[Any] = [rows]
+        _set_list(o, keep, "devices", "n_devices", devs)
+        o.param_dest, o.n_param_dest = table, len(plan.devices)
+        _run(ck, plan, o, progress.group(plan.read_bytes or 0))
+        progress.next(plan.read_bytes or 0)
+    finally:
+        plan.close()
     nth = dict.fromkeys(devs, 0)  # device d's i-th parameter is its i-th box of the group
+    out = []
     for _, bs in group:
         for dev, (name, d, _, _) in bs:
-            shards.setdefault(name, []).append(jax.device_put(bufs[(d, nth[d])], dev))
+            out.append((dev, name, bufs[(d, nth[d])]))
             nth[d] += 1
+    return out
+
+
+def _put_group(boxes: list[tuple[Any, str, np.ndarray]],
+               shards: dict[str, list[Any]]) -> tuple[list[Any], int]:
+    """Hands a group's buffers to their devices (one batched device_put): the arrays, and the
+    bytes JAX copied rather than adopted (0 when every buffer became its device array)."""
+    import jax
+    arrays = jax.device_put([b for _, _, b in boxes], [dev for dev, _, _ in boxes])
+    copied = 0
+    for (_, name, buf), a in zip(boxes, arrays):
+        shards.setdefault(name, []).append(a)
+        if buf.nbytes and a.unsafe_buffer_pointer() != buf.ctypes.data:
+            copied += buf.nbytes
+    return arrays, copied
 
 
 class _Progress:
-    """One (done, total) over every group's load."""
+    """One (done, total) over every group's load, in the whole plan's read bytes: a group's
+    (done, total) from the engine (which counts the gaps it reads through) is scaled to the
+    group plan's read bytes, so that the last report is (total, total)."""
 
     def __init__(self, fn: Callable[[int, int], None] | None | bool, total: int) -> None:
-        self.fn, self.total, self.base, self.last = fn, total, 0, 0
+        self.fn, self.total, self.base = fn, total, 0
 
-    def group(self) -> Any:
+    def group(self, size: int) -> Any:
         if not callable(self.fn):
             return False
-        fn = self.fn
+        fn, base = self.fn, self.base
 
-        def call(done: int, _total: int) -> None:
-            self.last = done
-            fn(self.base + done, self.total)
+        def call(done: int, total: int) -> None:
+            fn(base + (done * size // total if total else size), self.total)
         return call
 
-    def next(self) -> None:
-        self.base += self.last
-        self.last = 0
+    def next(self, size: int) -> None:
+        self.base += size
 
 
 def _local_devices(mesh: Any) -> dict[Any, int]:
@@ -214,6 +266,17 @@ def plan(path: Any, mesh: Any, shardings: ShardingSpec = None, *, dtype: Any = N
         return Plan.from_boxes(ck, [b for _, bs in items for _, b in bs], len(index), dtype)
 
 
+def _adopts(devices: Iterable[Any]) -> bool:
+    """Whether device_put adopts an aligned host buffer as the device buffer on these devices
+    (XLA's CPU client does: there device memory is host memory), tried on one of them."""
+    import jax
+    devs = list(devices)
+    if not devs or any(d.platform != "cpu" for d in devs):
+        return False
+    buf = _host_buffer((_ALIGN,), np.uint8, _ALIGN)
+    return bool(jax.device_put(buf, devs[0]).unsafe_buffer_pointer() == buf.ctypes.data)
+
+
 def load(path: Any, mesh: Any, shardings: ShardingSpec = None, *, dtype: Any = None,
          staging: int = 64 << 20, io: str = "auto", threads: int = 0,
          progress: Callable[[int, int], None] | None | bool = None,
@@ -228,16 +291,38 @@ def load(path: Any, mesh: Any, shardings: ShardingSpec = None, *, dtype: Any = N
     with Checkpoint(path) as ck:
         specs, items = _items(ck, mesh, shardings, config, dtype, index)
         shapes = {t.name: t.shape for t, _ in items}
-        groups = _groups(items, staging // 2, dtype)
-        plans = [Plan.from_boxes(ck, [b for _, bs in g for _, b in bs], len(index), dtype)
-                 for g in groups]
-        opts = {"io": io, "staging": staging - staging // 2, "threads": threads}
-        prog = _Progress(progress, sum(p.read_bytes or 0 for p in plans))
+        whole = Plan.from_boxes(ck, [b for _, bs in items for _, b in bs], len(index), dtype)
+        total = whole.read_bytes or 0  # also checks every box before a byte is read
+        whole.close()
+        # An eighth of the budget is the engine's staging (populated afresh by each C load: a
+        # small one costs less set-up and read no slower here); the rest holds the boxes of two
+        # groups, one being loaded while the other goes to JAX. Unless the devices adopt the
+        # buffers: then a group's buffers are its device arrays, not host memory beyond them,
+        # and groups are large (each C load costs ~7 ms of set-up whatever its size).
+        engine = max(staging // _ENGINE_PART, 1 << 20)
+        bounded = (staging - engine) // 2
+        state = {"budget": _ADOPTED_GROUP if _adopts(index) else bounded}
+        opts = {"io": io, "staging": engine, "threads": threads}
+        prog = _Progress(progress, total)
+        groups = _groups(items, lambda: state["budget"], dtype)
         shards: dict[str, list[Any]] = {}
-        for g, plan in zip(groups, plans):
-            _load_group(ck, plan, g, opts, prog.group(), shards)
-            plan.close()
-            prog.next()
+        sent: list[Any] = []  # the arrays of the group handed to JAX last
+        with ThreadPoolExecutor(1, thread_name_prefix="shardload.jax") as ex:
+            group = next(groups, None)
+            ahead = ex.submit(_fill_group, ck, group, len(index), dtype, opts, prog) if group else None
+            while ahead is not None:
+                boxes = ahead.result()
+                # The previous group's transfers are done (JAX holds a host buffer until its
+                # transfer completes), so two groups at most are alive: this one and the next.
+                for a in sent:
+                    a.block_until_ready()
+                group = next(groups, None)
+                ahead = (ex.submit(_fill_group, ck, group, len(index), dtype, opts, prog)
+                         if group else None)
+                sent, copied = _put_group(boxes, shards)
+                del boxes
+                if copied:  # not adopted: the buffers are host memory after all
+                    state["budget"] = bounded
     return {n: jax.make_array_from_single_device_arrays(shapes[n], specs[n], shards[n])
             for n in specs}
 

@@ -120,12 +120,115 @@ def test_callable_sharding(tmp_path: Path) -> None:
     check_shards(arrays, want, "F32")
 
 
-def test_buffers_never_reused(tmp_path: Path) -> None:
-    """A tiny budget: dozens of groups, each into fresh buffers. A CPU device_put may alias its
-    buffer, so a reused buffer would change arrays made earlier; they are all still exact."""
-    path, want = make_ckpt(tmp_path / "r", "llama")
+def _spy(monkeypatch: pytest.MonkeyPatch, name: str, record: list) -> None:
+    """Wraps shardload.jax's function `name`, appending (args, result) of each call to record."""
+    fn = getattr(sj, name)
+
+    def call(*args: object) -> object:
+        out = fn(*args)
+        record.append((args, out))
+        return out
+    monkeypatch.setattr(sj, name, call)
+
+
+def make_big_ckpt(tmp: Path) -> tuple[Path, dict]:
+    """A llama of about 3.6 MB: several groups under a 2 MiB staging budget."""
+    cfg = dict(ARCHS["llama"], hidden_size=256, intermediate_size=512, vocab_size=1024,
+               torch_dtype="bfloat16")
+    tmp.mkdir(parents=True)
+    (tmp / "config.json").write_text(json.dumps(cfg))
+    ck = oracle.checkpoint_tensors("llama", cfg, "BF16", np.random.default_rng(5))
+    oracle.write_checkpoint(str(tmp), ck, 2, random.Random(5))
+    return tmp, {k: v[1] for k, v in ck.items()}
+
+
+def _group_bytes(group: list) -> int:
+    return sum(int(np.prod(b[3])) * 2 for _, bs in group for _, b in bs)  # bf16 boxes
+
+
+def test_buffers_never_reused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bounded groups (as on devices that copy) and a tiny budget: dozens of groups, two in
+    flight, each into fresh buffers. A CPU device_put adopts its buffer, so a reused buffer
+    would change arrays made earlier; they are all still exact."""
+    path, want = make_big_ckpt(tmp_path / "r")
+    monkeypatch.setattr(sj, "_adopts", lambda devices: False)
+    fills: list = []
+    _spy(monkeypatch, "_fill_group", fills)
     arrays = sj.load(path, mesh_1d(), staging=2 << 20)
+    assert len(fills) >= 5
     check_shards(arrays, want)
+
+
+def test_cpu_devices_adopt_the_buffers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On CPU devices every box's 64-byte aligned buffer becomes its device array (device_put
+    copies none of them), which is why groups there are not bounded by the staging budget."""
+    path, want = make_ckpt(tmp_path / "a", "llama")
+    assert sj._adopts(list(mesh_1d().devices.flat))
+    puts: list = []
+    _spy(monkeypatch, "_put_group", puts)
+    arrays = sj.load(path, mesh_1d(), staging=2 << 20)
+    assert len(puts) == 1 and puts[0][1][1] == 0  # one group, 0 bytes copied
+    check_shards(arrays, want)
+    assert {s.data.unsafe_buffer_pointer() % 64 for a in arrays.values()
+            for s in a.addressable_shards if s.data.nbytes} == {0}
+
+
+def test_copied_buffers_bound_the_groups(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Buffers JAX copies (here: 16 bytes off its alignment) are host memory: after the first
+    group that copies, groups shrink to the staging bound, and no more than two groups' buffers
+    are alive at once (the one being loaded, the one handed to JAX)."""
+    import weakref
+    path, want = make_big_ckpt(tmp_path / "c")
+    live: list = []
+
+    def misaligned(shape: tuple, dtype: object, nbytes: int) -> np.ndarray:
+        raw = np.empty(nbytes + 128, np.uint8)
+        off = -raw.ctypes.data % 64 + 16
+        buf = raw[off:off + nbytes].view(dtype).reshape(shape)
+        live.append((weakref.ref(raw), nbytes))
+        return buf
+    monkeypatch.setattr(sj, "_host_buffer", misaligned)
+    monkeypatch.setattr(sj, "_adopts", lambda devices: True)  # as if the probe had said so
+    monkeypatch.setattr(sj, "_ADOPTED_GROUP", 1 << 20)
+    fills: list = []
+    peak = [0]
+    fill = sj._fill_group
+
+    def counting_fill(*args: object) -> object:
+        out = fill(*args)
+        peak[0] = max(peak[0], sum(n for r, n in live if r() is not None))
+        fills.append(args[1])
+        return out
+    monkeypatch.setattr(sj, "_fill_group", counting_fill)
+    staging = 2 << 20
+    bound = (staging - (1 << 20)) // 2  # what is left after the engine's staging, halved
+    arrays = sj.load(path, mesh_1d(), staging=staging)
+    check_shards(arrays, want)
+    sizes = [_group_bytes(g) for g in fills]
+    assert sizes[0] > bound  # adopted until the first put showed otherwise
+    assert all(n <= bound or len(g) == 1 for n, g in zip(sizes[2:], fills[2:]))
+    assert len(fills) > 4
+    assert peak[0] <= max(a + b for a, b in zip(sizes, sizes[1:])), (peak[0], sizes)
+
+
+def test_progress_and_loader_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Progress (reported from the loader thread) rises to the plan's read bytes over all the
+    groups; an exception raised on the loader thread (here by the callback) is load's error."""
+    import threading
+    path, _ = make_ckpt(tmp_path / "g", "mistral")
+    monkeypatch.setattr(sj, "_adopts", lambda devices: False)
+    seen: list[tuple[int, int]] = []
+    sj.load(path, mesh_2d(), staging=2 << 20, progress=lambda d, t: seen.append((d, t)))
+    total = sj.plan(path, mesh_2d()).read_bytes
+    assert seen and {t for _, t in seen} == {total}
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen) and seen[-1][0] == total
+    before = threading.active_count()
+
+    def stop(done: int, total: int) -> None:
+        raise RuntimeError("stop here")
+    with pytest.raises(RuntimeError, match="stop here"):
+        sj.load(path, mesh_2d(), staging=2 << 20, progress=stop)
+    assert threading.active_count() == before
 
 
 def test_plan_only_devices_hold_their_boxes(tmp_path: Path) -> None:
