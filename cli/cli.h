@@ -25,6 +25,13 @@ void cli_put_text(FILE *f, const char *s);
 
 /* Prints "shardload: error: <msg>" on stderr (control bytes escaped) and returns CLI_EXIT_FAIL. */
 int cli_fail(const char *fmt, ...) CLI_PRINTF(1, 2);
+/* SIGINT and SIGTERM during a command that writes files (cli_signal.c): cli_signals_catch makes
+ * them call sl_cancel (unless ignored at start); after the library call returns, a command for
+ * which cli_signals_caught() is nonzero calls cli_signals_exit, which prints one line ("<cmd>
+ * interrupted by SIGINT: <outdir>: ...") and ends the process by that signal. */
+void cli_signals_catch(void);
+int cli_signals_caught(void);
+int cli_signals_exit(const char *cmd, const char *outdir);
 /* Prints the checkpoint's warnings on stderr, "shardload: warning: ..." one line each. */
 void cli_warnings(const sl_checkpoint *ck);
 /* Prints "shardload <cmd>: <msg>" and a hint to --help on stderr; returns CLI_EXIT_USAGE. */

@@ -50,8 +50,9 @@ static int reshard_run(const char *path, const char *outdir, cli_opts *a)
         rc = cli_fail("%s", ck ? sl_checkpoint_errmsg(ck) : "out of memory");
     else if (cli_warnings(ck), sl_plan_build(ck, &a->po, &p) != SL_OK)
         rc = cli_fail("%s", p ? sl_plan_errmsg(p) : "out of memory");
-    else if (sl_reshard(ck, p, &a->lo, outdir, a->max_part, err, sizeof(err)) != SL_OK)
-        rc = cli_fail("%s", err);
+    else if (cli_signals_catch(), sl_reshard(ck, p, &a->lo, outdir, a->max_part, err,
+                                             sizeof(err)) != SL_OK || cli_signals_caught())
+        rc = cli_signals_caught() ? cli_signals_exit("reshard", outdir) : cli_fail("%s", err);
     else {
         printf("wrote %d devices' shards (%llu bytes) to ", sl_plan_device_count(p),
                (unsigned long long)sl_plan_total_bytes(p));

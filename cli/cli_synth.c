@@ -64,7 +64,11 @@ int cli_synth(int argc, char **argv)
     if (optind != argc - 1)
         return cli_usage_error("synth", "expected one OUTDIR");
     char err[1024];
-    if (sl_synth(config, rules, argv[optind], dtype, seed, max_shard, err, sizeof(err)) != SL_OK)
+    cli_signals_catch();
+    const sl_status st = sl_synth(config, rules, argv[optind], dtype, seed, max_shard, err, sizeof(err));
+    if (cli_signals_caught())
+        return cli_signals_exit("synth", argv[optind]);
+    if (st != SL_OK)
         return cli_fail("%s", err);
     fputs("wrote a synthetic checkpoint of ", stdout);
     cli_put_text(stdout, config);

@@ -8,6 +8,7 @@
  * or a single model.safetensors without index. Memory use is one fixed chunk buffer. */
 #include "shardload.h"
 
+#include "ckpt/writer.h"
 #include "load/convert.h"
 #include "plan/arch.h"
 #include "common/sl_bytes.h"
@@ -38,6 +39,8 @@ typedef struct synth {
     int64_t n_tensors;
     synth_shard *shards;
     int64_t n_shards;
+    int64_t n_written;       /* shards this run finished (removed again if it fails) */
+    int made_outdir;         /* this run created outdir (removed again if it fails) */
     void *chunk;             /* SYNTH_CHUNK_ELEMS elements of the widest dtype */
     float *fchunk;
     sl_err err;
@@ -116,8 +119,9 @@ static sl_status synth_fill_tensor(synth *s, sl_writer *w, int64_t widx, const s
             s->fchunk[k] = ((float)(r >> 40) * 0x1p-24f - 0.5f) * 0.1f;
         }
         sl_convert(s->chunk, s->dtype, s->fchunk, SL_DTYPE_F32, n);
-        if (sl_writer_write(w, widx, done * esz, s->chunk, n * esz) != SL_OK)
-            return sl_err_set(&s->err, SL_E_IO, "%s", sl_writer_errmsg(w));
+        const sl_status st = sl_writer_write(w, widx, done * esz, s->chunk, n * esz);
+        if (st != SL_OK)   /* SL_E_CANCELLED stays itself (sl_cancel) */
+            return sl_err_set(&s->err, st == SL_E_CANCELLED ? st : SL_E_IO, "%s", sl_writer_errmsg(w));
         done += n;
     }
     return SL_OK;
@@ -198,7 +202,8 @@ static sl_status synth_prepare(synth *s, const char *outdir, int32_t dtype)
         return sl_err_set(&s->err, SL_E_INVALID_ARG, "synth writes bf16, f16 or f32, not %s",
                           sl_dtype_name((sl_dtype)dtype) ? sl_dtype_name((sl_dtype)dtype) : "?");
     s->dtype = (sl_dtype)dtype;
-    if (mkdir(outdir, 0755) != 0 && errno != EEXIST)
+    s->made_outdir = mkdir(outdir, 0755) == 0;
+    if (!s->made_outdir && errno != EEXIST)
         return sl_err_set(&s->err, SL_E_IO, "%s: cannot create directory: %s", outdir, strerror(errno));
     s->tensors = calloc((size_t)s->desc->n_tensors + 1, sizeof(*s->tensors));
     s->chunk = malloc(SYNTH_CHUNK_ELEMS * 4);
@@ -242,17 +247,48 @@ static sl_status synth_check_space(synth *s)
     return sl_tools_check_space(s->outdir, need, reclaimed, &s->err);
 }
 
+/* The temporary files of shards of this run's names that a run which died left (writer.h). */
+static int synth_ours(void *user, const char *name)
+{
+    const synth *s = user;
+    long long k = 0, n = 0;
+    int end = 0;
+    if (s->n_shards == 1)
+        return strcmp(name, "model.safetensors") == 0;
+    return sscanf(name, "model-%5lld-of-%5lld.safetensors%n", &k, &n, &end) == 2 && name[end] == '\0' &&
+           n == s->n_shards && k >= 1 && k <= n;
+}
+
+/* A failed run (no space, an error, sl_cancel) leaves nothing it made: the shards it finished and
+ * the index (config.json comes last: a failed run wrote none), and outdir if it created it. */
+static void synth_undo(synth *s)
+{
+    char name[64], path[4096];
+    for (int64_t k = 0; k < s->n_written; k++) {
+        shard_name(s, k, name, sizeof(name));
+        snprintf(path, sizeof(path), "%s/%s", s->outdir, name);
+        unlink(path);
+    }
+    snprintf(path, sizeof(path), "%s/model.safetensors.index.json", s->outdir);
+    if (s->n_written == s->n_shards && s->n_shards > 1)
+        unlink(path);
+    if (s->made_outdir)
+        rmdir(s->outdir);   /* fails, and keeps it, if anything else was put there */
+}
+
 static sl_status synth_run(synth *s, const char *config_path, uint64_t max_shard)
 {
     SL_TRY(synth_split(s, max_shard));
     SL_TRY(synth_check_space(s));
     SL_TRY(synth_drop_stale(s, config_path));
+    SL_TRY(ck_writer_remove_stale(s->outdir, synth_ours, s, &s->err));
     json_t *wmap = json_object();
     if (!wmap)
         return sl_err_set(&s->err, SL_E_NOMEM, "out of memory");
     sl_status st = SL_OK;
     for (int64_t k = 0; st == SL_OK && k < s->n_shards; k++)
-        st = synth_write_shard(s, k, wmap);
+        if ((st = synth_write_shard(s, k, wmap)) == SL_OK)
+            s->n_written = k + 1;
     if (st == SL_OK && s->n_shards > 1)
         st = synth_write_index(s, wmap);
     json_decref(wmap);
@@ -274,6 +310,8 @@ sl_status sl_synth(const char *config_path, const char *rules_path, const char *
         st = synth_prepare(&s, outdir, dtype);
     if (st == SL_OK)
         st = synth_run(&s, config_path, max_shard_bytes ? max_shard_bytes : SYNTH_DEFAULT_SHARD);
+    if (st != SL_OK)
+        synth_undo(&s);
     sl_err_export(&s.err, err, errlen);
     sl_err_clear(&s.err);
     free(s.tensors);
