@@ -9,7 +9,7 @@ import json
 import os
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TABLES = ["llama", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe"]
+TABLES = ["llama", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3"]
 
 
 def c_literal(line):

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # cli_moe.sh - mixture-of-experts end to end through the CLI (issue 16, SHARDING-MOE-FP8.md):
-# `plan --config` on the real Mixtral-8x7B and Qwen3-30B-A3B configs gives the spec's worked
+# `plan --config` on the real Mixtral-8x7B, Qwen3-30B-A3B and DeepSeek-V3 configs gives the spec's worked
 # shapes; --rules with a copy of a built-in MoE table gives the built-in plan; `load --ep` equals
 # `reshard --ep` then loading the rank files; MPI (independent and cooperative) with --ep gives the
 # single-process checksums, cooperative reading each byte once; T > E and --ep with spmd fail with
@@ -18,6 +18,9 @@ grep -q "model.layers.0.block_sparse_moe.experts.w13_weight  *BF16  \[4, 28672, 
 out=$("$SL" plan --config "$CFG/qwen3-30b-a3b.json" --tp 2 --verbose) || fail "plan qwen3-moe"
 grep -q "model.layers.0.self_attn.qkv_proj.weight  *BF16  \[2560, 2048\]" <<<"$out" || fail "Qwen3 qkv [2560, 2048]"
 grep -q "model.layers.0.mlp.experts.w13_weight  *BF16  \[128, 768, 2048\]" <<<"$out" || fail "Qwen3 w13 [128, 768, 2048]"
+out=$("$SL" plan --config "$CFG/deepseek-v3.json" --tp 8 --ep --verbose) || fail "plan deepseek-v3 --ep"
+grep -q "model.layers.3.mlp.experts.w13_weight  *BF16  \[32, 4096, 7168\]" <<<"$out" || fail "DS-V3 --ep w13 [32, 4096, 7168]"
+grep -q "model.layers.0.self_attn.fused_qkv_a_proj.weight  *BF16  \[2112, 7168\]" <<<"$out" || fail "DS-V3 fused_qkv_a_proj"
 
 # 2. --rules can express the MoE tables: a copy of the built-in one plans the same
 cp "$SRC/rules/qwen3_moe.json" "$T/my-rules.json"

@@ -147,7 +147,27 @@ MOE_ARCHS = {
                       num_hidden_layers=3, vocab_size=100, tie_word_embeddings=False, head_dim=12,
                       num_experts=4, moe_intermediate_size=16, shared_expert_intermediate_size=0,
                       decoder_sparse_step=1, mlp_only_layers=[], num_experts_per_tok=2),
+    # DeepSeek MLA: q_lora_rank set (fused_qkv_a_proj) with 1 dense layer, 2 shared experts; and
+    # q_lora_rank null (q_proj) with MoE every other layer. Both ship an MTP layer L to be skipped;
+    # topk_method "greedy": no e_score_correction_bias (that one stays F32 in the spec, which a
+    # single-dtype plan does not do yet).
+    "deepseek_v3": dict(architectures=["DeepseekV3ForCausalLM"], model_type="deepseek_v3", hidden_size=64,
+                        intermediate_size=96, num_attention_heads=4, num_hidden_layers=3,
+                        vocab_size=100, tie_word_embeddings=False, q_lora_rank=32, kv_lora_rank=16,
+                        qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=8, n_routed_experts=6,
+                        moe_intermediate_size=16, n_shared_experts=2, first_k_dense_replace=1,
+                        moe_layer_freq=1, topk_method="greedy", num_nextn_predict_layers=1),
+    "deepseek_v2": dict(architectures=["DeepseekV2ForCausalLM"], model_type="deepseek_v2", hidden_size=64,
+                        intermediate_size=96, num_attention_heads=4, num_hidden_layers=3,
+                        vocab_size=100, tie_word_embeddings=False, q_lora_rank=None, kv_lora_rank=16,
+                        qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=8, n_routed_experts=4,
+                        moe_intermediate_size=16, n_shared_experts=None, first_k_dense_replace=0,
+                        moe_layer_freq=2, topk_method="greedy"),
 }
+
+
+def is_deepseek(arch):
+    return arch.startswith("deepseek")
 
 
 def moe_info(arch, cfg):
@@ -157,6 +177,9 @@ def moe_info(arch, cfg):
     if arch in ("qwen2_moe", "qwen3_moe"):
         return (cfg.get("num_experts", 0), cfg["moe_intermediate_size"],
                 cfg.get("shared_expert_intermediate_size") or 0, "mlp.")
+    if is_deepseek(arch):
+        return (cfg.get("n_routed_experts") or 0, cfg["moe_intermediate_size"],
+                cfg["moe_intermediate_size"] * (cfg.get("n_shared_experts") or 0), "mlp.")
     return 0, 0, 0, None
 
 
@@ -166,7 +189,48 @@ def is_moe_layer(arch, cfg, layer):
     if arch in ("qwen2_moe", "qwen3_moe"):
         return (layer not in (cfg.get("mlp_only_layers") or []) and cfg.get("num_experts", 0) > 0
                 and (layer + 1) % cfg.get("decoder_sparse_step", 1) == 0)
+    if is_deepseek(arch):
+        return (cfg.get("n_routed_experts") is not None and layer >= cfg.get("first_k_dense_replace", 0)
+                and layer % cfg.get("moe_layer_freq", 1) == 0)
     return False
+
+
+def shared_name(arch):
+    return "shared_experts." if is_deepseek(arch) else "shared_expert."
+
+
+def mla_shapes(cfg, p):
+    H, nh = cfg["hidden_size"], cfg["num_attention_heads"]
+    rq, rkv = cfg.get("q_lora_rank"), cfg["kv_lora_rank"]
+    dn, dr, dv = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"]
+    a = p + "self_attn."
+    out = {a + "kv_a_proj_with_mqa.weight": (rkv + dr, H), a + "kv_a_layernorm.weight": (rkv,),
+           a + "kv_b_proj.weight": (nh * (dn + dv), rkv), a + "o_proj.weight": (H, nh * dv)}
+    if rq:
+        out.update({a + "q_a_proj.weight": (rq, H), a + "q_a_layernorm.weight": (rq,),
+                    a + "q_b_proj.weight": (nh * (dn + dr), rq)})
+    else:
+        out[a + "q_proj.weight"] = (nh * (dn + dr), H)
+    return out
+
+
+def expected_mla(cfg, w, p, T, r):
+    """SHARDING-MOE-FP8.md, "DeepSeek MLA attention on rank r"."""
+    nl, dq = cfg["num_attention_heads"] // T, cfg["qk_nope_head_dim"] + cfg["qk_rope_head_dim"]
+    dn, dv = cfg["qk_nope_head_dim"], cfg["v_head_dim"]
+    a = p + "self_attn."
+    out = {a + "kv_a_layernorm.weight": w[a + "kv_a_layernorm.weight"],
+           a + "kv_b_proj.weight": w[a + "kv_b_proj.weight"][r * nl * (dn + dv):(r + 1) * nl * (dn + dv)],
+           a + "o_proj.weight": w[a + "o_proj.weight"][:, r * nl * dv:(r + 1) * nl * dv]}
+    if cfg.get("q_lora_rank"):
+        out[a + "fused_qkv_a_proj.weight"] = np.concatenate([w[a + "q_a_proj.weight"],
+                                                             w[a + "kv_a_proj_with_mqa.weight"]])
+        out[a + "q_a_layernorm.weight"] = w[a + "q_a_layernorm.weight"]
+        out[a + "q_b_proj.weight"] = w[a + "q_b_proj.weight"][r * nl * dq:(r + 1) * nl * dq]
+    else:
+        out[a + "kv_a_proj_with_mqa.weight"] = w[a + "kv_a_proj_with_mqa.weight"]
+        out[a + "q_proj.weight"] = w[a + "q_proj.weight"][r * nl * dq:(r + 1) * nl * dq]
+    return out
 
 
 def expert_names(arch):
@@ -194,12 +258,14 @@ def checkpoint_tensors(arch, cfg, dtype, rng):
               "lm_head.weight": (V, H)}   # tied models still ship lm_head: it must be skipped
     for i in range(L):
         p = "model.layers.%d." % i
-        shapes.update({p + "self_attn.q_proj.weight": (nh * D, H),
-                       p + "self_attn.k_proj.weight": (K * D, H),
-                       p + "self_attn.v_proj.weight": (K * D, H),
-                       p + "self_attn.o_proj.weight": (H, nh * D),
-                       p + "input_layernorm.weight": (H,),
-                       p + "post_attention_layernorm.weight": (H,)})
+        if is_deepseek(arch):
+            shapes.update(mla_shapes(cfg, p))
+        else:
+            shapes.update({p + "self_attn.q_proj.weight": (nh * D, H),
+                           p + "self_attn.k_proj.weight": (K * D, H),
+                           p + "self_attn.v_proj.weight": (K * D, H),
+                           p + "self_attn.o_proj.weight": (H, nh * D)})
+        shapes.update({p + "input_layernorm.weight": (H,), p + "post_attention_layernorm.weight": (H,)})
         if not is_moe_layer(arch, cfg, i):
             shapes.update({p + "mlp.gate_proj.weight": (I, H), p + "mlp.up_proj.weight": (I, H),
                            p + "mlp.down_proj.weight": (H, I)})
@@ -211,9 +277,11 @@ def checkpoint_tensors(arch, cfg, dtype, rng):
                 shapes.update({x + g + ".weight": (Ie, H), x + u + ".weight": (Ie, H),
                                x + d + ".weight": (H, Ie)})
             if Is > 0:
-                x = p + mp + "shared_expert."
+                x = p + mp + shared_name(arch)
                 shapes.update({x + "gate_proj.weight": (Is, H), x + "up_proj.weight": (Is, H),
-                               x + "down_proj.weight": (H, Is), p + mp + "shared_expert_gate.weight": (1, H)})
+                               x + "down_proj.weight": (H, Is)})
+                if not is_deepseek(arch):
+                    shapes[p + mp + "shared_expert_gate.weight"] = (1, H)
         if arch in ("qwen2", "qwen2_moe"):
             shapes.update({p + "self_attn.q_proj.bias": (nh * D,),
                            p + "self_attn.k_proj.bias": (K * D,),
@@ -221,6 +289,9 @@ def checkpoint_tensors(arch, cfg, dtype, rng):
         if arch in ("qwen3", "qwen3_moe"):
             shapes.update({p + "self_attn.q_norm.weight": (D,), p + "self_attn.k_norm.weight": (D,)})
     shapes["model.layers.0.self_attn.rotary_emb.inv_freq"] = (D // 2,)   # skipped by rule
+    if cfg.get("num_nextn_predict_layers"):   # DeepSeek's MTP layer L: skipped by the main model
+        shapes.update({"model.layers.%d.eh_proj.weight" % L: (H, 2 * H),
+                       "model.layers.%d.enorm.weight" % L: (H,)})
     out = {}
     for name, shp in shapes.items():
         f = rng.standard_normal(shp).astype(np.float32)
@@ -263,12 +334,19 @@ def expected_moe(arch, cfg, w, p, T, r, ep):
     out[p + mp + "experts.w13_weight"] = np.stack(w13)
     out[p + mp + "experts.w2_weight"] = np.stack(w2)
     if Is > 0:   # the shared expert is a dense MLP of width Is; its gate is replicated
-        x, m = p + mp + "shared_expert.", Is // T
+        x, m = p + mp + shared_name(arch), Is // T
         out[x + "gate_up_proj.weight"] = np.concatenate(
             [w[x + "gate_proj.weight"][r * m:(r + 1) * m], w[x + "up_proj.weight"][r * m:(r + 1) * m]])
         out[x + "down_proj.weight"] = w[x + "down_proj.weight"][:, r * m:(r + 1) * m]
-        out[p + mp + "shared_expert_gate.weight"] = w[p + mp + "shared_expert_gate.weight"]
+        if not is_deepseek(arch):
+            out[p + mp + "shared_expert_gate.weight"] = w[p + mp + "shared_expert_gate.weight"]
     return out
+
+
+def expected_dense_mlp(w, p, m, r):
+    return {p + "mlp.gate_up_proj.weight": np.concatenate(
+                [w[p + "mlp.gate_proj.weight"][r * m:(r + 1) * m], w[p + "mlp.up_proj.weight"][r * m:(r + 1) * m]]),
+            p + "mlp.down_proj.weight": w[p + "mlp.down_proj.weight"][:, r * m:(r + 1) * m]}
 
 
 def expected_tp(arch, cfg, ck, T, P, d, ep=False):
@@ -283,6 +361,13 @@ def expected_tp(arch, cfg, ck, T, P, d, ep=False):
         out["model.embed_tokens.weight"] = vocab_shard(w["model.embed_tokens.weight"], T, r)
     for i in pp_layers(L, P, s):
         p = "model.layers.%d." % i
+        if is_deepseek(arch):
+            out.update(expected_mla(cfg, w, p, T, r))
+            out.update(expected_moe(arch, cfg, w, p, T, r, ep) if is_moe_layer(arch, cfg, i) else
+                       expected_dense_mlp(w, p, I // T, r))
+            for n in ("input_layernorm.weight", "post_attention_layernorm.weight"):
+                out[p + n] = w[p + n]
+            continue
         q, k, v = (w[p + "self_attn.%s_proj.weight" % x] for x in "qkv")
         out[p + "self_attn.qkv_proj.weight"] = np.concatenate(
             [q[r * nq * D:(r + 1) * nq * D], k[kb * kl * D:(kb + 1) * kl * D],
@@ -298,9 +383,7 @@ def expected_tp(arch, cfg, ck, T, P, d, ep=False):
         if is_moe_layer(arch, cfg, i):
             out.update(expected_moe(arch, cfg, w, p, T, r, ep))
         else:
-            out[p + "mlp.gate_up_proj.weight"] = np.concatenate(
-                [w[p + "mlp.gate_proj.weight"][r * m:(r + 1) * m], w[p + "mlp.up_proj.weight"][r * m:(r + 1) * m]])
-            out[p + "mlp.down_proj.weight"] = w[p + "mlp.down_proj.weight"][:, r * m:(r + 1) * m]
+            out.update(expected_dense_mlp(w, p, m, r))
         for n in ("input_layernorm.weight", "post_attention_layernorm.weight"):
             out[p + n] = w[p + n]
         if arch in ("qwen3", "qwen3_moe"):
@@ -331,10 +414,15 @@ def tile(w, N, i, dim):
 def expected_spmd(arch, cfg, ck, N, i):
     tied = cfg.get("tie_word_embeddings", False)
     out = {}
+    L = cfg["num_hidden_layers"]
     for name, (_, w) in ck.items():
         if "rotary_emb" in name or (tied and name == "lm_head.weight"):
             continue
-        if w.ndim == 1 or name.endswith("gate.weight"):   # 1-D, and the replicated routers
+        if name.startswith("model.layers.%d." % L):   # DeepSeek's MTP layer
+            continue
+        # 1-D, the replicated routers and DeepSeek's replicated q_a / kv_a projections
+        if w.ndim == 1 or name.endswith("gate.weight") or name.endswith("a_proj.weight") or \
+                name.endswith("kv_a_proj_with_mqa.weight"):
             out[name] = w
         else:
             dim1 = (name.endswith("o_proj.weight") or name.endswith("down_proj.weight")

@@ -89,6 +89,29 @@ static void worked_figures(void)
     EXPECT(shape3(p, 15, "model.layers.47.mlp.experts.w13_weight", 16, 1536, 2048), "Qwen3 T=8 EP");
     EXPECT(shape3(p, 8, "model.layers.24.mlp.experts.w2_weight", 16, 2048, 768), "Qwen3 EP stage 1");
     sl_plan_free(p);
+    /* DeepSeek-V3 (MLA, 256 experts, 3 dense layers), T = 8 */
+    const char *ds = CONFIGS "/deepseek-v3.json";
+    EXPECT(build(NULL, ds, NULL, 8, 1, 0, SL_LAYOUT_TP, &p) == SL_OK, "%s", sl_plan_errmsg(p));
+    EXPECT(shape3(p, 7, "model.layers.3.mlp.experts.w13_weight", 256, 512, 7168), "DS-V3 w13");
+    EXPECT(shape3(p, 7, "model.layers.60.mlp.experts.w2_weight", 256, 7168, 256), "DS-V3 w2");
+    EXPECT(shape3(p, 0, "model.layers.0.self_attn.fused_qkv_a_proj.weight", 2112, 7168, 0), "fused_qkv_a");
+    EXPECT(shape3(p, 0, "model.layers.0.self_attn.q_b_proj.weight", 3072, 1536, 0), "q_b_proj");
+    EXPECT(shape3(p, 0, "model.layers.0.self_attn.kv_b_proj.weight", 4096, 512, 0), "kv_b_proj");
+    EXPECT(shape3(p, 0, "model.layers.0.self_attn.o_proj.weight", 7168, 2048, 0), "o_proj");
+    EXPECT(shape3(p, 0, "model.layers.2.mlp.gate_up_proj.weight", 4608, 7168, 0), "dense layer 2");
+    EXPECT(param(p, 0, "model.layers.3.mlp.gate_up_proj.weight") == NULL, "layer 3 is MoE");
+    EXPECT(shape3(p, 0, "model.layers.3.mlp.shared_experts.gate_up_proj.weight", 512, 7168, 0),
+           "shared experts: 2 * 2048 * 1 / 8 rows");
+    const sl_plan_param_t *bias = param(p, 0, "model.layers.3.mlp.gate.e_score_correction_bias");
+    EXPECT(bias && bias->ndim == 1 && bias->shape[0] == 256, "noaux_tc: the correction bias [256]");
+    /* embed, norm, lm_head; 8 attention and norm parameters a layer; 2 dense MLP ones in layers
+     * 0-2; router, bias, w13, w2 and the shared expert's 2 in layers 3-60 */
+    EXPECT(p && p->devices[0].n_params == 3 + 3 * 10 + 58 * 14, "DS-V3 params per device: %lld",
+           p ? (long long)p->devices[0].n_params : -1ll);
+    sl_plan_free(p);
+    EXPECT(build(NULL, ds, NULL, 8, 1, 1, SL_LAYOUT_TP, &p) == SL_OK, "%s", sl_plan_errmsg(p));
+    EXPECT(shape3(p, 5, "model.layers.3.mlp.experts.w13_weight", 32, 4096, 7168), "DS-V3 EP El = 32");
+    sl_plan_free(p);
     /* --ep at T = 1 changes nothing */
     sl_plan *a = NULL, *b = NULL;
     EXPECT(build(NULL, q3, NULL, 1, 1, 0, SL_LAYOUT_TP, &a) == SL_OK &&
@@ -313,6 +336,8 @@ static void table_errors(void)
         {"\"moe\":{\"experts\":\"E\",\"step\":\"num_hidden_layers\",\"freq\":\"zero\"}", "",
          "config 'zero' is 0; it must be at least 1"},
         {"", "", "{e} needs the table's \"moe\" entry"},
+        {"\"moe\":{\"experts\":\"E\"}", ",\"unless\":\"Q\"", "\"unless\" must name a symbol"},
+        {"\"moe\":{\"experts\":\"E\"},\"skip_extra_layers\":1", "", "\"skip_extra_layers\" is not a boolean"},
     };
     char cfg[300], rules[300];
     snprintf(cfg, sizeof cfg, "%s/mixtral-z.json", dir);
@@ -342,6 +367,7 @@ static void table_errors(void)
         {"\"E\":{\"key\":\"num_local_experts\",\"default\":-1}", "\"default\" must be an integer"},
         {"\"E\":{\"key\":\"num_local_experts\",\"dflt\":1}", "unknown key \"dflt\""},
         {"\"E\":\"no_such_key\"", "config has no 'no_such_key'"},
+        {"\"E\":{\"key\":\"num_local_experts\",\"equals\":3}", "\"equals\" must be a string"},
     };
     for (size_t i = 0; i < sizeof sym_cases / sizeof sym_cases[0]; i++) {
         char text[1024];

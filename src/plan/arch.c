@@ -43,24 +43,30 @@ static int sym_value(const sl_arch_config *c, const char *s, size_t n, uint64_t 
     return *out > 0 ? 0 : -1;
 }
 
+/* A sum ('+') of products ('*'): "nh*dn+nh*dr", "rkv+dr". */
 static sl_status shape_eval(sl_err *err, const sl_arch_config *c, const char *expr,
                             const char *tensor, uint64_t *out)
 {
-    uint64_t v = 1;
+    uint64_t v = 1, sum = 0;
     const char *p = expr;
     for (;;) {
-        const size_t n = strcspn(p, "*");
+        const size_t n = strcspn(p, "*+");
         uint64_t f = 0;
         SL_CHECK(sym_value(c, p, n, &f) == 0, err, SL_E_CONFIG,
                  "rule '%s': shape term '%.*s' is not one of H, nh, K, D, I, V, L, a table "
                  "symbol with a positive value for this config or a positive integer", tensor, (int)n, p);
         SL_CHECK(!sl_mul_overflow(v, f, &v), err, SL_E_CONFIG,
                  "%s: shape %s overflows with this config", tensor, expr);
+        if (p[n] != '*') {
+            SL_CHECK(!sl_add_overflow(sum, v, &sum), err, SL_E_CONFIG,
+                     "%s: shape %s overflows with this config", tensor, expr);
+            v = 1;
+        }
         if (p[n] == '\0')
             break;
         p += n + 1;
     }
-    *out = v;
+    *out = sum;
     return SL_OK;
 }
 
@@ -74,7 +80,8 @@ static const char *rule_str(const json_t *r, const char *key)
 
 static sl_status rule_shard(sl_err *err, const json_t *r, const char *t, sl_rule *out)
 {
-    static const char *const kinds[] = {"replicated", "column", "row", "vocab", "qkv", "merged"};
+    static const char *const kinds[] = {"replicated", "column", "row", "vocab", "qkv", "merged",
+                                        "concat"};
     const char *s = rule_str(r, "shard");
     SL_CHECK(s != NULL, err, SL_E_CONFIG, "rule '%s' has no \"shard\" string", t);
     for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
@@ -84,7 +91,7 @@ static sl_status rule_shard(sl_err *err, const json_t *r, const char *t, sl_rule
         }
     }
     return sl_err_set(err, SL_E_CONFIG, "rule '%s': shard '%s' is not one of replicated, column, "
-                      "row, vocab, qkv, merged", t, s);
+                      "row, vocab, qkv, merged, concat", t, s);
 }
 
 static sl_status rule_slot(sl_err *err, const json_t *r, const char *t, sl_rule *out)
@@ -96,14 +103,15 @@ static sl_status rule_slot(sl_err *err, const json_t *r, const char *t, sl_rule 
         const char *hit = strlen(s) == 1 ? strchr("qkv", s[0]) : NULL;
         SL_CHECK(hit != NULL, err, SL_E_CONFIG, "rule '%s': qkv needs \"slot\": \"q\", \"k\" or \"v\"", t);
         out->slot = (int32_t)(hit - "qkv");
-    } else if (out->shard == SL_SHARD_MERGED) {
+    } else if (out->shard == SL_SHARD_MERGED || out->shard == SL_SHARD_CONCAT) {
         SL_CHECK(json_is_integer(v) && json_integer_value(v) >= 0 &&
                      json_integer_value(v) < SL_GROUP_MAX_SLOTS,
-                 err, SL_E_CONFIG, "rule '%s': merged needs an integer \"slot\" in [0, %d)", t,
-                 SL_GROUP_MAX_SLOTS);
+                 err, SL_E_CONFIG, "rule '%s': %s needs an integer \"slot\" in [0, %d)", t,
+                 out->shard == SL_SHARD_MERGED ? "merged" : "concat", SL_GROUP_MAX_SLOTS);
         out->slot = (int32_t)json_integer_value(v);
     } else {
-        SL_CHECK(v == NULL, err, SL_E_CONFIG, "rule '%s': \"slot\" applies to qkv and merged only", t);
+        SL_CHECK(v == NULL, err, SL_E_CONFIG, "rule '%s': \"slot\" applies to qkv, merged and "
+                 "concat only", t);
     }
     return SL_OK;
 }
@@ -161,7 +169,7 @@ static sl_status rule_shape(sl_err *err, sl_arena *a, const sl_arch_config *c, c
 static sl_status rule_keys(sl_err *err, const json_t *r, const char *t)
 {
     static const char *const keys[] = {"tensor", "param", "shape", "shard", "slot", "place",
-                                       "tied", "description", "layers", "when"};
+                                       "tied", "description", "layers", "when", "unless"};
     const char *key;
     const json_t *v;
     json_object_foreach((json_t *)(uintptr_t)r, key, v) {
@@ -199,9 +207,10 @@ static sl_status rule_parse(sl_err *err, sl_arch *m, const json_t *r, sl_rule *o
 
 static sl_status group_check_pair(sl_err *err, const sl_rule *a, const sl_rule *b)
 {
-    SL_CHECK(a->shard == b->shard && (a->shard == SL_SHARD_QKV || a->shard == SL_SHARD_MERGED),
-             err, SL_E_CONFIG, "rules '%s' and '%s' share param '%s' but are not slots of one qkv "
-             "or merged parameter", a->tensor, b->tensor, a->param);
+    SL_CHECK(a->shard == b->shard && (a->shard == SL_SHARD_QKV || a->shard == SL_SHARD_MERGED ||
+                                      a->shard == SL_SHARD_CONCAT),
+             err, SL_E_CONFIG, "rules '%s' and '%s' share param '%s' but are not slots of one qkv, "
+             "merged or concat parameter", a->tensor, b->tensor, a->param);
     SL_CHECK(a->place == b->place && a->ndim == b->ndim &&
                  (a->ndim == 1 || a->shape[1] == b->shape[1]),
              err, SL_E_CONFIG, "rules '%s' and '%s' fill param '%s' but differ in placement, rank "
@@ -319,7 +328,8 @@ static sl_status rules_parse(sl_err *err, sl_arch *m, const json_t *root)
 
 static sl_status table_keys(sl_err *err, const json_t *root)
 {
-    static const char *const keys[] = {"description", "architectures", "rules", "symbols", "moe"};
+    static const char *const keys[] = {"description", "architectures", "rules", "symbols", "moe",
+                                       "skip_extra_layers"};
     const char *key;
     const json_t *v;
     json_object_foreach((json_t *)(uintptr_t)root, key, v) {
@@ -397,8 +407,9 @@ static sl_status rules_load_builtin(sl_err *err, sl_arch *m, const json_t *cfg)
     char ab[SL_TEXT_NAME];
     return sl_err_set(err, SL_E_CONFIG, "architecture '%s' has no built-in rule table (built in: "
                       "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-                      "MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM); give one with "
-                      "--rules FILE", sl_text_name(m->cfg.architecture, ab, sizeof ab));
+                      "MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, "
+                      "DeepseekV2ForCausalLM, DeepseekV3ForCausalLM); give one with --rules FILE",
+                      sl_text_name(m->cfg.architecture, ab, sizeof ab));
 }
 
 /* ---- the tensor list -------------------------------------------------------------------------- */

@@ -27,7 +27,8 @@ typedef enum sl_shard_kind {
     SL_SHARD_ROW,             /* dim 1 split in T blocks (row-strided source); 1-D: replicated */
     SL_SHARD_VOCAB,           /* dim 0 padded to a multiple of 64, split, zero rows at the end */
     SL_SHARD_QKV,             /* slot q/k/v of a fused [q_r; k_r; v_r] parameter */
-    SL_SHARD_MERGED           /* slot j of a fused [w0_r; w1_r; ...] parameter */
+    SL_SHARD_MERGED,          /* slot j of a fused [w0_r; w1_r; ...] parameter */
+    SL_SHARD_CONCAT           /* slot j of a replicated fused [w0; w1; ...] (DeepSeek fused_qkv_a_proj) */
 } sl_shard_kind;
 
 typedef enum sl_place { SL_PLACE_LAYER = 0, SL_PLACE_FIRST, SL_PLACE_LAST } sl_place;
@@ -105,6 +106,7 @@ typedef struct sl_arch {
     int64_t *layer_start;
     int64_t n_moe_layers;
     int has_moe;                  /* the table has a "moe" entry */
+    int skip_extra_layers;        /* "skip_extra_layers": checkpoint layers >= L are skipped (MTP) */
 } sl_arch;
 
 /* Reads config_path and the rule table (rules_path, or the built-in one for architectures[0]),

@@ -61,14 +61,17 @@ static sl_status sym_add(sl_err *err, sl_arch *m, const char *name, const json_t
              SL_E_CONFIG, "rule table symbol '%s' is built in", name);
     SL_CHECK(c->n_syms < SL_ARCH_MAX_SYMS, err, SL_E_CONFIG, "rule table has more than %d symbols",
              SL_ARCH_MAX_SYMS);
-    const json_t *key = v, *dflt = NULL;
+    const json_t *key = v, *dflt = NULL, *eq = NULL;
     if (json_is_object(v)) {
-        static const char *const keys[] = {"key", "default"};
+        static const char *const keys[] = {"key", "default", "equals"};
         char what[64];
         snprintf(what, sizeof what, "rule table symbol '%s'", name);
-        SL_TRY(keys_check(err, v, what, keys, 2));
+        SL_TRY(keys_check(err, v, what, keys, 3));
         key = json_object_get(v, "key");
         dflt = json_object_get(v, "default");
+        eq = json_object_get(v, "equals");
+        SL_CHECK(eq == NULL || json_is_string(eq), err, SL_E_CONFIG,
+                 "rule table symbol '%s': \"equals\" must be a string", name);
         SL_CHECK(dflt == NULL || (json_is_integer(dflt) && json_integer_value(dflt) >= 0), err,
                  SL_E_CONFIG, "rule table symbol '%s': \"default\" must be an integer >= 0", name);
     }
@@ -78,8 +81,13 @@ static sl_status sym_add(sl_err *err, sl_arch *m, const char *name, const json_t
     snprintf(c->sym_name[i], SL_ARCH_SYM_LEN, "%s", name);
     c->sym_key[i] = sl_arena_strndup(&m->arena, json_string_value(key), json_string_length(key));
     SL_CHECK(c->sym_key[i] != NULL, err, SL_E_NOMEM, "out of memory");
-    SL_TRY(sl_arch_config_sym(err, cfg, c->sym_key[i], dflt ? (int64_t)json_integer_value(dflt) : -1,
-                              &c->sym_val[i]));
+    if (eq) {   /* 1 when the config's string equals it (DeepSeek's topk_method "noaux_tc"), else 0 */
+        const json_t *cv = json_object_get(cfg, c->sym_key[i]);
+        c->sym_val[i] = json_is_string(cv) && strcmp(json_string_value(cv), json_string_value(eq)) == 0;
+    } else {
+        SL_TRY(sl_arch_config_sym(err, cfg, c->sym_key[i],
+                                  dflt ? (int64_t)json_integer_value(dflt) : -1, &c->sym_val[i]));
+    }
     c->n_syms++;
     return SL_OK;
 }
@@ -187,6 +195,10 @@ static sl_status moe_parse(sl_err *err, sl_arch *m, const json_t *moe, const jso
 
 sl_status sl_arch_table_extras(sl_err *err, sl_arch *m, const json_t *table, const json_t *cfg)
 {
+    const json_t *skip = json_object_get(table, "skip_extra_layers");
+    SL_CHECK(skip == NULL || json_is_boolean(skip), err, SL_E_CONFIG,
+             "rule table \"skip_extra_layers\" is not a boolean");
+    m->skip_extra_layers = json_is_true(skip);
     SL_TRY(syms_parse(err, m, json_object_get(table, "symbols"), cfg));
     return moe_parse(err, m, json_object_get(table, "moe"), cfg);
 }
@@ -241,12 +253,16 @@ sl_status sl_arch_rule_extras(sl_err *err, const sl_arch *m, const json_t *r, co
     *absent = 0;
     SL_TRY(rule_expert(err, m, t, out));
     SL_TRY(rule_layers(err, m, r, t, out));
-    const json_t *w = json_object_get(r, "when");
-    if (w == NULL)
-        return SL_OK;
-    const int si = json_is_string(w) ? sl_arch_sym_find(&m->cfg, json_string_value(w),
-                                                        json_string_length(w)) : -1;
-    SL_CHECK(si >= 0, err, SL_E_CONFIG, "rule '%s': \"when\" must name a symbol of \"symbols\"", t);
-    *absent = m->cfg.sym_val[si] == 0;
+    for (int k = 0; k < 2; k++) {   /* "when": present iff non-zero; "unless": iff zero */
+        const char *key = k == 0 ? "when" : "unless";
+        const json_t *w = json_object_get(r, key);
+        if (w == NULL)
+            continue;
+        const int si = json_is_string(w) ? sl_arch_sym_find(&m->cfg, json_string_value(w),
+                                                            json_string_length(w)) : -1;
+        SL_CHECK(si >= 0, err, SL_E_CONFIG, "rule '%s': \"%s\" must name a symbol of \"symbols\"", t,
+                 key);
+        *absent |= (m->cfg.sym_val[si] == 0) == (k == 0);
+    }
     return SL_OK;
 }

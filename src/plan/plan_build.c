@@ -220,6 +220,7 @@ static uint64_t tp_slot_rows(const param_ctx *pc, const sl_rule *r, uint64_t *kv
     case SL_SHARD_MERGED: return r->shape[0] / T;
     case SL_SHARD_VOCAB: return sl_plan_vocab_padded(r->shape[0]) / T;
     case SL_SHARD_REPLICATED:
+    case SL_SHARD_CONCAT:
     case SL_SHARD_ROW: return r->shape[0];
     }
     return 0;
@@ -241,7 +242,8 @@ static void tp_rule_ops(param_ctx *pc, const sl_rule *r, const plan_src *s, uint
     } else if (r->shard == SL_SHARD_VOCAB) {
         q.r0 = sl_min_u64((uint64_t)pc->rank * n, q.R);
         q.r1 = sl_min_u64(((uint64_t)pc->rank + 1) * n, q.R);
-    } else if (r->shard != SL_SHARD_REPLICATED && r->shard != SL_SHARD_ROW) {
+    } else if (r->shard != SL_SHARD_REPLICATED && r->shard != SL_SHARD_ROW &&
+               r->shard != SL_SHARD_CONCAT) {
         q.r0 = block * n;
         q.r1 = q.r0 + n;
     }
@@ -254,7 +256,7 @@ static void tp_rule_ops(param_ctx *pc, const sl_rule *r, const plan_src *s, uint
  * tensors whole. */
 int sl_plan_spmd_tile_dim(const sl_rule *r)
 {
-    if (r->ndim == 1 || r->shard == SL_SHARD_REPLICATED)
+    if (r->ndim == 1 || r->shard == SL_SHARD_REPLICATED || r->shard == SL_SHARD_CONCAT)
         return -1;
     return r->shard == SL_SHARD_ROW ? 1 : 0;
 }

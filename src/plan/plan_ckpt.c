@@ -66,6 +66,20 @@ static int skipped(const char *name)
     return 0;
 }
 
+/* DeepSeek's multi-token-prediction module sits at model.layers.{L + i}: a table with
+ * "skip_extra_layers" drops checkpoint layers >= L as vLLM's main model does. */
+static int extra_layer(const plan_ctx *c, const char *name)
+{
+    static const char prefix[] = "model.layers.";
+    if (!c->m->skip_extra_layers || strncmp(name, prefix, sizeof prefix - 1) != 0)
+        return 0;
+    const char *p = name + sizeof prefix - 1;
+    const size_t n = strspn(p, "0123456789");
+    if (n == 0 || n > 9 || p[n] != '.')
+        return 0;
+    return strtoll(p, NULL, 10) >= c->m->cfg.L;
+}
+
 static void shape_str(sl_strbuf *b, uint32_t ndim, const uint64_t *shape)
 {
     sl_strbuf_puts(b, "[");
@@ -152,7 +166,7 @@ static sl_status bind_one(plan_ctx *c, const name_map *mp, int64_t i, unclaimed 
     sl_tensor_info ti;
     sl_status st = sl_checkpoint_tensor(c->ck, i, &ti);
     SL_CHECK(st == SL_OK, &c->p->err, st, "cannot read checkpoint tensor %lld", (long long)i);
-    if (skipped(ti.name))
+    if (skipped(ti.name) || extra_layer(c, ti.name))
         return SL_OK;
     const int64_t k = map_find(c, mp, ti.name);
     if (k < 0) {

@@ -54,7 +54,8 @@ static sl_status check_rule_tp(sl_plan *p, const sl_arch_config *cfg, const sl_r
     if (r->expert && p->ep)   /* expert parallelism: each expert whole on one rank */
         return SL_OK;
     switch (r->shard) {
-    case SL_SHARD_REPLICATED: return SL_OK;
+    case SL_SHARD_REPLICATED:
+    case SL_SHARD_CONCAT: return SL_OK;
     case SL_SHARD_COLUMN:
     case SL_SHARD_MERGED: return check_dim(p, cfg, r, 0);
     case SL_SHARD_ROW: return r->ndim == 2 ? check_dim(p, cfg, r, 1) : SL_OK;
