@@ -5,6 +5,7 @@
  * job. `reshard` writes its own devices' files with sl_reshard_dist. A failure anywhere ends every
  * rank with exit 1; rank 0 prints the failing rank's message as the one error line. */
 #include "cli.h"
+#include "cli_remote.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -168,13 +169,20 @@ static void dist_print_text(const sl_plan *p, const sl_model *m, const sl_dist_o
 /* ---- command ---------------------------------------------------------------------------------- */
 
 /* Opens and plans on this rank; on failure msg holds the message. */
-static sl_status dist_open(const char *path, const sl_plan_opts *po, int dummy, sl_checkpoint **ck,
-                           sl_plan **p, char *msg, size_t len)
+static sl_status dist_open(const char *path, const sl_plan_opts *po_in, const sl_load_opts *lo, int dummy,
+                           sl_checkpoint **ck, sl_plan **p, char *msg, size_t len)
 {
     sl_status st = SL_OK;
-    if (path && !dummy && (st = sl_checkpoint_open(path, ck)) != SL_OK) {
+    sl_plan_opts opts = *po_in;
+    const sl_plan_opts *po = &opts;
+    char err[1024];
+    if (path && !dummy && (st = cli_remote_open(path, lo, ck)) != SL_OK) {
         snprintf(msg, len, "rank %d: %s", (int)sl_dist_rank(),
                  *ck ? sl_checkpoint_errmsg(*ck) : "out of memory");
+        return st;
+    }
+    if (path && !dummy && (st = cli_remote_config(*ck, &opts, err, sizeof err)) != SL_OK) {
+        snprintf(msg, len, "rank %d: %.900s", (int)sl_dist_rank(), err);
         return st;
     }
     if (sl_dist_rank() == 0)
@@ -226,7 +234,7 @@ int cli_load_dist(const char *path, const sl_plan_opts *po, const sl_load_opts *
     sl_model *m = NULL;
     if (sl_dist_init() != SL_OK)
         return cli_fail("--dist needs MPI, and this shardload was built without it (SL_WITH_MPI)");
-    sl_status st = dist_open(path, po, lo->dummy, &ck, &p, msg, sizeof msg);
+    sl_status st = dist_open(path, po, lo, lo->dummy, &ck, &p, msg, sizeof msg);
     st = sl_dist_agree(st, msg, msg, sizeof msg);
     if (st == SL_OK && (st = sl_load_dist(ck, p, lo, d, &m)) != SL_OK)
         snprintf(msg, sizeof msg, "%s", m ? sl_model_errmsg(m) : "out of memory");
@@ -246,7 +254,7 @@ int cli_reshard_dist(const char *path, const char *outdir, const sl_plan_opts *p
     sl_plan *p = NULL;
     if (sl_dist_init() != SL_OK)
         return cli_fail("--dist needs MPI, and this shardload was built without it (SL_WITH_MPI)");
-    sl_status st = dist_open(path, po, 0, &ck, &p, msg, sizeof msg);
+    sl_status st = dist_open(path, po, lo, 0, &ck, &p, msg, sizeof msg);
     st = sl_dist_agree(st, msg, msg, sizeof msg);
     if (st == SL_OK) /* agreed inside: the same status on every rank */
         st = sl_reshard_dist(ck, p, lo, d, outdir, max_part, msg, sizeof msg);

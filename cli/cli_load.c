@@ -2,6 +2,7 @@
  * the devices and report speed and memory. Exit 0 success, 1 failure (one line on stderr), 2 usage
  * error. */
 #include "cli.h"
+#include "cli_remote.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -72,6 +73,9 @@ static void load_help(FILE *out)
             "                  one rank, pieces exchanged) or independent (each rank reads what its\n"
             "                  devices need); rank 0 prints one report, with per-rank figures\n"
             "  --devices-per-rank K  rank r holds mesh devices [r*K, (r+1)*K); default 1\n"
+            "PATH may also be http(s)://HOST/DIR/, s3://BUCKET/PREFIX/ or a .safetensors URL\n"
+            "(docs/remote.md); config.json is fetched next to it unless --config is given:\n"
+            CLI_REMOTE_HELP
             "  --help          this text\n\n"
             "Environment: SL_IO_ENGINE=pread|uring|uring-inline forces the read engine (default\n"
             "io_uring when available, else a pread thread pool; uring-inline lets page-cache reads\n"
@@ -86,7 +90,8 @@ static void load_help(FILE *out)
 static const char *const load_allowed[] = {
     "--tp",      "--pp",     "--layout", "--dtype",  "--device", "--io",   "--threads",
     "--staging", "--request", "--format", "--seed",   "--config", "--rules",  "--gpus", "--dist",
-    "--devices-per-rank",    "--json",   "--checksums", "--numa", "--pjrt-plugin", "--ep", NULL};
+    "--devices-per-rank",    "--json",   "--checksums", "--numa", "--pjrt-plugin", "--ep",
+    CLI_REMOTE_OPTIONS, NULL};
 
 /* Returns -1 after --help, else an exit code (CLI_EXIT_OK to go on). */
 static int load_parse(int argc, char **argv, cli_opts *a)
@@ -244,10 +249,14 @@ static int load_print_text(const cli_opts *a, const sl_plan *p, const sl_model *
 static int load_open(const cli_opts *a, sl_checkpoint **ck, sl_plan **p)
 {
     const char *path = a->n_pos ? a->pos[0] : NULL;
-    if (path && sl_checkpoint_open(path, ck) != SL_OK)
+    sl_plan_opts po = a->po;
+    char err[1024];
+    if (path && cli_remote_open(path, &a->lo, ck) != SL_OK)
         return cli_fail("%s", *ck ? sl_checkpoint_errmsg(*ck) : "out of memory");
+    if (path && cli_remote_config(*ck, &po, err, sizeof err) != SL_OK)
+        return cli_fail("%s", err);
     cli_warnings(*ck);
-    if (sl_plan_build(*ck, &a->po, p) != SL_OK)
+    if (sl_plan_build(*ck, &po, p) != SL_OK)
         return cli_fail("%s", *p ? sl_plan_errmsg(*p) : "out of memory");
     return CLI_EXIT_OK;
 }

@@ -1,6 +1,7 @@
 /* cli_opts.c - the options `load` and `reshard` share (mesh, dtype, I/O, staging, MPI, ...): one
  * parser, so both commands accept and check each option the same way. */
 #include "cli.h"
+#include "cli_remote.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -124,6 +125,7 @@ static int opts_value(cli_opts *o, const char *opt, const char *v)
         o->po.config_path = v;
     } else if (!strcmp(opt, "--rules")) {
         o->po.rules_path = v;
+    } else if (cli_remote_value(o, opt, v, &rc)) {
     } else {
         rc = opts_enum(o, opt, v);
     }
@@ -150,7 +152,7 @@ static int opts_flag(cli_opts *o, const char *s)
     else if (!strcmp(s, "--ep"))
         o->po.ep = 1;
     else
-        return 0;
+        return cli_remote_flag(o, s);
     return 1;
 }
 

@@ -2,6 +2,7 @@
  * [--dtype D] [--rules FILE] [--json] [--verbose]`: show what each device of a mesh holds.
  * Exit 0 success, 1 failure (one line on stderr), 2 usage error. */
 #include "cli.h"
+#include "cli_remote.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -199,8 +200,13 @@ int cli_plan(int argc, char **argv)
     char pb[CLI_PATH_MAX];
     if (a.path && (ret = cli_ckpt_path(a.path, pb, sizeof pb, &a.path)) != CLI_EXIT_OK)
         return ret;
+    char err[1024];
     if (a.path && sl_checkpoint_open(a.path, &ck) != SL_OK) {
         ret = cli_fail("%s", ck ? sl_checkpoint_errmsg(ck) : "out of memory");
+        goto out;
+    }
+    if (cli_remote_config(ck, &a.o, err, sizeof err) != SL_OK) {   /* an http(s) checkpoint */
+        ret = cli_fail("%s", err);
         goto out;
     }
     cli_warnings(ck);

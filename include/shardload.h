@@ -135,6 +135,19 @@ typedef struct sl_tensor_info {
  * and fully validated. On failure *out still holds a handle (unless SL_E_NOMEM) whose errmsg reads
  * "<file>: <what is wrong>". */
 sl_status sl_checkpoint_open(const char *path, sl_checkpoint **out);
+/* The same, and for remote checkpoints (docs/remote.md): "http(s)://HOST/DIR/" or
+ * "s3://BUCKET/PREFIX/" (with the index, else, for S3, every *.safetensors under the prefix), or
+ * the URL of one .safetensors file. Each file's size and header come from small ranged GETs; the
+ * loader then reads its bytes with ranged GETs into the same staging. o's s3_ and remote_ fields
+ * apply (NULL: defaults, unsigned); a local path ignores o. sl_checkpoint_open takes URLs too,
+ * with the defaults. File paths and sl_checkpoint_dir are then the URLs without credentials. */
+struct sl_load_opts;
+sl_status sl_checkpoint_open_opts(const char *path, const struct sl_load_opts *o, sl_checkpoint **out);
+/* Copies the file `name` next to a remote checkpoint (config.json, a rule table) to the local
+ * path dest, with the checkpoint's settings; SL_E_NOT_FOUND when the server has none,
+ * SL_E_INVALID_ARG for a local checkpoint. A one-line message goes to err (errlen bytes). */
+sl_status sl_checkpoint_fetch(const sl_checkpoint *ck, const char *name, const char *dest, char *err,
+                              size_t errlen);
 void sl_checkpoint_close(sl_checkpoint *ck);
 const char *sl_checkpoint_errmsg(const sl_checkpoint *ck);
 /* What an open found odd but not wrong, e.g. an index whose metadata.total_size does not match
@@ -294,13 +307,17 @@ typedef void (*sl_progress_fn)(void *user, uint64_t done_bytes, uint64_t total_b
 
 /* The host staging budget when none is given (sl_load_opts.staging_bytes 0 or from init). */
 #define SL_STAGING_DEFAULT ((uint64_t)64 << 20)
+/* The smallest budget that holds (one 4 KiB request with its O_DIRECT alignment); a smaller
+ * staging_bytes is SL_E_INVALID_ARG. */
+#define SL_STAGING_MIN ((uint64_t)16 << 10)
 
 typedef struct sl_load_opts {
     const char *device;        /* "cpu" (default) or "cuda" */
     sl_io_mode io;
     int32_t threads;           /* I/O threads / queue depth, and for non-host devices the number
                                   of staging slots when request_bytes is 0; 0: automatic */
-    uint64_t staging_bytes;    /* host staging budget; default SL_STAGING_DEFAULT (64 MiB) */
+    uint64_t staging_bytes;    /* host staging budget; default SL_STAGING_DEFAULT (64 MiB), at
+                                  least SL_STAGING_MIN (16 KiB) */
     uint64_t request_bytes;    /* size of one read request; 0 (default): 16 MiB, and for non-host
                                   devices (cuda) what cuts the budget into about `threads` (or as
                                   many as CPUs, at most 16) slots, 4 to 16 MiB each */
@@ -349,6 +366,26 @@ typedef struct sl_load_opts {
     const char *pjrt_plugin;
     const void *pjrt_api;
     void *pjrt_client;
+    /* Remote checkpoints (http://, https://, s3://; docs/remote.md), given to
+     * sl_checkpoint_open_opts. The library reads no environment: the CLI and the Python package
+     * fill the s3_ fields from AWS_* and ~/.aws/credentials. NULL keys: unsigned requests. */
+    const char *s3_endpoint;      /* S3-compatible endpoint, "http://127.0.0.1:9000"; NULL: AWS */
+    const char *s3_region;        /* SigV4 region; NULL or "": us-east-1 */
+    const char *s3_access_key;
+    const char *s3_secret_key;
+    const char *s3_session_token; /* temporary credentials; NULL: none */
+    int32_t s3_addressing;        /* 0: path-style with an endpoint, virtual-host on AWS; 1: path-
+                                     style; 2: virtual-host (bucket.host) */
+    /* Transfers; 0: the default. The open uses its own options, the load its own where it sets
+     * them (else the open's). */
+    int32_t remote_connections;   /* most ranged GETs in flight; default 16 */
+    uint64_t remote_range_bytes;  /* most bytes per GET; default 8 MiB (at least 4 KiB) */
+    int32_t remote_retries;       /* failures in a row (without progress) retried per range:
+                                     connection errors, timeouts, 5xx, 429; default 5, -1: none */
+    int32_t remote_backoff_ms;    /* first wait between tries, doubled each time, with jitter;
+                                     default 200 */
+    int32_t remote_timeout_ms;    /* connect timeout; a GET with no byte for this long is retried;
+                                     default 30000 */
 } sl_load_opts;
 
 void sl_load_opts_init(sl_load_opts *o);

@@ -38,7 +38,7 @@ for plugin in "${plugins[@]}"; do
     name=$(basename "$(dirname "$plugin")")
     for args in "--tp 8" "--layout spmd --tp 8" "--tp 8 --dtype f32" "--layout spmd --tp 4 --dtype f32" \
                 "--tp 2 --pp 2" "--tp 1 --staging 64K" "--tp 2 --staging 256K --dtype f32" \
-                "--tp 8 --staging 4096B"; do
+                "--tp 8 --staging 16K"; do
         ref=$("$SL" load "$CK" $args --checksums --json | sums)
         out=$("$SL" load "$CK" $args --device pjrt --pjrt-plugin "$plugin" --checksums --json 2>"$T/err") \
             || { fail "$name $args: $(head -c 600 "$T/err")"; continue; }

@@ -25,6 +25,7 @@ typedef struct ck_file {
     sl_file_id id;              /* device, inode, size and mtime when its header was read */
     st_header h;
     int32_t rank;               /* device of a pre-sharded file (model-rank-{d}-part-{p}), else -1 */
+    struct sl_http_obj *remote; /* a remote file (ckpt_remote.c): path is its name, id not valid */
 } ck_file;
 
 typedef struct ck_name {
@@ -45,11 +46,18 @@ struct sl_checkpoint {
     bool presharded;            /* every file is model-rank-{d}-part-{p}.safetensors */
     char **warnings;            /* what is odd but not wrong (I7); the loader never relies on it */
     size_t n_warnings;
+    struct sl_http_cfg *remote_cfg;   /* remote checkpoints: their settings (ckpt_remote.c) */
+    char *remote_base;          /* and the directory's URL as given (dir: without credentials) */
 };
 
 /* The identity file `file` had when the checkpoint was opened (sl_file.h); SL_E_INVALID_ARG out of
  * range. The loader compares it with the file it opens, so that a file replaced or rewritten
  * since the open is SL_E_CHANGED, not another model's bytes. */
 sl_status ck_file_id(const sl_checkpoint *ck, int64_t file, sl_file_id *out);
+
+/* ckpt_remote.c: the remote object of file `file` (NULL for a local file or out of range), and
+ * what sl_checkpoint_close frees of a remote checkpoint. */
+const struct sl_http_obj *ck_file_remote(const sl_checkpoint *ck, int64_t file);
+void ck_remote_free(sl_checkpoint *ck);
 
 #endif /* SL_CKPT_CHECKPOINT_H */

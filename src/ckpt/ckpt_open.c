@@ -5,6 +5,7 @@
 #include "ckpt/ckpt_file.h"
 #include "ckpt/ckpt_merge.h"
 #include "common/sl_text.h"
+#include "io/http.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -305,6 +306,10 @@ sl_status sl_checkpoint_open(const char *path, sl_checkpoint **out)
         return SL_E_NOMEM;
     if (!path || !out)
         return sl_err_set(&ck->err, SL_E_INVALID_ARG, "sl_checkpoint_open: NULL argument");
+    if (sl_http_is_url(path)) {   /* http(s):// or s3:// with default settings (ckpt_remote.c) */
+        sl_checkpoint_close(ck);
+        return sl_checkpoint_open_opts(path, NULL, out);
+    }
     struct stat sb;
     if (stat(path, &sb) != 0)
         return ck_fail_errno(&ck->err, path, "cannot open", true);
@@ -315,6 +320,7 @@ void sl_checkpoint_close(sl_checkpoint *ck)
 {
     if (!ck)
         return;
+    ck_remote_free(ck);
     for (size_t f = 0; f < ck->n_files; f++) {
         free(ck->files[f].path);
         st_header_free(&ck->files[f].h);

@@ -18,6 +18,7 @@
 
 typedef struct sl_io_req {
     int fd;
+    const struct sl_http_obj *obj;   /* the remote engine's object (io_http.c); NULL for files */
     uint64_t off;      /* file offset of byte 0 of buf */
     size_t len;
     void *buf;

@@ -21,6 +21,8 @@ typedef struct sl_load_file {
     uint64_t size;           /* size at planning time; a different size now is SL_E_CHANGED */
     sl_file_id id;           /* identity at the checkpoint's open (another one now is
                                 SL_E_CHANGED); id.valid 0: not known, only the size is checked */
+    const struct sl_http_obj *remote;   /* a remote file (io/http.h), read by the remote engine;
+                                           NULL: a local file */
 } sl_load_file;
 
 typedef struct sl_model_dev sl_model_dev;

@@ -31,6 +31,7 @@ sl_status sl_load_job_files(sl_load_job *j, const sl_checkpoint *ck, sl_err *err
         j->own_files[i].path = sl_checkpoint_file_path(ck, i);
         j->own_files[i].size = sl_checkpoint_file_size(ck, i);
         (void)ck_file_id(ck, i, &j->own_files[i].id);   /* in range: i < the file count */
+        j->own_files[i].remote = ck_file_remote(ck, i);
     }
     j->checkpoint_bytes = ck ? sl_checkpoint_total_bytes(ck) : 0;
     return SL_OK;

@@ -53,6 +53,7 @@ typedef struct rd_file {
     int used;
     unsigned busy;       /* requests in flight on it */
     uint64_t last_use;   /* for choosing the file to close */
+    const struct sl_http_obj *remote;   /* a remote file: never opened, read by io_http.c */
 } rd_file;
 
 typedef struct rd_files {
@@ -196,6 +197,8 @@ void rd_start_pool(rd_ctx *x);
 
 /* Returns once no device copy reads staging any more. */
 sl_status rd_fence(rd_ctx *x);
+/* The read engine: the remote one when the files are remote (read_remote.c), else sl_io_open's. */
+sl_status rd_io_open(rd_ctx *x);
 /* Starts reading chunk `chunk` into slot s. */
 sl_status rd_submit(rd_ctx *x, rd_slot *s, int64_t chunk);
 /* Checks a completed read. Returns SL_OK with *resubmitted set when it was sent again. */

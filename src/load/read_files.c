@@ -34,7 +34,7 @@ sl_status rd_files_init(rd_files *fs, const sl_load_file *files, int64_t n, sl_e
         return sl_err_set(err, SL_E_NOMEM, "out of memory");
     for (int64_t i = 0; i < n; i++)
         fs->v[i] = (rd_file){.path = files[i].path, .size = files[i].size, .id = files[i].id,
-                             .fd = -1, .fd_direct_old = -1};
+                             .fd = -1, .fd_direct_old = -1, .remote = files[i].remote};
     return SL_OK;
 }
 
@@ -162,6 +162,8 @@ static sl_status rd_open_first(rd_files *fs, int64_t i, sl_io_mode io, sl_err *e
 {
     rd_file *f = &fs->v[i];
     int fd = -1;
+    if (f->remote)
+        return SL_OK;   /* buffered (no alignment); checked by every response instead */
     SL_TRY(rd_open_checked(f, 0, &fd, err));
     f->direct = io == SL_IO_DIRECT || (io == SL_IO_AUTO && !rd_mostly_cached(fd, f->size));
     if (f->direct) {
@@ -198,7 +200,7 @@ sl_status rd_files_open(rd_files *fs, const unsigned char *used, sl_io_mode io, 
 sl_status rd_file_acquire(rd_files *fs, int64_t i, sl_err *err)
 {
     rd_file *f = &fs->v[i];
-    if (f->fd < 0) {
+    if (f->fd < 0 && !f->remote) {
         if (fs->n_open >= fs->max_open && !rd_close_idle(fs))
             return sl_err_set(err, SL_E_IO, "%s: more than %u files in use at once", f->path,
                               fs->max_open);   /* not reached: fewer requests than max_open */

@@ -76,6 +76,7 @@ sl_status rd_submit(rd_ctx *x, rd_slot *s, int64_t chunk)
     const rd_file *f = &x->files.v[c->file];
     s->chunk = chunk;
     s->req.fd = f->fd;
+    s->req.obj = f->remote;
     s->req.buf = c->dst ? c->dst : s->buf;
     s->req.user = s;
     s->req.buffered = !f->direct;

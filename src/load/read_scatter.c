@@ -87,7 +87,7 @@ static sl_status rd_put(rd_ctx *x, const rd_op *r, uint64_t dst_off, const unsig
         return sl_device_write(d, dst_off, src, (size_t)(n * r->ssize), x->err);
     if (x->ring)
         return rd_put_ring(x, r, dst_off, src, n);
-    const uint64_t per = RD_BOUNCE / 4;
+    const uint64_t per = x->bounce_bytes / 4;   /* elements of up to 4 bytes */
     for (uint64_t i = 0; i < n; i += per) {
         const uint64_t m = sl_min_u64(per, n - i);
         sl_convert(x->bounce, ddt, src + i * r->ssize, sdt, (size_t)m);

@@ -42,6 +42,12 @@ static sl_status rd_plan_chunks(rd_ctx *x)
 /* Sizes from the options, or as the caller fixed them. */
 static sl_status rd_size(rd_ctx *x, const rd_config *c)
 {
+    /* Below it one slot (a request and its alignment) is already over the budget: --staging
+     * 4096B once peaked at 12,288 bytes. */
+    SL_CHECK(x->o->staging_bytes == 0 || x->o->staging_bytes >= SL_STAGING_MIN, x->err, SL_E_INVALID_ARG,
+             "a staging budget of %llu bytes is too small: the least that holds is %llu bytes (16 KiB: "
+             "one 4 KiB read and its O_DIRECT alignment)", (unsigned long long)x->o->staging_bytes,
+             (unsigned long long)SL_STAGING_MIN);
     rd_size_requests(x);
     if (c->slot_bytes)
         SL_TRY(rd_size_slots(x, c->slot_bytes));
@@ -59,6 +65,21 @@ static void rd_bound_open_files(rd_ctx *x, const rd_config *c)
         rd_files_allow_open(&x->files, x->n_slots + 1);
     else if (x->n_slots > x->files.max_open)
         x->n_slots = x->files.max_open;
+}
+
+/* The whole load sizes staging from the budget: what it allocates (slots, and the ring or the
+ * conversion buffer) must fit it, or the load is refused with what it would need. */
+static sl_status rd_check_budget(const rd_ctx *x, const rd_config *c)
+{
+    if (c->slot_bytes || c->n_slots || !x->o->staging_bytes)
+        return SL_OK;
+    const uint64_t need = x->slot_size * x->n_slots + x->bounce_bytes;
+    SL_CHECK(need <= x->o->staging_bytes, x->err, SL_E_INVALID_ARG,
+             "a staging budget of %llu bytes is too small for this load: it needs at least %llu "
+             "(a %llu-byte read slot and a %llu-byte conversion buffer)",
+             (unsigned long long)x->o->staging_bytes, (unsigned long long)need,
+             (unsigned long long)x->slot_size, (unsigned long long)x->bounce_bytes);
+    return SL_OK;
 }
 
 sl_status rd_setup(rd_ctx *x, const rd_config *c)
@@ -85,11 +106,11 @@ sl_status rd_setup(rd_ctx *x, const rd_config *c)
         return SL_OK;
     rd_fit_slots(x);
     rd_bound_open_files(x, c);
+    SL_TRY(rd_check_budget(x, c));
     x->use_marks = c->slot_marks && rd_can_mark(x);
     rd_start_pool(x);
     SL_TRY(rd_alloc_buffers(x));
-    const unsigned threads = x->o->threads > 0 ? (unsigned)x->o->threads : 0;
-    return sl_io_open(x->o->io_engine, x->n_slots, threads, &x->io, x->err);
+    return rd_io_open(x);
 }
 
 void rd_free(rd_ctx *x)

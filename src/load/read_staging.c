@@ -92,6 +92,8 @@ void rd_size_for_devices(rd_ctx *x)
         return;
     uint64_t budget = rd_staging_budget(x);
     rd_plan_ring(x, sl_rd_ring_budget(budget));
+    if (!x->ring && rd_staged_work(x, 0))   /* the synchronous conversion buffer: a quarter */
+        x->bounce_bytes = sl_max_u64(RD_ALIGN, sl_min_u64(RD_BOUNCE, budget / 4 / RD_ALIGN * RD_ALIGN));
     budget = budget > x->bounce_bytes ? budget - x->bounce_bytes : 0;
     uint64_t req = x->o->request_bytes;
     if (!req) {
@@ -168,8 +170,9 @@ static unsigned char *rd_staging_alloc(size_t len)
 sl_status rd_alloc_buffers(rd_ctx *x)
 {
     if (!x->ring && rd_staged_work(x, 0)) {   /* the ring, when there is one, is part of the block */
-        x->bounce_bytes = RD_BOUNCE;
-        if (!(x->bounce = malloc(RD_BOUNCE)))
+        if (!x->bounce_bytes)   /* not sized from the budget (rd_size_for_devices) */
+            x->bounce_bytes = RD_BOUNCE;
+        if (!(x->bounce = malloc((size_t)x->bounce_bytes)))
             return sl_err_set(x->err, SL_E_NOMEM, "out of memory");
     }
     x->slots = calloc(x->n_slots, sizeof *x->slots);

@@ -1,0 +1,215 @@
+/* cli_remote.c - remote checkpoints in the CLI (cli_remote.h). The library takes credentials,
+ * region and endpoint as options only; here they come, as the AWS tools find them, from the
+ * flags, then the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN,
+ * AWS_REGION, AWS_DEFAULT_REGION, AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, AWS_PROFILE), then the
+ * profile's entries in AWS_SHARED_CREDENTIALS_FILE (~/.aws/credentials) and AWS_CONFIG_FILE
+ * (~/.aws/config). A profile named with --s3-profile wins over the key variables, as with aws. */
+#include "cli_remote.h"
+
+#include <ctype.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+static const char *cli_profile;   /* --s3-profile: one command per process */
+
+int cli_remote_flag(cli_opts *o, const char *s)
+{
+    if (!strcmp(s, "--s3-path-style"))
+        o->lo.s3_addressing = 1;
+    else if (!strcmp(s, "--s3-virtual-host"))
+        o->lo.s3_addressing = 2;
+    else
+        return 0;
+    return 1;
+}
+
+static int remote_int(cli_opts *o, const char *opt, const char *v, int64_t lo, int64_t hi, int32_t *out)
+{
+    int64_t x = 0;
+    if (cli_parse_int(v, lo, hi, &x) != 0)
+        return cli_usage_error(o->cmd, "%s needs an integer in [%" PRId64 ", %" PRId64 "]", opt, lo, hi);
+    *out = (int32_t)x;
+    return CLI_EXIT_OK;
+}
+
+int cli_remote_value(cli_opts *o, const char *opt, const char *v, int *rc)
+{
+    sl_load_opts *lo = &o->lo;
+    *rc = CLI_EXIT_OK;
+    if (!strcmp(opt, "--s3-endpoint"))
+        lo->s3_endpoint = v;
+    else if (!strcmp(opt, "--s3-region"))
+        lo->s3_region = v;
+    else if (!strcmp(opt, "--s3-profile"))
+        cli_profile = v;
+    else if (!strcmp(opt, "--remote-connections"))
+        *rc = remote_int(o, opt, v, 1, 256, &lo->remote_connections);
+    else if (!strcmp(opt, "--remote-retries"))
+        *rc = remote_int(o, opt, v, 0, 1000, &lo->remote_retries);
+    else if (!strcmp(opt, "--remote-backoff-ms"))
+        *rc = remote_int(o, opt, v, 1, 600000, &lo->remote_backoff_ms);
+    else if (!strcmp(opt, "--remote-timeout-ms"))
+        *rc = remote_int(o, opt, v, 1, 3600000, &lo->remote_timeout_ms);
+    else if (!strcmp(opt, "--remote-range")) {
+        if (cli_parse_size(v, &lo->remote_range_bytes) != 0 || lo->remote_range_bytes < 4096)
+            *rc = cli_usage_error(o->cmd, "--remote-range needs a size of at least 4K, e.g. 8M");
+    } else
+        return 0;
+    if (!strcmp(opt, "--remote-retries") && *rc == CLI_EXIT_OK && lo->remote_retries == 0)
+        lo->remote_retries = -1;   /* the library's 0 is "default"; the flag's 0 is "none" */
+    return 1;
+}
+
+/* ---- the AWS files ---- */
+
+static const char *env(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v ? v : NULL;
+}
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    size_t n = strlen(s);
+    while (n > 0 && isspace((unsigned char)s[n - 1]))
+        s[--n] = '\0';
+    return s;
+}
+
+/* The value of `key` in section `section` of an INI file, strdup'd; NULL when absent. */
+static char *ini_get(const char *path, const char *section, const char *key)
+{
+    FILE *f = path ? fopen(path, "r") : NULL;
+    char line[2048], *val = NULL;
+    int in = 0;
+    while (f && !val && fgets(line, sizeof line, f)) {
+        char *s = trim(line);
+        if (*s == '[') {
+            char *e = strchr(s, ']');
+            if (e)
+                *e = '\0';
+            in = !strcmp(trim(s + 1), section);
+        } else if (in && *s != '#' && *s != ';') {
+            char *eq = strchr(s, '=');
+            if (eq && (*eq = '\0', !strcmp(trim(s), key)))
+                val = strdup(trim(eq + 1));
+        }
+    }
+    if (f)
+        fclose(f);
+    return val;
+}
+
+static char *aws_file(const char *var, const char *name)
+{
+    const char *v = env(var), *home = env("HOME");
+    char buf[4096];
+    if (v)
+        return strdup(v);
+    if (!home)
+        return NULL;
+    snprintf(buf, sizeof buf, "%s/.aws/%s", home, name);
+    return strdup(buf);
+}
+
+/* Kept for the process's life: the options point into them. */
+static char *cli_keep[8];
+static int cli_n_keep;
+
+static const char *keep(char *s)
+{
+    if (s && cli_n_keep < (int)(sizeof cli_keep / sizeof cli_keep[0]))
+        cli_keep[cli_n_keep++] = s;
+    return s;
+}
+
+static void from_profile(sl_load_opts *lo, const char *profile, int keys)
+{
+    char *cred = aws_file("AWS_SHARED_CREDENTIALS_FILE", "credentials");
+    char *conf = aws_file("AWS_CONFIG_FILE", "config");
+    char section[512];
+    snprintf(section, sizeof section, strcmp(profile, "default") ? "profile %s" : "%s", profile);
+    if (keys) {
+        lo->s3_access_key = keep(ini_get(cred, profile, "aws_access_key_id"));
+        lo->s3_secret_key = keep(ini_get(cred, profile, "aws_secret_access_key"));
+        lo->s3_session_token = keep(ini_get(cred, profile, "aws_session_token"));
+    }
+    if (!lo->s3_region)
+        lo->s3_region = keep(ini_get(conf, section, "region"));
+    if (!lo->s3_endpoint)
+        lo->s3_endpoint = keep(ini_get(conf, section, "endpoint_url"));
+    free(cred);
+    free(conf);
+}
+
+static void remote_env(sl_load_opts *lo)
+{
+    const char *profile = cli_profile ? cli_profile : env("AWS_PROFILE") ? env("AWS_PROFILE") : "default";
+    const int env_keys = !cli_profile && env("AWS_ACCESS_KEY_ID") && env("AWS_SECRET_ACCESS_KEY");
+    if (env_keys) {
+        lo->s3_access_key = env("AWS_ACCESS_KEY_ID");
+        lo->s3_secret_key = env("AWS_SECRET_ACCESS_KEY");
+        lo->s3_session_token = env("AWS_SESSION_TOKEN");
+    }
+    if (!lo->s3_region)
+        lo->s3_region = env("AWS_REGION") ? env("AWS_REGION") : env("AWS_DEFAULT_REGION");
+    if (!lo->s3_endpoint)
+        lo->s3_endpoint = env("AWS_ENDPOINT_URL_S3") ? env("AWS_ENDPOINT_URL_S3") : env("AWS_ENDPOINT_URL");
+    from_profile(lo, profile, !env_keys);
+}
+
+static int is_url(const char *p)
+{
+    return !strncasecmp(p, "http://", 7) || !strncasecmp(p, "https://", 8) || !strncasecmp(p, "s3://", 5);
+}
+
+sl_status cli_remote_open(const char *path, const sl_load_opts *lo, sl_checkpoint **ck)
+{
+    sl_load_opts o = *lo;
+    if (!strncasecmp(path, "s3://", 5))
+        remote_env(&o);
+    return sl_checkpoint_open_opts(path, &o, ck);
+}
+
+/* ---- config.json ---- */
+
+static char cli_tmpdir[4096], cli_tmpcfg[4200];
+
+static void remove_tmp(void)
+{
+    if (cli_tmpcfg[0])
+        unlink(cli_tmpcfg);
+    if (cli_tmpdir[0])
+        rmdir(cli_tmpdir);
+}
+
+sl_status cli_remote_config(const sl_checkpoint *ck, sl_plan_opts *po, char *err, size_t n)
+{
+    if (!ck || po->config_path || !is_url(sl_checkpoint_dir(ck)))
+        return SL_OK;
+    if (!cli_tmpdir[0]) {
+        const char *t = env("TMPDIR");
+        snprintf(cli_tmpdir, sizeof cli_tmpdir, "%s/shardload-XXXXXX", t ? t : "/tmp");
+        if (!mkdtemp(cli_tmpdir)) {
+            cli_tmpdir[0] = '\0';
+            snprintf(err, n, "cannot make a temporary folder for %s/config.json", sl_checkpoint_dir(ck));
+            return SL_E_IO;
+        }
+        atexit(remove_tmp);
+        snprintf(cli_tmpcfg, sizeof cli_tmpcfg, "%s/config.json", cli_tmpdir);
+    }
+    const sl_status st = sl_checkpoint_fetch(ck, "config.json", cli_tmpcfg, err, n);
+    if (st == SL_E_NOT_FOUND) {
+        const size_t k = strlen(err);
+        snprintf(err + k, n - k, " (give the model's config with --config FILE)");
+    }
+    if (st == SL_OK)
+        po->config_path = cli_tmpcfg;
+    return st;
+}

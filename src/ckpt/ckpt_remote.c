@@ -1,0 +1,255 @@
+/* ckpt_remote.c - sl_checkpoint_open_opts for http://, https:// and s3:// (docs/remote.md). A remote
+ * file looks to the planner like a local one: its size comes from the first ranged GET's
+ * Content-Range, its header from two small GETs (the 8-byte length, then the header), validated
+ * by the same rules as a file's; an index is fetched whole. Without an index an S3 prefix is
+ * listed; an HTTP directory cannot be, and says so. Each file keeps its object (size, ETag,
+ * Last-Modified as first seen), which the loader's engine requests and checks against. */
+#include "ckpt/ckpt_merge.h"
+#include "io/http.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define CK_MAX_FETCH ((size_t)16 << 20)   /* config.json and friends are a few KB */
+
+const struct sl_http_obj *ck_file_remote(const sl_checkpoint *ck, int64_t file)
+{
+    return ck && file >= 0 && (uint64_t)file < ck->n_files ? ck->files[file].remote : NULL;
+}
+
+void ck_remote_free(sl_checkpoint *ck)
+{
+    for (size_t f = 0; f < ck->n_files; f++) {
+        sl_http_obj_free(ck->files[f].remote);
+        free(ck->files[f].remote);
+        ck->files[f].remote = NULL;
+    }
+    sl_http_cfg_free(ck->remote_cfg);
+    free(ck->remote_cfg);
+    free(ck->remote_base);
+    ck->remote_cfg = NULL;
+    ck->remote_base = NULL;
+}
+
+static int has_suffix(const char *s, const char *suf)
+{
+    const size_t n = strlen(s), k = strlen(suf);
+    return n > k && strcmp(s + n - k, suf) == 0;
+}
+
+static sl_status ck_add_remote(sl_checkpoint *ck, const char *url)
+{
+    if (ck->n_files == ck->cap_files) {
+        const size_t cap = ck->cap_files ? 2 * ck->cap_files : 8;
+        ck_file *nf = realloc(ck->files, cap * sizeof(*nf));
+        SL_CHECK(nf, &ck->err, SL_E_NOMEM, "out of memory");
+        ck->files = nf;
+        ck->cap_files = cap;
+    }
+    ck_file *f = &ck->files[ck->n_files];
+    memset(f, 0, sizeof *f);
+    f->rank = -1;
+    f->remote = calloc(1, sizeof *f->remote);
+    SL_CHECK(f->remote, &ck->err, SL_E_NOMEM, "out of memory");
+    ck->n_files++;   /* counted now: close frees what is in it */
+    SL_TRY(sl_http_obj_init(f->remote, ck->remote_cfg, url, &ck->err));
+    f->path = strdup(f->remote->name);
+    SL_CHECK(f->path, &ck->err, SL_E_NOMEM, "out of memory");
+    return SL_OK;
+}
+
+/* The 8-byte length, then the header: the size is known after the first GET. */
+static sl_status ck_remote_header(ck_file *f, sl_err *e)
+{
+    unsigned char first8[8];
+    uint64_t n = 0;
+    SL_TRY(sl_http_get_range(f->remote, 0, 8, first8, e));
+    f->size = f->remote->size;
+    sl_status st = st_prefix_check(first8, f->size, &n, e);
+    if (st != SL_OK)
+        return sl_err_prefix(e, f->path);
+    unsigned char *buf = malloc(n ? (size_t)n : 1);
+    SL_CHECK(buf, e, SL_E_NOMEM, "out of memory for a %" PRIu64 "-byte header", n);
+    st = sl_http_get_range(f->remote, 8, (size_t)n, buf, e);
+    if (st == SL_OK && (st = st_header_parse(buf, (size_t)n, f->size, &f->h, e)) != SL_OK)
+        sl_err_prefix(e, f->path);
+    free(buf);
+    return st;
+}
+
+static sl_status ck_remote_files(sl_checkpoint *ck)
+{
+    for (size_t f = 0; f < ck->n_files; f++)
+        SL_TRY(ck_remote_header(&ck->files[f], &ck->err));
+    SL_TRY(ck_build_tensors(ck));
+    return ck_check_duplicates(ck);
+}
+
+static sl_status ck_remote_indexed(sl_checkpoint *ck, char *buf, size_t len, const char *index_name)
+{
+    st_index ix;
+    sl_status st = st_index_parse(buf, len, &ix, &ck->err);
+    if (st != SL_OK)
+        return sl_err_prefix(&ck->err, index_name);
+    for (size_t i = 0; i < ix.n_shards && st == SL_OK; i++) {
+        char *u = sl_http_join(ck->remote_base, ix.shards[i]);
+        st = u ? ck_add_remote(ck, u) : sl_err_set(&ck->err, SL_E_NOMEM, "out of memory");
+        free(u);
+    }
+    if (st == SL_OK)
+        st = ck_remote_files(ck);
+    if (st == SL_OK)
+        st = ck_check_index(ck, &ix);
+    if (st == SL_OK)
+        ck_check_total_size(ck, &ix, index_name);
+    st_index_free(&ix);
+    return st;
+}
+
+static sl_status ck_remote_listed(sl_checkpoint *ck)
+{
+    char **names = NULL;
+    size_t n = 0;
+    sl_status st = sl_http_list(ck->remote_cfg, ck->remote_base, &names, &n, &ck->err);
+    if (st == SL_OK && n == 0)
+        st = sl_err_set(&ck->err, SL_E_NOT_FOUND, "%s: no *.safetensors objects and no " ST_INDEX_NAME, ck->dir);
+    for (size_t i = 0; i < n && st == SL_OK; i++) {
+        char *u = sl_http_join(ck->remote_base, names[i]);
+        st = u ? ck_add_remote(ck, u) : sl_err_set(&ck->err, SL_E_NOMEM, "out of memory");
+        free(u);
+    }
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+    if (st != SL_OK)
+        return st;
+    ck_detect_presharded(ck);
+    return ck_remote_files(ck);
+}
+
+/* A directory URL: its index, else (S3) the *.safetensors objects under the prefix. */
+static sl_status ck_remote_dir(sl_checkpoint *ck)
+{
+    char *index = sl_http_join(ck->remote_base, ST_INDEX_NAME);
+    char *index_name = sl_http_join(ck->dir, ST_INDEX_NAME);
+    char *buf = NULL;
+    size_t len = 0;
+    sl_status st = index && index_name ? SL_OK : sl_err_set(&ck->err, SL_E_NOMEM, "out of memory");
+    if (st == SL_OK)
+        st = sl_http_get_all(ck->remote_cfg, index, ST_MAX_INDEX, &buf, &len, &ck->err);
+    if (st == SL_OK)
+        st = ck_remote_indexed(ck, buf, len, index_name);
+    else if (st == SL_E_NOT_FOUND)
+        st = ck_remote_listed(ck);
+    free(buf);
+    free(index);
+    free(index_name);
+    return st;
+}
+
+/* ck->dir: the directory's name for messages (no credentials), ck->remote_base: its URL. */
+static sl_status ck_remote_names(sl_checkpoint *ck, const char *path, int file)
+{
+    sl_http_obj o;
+    sl_status st = sl_http_obj_init(&o, ck->remote_cfg, path, &ck->err);
+    if (st != SL_OK) {
+        sl_http_obj_free(&o);
+        return st;
+    }
+    char *base = strdup(path), *dir = strdup(o.name);
+    sl_http_obj_free(&o);
+    if (!base || !dir) {
+        free(base);
+        free(dir);
+        return sl_err_set(&ck->err, SL_E_NOMEM, "out of memory");
+    }
+    char *bs = strrchr(base, '/'), *ds = strrchr(dir, '/');
+    if (file) {   /* the file's directory: what is before its last '/' */
+        *bs = '\0';
+        *ds = '\0';
+    } else {      /* without trailing slashes */
+        for (size_t n = strlen(base); n > 0 && base[n - 1] == '/';)
+            base[--n] = '\0';
+        for (size_t n = strlen(dir); n > 0 && dir[n - 1] == '/';)
+            dir[--n] = '\0';
+    }
+    ck->remote_base = base;
+    ck->dir = dir;
+    return SL_OK;
+}
+
+static sl_status ck_open_remote(sl_checkpoint *ck, const char *path, const sl_load_opts *o)
+{
+    ck->remote_cfg = calloc(1, sizeof *ck->remote_cfg);
+    SL_CHECK(ck->remote_cfg, &ck->err, SL_E_NOMEM, "out of memory");
+    SL_TRY(sl_http_cfg_init(ck->remote_cfg, o, &ck->err));
+    const int file = has_suffix(path, ".safetensors");
+    SL_TRY(ck_remote_names(ck, path, file));
+    if (!file)
+        return ck_remote_dir(ck);
+    SL_TRY(ck_add_remote(ck, path));
+    return ck_remote_files(ck);
+}
+
+sl_status sl_checkpoint_open_opts(const char *path, const sl_load_opts *o, sl_checkpoint **out)
+{
+    if (!path || !sl_http_is_url(path))
+        return sl_checkpoint_open(path, out);
+    sl_checkpoint *ck = calloc(1, sizeof(*ck));
+    if (out)
+        *out = ck;
+    if (!ck)
+        return SL_E_NOMEM;
+    if (!out)
+        return sl_err_set(&ck->err, SL_E_INVALID_ARG, "sl_checkpoint_open_opts: NULL argument");
+    return ck_open_remote(ck, path, o);
+}
+
+static sl_status ck_write_file(const char *dest, const char *buf, size_t len, sl_err *e)
+{
+    const int fd = open(dest, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    SL_CHECK(fd >= 0, e, SL_E_IO, "%s: cannot create: %s", dest, strerror(errno));
+    size_t done = 0;
+    while (done < len) {
+        const ssize_t w = write(fd, buf + done, len - done);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            const int en = w < 0 ? errno : EIO;
+            close(fd);
+            return sl_err_set(e, SL_E_IO, "%s: write: %s", dest, strerror(en));
+        }
+        done += (size_t)w;
+    }
+    SL_CHECK(close(fd) == 0, e, SL_E_IO, "%s: close: %s", dest, strerror(errno));
+    return SL_OK;
+}
+
+sl_status sl_checkpoint_fetch(const sl_checkpoint *ck, const char *name, const char *dest, char *err,
+                              size_t errlen)
+{
+    sl_err e = {0};
+    char *buf = NULL, *url = NULL;
+    size_t len = 0;
+    sl_status st = SL_OK;
+    if (!ck || !name || !dest)
+        st = sl_err_set(&e, SL_E_INVALID_ARG, "sl_checkpoint_fetch: NULL argument");
+    else if (!ck->remote_cfg)
+        st = sl_err_set(&e, SL_E_INVALID_ARG, "%s: not a remote checkpoint", sl_checkpoint_dir(ck));
+    else if (!(url = sl_http_join(ck->remote_base, name)))
+        st = sl_err_set(&e, SL_E_NOMEM, "out of memory");
+    if (st == SL_OK)   /* the checkpoint's settings, its kept-alive connection */
+        st = sl_http_get_all(ck->remote_cfg, url, CK_MAX_FETCH, &buf, &len, &e);
+    if (st == SL_OK)
+        st = ck_write_file(dest, buf, len, &e);
+    sl_err_export(&e, err, errlen);
+    sl_err_clear(&e);
+    free(buf);
+    free(url);
+    return st;
+}

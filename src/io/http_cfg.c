@@ -1,0 +1,226 @@
+/* http_cfg.c - remote settings and names (http.h). No libcurl here: a build without it still parses
+ * URLs, so that its message can say which feature is missing rather than "no such file". */
+#include "io/http.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+int sl_http_is_url(const char *path)
+{
+    return path && (!strncasecmp(path, "http://", 7) || !strncasecmp(path, "https://", 8) ||
+                    !strncasecmp(path, "s3://", 5));
+}
+
+static int is_s3(const char *u)
+{
+    return !strncasecmp(u, "s3://", 5);
+}
+
+static unsigned pick_u(int32_t v, unsigned dflt)
+{
+    return v > 0 ? (unsigned)v : dflt;
+}
+
+void sl_http_tune_from(sl_http_tune *t, const sl_load_opts *o)
+{
+    *t = (sl_http_tune){.connections = SL_HTTP_DEFAULT_CONNECTIONS, .range_bytes = SL_HTTP_DEFAULT_RANGE,
+                        .retries = SL_HTTP_DEFAULT_RETRIES, .backoff_ms = SL_HTTP_DEFAULT_BACKOFF_MS,
+                        .timeout_ms = SL_HTTP_DEFAULT_TIMEOUT_MS};
+    if (!o)
+        return;
+    t->connections = pick_u(o->remote_connections, t->connections);
+    if (t->connections > SL_HTTP_MAX_CONNECTIONS)
+        t->connections = SL_HTTP_MAX_CONNECTIONS;
+    if (o->remote_range_bytes)
+        t->range_bytes = o->remote_range_bytes < SL_HTTP_MIN_RANGE ? SL_HTTP_MIN_RANGE : o->remote_range_bytes;
+    t->retries = o->remote_retries < 0 ? 0 : o->remote_retries > 0 ? o->remote_retries : t->retries;
+    t->backoff_ms = pick_u(o->remote_backoff_ms, t->backoff_ms);
+    t->timeout_ms = pick_u(o->remote_timeout_ms, t->timeout_ms);
+}
+
+static int dup_opt(char **dst, const char *src)
+{
+    *dst = NULL;
+    if (!src || !*src)
+        return 0;
+    return (*dst = strdup(src)) ? 0 : -1;
+}
+
+/* "scheme://host[:port]" with an optional trailing '/'; kept without the '/'. */
+static sl_status endpoint_check(char *ep, sl_err *err)
+{
+    SL_CHECK(!strncasecmp(ep, "http://", 7) || !strncasecmp(ep, "https://", 8), err, SL_E_INVALID_ARG,
+             "S3 endpoint '%s': expected http://HOST[:PORT] or https://HOST[:PORT]", ep);
+    size_t n = strlen(ep);
+    while (n > 0 && ep[n - 1] == '/')
+        ep[--n] = '\0';
+    const char *host = strstr(ep, "://") + 3;
+    SL_CHECK(*host && !strchr(host, '/') && !strchr(host, '@') && !strchr(host, '?'), err, SL_E_INVALID_ARG,
+             "S3 endpoint '%s': expected a scheme and a host, no path, user or query", ep);
+    return SL_OK;
+}
+
+sl_status sl_http_cfg_init(sl_http_cfg *c, const sl_load_opts *o, sl_err *err)
+{
+    *c = (sl_http_cfg){0};
+    sl_http_tune_from(&c->tune, o);
+    int bad = dup_opt(&c->region, o ? o->s3_region : NULL);
+    if (!bad && !c->region)
+        bad = (c->region = strdup("us-east-1")) == NULL;
+    if (o && !bad)
+        bad = dup_opt(&c->endpoint, o->s3_endpoint) || dup_opt(&c->access_key, o->s3_access_key) ||
+              dup_opt(&c->secret_key, o->s3_secret_key) || dup_opt(&c->session_token, o->s3_session_token);
+    if (bad)
+        return sl_err_set(err, SL_E_NOMEM, "out of memory");
+    c->addressing = o ? o->s3_addressing : 0;
+    SL_CHECK(c->addressing >= 0 && c->addressing <= 2, err, SL_E_INVALID_ARG,
+             "s3_addressing %d: expected 0 (auto), 1 (path-style) or 2 (virtual-host)", (int)c->addressing);
+    SL_CHECK(!c->access_key == !c->secret_key, err, SL_E_INVALID_ARG,
+             "S3 credentials: an access key needs its secret key and the other way round");
+    return c->endpoint ? endpoint_check(c->endpoint, err) : SL_OK;
+}
+
+void sl_http_cfg_free(sl_http_cfg *c)
+{
+    if (!c)
+        return;
+    sl_http_conn_free(c->conn);
+    free(c->endpoint);
+    free(c->region);
+    free(c->access_key);
+    free(c->secret_key);
+    free(c->session_token);
+    *c = (sl_http_cfg){0};
+}
+
+char *sl_http_join(const char *base, const char *rel)
+{
+    size_t bl = strlen(base);
+    while (bl > 0 && base[bl - 1] == '/')
+        bl--;
+    while (*rel == '/')
+        rel++;
+    const size_t n = bl + 1 + strlen(rel) + 1;
+    char *p = malloc(n);
+    if (p)
+        snprintf(p, n, "%.*s/%s", (int)bl, base, rel);
+    return p;
+}
+
+/* S3 keys in a URL: every byte but the unreserved ones and '/' percent-encoded, as SigV4's
+ * canonical URI has them (curl signs the path it is given). */
+static void put_key(char *dst, const char *key)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    for (const unsigned char *k = (const unsigned char *)key; *k; k++) {
+        if (isalnum(*k) || *k == '-' || *k == '_' || *k == '.' || *k == '~' || *k == '/') {
+            *dst++ = (char)*k;
+        } else {
+            *dst++ = '%';
+            *dst++ = hex[*k >> 4];
+            *dst++ = hex[*k & 15];
+        }
+    }
+    *dst = '\0';
+}
+
+static int bucket_ok(const char *b, size_t n)
+{
+    if (n < 1 || n > 63)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)b[i]) && b[i] != '-' && b[i] != '.' && b[i] != '_')
+            return 0;
+    return 1;
+}
+
+/* scheme and host of an endpoint ("http", "127.0.0.1:9000") */
+static void split_endpoint(const char *ep, char *scheme, size_t sl, const char **host)
+{
+    const char *sep = strstr(ep, "://");
+    snprintf(scheme, sl, "%.*s", (int)(sep - ep), ep);
+    *host = sep + 3;
+}
+
+/* The request URL of s3://bucket/key: path-style under an endpoint unless virtual-host is asked
+ * for; on AWS virtual-host unless path-style is asked for or the bucket has a dot (which the
+ * wildcard certificate does not cover). */
+static sl_status s3_url(sl_http_obj *o, const sl_http_cfg *c, const char *rest, sl_err *err)
+{
+    const char *slash = strchr(rest, '/');
+    const size_t bl = slash ? (size_t)(slash - rest) : strlen(rest);
+    SL_CHECK(bucket_ok(rest, bl), err, SL_E_INVALID_ARG,
+             "%s: expected s3://BUCKET/KEY with a bucket of letters, digits, '.', '-' or '_'", o->name);
+    const char *key = slash ? slash + 1 : "";
+    char scheme[16] = "https";
+    const char *host = NULL;
+    char aws_host[128];
+    if (c->endpoint) {
+        split_endpoint(c->endpoint, scheme, sizeof scheme, &host);
+    } else {
+        snprintf(aws_host, sizeof aws_host, "s3.%s.amazonaws.com", c->region);
+        host = aws_host;
+    }
+    const int virt = c->addressing == 2 || (c->addressing == 0 && !c->endpoint && !memchr(rest, '.', bl));
+    const size_t n = strlen(scheme) + strlen(host) + bl + 3 * strlen(key) + 16;
+    char *k = malloc(3 * strlen(key) + 1);
+    o->url = malloc(n);
+    if (!k || !o->url) {
+        free(k);
+        return sl_err_set(err, SL_E_NOMEM, "out of memory");
+    }
+    put_key(k, key);
+    if (virt)
+        snprintf(o->url, n, "%s://%.*s.%s/%s", scheme, (int)bl, rest, host, k);
+    else
+        snprintf(o->url, n, "%s://%s/%.*s/%s", scheme, host, (int)bl, rest, k);
+    free(k);
+    o->s3 = 1;
+    return SL_OK;
+}
+
+/* The name without "user:password@" (curl still sends them, as Basic authentication). */
+static char *strip_userinfo(const char *u)
+{
+    const char *host = strstr(u, "://") + 3;
+    const char *end = host + strcspn(host, "/?#");
+    const char *at = memchr(host, '@', (size_t)(end - host));
+    char *s = malloc(strlen(u) + 1);
+    if (!s)
+        return NULL;
+    if (!at) {
+        strcpy(s, u);
+        return s;
+    }
+    snprintf(s, strlen(u) + 1, "%.*s%s", (int)(host - u), u, at + 1);
+    return s;
+}
+
+sl_status sl_http_obj_init(sl_http_obj *o, sl_http_cfg *c, const char *name, sl_err *err)
+{
+    *o = (sl_http_obj){.cfg = c};
+    SL_CHECK(sl_http_is_url(name), err, SL_E_INVALID_ARG, "%s: not an http://, https:// or s3:// URL", name);
+    o->name = strip_userinfo(name);
+    SL_CHECK(o->name, err, SL_E_NOMEM, "out of memory");
+    if (is_s3(name))
+        return s3_url(o, c, name + 5, err);
+    const char *host = strstr(o->name, "://") + 3;
+    SL_CHECK(*host && *host != '/', err, SL_E_INVALID_ARG, "%s: no host in the URL", o->name);
+    o->url = strdup(name);
+    SL_CHECK(o->url, err, SL_E_NOMEM, "out of memory");
+    return SL_OK;
+}
+
+void sl_http_obj_free(sl_http_obj *o)
+{
+    if (!o)
+        return;
+    free(o->name);
+    free(o->url);
+    free(o->etag);
+    free(o->last_modified);
+    *o = (sl_http_obj){0};
+}

@@ -1,0 +1,282 @@
+/* http_get.c - the blocking GETs of a remote checkpoint's open (http.h): a file's first bytes and
+ * header, the index or config read whole, and the S3 listing of a prefix without an index. They
+ * share one curl handle per checkpoint (cfg->conn), so a checkpoint's headers come over one kept-
+ * alive connection. */
+#include "io/http_xfer.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+void sl_http_conn_free(void *conn)
+{
+    if (conn)
+        curl_easy_cleanup(conn);
+}
+
+static void sleep_until(uint64_t t_ms)
+{
+    const uint64_t now = xf_now_ms();
+    if (t_ms <= now)
+        return;
+    const uint64_t d = t_ms - now;
+    struct timespec ts = {.tv_sec = (time_t)(d / 1000), .tv_nsec = (long)(d % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+}
+
+static sl_status run(sl_http_xfer *x, sl_err *err)
+{
+    sl_http_cfg *c = x->obj->cfg;
+    if (!c->conn && !(c->conn = xf_easy_new(&c->tune)))
+        return sl_err_set(err, SL_E_NOMEM, "%s: cannot start libcurl", x->obj->name);
+    for (;;) {
+        sl_status st = xf_prepare(x, c->conn, err);
+        if (st != SL_OK)
+            return st;
+        const CURLcode rc = curl_easy_perform(c->conn);
+        const int r = xf_finish(x, rc, err);
+        if (r == XF_DONE)
+            return SL_OK;
+        if (r == XF_FAIL)
+            return err->st;
+        sleep_until(x->not_before_ms);
+    }
+}
+
+sl_status sl_http_get_range(sl_http_obj *o, uint64_t off, size_t len, void *buf, sl_err *err)
+{
+    sl_http_xfer x;
+    xf_init(&x, o, &o->cfg->tune, off, len, buf);
+    x.record = o;
+    const sl_status st = len ? run(&x, err) : SL_OK;
+    xf_release(&x);
+    return st;
+}
+
+/* A whole object, given as an obj already initialised. */
+static sl_status get_all_obj(sl_http_obj *o, size_t max, char **buf, size_t *len, sl_err *err)
+{
+    sl_http_xfer x;
+    xf_init(&x, o, &o->cfg->tune, 0, 0, NULL);
+    x.whole = 1;
+    x.max = max;
+    sl_status st = run(&x, err);
+    xf_release(&x);
+    if (st == SL_OK && !x.buf && !(x.buf = malloc(1)))
+        st = sl_err_set(err, SL_E_NOMEM, "out of memory");
+    if (st != SL_OK) {
+        free(x.buf);
+        return st;
+    }
+    x.buf[x.got] = '\0';   /* grow keeps a byte spare */
+    *buf = (char *)x.buf;
+    *len = x.got;
+    return SL_OK;
+}
+
+sl_status sl_http_get_all(sl_http_cfg *c, const char *name, size_t max, char **buf, size_t *len, sl_err *err)
+{
+    sl_http_obj o;
+    *buf = NULL;
+    *len = 0;
+    sl_status st = sl_http_obj_init(&o, c, name, err);
+    if (st == SL_OK)
+        st = get_all_obj(&o, max, buf, len, err);
+    sl_http_obj_free(&o);
+    return st;
+}
+
+/* ---- S3 ListObjectsV2 ---- */
+
+static void put_query(char *dst, const char *s)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    for (const unsigned char *k = (const unsigned char *)s; *k; k++) {
+        if (isalnum(*k) || *k == '-' || *k == '_' || *k == '.' || *k == '~') {
+            *dst++ = (char)*k;
+        } else {
+            *dst++ = '%';
+            *dst++ = hex[*k >> 4];
+            *dst++ = hex[*k & 15];
+        }
+    }
+    *dst = '\0';
+}
+
+/* &amp; &lt; &gt; &quot; &apos; decoded in place */
+static void xml_unescape(char *s)
+{
+    static const struct { const char *e; char c; } ents[] = {
+        {"&amp;", '&'}, {"&lt;", '<'}, {"&gt;", '>'}, {"&quot;", '"'}, {"&apos;", '\''}};
+    char *w = s;
+    for (const char *r = s; *r;) {
+        size_t k = 0;
+        while (k < sizeof ents / sizeof ents[0] && strncmp(r, ents[k].e, strlen(ents[k].e)) != 0)
+            k++;
+        if (k < sizeof ents / sizeof ents[0]) {
+            *w++ = ents[k].c;
+            r += strlen(ents[k].e);
+        } else {
+            *w++ = *r++;
+        }
+    }
+    *w = '\0';
+}
+
+/* The text of the first <tag>...</tag> at or after p, as a new string; NULL when absent. */
+static char *xml_text(const char *p, const char *tag, const char **after)
+{
+    char open[64], close[64];
+    snprintf(open, sizeof open, "<%s>", tag);
+    snprintf(close, sizeof close, "</%s>", tag);
+    const char *a = strstr(p, open);
+    const char *b = a ? strstr(a, close) : NULL;
+    if (!a || !b)
+        return NULL;
+    a += strlen(open);
+    char *s = strndup(a, (size_t)(b - a));
+    if (s)
+        xml_unescape(s);
+    if (after)
+        *after = b + strlen(close);
+    return s;
+}
+
+typedef struct list_acc {
+    char **v;
+    size_t n, cap;
+} list_acc;
+
+static int acc_push(list_acc *a, const char *s)
+{
+    if (a->n == a->cap) {
+        const size_t cap = a->cap ? 2 * a->cap : 16;
+        char **v = realloc(a->v, cap * sizeof *v);
+        if (!v)
+            return -1;
+        a->v = v;
+        a->cap = cap;
+    }
+    return (a->v[a->n] = strdup(s)) ? (int)(++a->n, 0) : -1;
+}
+
+static int ends_with(const char *s, const char *suf)
+{
+    const size_t n = strlen(s), k = strlen(suf);
+    return n > k && !strcmp(s + n - k, suf);
+}
+
+/* The page's keys directly under prefix that end in .safetensors; its continuation token. */
+static sl_status list_page(const char *xml, const char *prefix, list_acc *acc, char **token, sl_err *err)
+{
+    const char *p = xml;
+    for (const char *blk; (blk = strstr(p, "<Contents>")) != NULL;) {
+        char *key = xml_text(blk, "Key", &p);
+        if (!key)
+            break;
+        const char *rel = !strncmp(key, prefix, strlen(prefix)) ? key + strlen(prefix) : NULL;
+        const int keep = rel && *rel && !strchr(rel, '/') && ends_with(rel, ".safetensors");
+        const int bad = keep && acc_push(acc, rel) != 0;
+        free(key);
+        SL_CHECK(!bad, err, SL_E_NOMEM, "out of memory");
+    }
+    char *trunc = xml_text(xml, "IsTruncated", NULL);
+    const int more = trunc && !strcmp(trunc, "true");
+    free(trunc);
+    *token = more ? xml_text(xml, "NextContinuationToken", NULL) : NULL;
+    return SL_OK;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* s3://bucket/?continuation-token=..&delimiter=%2F&list-type=2&prefix=.. (sorted: SigV4's
+ * canonical query string is sorted, and curl signs the query as it is given) */
+static char *list_url(const char *bucket_url, const char *prefix, const char *token)
+{
+    const size_t n = strlen(bucket_url) + 3 * strlen(prefix) + (token ? 3 * strlen(token) : 0) + 96;
+    char *u = malloc(n), *ep = malloc(3 * strlen(prefix) + 1), *et = malloc(token ? 3 * strlen(token) + 1 : 1);
+    if (u && ep && et) {
+        put_query(ep, prefix);
+        put_query(et, token ? token : "");
+        snprintf(u, n, "%s?%s%s%sdelimiter=%%2F&list-type=2&prefix=%s", bucket_url, token ? "continuation-token=" : "",
+                 token ? et : "", token ? "&" : "", ep);
+    } else {
+        free(u);
+        u = NULL;
+    }
+    free(ep);
+    free(et);
+    return u;
+}
+
+static sl_status list_pages(sl_http_obj *bucket, const char *dir, const char *prefix, list_acc *acc, sl_err *err)
+{
+    char *base = bucket->url, *token = NULL;
+    sl_status st = SL_OK;
+    for (int page = 0; st == SL_OK && page < 10000; page++) {
+        char *xml = NULL;
+        size_t len = 0;
+        bucket->url = list_url(base, prefix, token);
+        free(token);
+        token = NULL;
+        st = bucket->url ? get_all_obj(bucket, (size_t)16 << 20, &xml, &len, err)
+                         : sl_err_set(err, SL_E_NOMEM, "out of memory");
+        free(bucket->url);
+        bucket->url = NULL;
+        if (st == SL_OK)
+            st = list_page(xml, prefix, acc, &token, err);
+        free(xml);
+        if (st != SL_OK || !token)
+            break;
+    }
+    bucket->url = base;
+    free(token);
+    if (st != SL_OK)
+        sl_err_prefix(err, dir);
+    return st;
+}
+
+sl_status sl_http_list(sl_http_cfg *c, const char *dir, char ***names, size_t *n, sl_err *err)
+{
+    *names = NULL;
+    *n = 0;
+    SL_CHECK(!strncasecmp(dir, "s3://", 5), err, SL_E_UNSUPPORTED,
+             "%s: no " "model.safetensors.index.json, and an HTTP directory cannot be listed: give the URL of "
+             "the index's directory or of a .safetensors file", dir);
+    const char *rest = dir + 5, *slash = strchr(rest, '/');
+    const size_t bl = slash ? (size_t)(slash - rest) : strlen(rest);
+    char *bucket_name = malloc(bl + 8), *prefix = slash ? sl_http_join(slash + 1, "") : strdup("");
+    if (!bucket_name || !prefix) {
+        free(bucket_name);
+        free(prefix);
+        return sl_err_set(err, SL_E_NOMEM, "out of memory");
+    }
+    if (!strcmp(prefix, "/"))
+        prefix[0] = '\0';   /* the bucket's top level */
+    snprintf(bucket_name, bl + 8, "s3://%.*s/", (int)bl, rest);
+    sl_http_obj bucket;
+    list_acc acc = {0};
+    sl_status st = sl_http_obj_init(&bucket, c, bucket_name, err);
+    if (st == SL_OK)
+        st = list_pages(&bucket, dir, prefix, &acc, err);
+    sl_http_obj_free(&bucket);
+    free(bucket_name);
+    free(prefix);
+    if (st != SL_OK) {
+        for (size_t i = 0; i < acc.n; i++)
+            free(acc.v[i]);
+        free(acc.v);
+        return st;
+    }
+    if (acc.n > 1)
+        qsort(acc.v, acc.n, sizeof *acc.v, cmp_str);
+    *names = acc.v;
+    *n = acc.n;
+    return SL_OK;
+}

@@ -1,0 +1,45 @@
+/* http_none.c - the remote entry points of http.h in a build without libcurl: each one says so,
+ * so that `shardload load s3://...` fails with what is missing, not with "no such file". */
+#include "io/http.h"
+
+#define SL_NO_CURL "remote checkpoints (http://, https://, s3://) need libcurl: this shardload was built " \
+                   "without it (Debian: libcurl4-openssl-dev, then rebuild)"
+
+void sl_http_conn_free(void *conn)
+{
+    (void)conn;
+}
+
+sl_status sl_http_get_range(sl_http_obj *o, uint64_t off, size_t len, void *buf, sl_err *err)
+{
+    (void)off;
+    (void)len;
+    (void)buf;
+    return sl_err_set(err, SL_E_UNSUPPORTED, "%s: " SL_NO_CURL, o->name);
+}
+
+sl_status sl_http_get_all(sl_http_cfg *c, const char *name, size_t max, char **buf, size_t *len, sl_err *err)
+{
+    (void)c;
+    (void)max;
+    *buf = NULL;
+    *len = 0;
+    return sl_err_set(err, SL_E_UNSUPPORTED, "%s: " SL_NO_CURL, name);
+}
+
+sl_status sl_http_list(sl_http_cfg *c, const char *dir, char ***names, size_t *n, sl_err *err)
+{
+    (void)c;
+    *names = NULL;
+    *n = 0;
+    return sl_err_set(err, SL_E_UNSUPPORTED, "%s: " SL_NO_CURL, dir);
+}
+
+sl_status sl_io_http_open(const sl_http_tune *tune, unsigned depth, sl_io *out, sl_err *err)
+{
+    (void)tune;
+    (void)depth;
+    out->ops = NULL;
+    out->ctx = NULL;
+    return sl_err_set(err, SL_E_UNSUPPORTED, SL_NO_CURL);
+}

@@ -1,0 +1,437 @@
+/* http_xfer.c - one ranged GET and what its response means (http_xfer.h).
+ *
+ * Every response is checked before a byte of its body is kept: a 206 must start where the range
+ * asked and name the object's total size; ETag and Last-Modified must be the ones the first GET
+ * saw. Another size, ETag or modification time, or a 412, is SL_E_CHANGED: the object was replaced
+ * after its header was read, and its bytes would be another model's. Connection errors, timeouts,
+ * truncated bodies, 5xx and 429 are retried after an exponential backoff with jitter, from the
+ * first byte not yet received; 403, 404 and other 4xx fail at once. */
+#include "io/http_xfer.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+static pthread_once_t xf_once = PTHREAD_ONCE_INIT;
+
+static void xf_global_init_once(void)
+{
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+void xf_global_init(void)
+{
+    pthread_once(&xf_once, xf_global_init_once);
+}
+
+uint64_t xf_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+CURL *xf_easy_new(const sl_http_tune *t)
+{
+    xf_global_init();
+    CURL *h = curl_easy_init();
+    if (!h)
+        return NULL;
+    const long secs = (long)((t->timeout_ms + 999) / 1000);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)t->timeout_ms);
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);     /* no byte for `secs`: a stall */
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, secs > 0 ? secs : 1L);
+    curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 256L * 1024);
+    curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
+    return h;
+}
+
+void xf_init(sl_http_xfer *x, const sl_http_obj *obj, const sl_http_tune *t, uint64_t off, size_t len, void *buf)
+{
+    memset(x, 0, sizeof *x);
+    x->obj = obj;
+    x->tune = t;
+    x->off = off;
+    x->len = len;
+    x->buf = buf;
+}
+
+void xf_release(sl_http_xfer *x)
+{
+    curl_slist_free_all(x->headers);
+    x->headers = NULL;
+}
+
+/* ---- the response's headers ---- */
+
+static void copy_value(char *dst, size_t n, const char *v, size_t vl)
+{
+    while (vl > 0 && (v[vl - 1] == '\r' || v[vl - 1] == '\n' || v[vl - 1] == ' '))
+        vl--;
+    while (vl > 0 && *v == ' ') {
+        v++;
+        vl--;
+    }
+    snprintf(dst, n, "%.*s", (int)(vl < n ? vl : n - 1), v);
+}
+
+static int header_is(const char *line, size_t n, const char *name, const char **v, size_t *vl)
+{
+    const size_t k = strlen(name);
+    if (n <= k || strncasecmp(line, name, k) != 0 || line[k] != ':')
+        return 0;
+    *v = line + k + 1;
+    *vl = n - k - 1;
+    return 1;
+}
+
+/* "bytes A-B/T" or "bytes A-B/ *" */
+static void parse_content_range(sl_http_xfer *x, const char *v)
+{
+    unsigned long long a = 0, b = 0, t = 0;
+    x->has_cr = sscanf(v, " bytes %llu-%llu/%llu", &a, &b, &t) >= 2;
+    x->cr_total_known = sscanf(v, " bytes %llu-%llu/%llu", &a, &b, &t) == 3;
+    x->cr_start = a;
+    x->cr_total = t;
+}
+
+static size_t on_header(char *line, size_t size, size_t nitems, void *user)
+{
+    sl_http_xfer *x = user;
+    const size_t n = size * nitems;
+    const char *v = NULL;
+    size_t vl = 0;
+    char tmp[128];
+    if (n >= 5 && !strncmp(line, "HTTP/", 5)) {   /* a new response (after a redirect or 100) */
+        x->has_cr = x->has_cl = 0;
+        x->etag[0] = x->last_modified[0] = '\0';
+        x->retry_after_s = 0;
+    } else if (header_is(line, n, "content-range", &v, &vl)) {
+        copy_value(tmp, sizeof tmp, v, vl);
+        parse_content_range(x, tmp);
+    } else if (header_is(line, n, "content-length", &v, &vl)) {
+        copy_value(tmp, sizeof tmp, v, vl);
+        x->has_cl = sscanf(tmp, "%" SCNu64, &x->content_length) == 1;
+    } else if (header_is(line, n, "etag", &v, &vl)) {
+        copy_value(x->etag, sizeof x->etag, v, vl);
+    } else if (header_is(line, n, "last-modified", &v, &vl)) {
+        copy_value(x->last_modified, sizeof x->last_modified, v, vl);
+    } else if (header_is(line, n, "retry-after", &v, &vl)) {
+        copy_value(tmp, sizeof tmp, v, vl);
+        x->retry_after_s = strtol(tmp, NULL, 10);
+    }
+    return n;
+}
+
+static int xf_stop(sl_http_xfer *x, sl_status st, const char *fmt, ...) SL_PRINTF(3, 4);
+static int xf_stop(sl_http_xfer *x, sl_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(x->fail_msg, sizeof x->fail_msg, fmt, ap);
+    va_end(ap);
+    x->fail_st = st;
+    return -1;
+}
+
+static int changed(sl_http_xfer *x, const char *what, const char *was, const char *now)
+{
+    return xf_stop(x, SL_E_CHANGED, "%s: object changed since its header was read (%s was %s, now %s): "
+                   "not loaded", x->obj->name, what, was, now);
+}
+
+/* The first GET of an object records what the later ones are compared with. */
+static int record_first(sl_http_xfer *x, uint64_t total)
+{
+    sl_http_obj *o = x->record;
+    if (!o)
+        return xf_stop(x, SL_E_INVALID_ARG, "%s: remote engine: object without a recorded size", x->obj->name);
+    o->size = total;
+    o->size_known = 1;
+    if (x->etag[0] && !(o->etag = strdup(x->etag)))
+        return xf_stop(x, SL_E_NOMEM, "out of memory");
+    if (x->last_modified[0] && !(o->last_modified = strdup(x->last_modified)))
+        return xf_stop(x, SL_E_NOMEM, "out of memory");
+    return 0;
+}
+
+static int check_identity(sl_http_xfer *x, uint64_t total)
+{
+    const sl_http_obj *o = x->obj;
+    char a[32], b[32];
+    if (!o->size_known) {
+        if (record_first(x, total) != 0)
+            return -1;
+        if (total < x->off + x->len)
+            return xf_stop(x, SL_E_HEADER_TOO_SMALL, "%s: %" PRIu64 " bytes, shorter than %" PRIu64,
+                           o->name, total, x->off + x->len);
+        return 0;
+    }
+    if (total != o->size) {
+        snprintf(a, sizeof a, "%" PRIu64 " bytes", o->size);
+        snprintf(b, sizeof b, "%" PRIu64, total);
+        return changed(x, "size", a, b);
+    }
+    if (o->etag && x->etag[0] && strcmp(o->etag, x->etag) != 0)
+        return changed(x, "ETag", o->etag, x->etag);
+    if (o->last_modified && x->last_modified[0] && strcmp(o->last_modified, x->last_modified) != 0)
+        return changed(x, "Last-Modified", o->last_modified, x->last_modified);
+    return 0;
+}
+
+/* Called at the first body byte of a 2xx response. */
+static int check_response(sl_http_xfer *x, long code)
+{
+    const uint64_t want = x->off + x->got;
+    if (x->whole)
+        return code == 200 ? 0 : xf_stop(x, SL_E_IO, "%s: HTTP %ld to a GET", x->obj->name, code);
+    if (code == 206) {
+        if (!x->has_cr || !x->cr_total_known)
+            return xf_stop(x, SL_E_IO, "%s: HTTP 206 without a Content-Range naming the size", x->obj->name);
+        if (x->cr_start != want)
+            return xf_stop(x, SL_E_IO, "%s: asked for bytes from %" PRIu64 ", the server sent from %" PRIu64,
+                           x->obj->name, want, x->cr_start);
+        return check_identity(x, x->cr_total);
+    }
+    /* 200: the whole object, acceptable only when the range was all of it */
+    if (code == 200 && want == 0 && x->has_cl && x->content_length == x->len)
+        return check_identity(x, x->content_length);
+    return xf_stop(x, SL_E_IO, "%s: HTTP %ld to a Range request: the server does not serve byte ranges",
+                   x->obj->name, code);
+}
+
+static size_t keep_error_body(sl_http_xfer *x, const char *p, size_t n)
+{
+    const size_t room = sizeof x->body - 1 - x->body_len;
+    const size_t k = n < room ? n : room;
+    memcpy(x->body + x->body_len, p, k);
+    x->body_len += k;
+    x->body[x->body_len] = '\0';
+    return n;
+}
+
+static int grow(sl_http_xfer *x, size_t need)
+{
+    if (need < x->cap)   /* a byte spare for the NUL of sl_http_get_all */
+        return 0;
+    if (need > x->max)
+        return xf_stop(x, SL_E_IO, "%s: larger than the %zu-byte limit", x->obj->name, x->max);
+    size_t cap = x->cap ? x->cap : 4096;
+    while (cap < need + 1)
+        cap = cap > x->max / 2 ? x->max + 1 : 2 * cap;
+    unsigned char *b = realloc(x->buf, cap);
+    if (!b)
+        return xf_stop(x, SL_E_NOMEM, "out of memory");
+    x->buf = b;
+    x->cap = cap;
+    return 0;
+}
+
+static size_t on_body(char *p, size_t size, size_t nmemb, void *user)
+{
+    sl_http_xfer *x = user;
+    const size_t n = size * nmemb;
+    long code = 0;
+    curl_easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &code);
+    if (code < 200 || code >= 300)
+        return keep_error_body(x, p, n);
+    if (!x->checked) {
+        x->checked = 1;
+        if (check_response(x, code) != 0)
+            return 0;   /* CURLE_WRITE_ERROR; fail_st says why */
+    }
+    if (x->whole ? grow(x, x->got + n) != 0 : n > x->len - x->got) {
+        if (!x->fail_st)
+            xf_stop(x, SL_E_IO, "%s: the server sent more bytes than the range %" PRIu64 "-%" PRIu64 " holds",
+                    x->obj->name, x->off, x->off + x->len - 1);
+        return 0;
+    }
+    memcpy(x->buf + x->got, p, n);
+    x->got += n;
+    return n;
+}
+
+/* ---- an attempt ---- */
+
+static sl_status add_header(sl_http_xfer *x, const char *h, sl_err *err)
+{
+    struct curl_slist *l = curl_slist_append(x->headers, h);
+    SL_CHECK(l, err, SL_E_NOMEM, "out of memory");
+    x->headers = l;
+    return SL_OK;
+}
+
+/* SigV4 by libcurl (CURLOPT_AWS_SIGV4, which also sends x-amz-date and x-amz-content-sha256);
+ * a session token goes in x-amz-security-token, a header curl signs with the others. */
+static sl_status sign(sl_http_xfer *x, CURL *h, sl_err *err)
+{
+    const sl_http_cfg *c = x->obj->cfg;
+    if (!x->obj->s3 || !c || !c->access_key)
+        return SL_OK;
+    snprintf(x->sigv4, sizeof x->sigv4, "aws:amz:%s:s3", c->region);
+    curl_easy_setopt(h, CURLOPT_AWS_SIGV4, x->sigv4);
+    curl_easy_setopt(h, CURLOPT_USERNAME, c->access_key);
+    curl_easy_setopt(h, CURLOPT_PASSWORD, c->secret_key);
+    if (c->session_token) {
+        char *line = malloc(strlen(c->session_token) + 32);
+        SL_CHECK(line, err, SL_E_NOMEM, "out of memory");
+        sprintf(line, "x-amz-security-token: %s", c->session_token);
+        const sl_status st = add_header(x, line, err);
+        free(line);
+        return st;
+    }
+    return SL_OK;
+}
+
+sl_status xf_prepare(sl_http_xfer *x, CURL *h, sl_err *err)
+{
+    xf_release(x);
+    x->h = h;
+    x->got_at_start = x->got;
+    x->checked = 0;
+    x->has_cr = x->has_cl = x->cr_total_known = 0;
+    x->etag[0] = x->last_modified[0] = x->s3_code[0] = '\0';
+    x->body_len = 0;
+    x->body[0] = '\0';
+    x->retry_after_s = 0;
+    x->fail_st = SL_OK;
+    x->tries++;
+    if (x->whole)
+        x->got = 0;   /* no Range: the whole body again */
+    curl_easy_setopt(h, CURLOPT_URL, x->obj->url);
+    curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, x->obj->s3 ? 0L : 1L);
+    curl_easy_setopt(h, CURLOPT_MAXREDIRS, 8L);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, x);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, x);
+    curl_easy_setopt(h, CURLOPT_PRIVATE, x);
+    if (!x->whole) {
+        snprintf(x->range, sizeof x->range, "%" PRIu64 "-%" PRIu64, x->off + x->got, x->off + x->len - 1);
+        curl_easy_setopt(h, CURLOPT_RANGE, x->range);
+    } else {
+        curl_easy_setopt(h, CURLOPT_RANGE, NULL);
+    }
+    /* an object replaced between attempts answers 412 rather than other bytes */
+    if (x->obj->etag && !x->whole) {
+        char line[300];
+        snprintf(line, sizeof line, "If-Match: %s", x->obj->etag);
+        SL_TRY(add_header(x, line, err));
+    }
+    SL_TRY(sign(x, h, err));
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, x->headers);
+    return SL_OK;
+}
+
+/* ---- what an attempt's end means ---- */
+
+static void s3_error_code(sl_http_xfer *x)
+{
+    const char *a = strstr(x->body, "<Code>");
+    const char *b = a ? strstr(a, "</Code>") : NULL;
+    if (a && b && b - a - 6 < (long)sizeof x->s3_code)
+        snprintf(x->s3_code, sizeof x->s3_code, "%.*s", (int)(b - a - 6), a + 6);
+}
+
+static int retryable_curl(CURLcode rc)
+{
+    static const CURLcode again[] = {CURLE_COULDNT_CONNECT, CURLE_RECV_ERROR, CURLE_SEND_ERROR,
+                                     CURLE_PARTIAL_FILE, CURLE_OPERATION_TIMEDOUT, CURLE_GOT_NOTHING,
+                                     CURLE_HTTP2, CURLE_HTTP2_STREAM, CURLE_SSL_CONNECT_ERROR,
+                                     CURLE_COULDNT_RESOLVE_HOST, CURLE_HTTP3};
+    for (size_t i = 0; i < sizeof again / sizeof again[0]; i++)
+        if (rc == again[i])
+            return 1;
+    return 0;
+}
+
+static void range_text(const sl_http_xfer *x, char *buf, size_t n)
+{
+    if (x->whole)
+        snprintf(buf, n, "GET");
+    else
+        snprintf(buf, n, "bytes %" PRIu64 "-%" PRIu64, x->off, x->off + x->len - 1);
+}
+
+static int xf_retry(sl_http_xfer *x, sl_err *err)
+{
+    char r[64];
+    if (x->got > x->got_at_start)
+        x->failures = 0;   /* progress: a server that resets every few MB still finishes */
+    x->failures++;
+    if (x->failures > x->tune->retries) {
+        range_text(x, r, sizeof r);
+        sl_err_set(err, SL_E_IO, "%s: %s: %s (gave up after %d tries)", x->obj->name, r, x->last_reason, x->tries);
+        return XF_FAIL;
+    }
+    const unsigned shift = x->failures - 1 < 6 ? (unsigned)x->failures - 1 : 6u;
+    uint64_t delay = (uint64_t)x->tune->backoff_ms << shift;
+    delay = delay / 2 + (uint64_t)rand() % (delay / 2 + 1);   /* jitter: ranges do not retry in step */
+    if (x->retry_after_s > 0) {
+        const uint64_t ra = (uint64_t)x->retry_after_s * 1000u;
+        delay = ra > delay ? (ra < x->tune->timeout_ms ? ra : x->tune->timeout_ms) : delay;
+    }
+    x->not_before_ms = xf_now_ms() + delay;
+    return XF_RETRY;
+}
+
+static int xf_http_fail(sl_http_xfer *x, long code, sl_err *err)
+{
+    s3_error_code(x);
+    char extra[96] = "";
+    if (x->s3_code[0])
+        snprintf(extra, sizeof extra, ", %s", x->s3_code);
+    if (code == 404)
+        sl_err_set(err, SL_E_NOT_FOUND, "%s: not found (HTTP 404%s)", x->obj->name, extra);
+    else if (code == 401 || code == 403)
+        sl_err_set(err, SL_E_IO, "%s: access denied (HTTP %ld%s): check the credentials and the object's "
+                   "permissions", x->obj->name, code, extra);
+    else if (code == 412)
+        sl_err_set(err, SL_E_CHANGED, "%s: object changed since its header was read (ETag no longer %s; "
+                   "HTTP 412): not loaded", x->obj->name, x->obj->etag ? x->obj->etag : "?");
+    else if (code == 416 && x->obj->size_known)
+        sl_err_set(err, SL_E_CHANGED, "%s: object changed since its header was read (now shorter than "
+                   "%" PRIu64 " bytes; HTTP 416): not loaded", x->obj->name, x->off + x->len);
+    else if (code == 416)
+        sl_err_set(err, SL_E_HEADER_TOO_SMALL, "%s: shorter than %" PRIu64 " bytes (HTTP 416)", x->obj->name,
+                   x->off + x->len);
+    else
+        sl_err_set(err, SL_E_IO, "%s: HTTP %ld%s", x->obj->name, code, extra);
+    return XF_FAIL;
+}
+
+int xf_finish(sl_http_xfer *x, CURLcode rc, sl_err *err)
+{
+    long code = 0;
+    curl_easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &code);
+    if (x->fail_st != SL_OK) {
+        sl_err_set(err, x->fail_st, "%s", x->fail_msg);
+        return XF_FAIL;
+    }
+    if (rc == CURLE_OK && (code == 429 || code == 500 || code == 502 || code == 503 || code == 504)) {
+        snprintf(x->last_reason, sizeof x->last_reason, "HTTP %ld", code);
+        return xf_retry(x, err);
+    }
+    if (rc == CURLE_OK && (code < 200 || code >= 300))
+        return xf_http_fail(x, code, err);
+    if (rc != CURLE_OK && retryable_curl(rc)) {
+        snprintf(x->last_reason, sizeof x->last_reason, "%s", curl_easy_strerror(rc));
+        return xf_retry(x, err);
+    }
+    if (rc != CURLE_OK) {
+        sl_err_set(err, SL_E_IO, "%s: %s", x->obj->name, curl_easy_strerror(rc));
+        return XF_FAIL;
+    }
+    if (x->whole || x->got == x->len)
+        return XF_DONE;
+    snprintf(x->last_reason, sizeof x->last_reason, "response ended %zu bytes short", x->len - x->got);
+    return xf_retry(x, err);
+}

@@ -1,0 +1,64 @@
+/* http_xfer.h - one ranged GET of an object, over as many attempts as its retries allow, shared by
+ * the blocking GETs (http_get.c) and the engine (io_http.c). An attempt is prepared on a curl easy
+ * handle (xf_prepare), run by curl_easy_perform or a multi handle, and judged by xf_finish. The
+ * bytes already received and checked stay: the next attempt asks for the rest of the range only. */
+#ifndef SL_IO_HTTP_XFER_H
+#define SL_IO_HTTP_XFER_H
+
+#include "io/http.h"
+
+#include <curl/curl.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum { XF_DONE = 0, XF_RETRY = 1, XF_FAIL = 2 };
+
+typedef struct sl_http_xfer {
+    const sl_http_obj *obj;
+    sl_http_obj *record;       /* obj, where this GET may be its first: records its size, ETag and
+                                  Last-Modified (the blocking GETs of the open); NULL: the engine */
+    uint64_t off;              /* range [off, off + len) */
+    size_t len;
+    unsigned char *buf;        /* len bytes; whole: grown up to max */
+    size_t got;                /* bytes received and checked */
+    int whole;                 /* no Range: the whole object, at most max bytes */
+    size_t max, cap;
+    const sl_http_tune *tune;
+    /* retry state */
+    int failures;              /* in a row without progress */
+    int tries;
+    uint64_t not_before_ms;    /* monotonic time of the next attempt */
+    char last_reason[160];
+    /* the attempt */
+    CURL *h;
+    size_t got_at_start;
+    int checked;               /* the response's headers were checked (at the first body byte) */
+    uint64_t cr_start, cr_total;
+    int has_cr, cr_total_known;
+    uint64_t content_length;
+    int has_cl;
+    char etag[256], last_modified[128], s3_code[64];
+    long retry_after_s;
+    char body[1024];           /* start of an error response (S3's <Code>) */
+    size_t body_len;
+    sl_status fail_st;         /* set by a callback that stopped the transfer */
+    char fail_msg[512];
+    struct curl_slist *headers;
+    char range[64], sigv4[96];
+} sl_http_xfer;
+
+/* Once per process (curl_global_init is not safe to race). */
+void xf_global_init(void);
+/* An easy handle with the options every attempt shares (keep-alive, timeouts, protocols). */
+CURL *xf_easy_new(const sl_http_tune *t);
+/* x for [off, off + len) of obj into buf. */
+void xf_init(sl_http_xfer *x, const sl_http_obj *obj, const sl_http_tune *t, uint64_t off, size_t len, void *buf);
+/* Sets h up for x's next attempt (the rest of the range). SL_E_NOMEM only. */
+sl_status xf_prepare(sl_http_xfer *x, CURL *h, sl_err *err);
+/* After an attempt ended with rc: XF_DONE, XF_RETRY (x->not_before_ms set) or XF_FAIL (err set,
+ * one line naming the object, never a credential). */
+int xf_finish(sl_http_xfer *x, CURLcode rc, sl_err *err);
+void xf_release(sl_http_xfer *x);
+uint64_t xf_now_ms(void);
+
+#endif /* SL_IO_HTTP_XFER_H */

@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""http_range_server.py - a loopback HTTP/1.1 file server with what object stores give a loader:
+single byte ranges (206 + Content-Range, 416 past the end), keep-alive, an ETag and Last-Modified
+per file (from its inode, size and mtime in ns, so a replaced or rewritten file gets new ones),
+If-Match (412 when it no longer matches) and 404s. No directory listings.
+
+Usage: http_range_server.py ROOT PORTFILE [--log FILE]
+Binds 127.0.0.1 on a free port and writes the port to PORTFILE once it accepts connections.
+--log appends one line per GET: "<path> <status> <body bytes>".
+"""
+import email.utils
+import http.server
+import os
+import re
+import socketserver
+import sys
+import threading
+
+ROOT = ""
+LOG = None
+LOG_LOCK = threading.Lock()
+
+
+def etag_of(st):
+    return '"%x-%x-%x"' % (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, fmt, *args):  # quiet: the tests read their own log
+        pass
+
+    def _log(self, status, n):
+        if LOG:
+            with LOG_LOCK, open(LOG, "a") as f:
+                f.write("%s %d %d\n" % (self.path, status, n))
+
+    def _send(self, status, body=b"", headers=()):
+        self.send_response(status)
+        for k, v in headers:
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+        self._log(status, len(body))
+
+    def do_HEAD(self):
+        self.do_GET()
+
+    def do_GET(self):
+        rel = self.path.split("?", 1)[0].lstrip("/")
+        path = os.path.realpath(os.path.join(ROOT, rel))
+        if not path.startswith(os.path.realpath(ROOT) + os.sep) or not os.path.isfile(path):
+            return self._send(404, b"not found\n")
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            tag = etag_of(st)
+            meta = [("ETag", tag), ("Last-Modified", email.utils.formatdate(st.st_mtime, usegmt=True)),
+                    ("Accept-Ranges", "bytes")]
+            im = self.headers.get("If-Match")
+            if im and im.strip() != "*" and tag not in [t.strip() for t in im.split(",")]:
+                return self._send(412, b"precondition failed\n", meta)
+            size = st.st_size
+            rng = self.headers.get("Range")
+            if not rng:
+                return self._send(200, f.read(), meta)
+            m = re.fullmatch(r"bytes=(\d*)-(\d*)", rng.strip())
+            if not m or (not m.group(1) and not m.group(2)):
+                return self._send(400, b"bad range\n")
+            if m.group(1):
+                a = int(m.group(1))
+                b = int(m.group(2)) if m.group(2) else size - 1
+            else:
+                a, b = max(0, size - int(m.group(2))), size - 1
+            if a >= size or b < a:
+                return self._send(416, b"", meta + [("Content-Range", "bytes */%d" % size)])
+            b = min(b, size - 1)
+            f.seek(a)
+            body = f.read(b - a + 1)
+            self._send(206, body, meta + [("Content-Range", "bytes %d-%d/%d" % (a, b, size))])
+
+
+class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+def main():
+    global ROOT, LOG
+    args = sys.argv[1:]
+    if "--log" in args:
+        i = args.index("--log")
+        LOG = args[i + 1]
+        del args[i:i + 2]
+    ROOT, portfile = args
+    srv = Server(("127.0.0.1", 0), Handler)
+    tmp = portfile + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(str(srv.server_address[1]))
+    os.rename(tmp, portfile)
+    srv.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
