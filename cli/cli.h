@@ -83,6 +83,35 @@ int cli_opts_parse(cli_opts *o, const char *cmd, int argc, char **argv, const ch
 #define CLI_PATH_MAX 4096
 int cli_ckpt_path(const char *arg, char *buf, size_t n, const char **path);
 
+/* Remote checkpoints (cli_remote.c, docs/remote.md): the --s3-* and --remote-* options, the AWS
+ * environment and credential files (the library reads neither), config.json fetched next to a
+ * remote checkpoint. */
+/* The options, for a command's allowed list. */
+#define CLI_REMOTE_OPTIONS                                                                        \
+    "--s3-endpoint", "--s3-region", "--s3-profile", "--s3-path-style", "--s3-virtual-host",      \
+        "--remote-connections", "--remote-range", "--remote-retries", "--remote-backoff-ms",     \
+        "--remote-timeout-ms"
+
+#define CLI_REMOTE_HELP                                                                           \
+    "  --s3-endpoint URL   S3-compatible endpoint (default $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL,\n" \
+    "                  else AWS); credentials from $AWS_ACCESS_KEY_ID/$AWS_SECRET_ACCESS_KEY\n"   \
+    "                  [$AWS_SESSION_TOKEN], else the profile in ~/.aws/credentials\n"             \
+    "  --s3-region R, --s3-profile NAME   default $AWS_REGION, $AWS_PROFILE or 'default'\n"       \
+    "  --s3-path-style, --s3-virtual-host  addressing (default path-style with an endpoint)\n"    \
+    "  --remote-connections N  ranged GETs in flight (16); --remote-range SIZE per GET (8M)\n"   \
+    "  --remote-retries N (5), --remote-backoff-ms MS (200), --remote-timeout-ms MS (30000)\n"
+
+/* A flag of CLI_REMOTE_OPTIONS: 1 when s is one (applied to o). */
+int cli_remote_flag(cli_opts *o, const char *s);
+/* An option with a value: 1 when opt is one, with *rc the exit code of parsing v. */
+int cli_remote_value(cli_opts *o, const char *opt, const char *v, int *rc);
+/* Opens path (local, hf:// already resolved, or a URL with lo's remote settings completed from
+ * the environment), printing nothing: the message is the checkpoint's. */
+sl_status cli_remote_open(const char *path, const sl_load_opts *lo, sl_checkpoint **ck);
+/* For a remote checkpoint without --config: config.json fetched into a private temporary folder
+ * (removed at exit), which po->config_path then names. The message goes to err. */
+sl_status cli_remote_config(const sl_checkpoint *ck, sl_plan_opts *po, char *err, size_t n);
+
 int cli_inspect(int argc, char **argv);
 int cli_plan(int argc, char **argv);
 int cli_load(int argc, char **argv);

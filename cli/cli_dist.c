@@ -5,7 +5,6 @@
  * job. `reshard` writes its own devices' files with sl_reshard_dist. A failure anywhere ends every
  * rank with exit 1; rank 0 prints the failing rank's message as the one error line. */
 #include "cli.h"
-#include "cli_remote.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -1,7 +1,6 @@
 /* cli_opts.c - the options `load` and `reshard` share (mesh, dtype, I/O, staging, MPI, ...): one
  * parser, so both commands accept and check each option the same way. */
 #include "cli.h"
-#include "cli_remote.h"
 
 #include <inttypes.h>
 #include <stdlib.h>

@@ -2,7 +2,6 @@
  * [--dtype D] [--rules FILE] [--json] [--verbose]`: show what each device of a mesh holds.
  * Exit 0 success, 1 failure (one line on stderr), 2 usage error. */
 #include "cli.h"
-#include "cli_remote.h"
 
 #include <inttypes.h>
 #include <stdio.h>

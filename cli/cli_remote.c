@@ -1,10 +1,10 @@
-/* cli_remote.c - remote checkpoints in the CLI (cli_remote.h). The library takes credentials,
+/* cli_remote.c - remote checkpoints in the CLI (declared in cli.h). The library takes credentials,
  * region and endpoint as options only; here they come, as the AWS tools find them, from the
  * flags, then the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN,
  * AWS_REGION, AWS_DEFAULT_REGION, AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, AWS_PROFILE), then the
  * profile's entries in AWS_SHARED_CREDENTIALS_FILE (~/.aws/credentials) and AWS_CONFIG_FILE
  * (~/.aws/config). A profile named with --s3-profile wins over the key variables, as with aws. */
-#include "cli_remote.h"
+#include "cli.h"
 
 #include <ctype.h>
 #include <inttypes.h>
