@@ -147,6 +147,7 @@ typedef struct reshard {
     file_dev *fdevs;          /* plan->n_devices entries; only [first, first + count) are opened */
     sl_model_dev *mdevs;      /* likewise */
     ck_writer_set *parts_open;
+    int made_outdir;          /* this run created outdir: removed again (if empty) on failure */
     sl_err err;
 } reshard;
 
@@ -341,7 +342,8 @@ static int reshard_ours(void *user, const char *name)
 static sl_status reshard_open(reshard *r, int32_t first, int32_t count)
 {
     const int32_t n = r->plan->n_devices;
-    if (mkdir(r->outdir, 0755) != 0 && errno != EEXIST)
+    r->made_outdir = mkdir(r->outdir, 0755) == 0;
+    if (!r->made_outdir && errno != EEXIST)
         return sl_err_set(&r->err, SL_E_IO, "%s: cannot create directory: %s", r->outdir, strerror(errno));
     SL_TRY(reshard_check_space(r, first, count));
     SL_TRY(reshard_drop_config(r));
@@ -432,6 +434,8 @@ static void reshard_done(reshard *r, char *err, size_t errlen)
     free(r->fdevs);
     free(r->mdevs);
     ck_writer_set_free(r->parts_open);
+    if (r->made_outdir && r->err.st != SL_OK)   /* its unfinished parts are gone: nothing stays */
+        rmdir(r->outdir);
     sl_err_export(&r->err, err, errlen);
     sl_err_clear(&r->err);
 }

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# cli_hard_space.sh - a write refused for lack of space leaves nothing (issue 18 items 4 and its
+# loose ends): reshard's free-space check, on a real small file system (a 1 MiB tmpfs mounted in a
+# private mount namespace: `unshare -rm` as any user where user namespaces are allowed, or as
+# root), and synth's, which used to leave the empty OUTDIR it had created.
+set -u
+SL="$1"
+. "$(dirname "$0")/lib.sh"
+tiny_ckpt
+
+# synth: a config of about 3 TB, more than any test machine has free
+cat >"$T/huge.json" <<'JSON'
+{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":16384,"intermediate_size":53248,
+ "num_attention_heads":128,"num_key_value_heads":8,"num_hidden_layers":1000,"vocab_size":128256,
+ "tie_word_embeddings":false,"torch_dtype":"bfloat16","rms_norm_eps":1e-05,"head_dim":128}
+JSON
+"$SL" synth --config "$T/huge.json" "$T/s" >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "bytes free: nothing was written" || fail "synth of 3 TB: $(cat "$T/err")"
+[ ! -e "$T/s" ] || fail "synth refused for space left the OUTDIR it created: $(ls -A "$T/s")"
+mkdir "$T/s2" && echo keep >"$T/s2/mine.txt"
+"$SL" synth --config "$T/huge.json" "$T/s2" >/dev/null 2>"$T/err" && fail "synth of 3 TB into s2 succeeded"
+[ "$(ls -A "$T/s2")" = mine.txt ] || fail "synth into an existing OUTDIR removed or left files: $(ls -A "$T/s2")"
+
+# reshard into a 1 MiB file system: the checkpoint's devices need about 2.5 MB
+mkdir -p "$T/mnt"
+cat >"$T/in_ns.sh" <<'SH'
+set -u
+mount -t tmpfs -o size=1m tmpfs "$2" || exit 77
+"$1" reshard "$3" "$2/out" --tp 2 >/dev/null 2>"$4"
+rc=$?
+ls -A "$2" >"$5"
+exit $rc
+SH
+args=("$SL" "$T/mnt" "$CK" "$T/err" "$T/left")
+if unshare -rm true 2>/dev/null; then
+    unshare -rm bash "$T/in_ns.sh" "${args[@]}"
+    rc=$?
+elif [ "$(id -u)" -eq 0 ] && unshare -m true 2>/dev/null; then
+    unshare -m bash "$T/in_ns.sh" "${args[@]}"
+    rc=$?
+else
+    rc=77
+fi
+if [ $rc -eq 77 ]; then
+    echo "skip: cannot mount a small tmpfs here (no user or mount namespace); synth checks passed" >&2
+    [ "$fails" -eq 0 ] || finish
+    exit 77
+fi
+one_line_error $rc "$T/err" "/out: the output needs [0-9]* bytes but its file system has [0-9]* bytes free: nothing was written" ||
+    fail "reshard into 1 MiB: exit $rc: $(cat "$T/err")"
+[ ! -s "$T/left" ] || fail "reshard refused for space left: $(cat "$T/left")"
+finish
