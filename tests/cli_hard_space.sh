@@ -2,7 +2,8 @@
 # cli_hard_space.sh - a write refused for lack of space leaves nothing (issue 18 items 4 and its
 # loose ends): reshard's free-space check, on a real small file system (a 1 MiB tmpfs mounted in a
 # private mount namespace: `unshare -rm` as any user where user namespaces are allowed, or as
-# root), and synth's, which used to leave the empty OUTDIR it had created.
+# root), and synth's, which used to leave the empty OUTDIR it had created; a reshard that fails
+# late leaves none of its finished parts.
 set -u
 SL="$1"
 . "$(dirname "$0")/lib.sh"
@@ -20,6 +21,13 @@ one_line_error $? "$T/err" "bytes free: nothing was written" || fail "synth of 3
 mkdir "$T/s2" && echo keep >"$T/s2/mine.txt"
 "$SL" synth --config "$T/huge.json" "$T/s2" >/dev/null 2>"$T/err" && fail "synth of 3 TB into s2 succeeded"
 [ "$(ls -A "$T/s2")" = mine.txt ] || fail "synth into an existing OUTDIR removed or left files: $(ls -A "$T/s2")"
+
+# a reshard that fails after its parts were finished (the checkpoint's config.json, copied last,
+# is a FIFO) leaves none of them, nor the OUTDIR it created
+cp -r "$CK" "$T/ckf" && rm "$T/ckf/config.json" && mkfifo "$T/ckf/config.json"
+timeout 60 "$SL" reshard "$T/ckf" "$T/rf" --tp 2 --config "$T/tiny.json" >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "config.json: not a regular file (a FIFO)" || fail "reshard with a FIFO config.json: $(cat "$T/err")"
+[ ! -e "$T/rf" ] || fail "a failed reshard left: $(ls -A "$T/rf")"
 
 # reshard into a 1 MiB file system: the checkpoint's devices need about 2.5 MB
 mkdir -p "$T/mnt"

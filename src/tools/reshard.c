@@ -32,6 +32,7 @@ typedef struct file_dev {
     const sl_plan_device *pd;
     sl_writer **parts;
     int64_t n_parts;
+    int64_t n_finished;       /* parts renamed into place: removed again if the run fails */
     int64_t *param_part;      /* part of each parameter */
     int64_t *param_widx;      /* writer index of each parameter in its part */
     ck_writer_set *set;       /* the run's parts, few of them open at once */
@@ -248,6 +249,7 @@ static sl_status reshard_finish(reshard *r)
             if (st != SL_OK)
                 return sl_err_set(&r->err, st == SL_E_CANCELLED ? st : SL_E_IO, "%s",
                                   sl_writer_errmsg(f->parts[k]));
+            f->n_finished = k + 1;
         }
     }
     return SL_OK;
@@ -426,11 +428,18 @@ static void reshard_init(reshard *r, const sl_checkpoint *ck, const sl_plan *p, 
                    .max_part = max_part_bytes ? max_part_bytes : RESHARD_DEFAULT_PART};
 }
 
-/* Frees the file devices (removing parts not finished) and exports the message. */
+/* Frees the file devices (removing parts not finished, and on failure the finished ones too) and
+ * exports the message. */
 static void reshard_done(reshard *r, char *err, size_t errlen)
 {
-    for (int32_t d = 0; r->fdevs && d < r->plan->n_devices; d++)
+    char path[4096];
+    for (int32_t d = 0; r->fdevs && d < r->plan->n_devices; d++) {
+        for (int64_t k = 0; r->err.st != SL_OK && k < r->fdevs[d].n_finished; k++) {
+            part_path(r, d, k, path, sizeof(path));   /* no partial output: a failed run's parts go */
+            unlink(path);
+        }
         file_dev_destroy(&r->fdevs[d]);
+    }
     free(r->fdevs);
     free(r->mdevs);
     ck_writer_set_free(r->parts_open);
