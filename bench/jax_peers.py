@@ -113,12 +113,13 @@ def main():
                     warm(ck)
                 else:
                     cold_ok = drop_caches(ck) and cold_ok
+                load = os.getloadavg()[0]
                 res = run(ck, how)
                 if "error" in res:
                     broken[how] = res["error"]
                     print(f"jax_peers: {how}: not run: {res['error']}", file=sys.stderr)
                     continue
-                rows.append({"round": r, "cache": cache, "name": how, **res})
+                rows.append({"round": r, "cache": cache, "name": how, "loadavg": load, **res})
                 print(f"jax_peers: round {r} {cache} {how}: {res['seconds']:.2f} s", file=sys.stderr)
     with open(out_jsonl, "w") as f:
         for row in rows:
@@ -136,8 +137,20 @@ def report(rows, broken, cold_ok, ck):
            f"{ROUNDS} interleaved rounds, each run a fresh process."
            + ("" if cold_ok else " Cold runs could not drop the page cache (not root): they are warm.")
            + "\n",
-           "| contender | cache | seconds (min-max) | GB/s | peak RSS | beyond the device arrays | "
-           "shardload faster |", "|---|---|---|---|---|---|---|"]
+           "\"shardload faster\" is the median of the contender's seconds over shardload.jax's, "
+           "and in brackets the median of the same ratio taken within each round (runs next to "
+           "each other in time, which a busy machine swings less).",
+           ""]
+    la = [x["loadavg"] for x in rows if "loadavg" in x]
+    if la:
+        busy = statistics.median(la) > (os.cpu_count() or 1) / 2
+        out += ["Machine load (1-minute load average when each run started, other processes "
+                f"included): median {statistics.median(la):.2f}, max {max(la):.2f} on "
+                f"{os.cpu_count()} cores."
+                + (" Other work shared the machine during this run: single runs swing widely "
+                   "(see the min-max ranges); the memory figures do not." if busy else ""), ""]
+    out += ["| contender | cache | seconds (min-max) | GB/s | peak RSS | beyond the device arrays | "
+            "shardload faster |", "|---|---|---|---|---|---|---|"]
     for cache in ("hot", "cold"):
         ref = [x["seconds"] for x in rows if x["cache"] == cache and x["name"] == "shardload.jax"]
         ref_s = statistics.median(ref) if ref else None
@@ -149,7 +162,12 @@ def report(rows, broken, cold_ok, ck):
             med = statistics.median(s)
             peak = max(x["peak_rss"] for x in xs)
             beyond = max(x["peak_rss"] - x["held"] - x["idle_rss"] for x in xs)
-            ratio = f"{med / ref_s:.2f}x" if ref_s and how != "shardload.jax" else ""
+            ratio = ""
+            if ref_s and how != "shardload.jax":
+                own = {x["round"]: x["seconds"] for x in rows
+                       if x["cache"] == cache and x["name"] == "shardload.jax"}
+                per = [x["seconds"] / own[x["round"]] for x in xs if x["round"] in own]
+                ratio = f"{med / ref_s:.2f}x" + (f" ({statistics.median(per):.2f}x)" if per else "")
             out.append(f"| {how} | {cache} | {med:.2f} ({min(s):.2f}-{max(s):.2f}) | "
                        f"{size / med / 1e9:.2f} | {peak / 2**20:,.0f} MiB | {beyond / 2**20:,.0f} MiB | "
                        f"{ratio} |")
