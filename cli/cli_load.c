@@ -60,6 +60,10 @@ static void load_help(FILE *out)
             "  --format F      auto (read the checkpoint, default) or dummy (no file is read: values\n"
             "                  uniform in [-1e-3, 1e-3) from --seed, padding zero)\n"
             "  --seed S        dummy seed; default 1234\n"
+            "  --verify        check every file's SHA-256 while loading (every byte of every file is\n"
+            "                  read): against --manifest, or in a Hugging Face cache the blob name\n"
+            "                  each file links to; a mismatch fails the load naming the file\n"
+            "  --manifest FILE a sha256sum file of the checkpoint's files (implies --verify)\n"
             "  --checksums     print the XXH3-64 of every parameter of every device\n"
             "  --json          machine-readable output: {\"seconds\",\"setup_seconds\",\"bytes_read\",\n"
             "                  \"gbps\",\"gbps_after_setup\",\n"
@@ -90,7 +94,7 @@ static const char *const load_allowed[] = {
     "--tp",      "--pp",     "--layout", "--dtype",  "--device", "--io",   "--threads",
     "--staging", "--request", "--format", "--seed",   "--config", "--rules",  "--gpus", "--dist",
     "--devices-per-rank",    "--json",   "--checksums", "--numa", "--pjrt-plugin", "--ep",
-    CLI_REMOTE_OPTIONS, NULL};
+    CLI_REMOTE_OPTIONS, "--verify", "--manifest", NULL};
 
 /* Returns -1 after --help, else an exit code (CLI_EXIT_OK to go on). */
 static int load_parse(int argc, char **argv, cli_opts *a)
@@ -198,10 +202,13 @@ static int load_print_json(const cli_opts *a, const sl_plan *p, const sl_model *
     const double after = s->seconds - s->setup_seconds;
     printf("{\"seconds\":%.6f,\"setup_seconds\":%.6f,\"bytes_read\":%" PRIu64 ",\"gbps\":%.3f,"
            "\"gbps_after_setup\":%.3f,\"peak_rss_bytes\":%" PRIu64 ",\"io\":\"%s\",\"engine\":\"%s\","
-           "\"staging_peak\":%" PRIu64 ",\"devices\":[",
+           "\"staging_peak\":%" PRIu64 ",",
            s->seconds, s->setup_seconds, s->bytes_read, load_gbps(s, moved),
            after > 0 ? (double)moved / after / 1e9 : 0.0, peak_rss_bytes(), s->io, s->engine,
            s->staging_peak);
+    printf("\"verified_files\":%" PRId64 ",\"verified_bytes\":%" PRIu64 ",", s->verified_files,
+           s->verified_bytes);
+    printf("\"devices\":[");
     for (int32_t d = 0; d < sl_model_device_count(m); d++) {
         printf("%s{\"index\":%d,\"allocated_bytes\":%" PRIu64, d ? "," : "", (int)d,
                sl_model_device_allocated(m, d));
@@ -232,6 +239,9 @@ static int load_print_text(const cli_opts *a, const sl_plan *p, const sl_model *
                load_gbps(s, s->bytes_read), s->io, s->engine);
     printf("staging peak %s bytes; peak RSS %s bytes\n", cli_commas(s->staging_peak, b1, sizeof b1),
            cli_commas(peak_rss_bytes(), b2, sizeof b2));
+    if (a->lo.verify)
+        printf("verified the SHA-256 of %" PRId64 " files (%s bytes)\n", s->verified_files,
+               cli_commas(s->verified_bytes, b1, sizeof b1));
     for (int32_t d = 0; d < sl_model_device_count(m); d++) {
         printf("device %d: %s bytes allocated (plan %s)\n", (int)d,
                cli_commas(sl_model_device_allocated(m, d), b1, sizeof b1),

@@ -124,6 +124,9 @@ static int opts_value(cli_opts *o, const char *opt, const char *v)
         o->po.config_path = v;
     } else if (!strcmp(opt, "--rules")) {
         o->po.rules_path = v;
+    } else if (!strcmp(opt, "--manifest")) {
+        o->lo.manifest_path = v;
+        o->lo.verify = 1;
     } else if (cli_remote_value(o, opt, v, &rc)) {
     } else {
         rc = opts_enum(o, opt, v);
@@ -150,6 +153,8 @@ static int opts_flag(cli_opts *o, const char *s)
         o->lo.numa = 1;
     else if (!strcmp(s, "--ep"))
         o->po.ep = 1;
+    else if (!strcmp(s, "--verify"))
+        o->lo.verify = 1;
     else
         return cli_remote_flag(o, s);
     return 1;

@@ -26,8 +26,8 @@ endfunction()
 
 # Libs.private: what a static link of libshardload.a needs besides it (pkg-config --static).
 set(sl_pc_libs "")
-foreach(var JANSSON XXHASH URING)
-  if(var STREQUAL "URING" AND NOT SL_HAVE_URING)
+foreach(var JANSSON XXHASH URING CURL CRYPTO)
+  if(DEFINED SL_HAVE_${var} AND NOT SL_HAVE_${var})   # the optional ones, when not built in
     continue()
   endif()
   if(SL_${var}_LIBRARY)                       # found by find_library (sl_find_dep's fallback)

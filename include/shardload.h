@@ -69,7 +69,8 @@ extern "C" {
     X(SL_E_MISSING, 44, "parameters not initialized from the checkpoint")                          \
     /* loading */                                                                                  \
     X(SL_E_CHANGED, 50, "a file changed since its open (size, inode, mtime, short read, FIFO)")    \
-    X(SL_E_DEVICE, 51, "device backend failure")
+    X(SL_E_DEVICE, 51, "device backend failure")                                                   \
+    X(SL_E_INTEGRITY, 52, "a file's bytes differ from its known SHA-256 (--verify)")
 
 #define SL_STATUS_ENUM_(name, value, meaning) name = value,
 typedef enum sl_status { SL_STATUS_LIST(SL_STATUS_ENUM_) } sl_status;
@@ -386,6 +387,13 @@ typedef struct sl_load_opts {
                                      default 200 */
     int32_t remote_timeout_ms;    /* connect timeout; a GET with no byte for this long is retried;
                                      default 30000 */
+    /* 1: verify every checkpoint file's SHA-256 while its bytes stream through staging (so every
+     * byte of every file is read, headers and unloaded tensors too) against manifest_path (a
+     * sha256sum file; files matched by name) or, in a Hugging Face cache, the blob each file links
+     * to. No digest known for a file: SL_E_INVALID_ARG before reading; a mismatch: SL_E_INTEGRITY
+     * naming the file, and nothing stays allocated. One process only (not sl_load_dist). */
+    int32_t verify;
+    const char *manifest_path;
 } sl_load_opts;
 
 void sl_load_opts_init(sl_load_opts *o);
@@ -417,6 +425,8 @@ typedef struct sl_load_stats {
     const char *io;             /* "direct", "buffered", "mixed", "none" (dummy) */
     const char *engine;         /* "io_uring", "pread" */
     uint64_t staging_peak;      /* host staging bytes in use at the worst moment */
+    int64_t verified_files;     /* opts.verify: files whose SHA-256 matched, and their bytes */
+    uint64_t verified_bytes;
 } sl_load_stats;
 
 sl_status sl_model_stats(const sl_model *m, sl_load_stats *out);

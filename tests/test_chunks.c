@@ -409,8 +409,56 @@ static void test_gap(void)
     }
 }
 
+/* --verify: every file read whole, [0, size) in contiguous request-sized chunks from its first
+ * byte (headers and bytes no operation reads included), none direct even into host devices, and
+ * each operation's elements still owned by one chunk. */
+static void test_random_whole(void)
+{
+    for (int i = 0; i < 200; i++) {
+        tcase *t = calloc(1, sizeof *t);
+        random_plan(t, rnd(2));
+        unsigned char *host[MAX_DEVS] = {0};
+        for (int32_t d = 0; d < t->p.n_devices; d++)
+            host[d] = malloc(t->dev[d].bytes);
+        uint64_t whole[MAX_FILES + 1] = {0};
+        for (int64_t f = 0; f < t->n_files; f++)
+            whole[f] = t->file_size[f] + 1 + rnd(10000);   /* bytes past the last tensor too */
+        const uint64_t request = requests[rnd(sizeof requests / sizeof requests[0])];
+        sl_err err = {0};
+        rd_ops o;
+        rd_chunks cs;
+        const rd_chunk_opts co = {.request = request, .merge_gap = request / 16, .host = host,
+                                  .whole = whole};
+        EXPECT(rd_ops_build(&t->p, t->n_files, &o, &err) == SL_OK &&
+                   rd_chunks_build(&o, &co, &cs, &err) == SL_OK, "plan: %s", sl_err_msg(&err));
+        int64_t k = 0;
+        for (int64_t f = 0; f < t->n_files; f++) {
+            uint64_t at = 0;
+            for (; k < cs.n && cs.v[k].file == f; k++) {
+                const rd_chunk *c = &cs.v[k];
+                EXPECT(c->a == at && c->b > c->a && c->b - c->a <= request && !c->dst,
+                       "file %lld chunk %lld: [%llu, %llu)%s after %llu", (long long)f, (long long)k,
+                       (unsigned long long)c->a, (unsigned long long)c->b, c->dst ? " direct" : "",
+                       (unsigned long long)at);
+                at = c->b;
+            }
+            EXPECT(at == whole[f], "file %lld: covered to %llu of %llu", (long long)f,
+                   (unsigned long long)at, (unsigned long long)whole[f]);
+        }
+        EXPECT(k == cs.n, "chunks of no file");
+        check_elements(&o, &cs);
+        rd_chunks_free(&cs);
+        rd_ops_free(&o);
+        sl_err_clear(&err);
+        for (int32_t d = 0; d < t->p.n_devices; d++)
+            free(host[d]);
+        free(t);
+    }
+}
+
 int main(void)
 {
+    test_random_whole();
     test_unaligned();
     test_gap();
     test_random_staged();

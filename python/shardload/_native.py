@@ -48,7 +48,8 @@ class LoadOpts(Structure):
                 ("s3_endpoint", c_char_p), ("s3_region", c_char_p), ("s3_access_key", c_char_p),
                 ("s3_secret_key", c_char_p), ("s3_session_token", c_char_p), ("s3_addressing", c_int32),
                 ("remote_connections", c_int32), ("remote_range_bytes", c_uint64),
-                ("remote_retries", c_int32), ("remote_backoff_ms", c_int32), ("remote_timeout_ms", c_int32)]
+                ("remote_retries", c_int32), ("remote_backoff_ms", c_int32), ("remote_timeout_ms", c_int32),
+                ("verify", c_int32), ("manifest_path", c_char_p)]
 
 
 class Box(Structure):
@@ -59,7 +60,8 @@ class Box(Structure):
 class LoadStats(Structure):
     _fields_ = [("seconds", c_double), ("setup_seconds", c_double), ("bytes_read", c_uint64),
                 ("checkpoint_bytes", c_uint64), ("io", c_char_p), ("engine", c_char_p),
-                ("staging_peak", c_uint64)]
+                ("staging_peak", c_uint64), ("verified_files", c_int64),
+                ("verified_bytes", c_uint64)]
 
 
 _STRUCTS = {"sl_tensor_info": TensorInfo, "sl_plan_opts": PlanOpts, "sl_param_info": ParamInfo,

@@ -51,7 +51,7 @@ for _v in (20, 21, 22):
     _FAMILY[_v] = CheckpointError
 for _v in (40, 41, 42, 43, 44):
     _FAMILY[_v] = PlanError
-_FAMILY.update({30: LoadError, 31: LoadError, 50: LoadError, 51: DeviceError, 32: ArgumentError,
+_FAMILY.update({30: LoadError, 31: LoadError, 50: LoadError, 52: LoadError, 51: DeviceError, 32: ArgumentError,
                 33: UnsupportedError})
 
 

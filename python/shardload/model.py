@@ -120,6 +120,16 @@ def _set_list(o: N.LoadOpts, keep: list[Any], field: str, count: str,
     setattr(o, count, len(values))
 
 
+def _set_verify(o: N.LoadOpts, keep: list[Any], verify: bool, manifest: Any) -> None:
+    """verify=True (or a manifest): every file's SHA-256 is checked while it streams (C core)."""
+    if not isinstance(verify, bool):
+        raise TypeError(f"verify must be a bool, got {type(verify).__name__}")
+    if manifest is not None:
+        keep.append(N.fspath(manifest))
+        o.manifest_path = keep[-1]
+    o.verify = int(verify or manifest is not None)
+
+
 def _run(ck: Checkpoint | None, plan: Plan, o: N.LoadOpts, progress: Progress) -> _Native:
     bridge = _ProgressBridge(progress, "shardload")
     o.progress = bridge.c
@@ -171,6 +181,7 @@ class Model:
                 "gbps_after_setup": moved / after / 1e9 if after > 0 else 0.0,
                 "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
                 "io": N.text(s.io), "engine": N.text(s.engine), "staging_peak": s.staging_peak,
+                "verified_files": s.verified_files, "verified_bytes": s.verified_bytes,
                 "devices": devs}
 
     def _local_of(self, d: int) -> int:
@@ -273,10 +284,13 @@ def load(path: Any = None, *, tp: int = 1, pp: int = 1, ep: bool = False, layout
          dtype: Any = None, device: str = "cpu", gpus: Iterable[int] | None = None,
          devices: Iterable[int] | None = None, io: str = "auto", staging: int = 64 << 20,
          threads: int = 0, dummy: bool = False, seed: int = 1234, config: Any = None,
-         rules: Any = None, progress: Progress = None, pjrt_plugin: Any = None) -> Model:
+         rules: Any = None, progress: Progress = None, pjrt_plugin: Any = None,
+         verify: bool = False, manifest: Any = None) -> Model:
     """Plans path for a tp x pp mesh and loads the devices this process wants (all by default).
 
     With dummy=True and no path the plan comes from config alone and no file is read.
+    verify=True checks every file's SHA-256 while it streams, against manifest (a sha256sum
+    file) or, in a Hugging Face cache, the blob each file links to; a mismatch is a LoadError.
     device="pjrt" puts each parameter in a PJRT buffer through the plugin at pjrt_plugin
     (e.g. XLA's CPU plugin xla_cpu_pjrt.so); its bytes come back with .read and .checksums.
     """
@@ -289,6 +303,7 @@ def load(path: Any = None, *, tp: int = 1, pp: int = 1, ep: bool = False, layout
         o.pjrt_plugin = keep[-1]
     _set_list(o, keep, "gpus", "n_gpus", _int_list("gpus", gpus))
     _set_list(o, keep, "devices", "n_devices", _int_list("devices", devices))
+    _set_verify(o, keep, verify, manifest)
     if path is None and not dummy:
         raise ValueError("load needs a checkpoint path (or dummy=True with config=)")
     ck = Checkpoint(path) if path is not None else None
@@ -354,7 +369,8 @@ def _dest_table(plan: Plan, rank: int, tensors: Mapping[str, Any]) -> list[tuple
 def load_into(path: Any, tensors: Mapping[str, Any], *, tp: int = 1, pp: int = 1,
               ep: bool = False, rank: int = 0, layout: str = "tp", dtype: Any = None,
               io: str = "auto", staging: int = 64 << 20, threads: int = 0, config: Any = None,
-              rules: Any = None, progress: Progress = None) -> dict[str, Any]:
+              rules: Any = None, progress: Progress = None, verify: bool = False,
+              manifest: Any = None) -> dict[str, Any]:
     """Fills an engine's own tensors (name -> tensor of mesh device `rank`) in place.
 
     Every name, shape, dtype and device is checked before any byte is read; no second copy of
@@ -363,6 +379,8 @@ def load_into(path: Any, tensors: Mapping[str, Any], *, tp: int = 1, pp: int = 1
     if not isinstance(tensors, Mapping):
         raise TypeError(f"tensors must be a mapping name -> tensor, got {type(tensors).__name__}")
     o = _load_opts("cpu", io, staging, threads, False, 1234)
+    keep: list[Any] = []
+    _set_verify(o, keep, verify, manifest)
     with Checkpoint(path) as ck:
         plan = Plan(ck, config=config, tp=tp, pp=pp, ep=ep, layout=layout, dtype=dtype,
                     rules=rules)
@@ -370,7 +388,6 @@ def load_into(path: Any, tensors: Mapping[str, Any], *, tp: int = 1, pp: int = 1
             raise ValueError(f"rank {rank!r}: expected 0 <= rank < {len(plan.devices)}")
         dests = _dest_table(plan, rank, tensors)
         where = dests[0][1] if dests else "cpu"
-        keep: list[Any] = []
         _set_list(o, keep, "devices", "n_devices", [rank])
         if where != "cpu":  # mesh device `rank` on the tensors' GPU
             o.device = b"cuda"

@@ -50,6 +50,8 @@ sl_status sl_load_job_plan(sl_load_job *j, const sl_plan *p, sl_err *err)
 {
     j->plan = p;
     SL_CHECK(p && p->n_devices > 0 && p->devices, err, SL_E_INVALID_ARG, "plan has no devices");
+    SL_CHECK(!(j->opts.dummy && j->opts.verify), err, SL_E_INVALID_ARG,
+             "--verify checks checkpoint files; dummy weights read none");
     SL_CHECK(j->opts.dummy || j->n_files >= p->n_files, err, SL_E_INVALID_ARG,
              "plan reads %lld files, %lld given", (long long)p->n_files, (long long)j->n_files);
     return sl_load_check_plan(p, j->files, j->n_files, j->opts.dummy, err);

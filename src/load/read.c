@@ -19,13 +19,16 @@ sl_status sl_load_read(const sl_load_file *files, int64_t n_files, const sl_plan
                        sl_err *err)
 {
     const rd_config c = {.files = files, .n_files = n_files, .p = p, .devs = devs, .o = o,
-                         .err = err, .direct_reads = 1, .size_for_devices = 1, .slot_marks = 1};
+                         .err = err, .direct_reads = 1, .size_for_devices = 1, .slot_marks = 1,
+                         .verify = o->verify};
     rd_ctx x;
     sl_status st = rd_setup(&x, &c);
     if (st == SL_OK && x.chunks.n > 0) {
         stats->engine = x.io.ops->name;
         st = rd_run(&x);
     }
+    if (st == SL_OK && x.verify)
+        st = rd_verify_finish(x.verify, &stats->verified_bytes, &stats->verified_files, err);
     if (x.planned)
         stats->io = rd_files_io_name(&x.files); /* after any EINVAL fallback */
     stats->bytes_read = x.bytes_read;

@@ -127,6 +127,7 @@ static void rd_mark_direct(rd_ops *t, const rd_chunk_opts *o)
         const sl_op *op = r->op;
         const uint64_t row_bytes = op->row_elems * r->ssize;
         r->direct = o->host[r->dev] && !(o->file_direct && o->file_direct[op->file]) &&
+                    !(o->whole && o->whole[op->file]) &&
                     op->src_dtype == t->dtype &&
                     (op->rows == 1 || (op->src_stride == row_bytes && op->dst_stride == row_bytes)) &&
                     r->src_end - op->src_offset >= RD_DIRECT_MIN && rd_exclusive(t, i);
@@ -177,9 +178,14 @@ static sl_status rd_ranges(const rd_ops *t, const rd_chunk_opts *o, rd_span **ou
     int64_t n = 0, k = 0;
     for (int64_t i = 0; i < t->n; i++)
         n += t->v[i].direct ? 0 : rd_op_span_count(o, &t->v[i]);
+    for (int64_t f = 0; o->whole && f < t->n_files; f++)
+        n += o->whole[f] > 0;
     rd_span *s = calloc((size_t)n + 1, sizeof *s);
     if (!s)
         return sl_err_set(err, SL_E_NOMEM, "out of memory");
+    for (int64_t f = 0; o->whole && f < t->n_files; f++)
+        if (o->whole[f] > 0)   /* merges with every span of the file into one range */
+            s[k++] = (rd_span){.file = (int32_t)f, .start = 0, .end = o->whole[f]};
     for (int64_t i = 0; i < t->n; i++) {
         const rd_op *r = &t->v[i];
         if (r->direct)

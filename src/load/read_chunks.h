@@ -71,6 +71,9 @@ typedef struct rd_chunk_opts {
      * file_direct[f]: file f is read with O_DIRECT (no direct reads from it). */
     unsigned char *const *host;
     const unsigned char *file_direct;
+    /* Whole files (NULL: none): whole[f] > 0 is file f's size, and its chunks cover [0, size)
+     * contiguously, nothing direct (--verify hashes each file front to back). */
+    const uint64_t *whole;
 } rd_chunk_opts;
 
 /* Gathers p's COPY operations (plan bounds already checked: sl_load_check_plan). */

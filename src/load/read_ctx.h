@@ -18,6 +18,7 @@
 #include "io/io.h"
 #include "load/engine.h"
 #include "load/read_chunks.h"
+#include "load/read_verify.h"
 
 #include "common/sl_file.h"
 #include "common/sl_pool.h"
@@ -89,6 +90,7 @@ typedef struct rd_slot {
     int64_t chunk;
     unsigned index;
     int marked;          /* device copies from buf are pending under mark `index` */
+    int held;            /* --verify: read and scattered, waiting for earlier chunks' hashing */
 } rd_slot;
 
 typedef struct rd_ctx {
@@ -128,6 +130,9 @@ typedef struct rd_ctx {
     int in_flight;                /* device copies (async: cuda) issued since the last rd_fence */
     int use_marks;                /* some local device is async: per-slot waits (rd_config) */
     int marks_pending;            /* a mark was recorded since the last rd_fence */
+    /* --verify (read_verify.h): whole files, hashed in chunk order; NULL: off */
+    rd_verify *verify;
+    int64_t verify_next;          /* the next chunk to hash; later ones wait in their slots */
 } rd_ctx;
 
 /* Device d receives bytes in this process. Only these devices are ever called: the others (other
@@ -160,6 +165,7 @@ typedef struct rd_config {
     unsigned n_slots;             /* read slots; 0: as many as the budget holds */
     unsigned extra_slots;         /* slots for the caller after the read slots (sl_rd_extra) */
     int slot_marks;               /* the pipeline waits per slot when the devices have marks */
+    int verify;                   /* whole load: opts.verify (the stepwise path refuses it) */
 } rd_config;
 
 /* Sets up x for c: sizes, files, operations, chunks, the padding zeroed, staging and the read

@@ -160,6 +160,43 @@ static void rd_give(rd_free_list *f, rd_slot *s)
     f->count++;
 }
 
+/* --verify: a completed (and scattered) slot waits until every chunk before it went to the
+ * hashing thread, then goes too, so that each file is hashed front to back whatever order the
+ * reads complete in; it is reused once hashed. The chunk to hand over next is always being read
+ * (chunks are submitted in order), so waiting never stalls the loop. */
+static void rd_verify_hand(rd_ctx *x, rd_slot *s)
+{
+    s->held = 1;
+    for (int found = 1; found;) {
+        found = 0;
+        for (unsigned i = 0; i < x->n_slots; i++) {
+            rd_slot *h = &x->slots[i];
+            if (!h->held || h->chunk != x->verify_next)
+                continue;
+            const rd_chunk *c = &x->chunks.v[h->chunk];
+            h->held = 0;
+            rd_verify_push(x->verify, c->file, c->a, c->b,
+                           c->dst ? c->dst : h->buf + (c->a - h->req.off), h);
+            x->verify_next++;
+            found = 1;
+        }
+    }
+}
+
+/* Slots the hashing thread is done with back to the free list; block: wait for one (there is
+ * one: no read in flight means every slot out was handed over). */
+static sl_status rd_verify_take(rd_ctx *x, rd_free_list *fl, unsigned *busy, int block)
+{
+    unsigned n = 0;
+    for (rd_slot *s; (s = rd_verify_done(x->verify, block && !n)) != NULL; n++) {
+        rd_give(fl, s);
+        (*busy)--;
+    }
+    if (block && !n)
+        return sl_err_set(x->err, SL_E_IO, "--verify: %u slots neither read nor hashed", *busy);
+    return SL_OK;
+}
+
 sl_status rd_pipeline(rd_ctx *x)
 {
     rd_free_list fl = {.items = calloc(x->n_slots, sizeof(rd_slot *)), .cap = x->n_slots,
@@ -168,23 +205,32 @@ sl_status rd_pipeline(rd_ctx *x)
         return sl_err_set(x->err, SL_E_NOMEM, "out of memory");
     for (unsigned i = 0; i < x->n_slots; i++)
         rd_give(&fl, &x->slots[i]);
-    unsigned busy = 0, peak = 0;
-    sl_status st = SL_OK;
+    sl_status st = x->verify ? rd_verify_start(x->verify, x->n_slots, x->err) : SL_OK;
+    unsigned busy = 0, reads = 0, peak = 0;   /* slots out of the free list; of them, being read */
     int64_t next = 0;
     while (st == SL_OK && (next < x->chunks.n || busy)) {
+        if (x->verify)   /* with no read in flight and none to start, only hashing frees a slot */
+            st = rd_verify_take(x, &fl, &busy, !reads && !(next < x->chunks.n && fl.count));
         while (st == SL_OK && next < x->chunks.n && fl.count) {
             st = rd_submit(x, rd_take(&fl), next++);
             busy++;
+            reads++;
             peak = busy > peak ? busy : peak;
         }
+        if (st != SL_OK || !reads)
+            continue;
         sl_io_req *done = NULL;
-        if (st == SL_OK)
-            st = x->io.ops->wait(x->io.ctx, &done, x->err);
+        st = x->io.ops->wait(x->io.ctx, &done, x->err);
         if (st != SL_OK)
             break;
         int again = 0;
         st = rd_complete(x, done->user, &again);
-        if (!again) {
+        if (again)
+            continue;
+        reads--;
+        if (st == SL_OK && x->verify) {
+            rd_verify_hand(x, done->user);
+        } else {
             busy--;
             rd_give(&fl, done->user);
         }

@@ -9,6 +9,7 @@
 
 #include <assert.h>
 #include <stdlib.h>
+#include <string.h>
 
 static sl_status rd_host_ptrs(rd_ctx *x)
 {
@@ -25,10 +26,21 @@ static sl_status rd_plan_chunks(rd_ctx *x)
 {
     rd_chunk_opts co = {.request = x->request, .merge_gap = x->merge_gap};
     unsigned char *file_direct = NULL;
+    uint64_t *whole = NULL;
+    if (x->verify) {
+        whole = calloc((size_t)x->files.n + 1, sizeof *whole);
+        if (!whole)
+            return sl_err_set(x->err, SL_E_NOMEM, "out of memory");
+        for (int64_t f = 0; f < x->files.n; f++)
+            whole[f] = x->files.v[f].size;
+        co.whole = whole;
+    }
     if (x->allow_direct) {
         file_direct = calloc((size_t)x->files.n + 1, 1);
-        if (!file_direct)
+        if (!file_direct) {
+            free(whole);
             return sl_err_set(x->err, SL_E_NOMEM, "out of memory");
+        }
         for (int64_t f = 0; f < x->files.n; f++)
             file_direct[f] = (unsigned char)x->files.v[f].direct;
         co.host = x->host;
@@ -36,6 +48,7 @@ static sl_status rd_plan_chunks(rd_ctx *x)
     }
     const sl_status st = rd_chunks_build(&x->ops, &co, &x->chunks, x->err);
     free(file_direct);
+    free(whole);
     return st;
 }
 
@@ -93,6 +106,10 @@ sl_status rd_setup(rd_ctx *x, const rd_config *c)
     SL_TRY(rd_size(x, c));
     SL_TRY(rd_files_init(&x->files, c->files, c->n_files, x->err));
     SL_TRY(rd_ops_build(x->p, c->n_files, &x->ops, x->err));
+    if (c->verify) {   /* every file, whole, is read: the unused ones too */
+        SL_TRY(rd_verify_new(c->files, c->n_files, x->o->manifest_path, &x->verify, x->err));
+        memset(x->ops.used, 1, (size_t)c->n_files);
+    }
     SL_TRY(rd_files_open(&x->files, x->ops.used, x->o->io, x->err));
     SL_TRY(rd_host_ptrs(x));
     if (c->size_for_devices)
@@ -119,6 +136,8 @@ void rd_free(rd_ctx *x)
     rd_files_close(&x->files);
     rd_ops_free(&x->ops);
     rd_chunks_free(&x->chunks);
+    rd_verify_free(x->verify);
+    x->verify = NULL;
     free(x->host);
     x->host = NULL;
     rd_free_buffers(x);

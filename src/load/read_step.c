@@ -22,6 +22,10 @@ sl_status sl_rd_open(const sl_rd_setup *s, sl_rd **out)
     if (!r)
         return sl_err_set(s->err, SL_E_NOMEM, "out of memory");
     r->pending[0] = r->pending[1] = -1;
+    /* A rank reads only some chunks of a file, so it cannot hash the file whole. */
+    SL_CHECK(!s->o->verify, s->err, SL_E_UNSUPPORTED,
+             "--verify is not supported with --dist cooperative yet (each rank reads only part of "
+             "each file); use --dist independent or one process");
     const rd_config c = {.files = s->files, .n_files = s->n_files, .p = s->p, .devs = s->devs,
                          .local = s->local, .o = s->o, .err = s->err, .ring_bytes = s->ring_bytes,
                          .slot_bytes = s->slot_bytes, .n_slots = 2,
