@@ -46,7 +46,7 @@ static void load_help(FILE *out)
             "                  else O_DIRECT), direct or buffered\n"
             "  --threads N     I/O threads / requests in flight (for cuda, also the number of\n"
             "                  staging slots the budget is cut into); default automatic\n"
-            "  --staging MiB   host staging budget; default 64\n"
+            "  --staging MiB   host staging budget; default 64, at least 16 KiB\n"
             "  --request MiB   size of one read request; default 16 (less when the budget\n"
             "                  holds fewer than two); for cuda, by default the\n"
             "                  budget is cut into about --threads (or CPU count, at most 16)\n"

@@ -22,7 +22,7 @@ static void reshard_help(FILE *out)
             "reshard for another mesh or part size): use a new or empty directory.\n\n"
             "  --tp T, --pp P, --ep, --layout L, --dtype D, --config FILE, --rules FILE   as for `load`\n"
             "  --max-part-size SIZE   largest part file, e.g. 5GB, 512MiB (default 5GB)\n"
-            "  --staging MiB          host staging budget (default 64)\n"
+            "  --staging MiB          host staging budget (default 64, at least 16 KiB)\n"
             "  --request MiB          size of one read request (default: the budget cut into\n"
             "                         about --threads or CPU-count slots of 4 to 16 MiB)\n"
             "                         (--staging, --request: a plain number is MiB, whatever its\n"
