@@ -40,18 +40,21 @@ static void make_checkpoint(void)
     }
 }
 
-typedef enum { CHANGE_NONE, CHANGE_REPLACE, CHANGE_REWRITE, CHANGE_FIFO } change_kind;
+typedef enum { CHANGE_NONE, CHANGE_REPLACE, CHANGE_REWRITE, CHANGE_FIFO, CHANGE_SKIPPED } change_kind;
 
 /* Another byte at offset `at` of a file of the same size: a new file renamed over path (replace),
- * or a write into the file itself (rewrite). */
-static void change_file(const char *path, uint64_t at, change_kind how)
+ * or a write into the file itself (rewrite). Returns 0 when a rewrite left the mtime as it was (a
+ * file system with coarse timestamps: nothing can tell then). */
+static int change_file(const char *path, uint64_t at, change_kind how)
 {
+    struct stat before, after;
     char tmp[700];
     unsigned char b = 0;
     if (how == CHANGE_FIFO) {
         EXPECT(unlink(path) == 0 && mkfifo(path, 0644) == 0, "mkfifo %s", path);
-        return;
+        return 1;
     }
+    stat(path, &before);
     /* timestamps have the kernel's tick (a few ms): the change must land in a later one */
     nanosleep(&(struct timespec){0, 30 * 1000 * 1000}, NULL);
     int fd = open(path, O_RDWR);
@@ -60,7 +63,8 @@ static void change_file(const char *path, uint64_t at, change_kind how)
     if (how == CHANGE_REWRITE) {
         EXPECT(pwrite(fd, &b, 1, (off_t)at) == 1, "rewrite %s", path);
         close(fd);
-        return;
+        stat(path, &after);
+        return before.st_mtim.tv_sec != after.st_mtim.tv_sec || before.st_mtim.tv_nsec != after.st_mtim.tv_nsec;
     }
     snprintf(tmp, sizeof tmp, "%s.new", path);
     struct stat sb;
@@ -74,6 +78,7 @@ static void change_file(const char *path, uint64_t at, change_kind how)
     close(fd);
     free(all);
     EXPECT(rename(tmp, path) == 0, "rename over %s", path);
+    return 1;
 }
 
 static void on_alarm(int sig)
@@ -98,14 +103,18 @@ static void check_change(change_kind how, const char *name)
     const int64_t file = sl_checkpoint_file_count(ck) - 1;   /* the last shard: read last */
     const char *path = sl_checkpoint_file_path(ck, file);
     EXPECT(sl_checkpoint_file_count(ck) > 1, "%s: expected several shards", name);
-    if (how != CHANGE_NONE)
-        change_file(path, sl_checkpoint_file_data_start(ck, file) + 3, how);
+    if (how != CHANGE_NONE && !change_file(path, sl_checkpoint_file_data_start(ck, file) + 3, how)) {
+        fprintf(stderr, "%s: the rewrite kept the file's mtime (coarse timestamps): not checked\n", name);
+        how = CHANGE_SKIPPED;
+    }
     sl_load_opts lo;
     sl_load_opts_init(&lo);
     alarm(60);
     const sl_status st = sl_load(ck, p, &lo, &m);
     alarm(0);
-    if (how == CHANGE_NONE) {
+    if (how == CHANGE_SKIPPED) {
+        /* nothing to expect */
+    } else if (how == CHANGE_NONE) {
         EXPECT(st == SL_OK, "%s: %s", name, sl_model_errmsg(m));
     } else {
         EXPECT(st == SL_E_CHANGED && strstr(sl_model_errmsg(m), path) &&
