@@ -20,7 +20,10 @@ sl_status ck_writer_remove_stale(const char *dir, int (*ours)(void *user, const 
  * open (issue 18 item 11). A writer joins after sl_writer_begin; the least recently used idle
  * writer is parked (descriptor closed, its temporary file kept) to let another write, and opened
  * again by name when written next. Thread-safe across writers; each writer is still written by one
- * thread at a time (the caller's lock). */
+ * thread at a time (the caller's lock). A parked writer holds no lock on its temporary file, so
+ * only a second run writing the same names at the same time could take it for stale (such a run
+ * would spoil the output anyway); runs one after another, and MPI ranks (each removes only its own
+ * devices' names), never do. */
 typedef struct ck_writer_set ck_writer_set;
 
 sl_status ck_writer_set_new(ck_writer_set **out, sl_err *err);
