@@ -19,8 +19,12 @@ out=$("$SL" plan --config "$CFG/qwen3-30b-a3b.json" --tp 2 --verbose) || fail "p
 grep -q "model.layers.0.self_attn.qkv_proj.weight  *BF16  \[2560, 2048\]" <<<"$out" || fail "Qwen3 qkv [2560, 2048]"
 grep -q "model.layers.0.mlp.experts.w13_weight  *BF16  \[128, 768, 2048\]" <<<"$out" || fail "Qwen3 w13 [128, 768, 2048]"
 out=$("$SL" plan --config "$CFG/deepseek-v3.json" --tp 8 --ep --verbose) || fail "plan deepseek-v3 --ep"
-grep -q "model.layers.3.mlp.experts.w13_weight  *BF16  \[32, 4096, 7168\]" <<<"$out" || fail "DS-V3 --ep w13 [32, 4096, 7168]"
-grep -q "model.layers.0.self_attn.fused_qkv_a_proj.weight  *BF16  \[2112, 7168\]" <<<"$out" || fail "DS-V3 fused_qkv_a_proj"
+grep -q "model.layers.3.mlp.experts.w13_weight  *F8_E4M3 \[32, 4096, 7168\]" <<<"$out" || fail "DS-V3 --ep w13 [32, 4096, 7168]"
+grep -q "model.layers.3.mlp.experts.w13_weight_scale_inv  *F32  *\[32, 32, 56\]" <<<"$out" || fail "DS-V3 --ep w13 scale"
+grep -q "model.layers.0.self_attn.fused_qkv_a_proj.weight  *F8_E4M3 \[2112, 7168\]" <<<"$out" || fail "DS-V3 fused_qkv_a_proj"
+out=$("$SL" plan --config "$CFG/deepseek-v3.json" --tp 8 --json) || fail "plan deepseek-v3 --json"
+grep -q '"name":"model.layers.0.self_attn.fused_qkv_a_proj.weight_scale_inv","dtype":"F32","shape":\[17,56\]' <<<"$out" ||
+    fail "DS-V3 JSON: fused_qkv_a_proj scale F32 [17, 56]"
 
 # 2. --rules can express the MoE tables: a copy of the built-in one plans the same
 cp "$SRC/rules/qwen3_moe.json" "$T/my-rules.json"

@@ -105,8 +105,9 @@ static void worked_figures(void)
     const sl_plan_param_t *bias = param(p, 0, "model.layers.3.mlp.gate.e_score_correction_bias");
     EXPECT(bias && bias->ndim == 1 && bias->shape[0] == 256, "noaux_tc: the correction bias [256]");
     /* embed, norm, lm_head; 8 attention and norm parameters a layer; 2 dense MLP ones in layers
-     * 0-2; router, bias, w13, w2 and the shared expert's 2 in layers 3-60 */
-    EXPECT(p && p->devices[0].n_params == 3 + 3 * 10 + 58 * 14, "DS-V3 params per device: %lld",
+     * 0-2; router, bias, w13, w2 and the shared expert's 2 in layers 3-60; and a block scale for
+     * each FP8 weight (4 attention, 2 dense, 4 MoE; test_plan_fp8 checks them) */
+    EXPECT(p && p->devices[0].n_params == 3 + 3 * (10 + 6) + 58 * (14 + 8), "DS-V3 params per device: %lld",
            p ? (long long)p->devices[0].n_params : -1ll);
     sl_plan_free(p);
     EXPECT(build(NULL, ds, NULL, 8, 1, 1, SL_LAYOUT_TP, &p) == SL_OK, "%s", sl_plan_errmsg(p));

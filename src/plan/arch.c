@@ -169,7 +169,7 @@ static sl_status rule_shape(sl_err *err, sl_arena *a, const sl_arch_config *c, c
 static sl_status rule_keys(sl_err *err, const json_t *r, const char *t)
 {
     static const char *const keys[] = {"tensor", "param", "shape", "shard", "slot", "place",
-                                       "tied", "description", "layers", "when", "unless"};
+                                       "tied", "description", "layers", "when", "unless", "quant"};
     const char *key;
     const json_t *v;
     json_object_foreach((json_t *)(uintptr_t)r, key, v) {
@@ -189,6 +189,12 @@ static sl_status rule_parse(sl_err *err, sl_arch *m, const json_t *r, sl_rule *o
     const char *t = rule_str(r, "tensor");
     SL_CHECK(t != NULL && t[0], err, SL_E_CONFIG, "a rule has no \"tensor\" string");
     SL_TRY(rule_keys(err, r, t));
+    const json_t *q = json_object_get(r, "quant");
+    SL_CHECK(q == NULL || json_is_false(q), err, SL_E_CONFIG, "rule '%s': \"quant\" can only be "
+             "false (never quantized)", t);
+    out->no_quant = q != NULL;
+    out->dtype = -1;
+    out->scale_of = -1;
     const char *p = rule_str(r, "param");
     out->tensor = sl_arena_strndup(a, t, strlen(t));
     out->param = p ? sl_arena_strndup(a, p, strlen(p)) : out->tensor;
@@ -217,6 +223,8 @@ static sl_status group_check_pair(sl_err *err, const sl_rule *a, const sl_rule *
              "or row length", a->tensor, b->tensor, a->param);
     SL_CHECK(a->slot != b->slot, err, SL_E_CONFIG, "rules '%s' and '%s' take the same slot of '%s'",
              a->tensor, b->tensor, a->param);
+    SL_CHECK(a->dtype == b->dtype, err, SL_E_UNSUPPORTED, "Detected some but not all shards of %s "
+             "are quantized. All shards of fused layers to have the same precision.", a->param);
     SL_CHECK(a->expert == b->expert && a->layers == b->layers, err, SL_E_CONFIG,
              "rules '%s' and '%s' fill param '%s' but differ in {e} or \"layers\"", a->tensor,
              b->tensor, a->param);
@@ -268,7 +276,7 @@ static sl_status group_finish(sl_err *err, sl_arch *m, sl_rule_group *g)
         const sl_rule *r = &m->rules[g->rules[i]];
         SL_CHECK(r->slot == i, err, SL_E_CONFIG, "param '%s' lacks slot %d", r0->param, (int)i);
         const uint64_t want = (uint64_t)(r->slot == 0 ? c->nh : c->K) * (uint64_t)c->D;
-        SL_CHECK(r->shard != SL_SHARD_QKV || r->shape[0] == want, err, SL_E_CONFIG,
+        SL_CHECK(r->shard != SL_SHARD_QKV || r->scale_of >= 0 || r->shape[0] == want, err, SL_E_CONFIG,
                  "rule '%s': a qkv slot's dim 0 must be %s*D", r->tensor, r->slot ? "K" : "nh");
     }
     SL_CHECK(r0->shard != SL_SHARD_QKV || g->n_rules == 3, err, SL_E_CONFIG,
@@ -297,10 +305,12 @@ static sl_status rules_parse(sl_err *err, sl_arch *m, const json_t *root)
              "rule table has no \"rules\" list");
     SL_CHECK(json_array_size(rules) < 4096, err, SL_E_CONFIG, "rule table has too many rules");
     m->n_rules = (int32_t)json_array_size(rules);
-    m->rules = sl_arena_alloc(&m->arena, (size_t)m->n_rules * sizeof(*m->rules));
-    m->groups = sl_arena_alloc(&m->arena, (size_t)m->n_rules * sizeof(*m->groups));
+    /* room for a block-scale rule per rule (arch_quant.c) */
+    const int32_t cap = 2 * m->n_rules;
+    m->rules = sl_arena_alloc(&m->arena, (size_t)cap * sizeof(*m->rules));
+    m->groups = sl_arena_alloc(&m->arena, (size_t)cap * sizeof(*m->groups));
     SL_CHECK(m->rules && m->groups, err, SL_E_NOMEM, "out of memory");
-    memset(m->rules, 0, (size_t)m->n_rules * sizeof(*m->rules));
+    memset(m->rules, 0, (size_t)cap * sizeof(*m->rules));
     const int32_t n_json = m->n_rules;
     m->n_rules = 0;
     for (int32_t j = 0; j < n_json; j++) {
@@ -316,6 +326,10 @@ static sl_status rules_parse(sl_err *err, sl_arch *m, const json_t *root)
         for (int32_t k = 0; k < i; k++)
             SL_CHECK(strcmp(m->rules[k].tensor, r->tensor) != 0, err, SL_E_CONFIG,
                      "rule table lists '%s' twice", r->tensor);
+    }
+    SL_TRY(sl_arch_quant_rules(err, m, cap));
+    for (int32_t i = 0; i < m->n_rules; i++) {
+        sl_rule *r = &m->rules[i];
         int32_t *n = r->place == SL_PLACE_LAYER ? &m->n_layer
                      : r->place == SL_PLACE_FIRST ? &m->n_first : &m->n_last;
         r->ord = (*n)++;
@@ -507,6 +521,7 @@ static sl_status tensor_set(sl_err *err, sl_arch *m, int32_t ri, int64_t l, int6
     t->rule = ri;
     t->layer = r->place == SL_PLACE_LAYER ? (int32_t)l : -1;
     t->expert = r->expert ? (int32_t)e : -1;
+    t->dtype = r->dtype;
     t->ndim = r->ndim;
     t->shape = r->shape;
     t->name = r->place == SL_PLACE_LAYER ? name_format(&m->arena, r->tensor, l, e) : r->tensor;
@@ -573,6 +588,8 @@ sl_status sl_arch_load(const char *config_path, const char *rules_path, sl_err *
      * message names it. */
     json_t *cfg = NULL;
     sl_status st = sl_arch_config_load(err, &m->arena, config_path, &m->cfg, &cfg);
+    if (st == SL_OK && (st = sl_arch_quant_parse(err, m, cfg)) != SL_OK)
+        sl_err_prefix(err, config_path);
     if (st == SL_OK && rules_path)
         st = rules_load_file(err, m, rules_path, cfg);
     else if (st == SL_OK && (st = rules_load_builtin(err, m, cfg)) != SL_OK)

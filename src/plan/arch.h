@@ -55,6 +55,10 @@ typedef struct sl_rule {
                                  parameter [El, ...] in layout tp */
     int64_t kind_ord[2];      /* per-layer rules: offset of the rule's first tensor among a dense
                                  (0) / MoE (1) layer's tensors; -1 when absent there */
+    int32_t dtype;            /* the parameter's sl_dtype: -1 the plan's; F8_E4M3 for an FP8
+                                 weight; F32 for its scale */
+    int32_t scale_of;         /* a block-scale rule (arch_quant.c): the rule of its weight; else -1 */
+    int no_quant;             /* "quant": false: never quantized (routers) */
 } sl_rule;
 
 /* A tp-layout parameter: one rule, or the slots of a fused parameter, in slot order. */
@@ -83,6 +87,7 @@ typedef struct sl_arch_tensor {
     int32_t rule;
     int32_t layer;                /* -1 for first/last-stage tensors */
     int32_t expert;               /* routed expert of an {e} rule, else -1 */
+    int32_t dtype;                /* the rule's dtype (-1: the model's) */
     uint32_t ndim;
     const uint64_t *shape;        /* the rule's */
 } sl_arch_tensor;
@@ -107,6 +112,12 @@ typedef struct sl_arch {
     int64_t n_moe_layers;
     int has_moe;                  /* the table has a "moe" entry */
     int skip_extra_layers;        /* "skip_extra_layers": checkpoint layers >= L are skipped (MTP) */
+    struct {
+        int on;                   /* quantization_config: FP8 with [bn, bk] block scales */
+        uint64_t bn, bk;
+        const char **ignored;     /* ignored_layers / modules_to_not_convert (arena) */
+        int64_t n_ignored;
+    } quant;
 } sl_arch;
 
 /* Reads config_path and the rule table (rules_path, or the built-in one for architectures[0]),

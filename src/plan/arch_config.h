@@ -27,6 +27,14 @@ sl_status sl_arch_config_sym(sl_err *err, const json_t *root, const char *key, i
  * read against the config. Called before the rules are parsed. */
 sl_status sl_arch_table_extras(sl_err *err, sl_arch *m, const json_t *table, const json_t *cfg);
 
+/* arch_quant.c: the config's quantization_config into m->quant (SL_E_UNSUPPORTED for FP8 formats
+ * other than block-scaled "fp8"). */
+sl_status sl_arch_quant_parse(sl_err *err, sl_arch *m, const json_t *cfg);
+
+/* arch_quant.c: marks the quantized linear rules F8_E4M3 and appends a block-scale rule for each
+ * (m->rules has room for cap rules). Before the rules are grouped. */
+sl_status sl_arch_quant_rules(sl_err *err, sl_arch *m, int32_t cap);
+
 /* arch_moe.c: index of table symbol s[0, n) in c, or -1. */
 int sl_arch_sym_find(const sl_arch_config *c, const char *s, size_t n);
 

@@ -52,7 +52,7 @@ sl_status sl_plan_param(const sl_plan *p, int32_t dev, int64_t i, sl_param_info 
     const sl_plan_param_t *pp = &d->params[i];
     memset(out, 0, sizeof(*out));
     out->name = pp->name;
-    out->dtype = p->dtype;
+    out->dtype = pp->dtype;
     out->ndim = pp->ndim;
     out->shape = pp->shape;
     out->nbytes = pp->nbytes;

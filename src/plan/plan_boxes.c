@@ -167,6 +167,7 @@ static sl_status box_param(box_ctx *c, const sl_box *b, const sl_tensor_info *ti
     sl_plan_param_t *pp = &pd->params[i];
     pp->name = sl_arena_strndup(&p->arena, b->tensor, strlen(b->tensor));
     SL_CHECK(pp->name != NULL, &p->err, SL_E_NOMEM, "out of memory");
+    pp->dtype = p->dtype;
     pp->ndim = b->ndim;
     memcpy(pp->shape, b->len, b->ndim * sizeof *b->len);
     pp->offset = pd->bytes;

@@ -43,6 +43,7 @@ static void tmpl_from_rule(plan_tmpl *t, const sl_rule *r, const char *param)
     t->tied_also_last = r->tied_also_last;
     t->tied_skip = r->tied_skip;
     t->expert = r->expert;
+    t->dtype = r->dtype;
 }
 
 /* Layout spmd keeps one parameter per expert, under the checkpoint name. */
@@ -132,6 +133,7 @@ typedef struct param_ctx {
     int64_t expert;               /* spmd: the expert of an {e} template's parameter */
     int32_t rank, n;              /* tp rank (spmd: device) and tp size (spmd: N); for the slices
                                      of an expert under EP, 0 and 1 */
+    sl_dtype dt;                  /* the parameter's dtype */
 } param_ctx;
 
 static uint64_t dtype_size(sl_dtype dt)
@@ -158,9 +160,9 @@ static void emit_zero(param_ctx *pc, uint64_t dst_elem, uint64_t elems)
     sl_op *op = op_next(pc);
     if (op == NULL)
         return;
-    const uint64_t esz = dtype_size(pc->c->p->dtype);
+    const uint64_t esz = dtype_size(pc->dt);
     op->kind = SL_OP_ZERO;
-    op->src_dtype = pc->c->p->dtype;
+    op->src_dtype = pc->dt;
     op->file = -1;
     op->tensor = -1;
     op->dst_offset = pc->offset + dst_elem * esz;
@@ -177,7 +179,7 @@ static void emit_copy(param_ctx *pc, const plan_src *s, const piece *q)
     sl_op *op = op_next(pc);
     if (op == NULL)
         return;
-    const uint64_t es = dtype_size(s->dtype), ed = dtype_size(pc->c->p->dtype);
+    const uint64_t es = dtype_size(s->dtype), ed = dtype_size(pc->dt);
     op->kind = SL_OP_COPY;
     op->src_dtype = s->dtype;
     op->file = s->file;
@@ -203,8 +205,20 @@ static void rule_rc(const sl_rule *r, uint64_t *R, uint64_t *C)
     *C = r->ndim == 2 ? r->shape[1] : 1;
 }
 
-/* Layout tp: rows of the parameter contributed by slot j, and where they start. */
+static uint64_t tp_weight_rows(const param_ctx *pc, const sl_rule *r, uint64_t *kv_block);
+
+/* Layout tp: rows of the parameter contributed by slot j, and where they start (kv_block: the
+ * source block of the slot's rows). A block-scale rule's rows are its weight's in blocks of bn:
+ * the weight's slot rows are multiples of bn (plan_mesh.c), but the last of an unsplit one. */
 static uint64_t tp_slot_rows(const param_ctx *pc, const sl_rule *r, uint64_t *kv_block)
+{
+    if (r->scale_of < 0)
+        return tp_weight_rows(pc, r, kv_block);
+    const uint64_t bn = pc->c->m->quant.bn;
+    return (tp_weight_rows(pc, &pc->c->m->rules[r->scale_of], kv_block) + bn - 1) / bn;
+}
+
+static uint64_t tp_weight_rows(const param_ctx *pc, const sl_rule *r, uint64_t *kv_block)
 {
     const sl_arch_config *cfg = &pc->c->m->cfg;
     const uint64_t T = (uint64_t)pc->n, D = (uint64_t)cfg->D, K = (uint64_t)cfg->K;
@@ -226,11 +240,27 @@ static uint64_t tp_slot_rows(const param_ctx *pc, const sl_rule *r, uint64_t *kv
     return 0;
 }
 
+/* A weight's piece in blocks: the scale entries of the blocks it covers (SHARDING-MOE-FP8.md:
+ * slot rows [s*nb, (s+1)*nb), row-layer columns [r*kb, (r+1)*kb)). */
+static void piece_to_blocks(const plan_ctx *c, const sl_rule *scale, piece *q)
+{
+    const uint64_t bn = c->m->quant.bn, bk = c->m->quant.bk;
+    const uint64_t rows = (q->r1 - q->r0 + bn - 1) / bn, cols = (q->c1 - q->c0 + bk - 1) / bk;
+    rule_rc(scale, &q->R, &q->C);
+    q->r0 /= bn;
+    q->r1 = q->r0 + rows;
+    q->c0 /= bk;
+    q->c1 = q->c0 + cols;
+}
+
 static void tp_rule_ops(param_ctx *pc, const sl_rule *r, const plan_src *s, uint64_t dst_row)
 {
+    const sl_rule *scale = r->scale_of >= 0 ? r : NULL;
+    if (scale)
+        r = &pc->c->m->rules[scale->scale_of];
     piece q = {0};
     uint64_t block = 0;
-    const uint64_t n = tp_slot_rows(pc, r, &block);
+    const uint64_t n = tp_weight_rows(pc, r, &block);
     rule_rc(r, &q.R, &q.C);
     q.dst_row = dst_row;
     q.c1 = q.C;
@@ -247,6 +277,8 @@ static void tp_rule_ops(param_ctx *pc, const sl_rule *r, const plan_src *s, uint
         q.r0 = block * n;
         q.r1 = q.r0 + n;
     }
+    if (scale)
+        piece_to_blocks(pc->c, scale, &q);
     emit_copy(pc, s, &q);
     if (r->shard == SL_SHARD_VOCAB)   /* padding rows are zero */
         emit_zero(pc, (dst_row + q.r1 - q.r0) * pc->Pc, (n - (q.r1 - q.r0)) * pc->Pc);
@@ -303,7 +335,12 @@ static void param_shape(const param_ctx *pc, sl_plan_param_t *pp)
         return;
     }
     if (r0->shard == SL_SHARD_ROW && r0->ndim == 2) {
-        pp->shape[1] /= N;
+        if (r0->scale_of >= 0) {   /* kb = cdiv(Ii, bk) of the weight's Ii */
+            const uint64_t bk = pc->c->m->quant.bk;
+            pp->shape[1] = (pc->c->m->rules[r0->scale_of].shape[1] / N + bk - 1) / bk;
+        } else {
+            pp->shape[1] /= N;
+        }
         return;
     }
     uint64_t rows = 0, block = 0;
@@ -361,12 +398,15 @@ static sl_status param_emit(param_ctx *pc)
         sub.n = 1;
     }
     memset(pp, 0, sizeof(*pp));
+    pc->dt = pc->t->dtype >= 0 ? (sl_dtype)pc->t->dtype : p->dtype;
+    sub.dt = pc->dt;
+    pp->dtype = pc->dt;
     pp->name = sl_plan_tmpl_name(pc->c, pc->t, pc->layer, pc->expert);
     if (stacked)
         expert_shape(pc, &sub, pp);
     else
         param_shape(pc, pp);
-    uint64_t nb = dtype_size(p->dtype);
+    uint64_t nb = dtype_size(pc->dt);
     for (uint32_t k = 0; k < pp->ndim; k++)
         SL_CHECK(!sl_mul_overflow(nb, pp->shape[k], &nb), &p->err, SL_E_CONFIG,
                  "%s: parameter %s: size overflows", pc->c->config_path, pp->name);

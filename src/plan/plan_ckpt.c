@@ -118,9 +118,27 @@ static int float_dtype(sl_dtype dt)
     return dt == SL_DTYPE_F32 || dt == SL_DTYPE_F16 || dt == SL_DTYPE_BF16;
 }
 
-static sl_status check_dtype(plan_ctx *c, const sl_tensor_info *ti)
+/* FP8 (SHARDING-MOE-FP8.md): a quantized weight is F8_E4M3, copied bit for bit; F8_E5M2 is
+ * refused (vLLM would convert its values); a scale is F32, or BF16/F16 widened exactly. */
+static sl_status check_fp8_dtype(plan_ctx *c, const sl_tensor_info *ti)
 {
     char nb[SL_TEXT_NAME];
+    SL_CHECK(ti->dtype != SL_DTYPE_F8_E5M2, &c->p->err, SL_E_UNSUPPORTED, "%s: checkpoint tensor '%s' "
+             "is F8_E5M2: only F8_E4M3 weights are copied bit for bit (vLLM would convert E5M2 values)",
+             tensor_file(c, ti), sl_text_name(ti->name, nb, sizeof nb));
+    SL_CHECK(ti->dtype == SL_DTYPE_F8_E4M3, &c->p->err, SL_E_UNSUPPORTED, "%s: checkpoint tensor '%s' "
+             "has dtype %s, but the config's quantization_config makes it an F8_E4M3 weight (list "
+             "its module in ignored_layers / modules_to_not_convert if it is not quantized)",
+             tensor_file(c, ti), sl_text_name(ti->name, nb, sizeof nb),
+             sl_dtype_name(ti->dtype) ? sl_dtype_name(ti->dtype) : "?");
+    return SL_OK;
+}
+
+static sl_status check_dtype(plan_ctx *c, const sl_tensor_info *ti, const sl_arch_tensor *mt)
+{
+    char nb[SL_TEXT_NAME];
+    if (mt->dtype == SL_DTYPE_F8_E4M3)
+        return check_fp8_dtype(c, ti);
     SL_CHECK(ti->dtype == c->p->dtype || float_dtype(ti->dtype), &c->p->err, SL_E_UNSUPPORTED,
              "%s: checkpoint tensor '%s' has dtype %s, which cannot be converted to %s",
              tensor_file(c, ti), sl_text_name(ti->name, nb, sizeof nb), sl_dtype_name(ti->dtype) ? sl_dtype_name(ti->dtype) : "?",
@@ -177,7 +195,7 @@ static sl_status bind_one(plan_ctx *c, const name_map *mp, int64_t i, unclaimed 
     if (c->m->cfg.tied && c->m->rules[mt->rule].tied_skip)
         return SL_OK;   /* tied: the embedding serves as lm_head, as in vLLM */
     SL_TRY(check_shape(c, &ti, mt));
-    SL_TRY(check_dtype(c, &ti));
+    SL_TRY(check_dtype(c, &ti, mt));
     c->src[k] = (plan_src){.index = i, .file = ti.file, .offset = ti.offset, .dtype = ti.dtype};
     return SL_OK;
 }

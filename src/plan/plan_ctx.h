@@ -16,6 +16,7 @@ typedef struct plan_tmpl {
     int tied_also_last, tied_skip;
     int expert;                   /* the rules have {e}: layout tp stacks the experts a rank holds
                                      into one parameter; layout spmd keeps one per expert */
+    int32_t dtype;                /* the parameter's dtype, -1: the plan's */
     const char **names;           /* per layer (1 entry for first/last); spmd experts: per layer
                                      and expert, names[l * E + e]; arena */
 } plan_tmpl;

@@ -15,7 +15,8 @@
  *  A plan built without a checkpoint still has its operations (so dummy loads know which regions
  *  hold data and which are padding): their `file` is -1 and src_offset is relative to the start
  *  of the checkpoint tensor.
- * Operations of a device are sorted by (file, src_offset). */
+ * Operations of a device are sorted by (file, src_offset); in a plan without a checkpoint they are
+ * in parameter order (no file to order them by). */
 #ifndef SL_PLAN_DATA_H
 #define SL_PLAN_DATA_H
 
@@ -46,6 +47,7 @@ typedef struct sl_op {
 
 typedef struct sl_plan_param {
     const char *name;        /* arena */
+    sl_dtype dtype;          /* the plan's dtype, or F8_E4M3 / F32 for an FP8 weight / its scale */
     uint32_t ndim;
     uint64_t shape[SL_PLAN_MAX_DIMS];
     uint64_t nbytes;

@@ -76,6 +76,74 @@ static sl_status check_rule_tp(sl_plan *p, const sl_arch_config *cfg, const sl_r
     return SL_OK;
 }
 
+/* ---- FP8 block scales: vLLM's divisibility errors (fp8_utils.validate_fp8_block_shape and
+ * Fp8MoEMethod.create_weights), each naming the parameter ------------------------------------- */
+
+/* Rows of weight slot r on one rank: what the split leaves of dim 0. */
+static uint64_t slot_rows(const plan_ctx *c, const sl_rule *r, int split)
+{
+    const sl_arch_config *cfg = &c->m->cfg;
+    const uint64_t T = split ? (uint64_t)c->p->tp : 1, K = (uint64_t)cfg->K;
+    if (r->shard == SL_SHARD_QKV)
+        return r->slot == 0 ? (uint64_t)cfg->nh / T * (uint64_t)cfg->D
+                            : (T <= K ? K / T : 1) * (uint64_t)cfg->D;
+    return r->shard == SL_SHARD_COLUMN || r->shard == SL_SHARD_MERGED ? r->shape[0] / T : r->shape[0];
+}
+
+static sl_status check_fp8_expert(sl_plan *p, const plan_ctx *c, const sl_rule *r)
+{
+    const uint64_t bn = c->m->quant.bn, bk = c->m->quant.bk;
+    const uint64_t T = p->ep ? 1 : (uint64_t)p->tp;
+    if (r->shard == SL_SHARD_ROW) {
+        const uint64_t ip = r->shape[1] / T;
+        SL_CHECK(p->tp == 1 || ip % bk == 0, &p->err, SL_E_DIVISIBILITY,
+                 "parameter '%s': The input_size of down's weight = %llu is not divisible by weight "
+                 "quantization block_k = %llu.", r->param, (unsigned long long)ip, (unsigned long long)bk);
+        return SL_OK;
+    }
+    const uint64_t ip = r->shape[0] / T;
+    SL_CHECK(ip % bn == 0, &p->err, SL_E_DIVISIBILITY, "parameter '%s': The output_size of gate's "
+             "and up's weight = %llu is not divisible by weight quantization block_n = %llu.",
+             r->param, (unsigned long long)ip, (unsigned long long)bn);
+    return SL_OK;
+}
+
+static sl_status check_fp8_rule(plan_ctx *c, const sl_rule *r)
+{
+    sl_plan *p = c->p;
+    const uint64_t bn = c->m->quant.bn, bk = c->m->quant.bk;
+    if (r->expert)
+        return check_fp8_expert(p, c, r);
+    if (r->shard == SL_SHARD_ROW) {
+        const uint64_t ii = r->shape[1] / (uint64_t)p->tp;
+        SL_CHECK(p->tp == 1 || ii % bk == 0, &p->err, SL_E_DIVISIBILITY, "parameter '%s': Weight "
+                 "input_size_per_partition = %llu is not divisible by weight quantization block_k = "
+                 "%llu.", r->param, (unsigned long long)ii, (unsigned long long)bk);
+        return SL_OK;
+    }
+    /* a TP-split layer: every slot; an unsplit one (T = 1, replicated, concat): all but the last */
+    const int split = p->tp > 1 && (r->shard == SL_SHARD_COLUMN || r->shard == SL_SHARD_MERGED ||
+                                    r->shard == SL_SHARD_QKV);
+    const int last = r->slot == c->m->groups[r->group].n_rules - 1;
+    const uint64_t o = slot_rows(c, r, split);
+    SL_CHECK((!split && last) || o % bn == 0, &p->err, SL_E_DIVISIBILITY, "parameter '%s': Weight "
+             "output_partition_size = %llu is not divisible by weight quantization block_n = %llu.",
+             r->param, (unsigned long long)o, (unsigned long long)bn);
+    return SL_OK;
+}
+
+static sl_status check_fp8(plan_ctx *c)
+{
+    if (!c->m->quant.on)
+        return SL_OK;
+    for (int32_t i = 0; i < c->m->n_rules; i++) {
+        const sl_rule *r = &c->m->rules[i];
+        if (r->dtype == SL_DTYPE_F8_E4M3 && sl_arch_rule_used(c->m, i))
+            SL_TRY(check_fp8_rule(c, r));
+    }
+    return SL_OK;
+}
+
 static sl_status check_mesh_impl(plan_ctx *c)
 {
     sl_plan *p = c->p;
@@ -88,6 +156,8 @@ static sl_status check_mesh_impl(plan_ctx *c)
     SL_CHECK(c->m->n_moe_layers == 0 || cfg->E >= p->tp, &p->err, SL_E_DIVISIBILITY,
              "Tensor parallel size %d is greater than the number of experts %lld", (int)p->tp,
              (long long)cfg->E);
+    SL_CHECK(!c->m->quant.on || p->layout == SL_LAYOUT_TP, &p->err, SL_E_UNSUPPORTED,
+             "layout spmd of an FP8 checkpoint is not supported yet (layout tp is)");
     if (p->layout != SL_LAYOUT_TP)
         return SL_OK;
     /* heads first: they are what a user tunes tp by, and they imply o_proj's split. A rule with no
@@ -95,11 +165,12 @@ static sl_status check_mesh_impl(plan_ctx *c)
     for (int pass = 0; pass < 2; pass++) {
         for (int32_t i = 0; i < c->m->n_rules; i++) {
             const sl_rule *r = &c->m->rules[i];
-            if ((r->shard == SL_SHARD_QKV) == (pass == 0) && sl_arch_rule_used(c->m, i))
+            if ((r->shard == SL_SHARD_QKV) == (pass == 0) && r->scale_of < 0 &&
+                sl_arch_rule_used(c->m, i))
                 SL_TRY(check_rule_tp(p, cfg, r));
         }
     }
-    return SL_OK;
+    return check_fp8(c);
 }
 
 /* Whether the mesh fits is a matter of the config's sizes: the message names the config. */

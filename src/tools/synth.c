@@ -71,6 +71,18 @@ static uint64_t tensor_numel(const sl_arch_tensor *t)
     return n;
 }
 
+/* The checkpoint dtype of a tensor: the rule's (FP8 weights F8_E4M3, their scales F32) or the
+ * run's. */
+static sl_dtype tensor_dtype(const synth *s, const sl_arch_tensor *t)
+{
+    return t->dtype >= 0 ? (sl_dtype)t->dtype : s->dtype;
+}
+
+static uint64_t tensor_bytes(const synth *s, const sl_arch_tensor *t)
+{
+    return tensor_numel(t) * (sl_dtype_bits(tensor_dtype(s, t)) / 8);
+}
+
 static void collect_tensor(void *user, const sl_arch_tensor *t)
 {
     synth *s = user;
@@ -79,13 +91,12 @@ static void collect_tensor(void *user, const sl_arch_tensor *t)
 
 static sl_status synth_split(synth *s, uint64_t max_shard)
 {
-    const uint64_t esz = sl_dtype_bits(s->dtype) / 8;
     s->shards = calloc((size_t)s->n_tensors + 1, sizeof(*s->shards));
     if (!s->shards)
         return sl_err_set(&s->err, SL_E_NOMEM, "out of memory");
     uint64_t fill = 0;
     for (int64_t i = 0; i < s->n_tensors; i++) {
-        const uint64_t nb = tensor_numel(&s->desc->tensors[s->tensors[i]]) * esz;
+        const uint64_t nb = tensor_bytes(s, &s->desc->tensors[s->tensors[i]]);
         synth_shard *cur = s->n_shards ? &s->shards[s->n_shards - 1] : NULL;
         if (!cur || (fill > 0 && fill + nb > max_shard)) {
             cur = &s->shards[s->n_shards++];
@@ -106,19 +117,39 @@ static void shard_name(const synth *s, int64_t k, char *buf, size_t len)
         snprintf(buf, len, "model-%05lld-of-%05lld.safetensors", (long long)k + 1, (long long)s->n_shards);
 }
 
+/* n values of a tensor of dtype dt into s->chunk. FP8 weights: random e4m3 bytes, never the NaN
+ * patterns 0x7f/0xff (every other e4m3 byte is finite); their F32 scales: positive, in
+ * [2^-12, 2^-11) like a real block scale of weights of magnitude about 0.05. */
+static void synth_values(synth *s, sl_dtype dt, int scale, uint64_t *state, size_t n)
+{
+    if (dt == SL_DTYPE_F8_E4M3) {
+        unsigned char *b = (unsigned char *)s->chunk;
+        for (size_t k = 0; k < n; k++) {
+            b[k] = (unsigned char)(splitmix64(state) >> 56);
+            if ((b[k] & 0x7f) == 0x7f)
+                b[k] ^= 0x01;
+        }
+        return;
+    }
+    for (size_t k = 0; k < n; k++) {
+        const uint64_t r = splitmix64(state);
+        /* 24 random bits -> [0,1) exactly in f32, then scaled to [-0.05, 0.05). */
+        const float u = (float)(r >> 40) * 0x1p-24f;
+        s->fchunk[k] = scale ? (1.0f + u) * 0x1p-12f : (u - 0.5f) * 0.1f;
+    }
+    sl_convert(s->chunk, dt, s->fchunk, SL_DTYPE_F32, n);
+}
+
 static sl_status synth_fill_tensor(synth *s, sl_writer *w, int64_t widx, const sl_arch_tensor *t)
 {
     const uint64_t numel = tensor_numel(t);
-    const size_t esz = sl_dtype_bits(s->dtype) / 8;
+    const sl_dtype dt = tensor_dtype(s, t);
+    const size_t esz = sl_dtype_bits(dt) / 8;
+    const int scale = s->desc->rules[t->rule].scale_of >= 0;
     uint64_t state = tensor_seed(s->seed, t->name);
     for (uint64_t done = 0; done < numel;) {
         const size_t n = (size_t)sl_min_u64(numel - done, SYNTH_CHUNK_ELEMS);
-        for (size_t k = 0; k < n; k++) {
-            const uint64_t r = splitmix64(&state);
-            /* 24 random bits -> [0,1) exactly in f32, then scaled to [-0.05, 0.05). */
-            s->fchunk[k] = ((float)(r >> 40) * 0x1p-24f - 0.5f) * 0.1f;
-        }
-        sl_convert(s->chunk, s->dtype, s->fchunk, SL_DTYPE_F32, n);
+        synth_values(s, dt, scale, &state, n);
         const sl_status st = sl_writer_write(w, widx, done * esz, s->chunk, n * esz);
         if (st != SL_OK)   /* SL_E_CANCELLED stays itself (sl_cancel) */
             return sl_err_set(&s->err, st == SL_E_CANCELLED ? st : SL_E_IO, "%s", sl_writer_errmsg(w));
@@ -142,7 +173,7 @@ static sl_status synth_write_shard(synth *s, int64_t k, json_t *wmap)
         st = sl_writer_set_metadata(w, "format", "pt");
     for (int64_t i = 0; st == SL_OK && i < sh->count; i++) {
         const sl_arch_tensor *t = &s->desc->tensors[s->tensors[sh->first + i]];
-        st = sl_writer_add(w, t->name, s->dtype, t->ndim, t->shape, &widx[i]);
+        st = sl_writer_add(w, t->name, tensor_dtype(s, t), t->ndim, t->shape, &widx[i]);
         if (st == SL_OK && json_object_set_new(wmap, t->name, json_string(name)) != 0)
             st = SL_E_NOMEM;
     }
@@ -161,10 +192,9 @@ static sl_status synth_write_shard(synth *s, int64_t k, json_t *wmap)
 
 static sl_status synth_write_index(synth *s, json_t *wmap)
 {
-    const uint64_t esz = sl_dtype_bits(s->dtype) / 8;
     uint64_t total = 0;
     for (int64_t i = 0; i < s->n_tensors; i++)
-        total += tensor_numel(&s->desc->tensors[s->tensors[i]]) * esz;
+        total += tensor_bytes(s, &s->desc->tensors[s->tensors[i]]);
     char path[4096];
     snprintf(path, sizeof(path), "%s/model.safetensors.index.json", s->outdir);
     json_t *root = json_pack("{s:{s:I},s:O}", "metadata", "total_size", (json_int_t)total,
@@ -234,10 +264,9 @@ static sl_status synth_drop_stale(synth *s, const char *config_path)
 
 static sl_status synth_check_space(synth *s)
 {
-    const uint64_t esz = sl_dtype_bits(s->dtype) / 8;
     uint64_t need = 0, reclaimed = 0;
     for (int64_t i = 0; i < s->n_tensors; i++)   /* each below 2^44 bytes (sl_arch_load's bound) */
-        need += tensor_numel(&s->desc->tensors[s->tensors[i]]) * esz + SYNTH_HEADER_PER_TENSOR;
+        need += tensor_bytes(s, &s->desc->tensors[s->tensors[i]]) + SYNTH_HEADER_PER_TENSOR;
     for (int64_t k = 0; k < s->n_shards; k++) {
         char name[64], path[4096];
         shard_name(s, k, name, sizeof(name));

@@ -48,3 +48,15 @@ def test_load_ep_ranks_are_the_oracle(tmp_path: Path, arch: str) -> None:
             assert got[name].shape == w.shape, name
             assert np.array_equal(got[name].view(np.uint16), w.view(np.uint16)), f"rank {r}: {name}"
         assert 0 < m.stats["bytes_read"] < whole
+
+
+def test_plan_fp8_from_config() -> None:
+    """DeepSeek-V3's config is block-FP8: weights F8_E4M3, their 128x128 block scales F32."""
+    p = shardload.plan(config=CONFIGS / "deepseek-v3.json", tp=8, ep=True)
+    params = {q.name: q for q in p.devices[0].params}
+    w13 = params["model.layers.3.mlp.experts.w13_weight"]
+    assert (w13.dtype, w13.shape, w13.nbytes) == ("F8_E4M3", (32, 4096, 7168), 32 * 4096 * 7168)
+    s = params["model.layers.3.mlp.experts.w13_weight_scale_inv"]
+    assert (s.dtype, s.shape) == ("F32", (32, 32, 56))
+    assert params["model.layers.3.mlp.gate.weight"].dtype == "BF16"
+    assert p.devices[0].bytes == sum(q.nbytes for q in p.devices[0].params)

@@ -1,0 +1,397 @@
+/* test_plan_fp8.c - FP8 block-quantized checkpoints as the planner sees them
+ * (SHARDING-MOE-FP8.md, "FP8 checkpoints"): the spec's worked figures for DeepSeek-V3 and
+ * Qwen3-30B-A3B-FP8 (weights F8_E4M3, scales F32 with their block shapes), vLLM's divisibility
+ * errors, the block rows and columns each rank's scale copies, synth's FP8 checkpoints (finite e4m3
+ * bytes, positive scales), and every FP8 error: E5M2 weights, a BF16 weight where FP8 is expected,
+ * a missing scale, a fused layer quantized in part, ignored_layers, unsupported formats, spmd, and
+ * a load (the engine writes one dtype per plan: FP8 plans are refused, not loaded wrongly).
+ * Exit 0 pass, 1 fail. */
+#include "expect.h"
+#include "shardload.h"
+
+#include "plan/plan_data.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define CONFIGS SL_TEST_CONFIGS
+
+static char dir[256];
+
+static sl_status build(const sl_checkpoint *ck, const char *config, int tp, int ep, sl_layout layout,
+                       sl_plan **p)
+{
+    sl_plan_opts o;
+    sl_plan_opts_init(&o);
+    o.config_path = config;
+    o.tp = tp;
+    o.ep = ep;
+    o.layout = layout;
+    return sl_plan_build(ck, &o, p);
+}
+
+static const sl_plan_param_t *param(const sl_plan *p, int d, const char *name)
+{
+    for (int64_t i = 0; p && i < p->devices[d].n_params; i++)
+        if (!strcmp(p->devices[d].params[i].name, name))
+            return &p->devices[d].params[i];
+    return NULL;
+}
+
+static int is(const sl_plan *p, int d, const char *name, sl_dtype dt, uint64_t a, uint64_t b, uint64_t c)
+{
+    const sl_plan_param_t *x = param(p, d, name);
+    return x && x->dtype == dt && x->ndim == (c ? 3u : 2u) && x->shape[0] == a && x->shape[1] == b &&
+           (c == 0 || x->shape[2] == c);
+}
+
+static void expect_error(const char *what, sl_status st, sl_plan *p, sl_status want, const char *text)
+{
+    EXPECT(st == want && p && strstr(sl_plan_errmsg(p), text), "%s: status %d, '%s' (want '%s')",
+           what, (int)st, p ? sl_plan_errmsg(p) : "", text);
+}
+
+/* A config from a base file with quantization_config (and other keys) replaced. */
+static const char *config_with(const char *base, const char *name, const char *quant_json)
+{
+    static char path[8][300];
+    static int k;
+    char *out = path[k++ % 8];
+    snprintf(out, 300, "%s/%s", dir, name);
+    json_t *root = json_load_file(base, 0, NULL);
+    json_t *q = quant_json ? json_loads(quant_json, 0, NULL) : NULL;
+    if (root && q)
+        json_object_set_new(root, "quantization_config", q);
+    if (!root || json_dump_file(root, out, 0) != 0)
+        fprintf(stderr, "cannot write %s\n", out);
+    json_decref(root);
+    return out;
+}
+
+/* ---- the spec's figures ----------------------------------------------------------------------- */
+
+static void worked_figures(void)
+{
+    const char *ds = CONFIGS "/deepseek-v3.json";
+    sl_plan *p = NULL;
+    EXPECT(build(NULL, ds, 8, 0, SL_LAYOUT_TP, &p) == SL_OK, "%s", sl_plan_errmsg(p));
+    EXPECT(is(p, 0, "model.layers.3.mlp.experts.w13_weight", SL_DTYPE_F8_E4M3, 256, 512, 7168), "w13");
+    EXPECT(is(p, 0, "model.layers.3.mlp.experts.w13_weight_scale_inv", SL_DTYPE_F32, 256, 4, 56), "w13 s");
+    EXPECT(is(p, 0, "model.layers.3.mlp.experts.w2_weight", SL_DTYPE_F8_E4M3, 256, 7168, 256), "w2");
+    EXPECT(is(p, 0, "model.layers.3.mlp.experts.w2_weight_scale_inv", SL_DTYPE_F32, 256, 56, 2), "w2 s");
+    EXPECT(is(p, 0, "model.layers.0.self_attn.fused_qkv_a_proj.weight", SL_DTYPE_F8_E4M3, 2112, 7168, 0),
+           "fused_qkv_a_proj");
+    EXPECT(is(p, 0, "model.layers.0.self_attn.fused_qkv_a_proj.weight_scale_inv", SL_DTYPE_F32, 17, 56, 0),
+           "fused_qkv_a_proj scale [17, 56]");
+    EXPECT(is(p, 0, "model.layers.0.self_attn.q_b_proj.weight", SL_DTYPE_F8_E4M3, 3072, 1536, 0), "q_b");
+    EXPECT(is(p, 0, "model.layers.3.mlp.gate.weight", SL_DTYPE_BF16, 256, 7168, 0), "router bf16");
+    EXPECT(is(p, 0, "model.embed_tokens.weight", SL_DTYPE_BF16, 16160, 7168, 0), "embedding bf16");
+    sl_param_info pi;
+    EXPECT(p && sl_plan_param(p, 0, 1, &pi) == SL_OK && pi.dtype == SL_DTYPE_F8_E4M3,
+           "sl_plan_param reports the parameter's dtype");
+    sl_plan_free(p);
+    EXPECT(build(NULL, ds, 8, 1, SL_LAYOUT_TP, &p) == SL_OK, "%s", sl_plan_errmsg(p));
+    EXPECT(is(p, 3, "model.layers.3.mlp.experts.w13_weight", SL_DTYPE_F8_E4M3, 32, 4096, 7168), "EP w13");
+    EXPECT(is(p, 3, "model.layers.3.mlp.experts.w13_weight_scale_inv", SL_DTYPE_F32, 32, 32, 56),
+           "EP w13 scale [32, 32, 56]");
+    sl_plan_free(p);
+
+    static const char q3quant[] = "{\"activation_scheme\":\"dynamic\",\"fmt\":\"e4m3\",\"quant_method\":"
+                                  "\"fp8\",\"weight_block_size\":[128,128],\"modules_to_not_convert\":"
+                                  "[\"lm_head\",\"model.layers.0.mlp.gate\"]}";
+    const char *q3 = config_with(CONFIGS "/qwen3-30b-a3b.json", "q3fp8.json", q3quant);
+    EXPECT(build(NULL, q3, 2, 0, SL_LAYOUT_TP, &p) == SL_OK, "%s", sl_plan_errmsg(p));
+    EXPECT(is(p, 1, "model.layers.5.self_attn.qkv_proj.weight", SL_DTYPE_F8_E4M3, 2560, 2048, 0), "qkv");
+    EXPECT(is(p, 1, "model.layers.5.self_attn.qkv_proj.weight_scale_inv", SL_DTYPE_F32, 20, 16, 0),
+           "qkv scale [20, 16]");
+    EXPECT(is(p, 1, "model.layers.5.mlp.experts.w13_weight", SL_DTYPE_F8_E4M3, 128, 768, 2048), "q3 w13");
+    EXPECT(is(p, 1, "model.layers.5.mlp.experts.w13_weight_scale_inv", SL_DTYPE_F32, 128, 6, 16),
+           "q3 w13 scale [128, 6, 16]");
+    sl_plan_free(p);
+    /* loads at T = 1, 2 and with --ep at any T; not at T = 4 or 8 without it */
+    sl_status st = build(NULL, q3, 4, 0, SL_LAYOUT_TP, &p);
+    expect_error("Qwen3 FP8 T=4", st, p, SL_E_DIVISIBILITY, "parameter 'model.layers.{i}.mlp.experts."
+                 "w13_weight': The output_size of gate's and up's weight = 192 is not divisible by "
+                 "weight quantization block_n = 128.");
+    sl_plan_free(p);
+    EXPECT(build(NULL, q3, 4, 1, SL_LAYOUT_TP, &p) == SL_OK && build(NULL, q3, 8, 1, SL_LAYOUT_TP, &p) ==
+               SL_OK, "Qwen3 FP8 EP T=4/8: %s", sl_plan_errmsg(p));
+    sl_plan_free(p);
+    /* DeepSeek's dense gate_up at T = 32: 18432 / 32 = 576 rows a rank */
+    st = build(NULL, ds, 32, 0, SL_LAYOUT_TP, &p);
+    expect_error("DS-V3 T=32", st, p, SL_E_DIVISIBILITY, "Weight output_partition_size = 576 is not "
+                 "divisible by weight quantization block_n = 128.");
+    sl_plan_free(p);
+}
+
+/* ---- a small DeepSeek FP8 checkpoint ---------------------------------------------------------- */
+
+static const char small_quant[] = "{\"activation_scheme\":\"dynamic\",\"fmt\":\"e4m3\",\"quant_method\":"
+                                  "\"fp8\",\"weight_block_size\":[128,128]}";
+
+static const char *small_ds(const char *name, const char *extra)
+{
+    static char path[4][300];
+    static int k;
+    char *out = path[k++ % 4];
+    snprintf(out, 300, "%s/%s", dir, name);
+    FILE *f = fopen(out, "w");
+    if (f) {
+        fprintf(f, "{\"architectures\":[\"DeepseekV3ForCausalLM\"],\"hidden_size\":256,"
+                   "\"intermediate_size\":512,\"num_attention_heads\":4,\"num_hidden_layers\":2,"
+                   "\"vocab_size\":256,\"q_lora_rank\":256,\"kv_lora_rank\":128,\"qk_nope_head_dim\":64,"
+                   "\"qk_rope_head_dim\":64,\"v_head_dim\":64,\"n_routed_experts\":4,"
+                   "\"moe_intermediate_size\":256,\"n_shared_experts\":1,\"first_k_dense_replace\":1,"
+                   "\"topk_method\":\"noaux_tc\",\"torch_dtype\":\"bfloat16\",\"quantization_config\":%s}",
+                extra ? extra : small_quant);
+        fclose(f);
+    }
+    return out;
+}
+
+static int64_t tensor_index(const sl_checkpoint *ck, const char *name, sl_tensor_info *ti)
+{
+    for (int64_t i = 0; i < sl_checkpoint_tensor_count(ck); i++) {
+        if (sl_checkpoint_tensor(ck, i, ti) == SL_OK && !strcmp(ti->name, name))
+            return i;
+    }
+    return -1;
+}
+
+/* Scales: rank 1 of T = 2 copies block column 1 of each expert's w2 scale [2, 2] and block row 1
+ * of gate's and up's scales; fused_qkv_a_proj's scale stacks q_a's 2 block rows and kv_a's 2. */
+static void scale_ops(const sl_checkpoint *ck, const sl_plan *p)
+{
+    const sl_plan_param_t *w2s = param(p, 1, "model.layers.1.mlp.experts.w2_weight_scale_inv");
+    EXPECT(is(p, 1, "model.layers.1.mlp.experts.w2_weight_scale_inv", SL_DTYPE_F32, 4, 2, 1), "w2 scale");
+    EXPECT(is(p, 1, "model.layers.1.mlp.experts.w13_weight_scale_inv", SL_DTYPE_F32, 4, 2, 2), "w13 scale");
+    EXPECT(is(p, 1, "model.layers.0.self_attn.fused_qkv_a_proj.weight_scale_inv", SL_DTYPE_F32, 4, 2, 0),
+           "fused scale [2 + 2, 2]");
+    int seen = 0;
+    for (int64_t i = 0; w2s && i < p->devices[1].n_ops; i++) {
+        const sl_op *op = &p->devices[1].ops[i];
+        if (op->param != w2s - p->devices[1].params)
+            continue;
+        sl_tensor_info ti;
+        EXPECT(sl_checkpoint_tensor(ck, op->tensor, &ti) == SL_OK && strstr(ti.name, "down_proj.weight_scale_inv") &&
+                   op->rows == 2 && op->row_elems == 1 && op->src_stride == 8 &&
+                   op->src_offset == ti.offset + 4 && op->src_dtype == SL_DTYPE_F32,
+               "w2 scale op %lld: rows %llu x %llu from +%llu", (long long)i, (unsigned long long)op->rows,
+               (unsigned long long)op->row_elems, (unsigned long long)(op->src_offset - ti.offset));
+        seen++;
+    }
+    EXPECT(seen == 4, "one op per expert for the w2 scale, %d", seen);
+    sl_tensor_info ti;
+    const sl_plan_param_t *w13s = param(p, 1, "model.layers.1.mlp.experts.w13_weight_scale_inv");
+    for (int64_t i = 0; w13s && i < p->devices[1].n_ops; i++) {
+        const sl_op *op = &p->devices[1].ops[i];
+        if (op->param == w13s - p->devices[1].params)
+            EXPECT(sl_checkpoint_tensor(ck, op->tensor, &ti) == SL_OK && op->rows * op->row_elems == 2 &&
+                       op->src_offset == ti.offset + 2 * 4,
+                   "w13 scale: block row 1 of %s", ti.name);
+    }
+    EXPECT(tensor_index(ck, "model.layers.1.mlp.gate.e_score_correction_bias", &ti) >= 0, "bias present");
+}
+
+static void synth_and_bind(void)
+{
+    char ckdir[300], err[512];
+    snprintf(ckdir, sizeof ckdir, "%s/ck", dir);
+    const char *cfg = small_ds("ds.json", NULL);
+    EXPECT(sl_synth(cfg, NULL, ckdir, -1, 3, 1, err, sizeof err) == SL_OK, "synth: %s", err);
+    sl_checkpoint *ck = NULL;
+    EXPECT(sl_checkpoint_open(ckdir, &ck) == SL_OK, "open");
+    if (!ck)
+        return;
+    int f8 = 0, scales = 0, bad = 0;
+    for (int64_t i = 0; i < sl_checkpoint_tensor_count(ck); i++) {
+        sl_tensor_info ti;
+        sl_checkpoint_tensor(ck, i, &ti);
+        uint64_t n = 1;
+        for (uint32_t d = 0; d < ti.ndim; d++)
+            n *= ti.shape[d];
+        if (ti.dtype != SL_DTYPE_F8_E4M3 && !strstr(ti.name, "_scale_inv"))
+            continue;
+        const size_t nb = (size_t)(n * (ti.dtype == SL_DTYPE_F32 ? 4 : 1));
+        unsigned char *b = malloc(nb);
+        FILE *f = fopen(sl_checkpoint_file_path(ck, ti.file), "rb");
+        EXPECT(b && f && fseek(f, (long)ti.offset, SEEK_SET) == 0 && fread(b, 1, nb, f) == nb, "read %s", ti.name);
+        for (size_t k = 0; b && ti.dtype == SL_DTYPE_F8_E4M3 && k < nb; k++)
+            bad += (b[k] & 0x7f) == 0x7f;   /* e4m3's NaN */
+        for (size_t k = 0; b && ti.dtype == SL_DTYPE_F32 && k < nb / 4; k++) {
+            float v;
+            memcpy(&v, b + 4 * k, 4);
+            bad += !(v > 0.0f && v < 1.0f);
+        }
+        f8 += ti.dtype == SL_DTYPE_F8_E4M3;
+        scales += ti.dtype == SL_DTYPE_F32 && strstr(ti.name, "_scale_inv") != NULL;
+        if (f)
+            fclose(f);
+        free(b);
+    }
+    /* per layer: q_a, kv_a, q_b, kv_b, o; layer 0 dense gate/up/down, layer 1 12 experts + 3 shared */
+    EXPECT(f8 == 5 * 2 + 3 + 12 + 3 && scales == f8 && bad == 0, "synth FP8: %d weights, %d scales, %d bad",
+           f8, scales, bad);
+    sl_plan *p = NULL;
+    EXPECT(build(ck, cfg, 2, 0, SL_LAYOUT_TP, &p) == SL_OK, "%s", sl_plan_errmsg(p));
+    if (p)
+        scale_ops(ck, p);
+    /* the engine writes one dtype per plan: an FP8 plan is refused, never loaded wrongly */
+    sl_load_opts lo;
+    sl_load_opts_init(&lo);
+    sl_model *m = NULL;
+    EXPECT(p && sl_load(ck, p, &lo, &m) != SL_OK, "an FP8 plan is refused by the engine");
+    sl_model_free(m);
+    sl_plan_free(p);
+    const sl_status st = build(ck, cfg, 2, 0, SL_LAYOUT_SPMD, &p);
+    expect_error("spmd", st, p, SL_E_UNSUPPORTED, "layout spmd of an FP8 checkpoint");
+    sl_plan_free(p);
+    sl_checkpoint_close(ck);
+}
+
+/* Replaces a tensor of the one-file-per-tensor checkpoint by one of dtype dt (same shape). */
+static void replace_tensor(const char *ckdir, const char *name, sl_dtype dt)
+{
+    sl_checkpoint *ck = NULL;
+    sl_tensor_info ti;
+    char path[600];
+    EXPECT(sl_checkpoint_open(ckdir, &ck) == SL_OK && tensor_index(ck, name, &ti) >= 0, "%s", name);
+    if (!ck)
+        return;
+    snprintf(path, sizeof path, "%s", sl_checkpoint_file_path(ck, ti.file));
+    uint64_t shape[4] = {0}, n = 1;
+    for (uint32_t d = 0; d < ti.ndim; d++)
+        n *= (shape[d] = ti.shape[d]);
+    const uint32_t ndim = ti.ndim;
+    sl_checkpoint_close(ck);
+    sl_writer *w = NULL;
+    int64_t idx = 0;
+    const size_t nb = (size_t)(n * sl_dtype_bits(dt) / 8);
+    void *zero = calloc(1, nb);
+    EXPECT(zero && sl_writer_open(path, &w) == SL_OK && sl_writer_add(w, name, dt, ndim, shape, &idx) == SL_OK &&
+               sl_writer_begin(w) == SL_OK && sl_writer_write(w, idx, 0, zero, nb) == SL_OK &&
+               sl_writer_finish(w) == SL_OK, "rewrite %s", name);
+    sl_writer_free(w);
+    free(zero);
+}
+
+static void drop_tensor(const char *ckdir, const char *name)
+{
+    char path[400], old[700];
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", ckdir);
+    json_t *root = json_load_file(path, 0, NULL);
+    json_t *wm = root ? json_object_get(root, "weight_map") : NULL;
+    const char *f = wm ? json_string_value(json_object_get(wm, name)) : NULL;
+    snprintf(old, sizeof old, "%s/%s", ckdir, f ? f : "?");
+    EXPECT(f && unlink(old) == 0 && json_object_del(wm, name) == 0 && json_dump_file(root, path, 0) == 0,
+           "drop %s", name);
+    json_decref(root);
+}
+
+static void checkpoint_errors(void)
+{
+    static const struct {
+        const char *name;
+        sl_dtype dt;      /* replace with this dtype; SL_DTYPE_BOOL: drop the tensor */
+        sl_status want;
+        const char *text;
+    } cases[] = {
+        {"model.layers.1.mlp.experts.2.up_proj.weight", SL_DTYPE_F8_E5M2, SL_E_UNSUPPORTED,
+         "'model.layers.1.mlp.experts.2.up_proj.weight' is F8_E5M2: only F8_E4M3 weights"},
+        {"model.layers.0.self_attn.o_proj.weight", SL_DTYPE_BF16, SL_E_UNSUPPORTED,
+         "'model.layers.0.self_attn.o_proj.weight' has dtype BF16, but the config's quantization_config"},
+        {"model.layers.1.self_attn.kv_b_proj.weight_scale_inv", SL_DTYPE_BOOL, SL_E_MISSING,
+         "(checkpoint tensors missing: 'model.layers.1.self_attn.kv_b_proj.weight_scale_inv')"},
+        {"model.layers.0.mlp.down_proj.weight_scale_inv", SL_DTYPE_BF16, SL_OK, ""},   /* widened */
+    };
+    char err[512];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char ckdir[300];
+        snprintf(ckdir, sizeof ckdir, "%s/ck-%zu", dir, i);
+        const char *cfg = small_ds("ds.json", NULL);
+        EXPECT(sl_synth(cfg, NULL, ckdir, -1, 3, 1, err, sizeof err) == SL_OK, "synth: %s", err);
+        if (cases[i].dt == SL_DTYPE_BOOL)
+            drop_tensor(ckdir, cases[i].name);
+        else
+            replace_tensor(ckdir, cases[i].name, cases[i].dt);
+        sl_checkpoint *ck = NULL;
+        EXPECT(sl_checkpoint_open(ckdir, &ck) == SL_OK, "open %s", ckdir);
+        sl_plan *p = NULL;
+        const sl_status st = build(ck, cfg, 2, 1, SL_LAYOUT_TP, &p);
+        if (cases[i].want == SL_OK)
+            EXPECT(st == SL_OK, "%s: %s", cases[i].name, sl_plan_errmsg(p));
+        else
+            expect_error(cases[i].name, st, p, cases[i].want, cases[i].text);
+        sl_plan_free(p);
+        sl_checkpoint_close(ck);
+    }
+}
+
+static void config_errors(void)
+{
+    sl_plan *p = NULL;
+    /* o_proj at T = 4: 4 heads * 64 / 4 = 64 columns a rank */
+    sl_status st = build(NULL, small_ds("ds.json", NULL), 4, 0, SL_LAYOUT_TP, &p);
+    expect_error("row block_k", st, p, SL_E_DIVISIBILITY, "parameter 'model.layers.{i}.self_attn.o_proj."
+                 "weight': Weight input_size_per_partition = 64 is not divisible by weight quantization "
+                 "block_k = 128.");
+    sl_plan_free(p);
+    static const struct {
+        const char *quant, *want;
+        sl_status st;
+    } cases[] = {
+        {"{\"quant_method\":\"fbgemm_fp8\"}", "quant_method 'fbgemm_fp8' is not supported yet", SL_E_UNSUPPORTED},
+        {"{\"quant_method\":\"fp8\",\"activation_scheme\":\"static\"}", "without weight_block_size",
+         SL_E_UNSUPPORTED},
+        {"{\"quant_method\":\"fp8\",\"fmt\":\"e5m2\",\"weight_block_size\":[128,128]}", "only e4m3",
+         SL_E_UNSUPPORTED},
+        {"{\"quant_method\":\"fp8\",\"weight_block_size\":[128]}", "'weight_block_size' is not [bn, bk]",
+         SL_E_CONFIG},
+        {"{\"quant_method\":\"fp8\",\"weight_block_size\":[128,128],\"ignored_layers\":"
+         "[\"model.layers.0.self_attn.q_a_proj\",\"model.layers.1.self_attn.q_a_proj\"]}",
+         "Detected some but not all shards of model.layers.{i}.self_attn.fused_qkv_a_proj.weight are "
+         "quantized", SL_E_UNSUPPORTED},
+        {"{\"quant_method\":\"fp8\",\"weight_block_size\":[128,128],\"ignored_layers\":"
+         "[\"model.layers.0.self_attn.o_proj\"]}", "ignores 1 of its 2 modules", SL_E_UNSUPPORTED},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        st = build(NULL, small_ds("bad.json", cases[i].quant), 2, 0, SL_LAYOUT_TP, &p);
+        expect_error(cases[i].want, st, p, cases[i].st, cases[i].want);
+        sl_plan_free(p);
+    }
+    /* a module listed for every layer stays in the model dtype, without a scale */
+    st = build(NULL, small_ds("ign.json", "{\"quant_method\":\"fp8\",\"weight_block_size\":[128,128],"
+                                          "\"modules_to_not_convert\":[\"model.layers.0.self_attn.o_proj\","
+                                          "\"model.layers.1.self_attn.o_proj\"]}"),
+               2, 0, SL_LAYOUT_TP, &p);
+    EXPECT(st == SL_OK && is(p, 0, "model.layers.1.self_attn.o_proj.weight", SL_DTYPE_BF16, 256, 128, 0) &&
+               !param(p, 0, "model.layers.1.self_attn.o_proj.weight_scale_inv") &&
+               is(p, 0, "model.layers.1.self_attn.kv_b_proj.weight", SL_DTYPE_F8_E4M3, 256, 128, 0),
+           "ignored o_proj: %s", sl_plan_errmsg(p));
+    sl_plan_free(p);
+}
+
+int main(void)
+{
+    snprintf(dir, sizeof dir, "%s/sl_test_plan_fp8.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    worked_figures();
+    synth_and_bind();
+    checkpoint_errors();
+    config_errors();
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+    if (expect_failures)
+        fprintf(stderr, "%d failure(s)\n", expect_failures);
+    else
+        printf("test_plan_fp8: all passed\n");
+    return expect_failures ? 1 : 0;
+}
