@@ -4,9 +4,10 @@ single byte ranges (206 + Content-Range, 416 past the end), keep-alive, an ETag 
 per file (from its inode, size and mtime in ns, so a replaced or rewritten file gets new ones),
 If-Match (412 when it no longer matches) and 404s. No directory listings.
 
-Usage: http_range_server.py ROOT PORTFILE [--log FILE]
+Usage: http_range_server.py ROOT PORTFILE [--log FILE] [--deny SUBSTRING]
 Binds 127.0.0.1 on a free port and writes the port to PORTFILE once it accepts connections.
---log appends one line per GET: "<path> <status> <body bytes>".
+--log appends one line per GET: "<path> <status> <body bytes> <first byte asked for, or ->". --deny answers 403 (with an S3-like
+<Code>AccessDenied</Code> body) to every path containing SUBSTRING.
 """
 import email.utils
 import http.server
@@ -18,6 +19,7 @@ import threading
 
 ROOT = ""
 LOG = None
+DENY = None
 LOG_LOCK = threading.Lock()
 
 
@@ -34,7 +36,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def _log(self, status, n):
         if LOG:
             with LOG_LOCK, open(LOG, "a") as f:
-                f.write("%s %d %d\n" % (self.path, status, n))
+                m = re.fullmatch(r"bytes=(\d+)-\d*", (self.headers.get("Range") or "").strip())
+                f.write("%s %d %d %s\n" % (self.path, status, n, m.group(1) if m else "-"))
 
     def _send(self, status, body=b"", headers=()):
         self.send_response(status)
@@ -51,6 +54,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self):
         rel = self.path.split("?", 1)[0].lstrip("/")
+        if DENY and DENY in rel:
+            return self._send(403, b"<Error><Code>AccessDenied</Code></Error>")
         path = os.path.realpath(os.path.join(ROOT, rel))
         if not path.startswith(os.path.realpath(ROOT) + os.sep) or not os.path.isfile(path):
             return self._send(404, b"not found\n")
@@ -88,8 +93,12 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
 
 
 def main():
-    global ROOT, LOG
+    global ROOT, LOG, DENY
     args = sys.argv[1:]
+    if "--deny" in args:
+        i = args.index("--deny")
+        DENY = args[i + 1]
+        del args[i:i + 2]
     if "--log" in args:
         i = args.index("--log")
         LOG = args[i + 1]

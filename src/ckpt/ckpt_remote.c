@@ -115,7 +115,7 @@ static sl_status ck_remote_listed(sl_checkpoint *ck)
 {
     char **names = NULL;
     size_t n = 0;
-    sl_status st = sl_http_list(ck->remote_cfg, ck->remote_base, &names, &n, &ck->err);
+    sl_status st = sl_http_list(ck->remote_cfg, ck->remote_base, ck->dir, &names, &n, &ck->err);
     if (st == SL_OK && n == 0)
         st = sl_err_set(&ck->err, SL_E_NOT_FOUND, "%s: no *.safetensors objects and no " ST_INDEX_NAME, ck->dir);
     for (size_t i = 0; i < n && st == SL_OK; i++) {

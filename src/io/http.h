@@ -87,8 +87,10 @@ sl_status sl_http_get_range(sl_http_obj *o, uint64_t off, size_t len, void *buf,
 sl_status sl_http_get_all(sl_http_cfg *c, const char *name, size_t max, char **buf, size_t *len,
                           sl_err *err);
 /* The *.safetensors objects directly under the S3 prefix `dir` (s3://bucket/prefix/), sorted, as
- * names relative to it (free each and the array). SL_E_UNSUPPORTED for http(s) URLs. */
-sl_status sl_http_list(sl_http_cfg *c, const char *dir, char ***names, size_t *n, sl_err *err);
+ * names relative to it (free each and the array). SL_E_UNSUPPORTED for http(s) URLs. Messages
+ * name `name` (dir without credentials). */
+sl_status sl_http_list(sl_http_cfg *c, const char *dir, const char *name, char ***names, size_t *n,
+                       sl_err *err);
 
 /* The engine over curl multi: requests name req->obj (fd unused); at most `depth` requests in
  * flight, each cut into ranges of tune->range_bytes, tune->connections GETs at once. A failed

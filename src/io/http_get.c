@@ -242,13 +242,14 @@ static sl_status list_pages(sl_http_obj *bucket, const char *dir, const char *pr
     return st;
 }
 
-sl_status sl_http_list(sl_http_cfg *c, const char *dir, char ***names, size_t *n, sl_err *err)
+sl_status sl_http_list(sl_http_cfg *c, const char *dir, const char *name, char ***names, size_t *n,
+                       sl_err *err)
 {
     *names = NULL;
     *n = 0;
-    SL_CHECK(!strncasecmp(dir, "s3://", 5), err, SL_E_UNSUPPORTED,
-             "%s: no " "model.safetensors.index.json, and an HTTP directory cannot be listed: give the URL of "
-             "the index's directory or of a .safetensors file", dir);
+    SL_CHECK(!strncasecmp(dir, "s3://", 5), err, SL_E_NOT_FOUND,
+             "%s: no model.safetensors.index.json, and an HTTP directory cannot be listed: give the URL of "
+             "the index's directory or of a .safetensors file", name);
     const char *rest = dir + 5, *slash = strchr(rest, '/');
     const size_t bl = slash ? (size_t)(slash - rest) : strlen(rest);
     char *bucket_name = malloc(bl + 8), *prefix = slash ? sl_http_join(slash + 1, "") : strdup("");
@@ -264,7 +265,7 @@ sl_status sl_http_list(sl_http_cfg *c, const char *dir, char ***names, size_t *n
     list_acc acc = {0};
     sl_status st = sl_http_obj_init(&bucket, c, bucket_name, err);
     if (st == SL_OK)
-        st = list_pages(&bucket, dir, prefix, &acc, err);
+        st = list_pages(&bucket, name, prefix, &acc, err);
     sl_http_obj_free(&bucket);
     free(bucket_name);
     free(prefix);

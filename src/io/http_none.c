@@ -27,12 +27,14 @@ sl_status sl_http_get_all(sl_http_cfg *c, const char *name, size_t max, char **b
     return sl_err_set(err, SL_E_UNSUPPORTED, "%s: " SL_NO_CURL, name);
 }
 
-sl_status sl_http_list(sl_http_cfg *c, const char *dir, char ***names, size_t *n, sl_err *err)
+sl_status sl_http_list(sl_http_cfg *c, const char *dir, const char *name, char ***names, size_t *n,
+                       sl_err *err)
 {
     (void)c;
+    (void)dir;
     *names = NULL;
     *n = 0;
-    return sl_err_set(err, SL_E_UNSUPPORTED, "%s: " SL_NO_CURL, dir);
+    return sl_err_set(err, SL_E_UNSUPPORTED, "%s: " SL_NO_CURL, name);
 }
 
 sl_status sl_io_http_open(const sl_http_tune *tune, unsigned depth, sl_io *out, sl_err *err)

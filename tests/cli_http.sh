@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# cli_http.sh - checkpoints over HTTP (issue 17 items 1, 2, 5): a loopback server with byte ranges,
+# ETags and keep-alive (tests/http_range_server.py), started and stopped here. A directory URL with
+# an index and a single .safetensors URL load equal to the same files loaded from disk, byte for
+# byte, for several meshes, range sizes and connection counts, through the same bounded staging;
+# each object byte is fetched once; 403, 404, a refused connection, a missing index or config are
+# one line naming the URL, never a password given in it.
+# Usage: cli_http.sh path/to/shardload
+set -u
+SL=${1:?usage: cli_http.sh SHARDLOAD}
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/remote_lib.sh"
+probe=$("$SL" load http://127.0.0.1:1/x/ 2>&1)
+if echo "$probe" | grep -q "built without it"; then echo "skip: built without libcurl" >&2; exit 77; fi
+
+W="$T/www"
+mkdir -p "$W"
+tiny_config "$T/tiny.json"
+"$SL" synth --config "$T/tiny.json" "$W/ck" --max-shard-size 600KB >/dev/null || { fail "synth"; finish; }
+"$SL" synth --config "$T/tiny.json" "$W/one" --seed 9 >/dev/null || { fail "synth one"; finish; }
+cp -r "$W/ck" "$W/denied"
+cp -r "$W/ck" "$W/noconfig" && rm "$W/noconfig/config.json"
+cp -r "$W/ck" "$W/hole" && rm "$W/hole/model-00003-of-00006.safetensors"
+mkdir "$W/noindex" && cp "$W/ck"/model-0000[1-6]-of-00006.safetensors "$W/ck/config.json" "$W/noindex/"
+start_http "$W" --log "$T/http.log" --deny denied
+L=(timeout 60 "$SL" load)
+
+# 1. equal to the local load: meshes, ranges, connections
+for mesh in "--tp 4" "--tp 2 --pp 2" "--tp 1 --dtype f32"; do
+    refj=$("$SL" load "$W/ck" $mesh --checksums --json)
+    ref=$(echo "$refj" | sums)
+    [ -n "$ref" ] || { fail "local $mesh"; continue; }
+    for knobs in "" "--remote-range 64K --remote-connections 3" "--remote-range 4K --remote-connections 32 --staging 256K"; do
+        : >"$T/http.log"
+        out=$("${L[@]}" "$HTTP/ck/" $mesh $knobs --checksums --json 2>"$T/err")
+        [ "$(echo "$out" | sums)" = "$ref" ] || fail "http $mesh $knobs: checksums differ: $(cat "$T/err")"
+        echo "$out" | grep -q '"engine":"http"' || fail "http $mesh $knobs: engine is not http"
+        # every data byte once: the ranges past the 8-byte length and the header (which start at
+        # 0 and 8) add up to the bytes the local load reads
+        read_b=$(echo "$out" | nums bytes_read | cut -d' ' -f1)
+        served=$(awk '$2 == 206 && $4 != "-" && $4 > 8 {s += $3} END {print s + 0}' "$T/http.log")
+        [ "$served" = "$read_b" ] && [ "$read_b" = "$(echo "$refj" | nums bytes_read | cut -d' ' -f1)" ] ||
+            fail "http $mesh $knobs: data bytes served $served, read $read_b"
+    done
+done
+# the same bounded staging: the peak stays within --staging
+out=$("${L[@]}" "$HTTP/ck/" --tp 4 --remote-range 64K --staging 256K --json 2>"$T/err")
+staging=$(echo "$out" | nums staging_peak | cut -d' ' -f1)
+[ "${staging:-0}" -gt 0 ] && [ "$staging" -le $((256 << 10)) ] || fail "staging peak '$staging' over 256K"
+
+# a single .safetensors URL, and a directory without an index is refused in one line
+ref=$("$SL" load "$W/one/model.safetensors" --tp 2 --checksums --json | sums)
+[ "$("${L[@]}" "$HTTP/one/model.safetensors" --tp 2 --checksums --json 2>"$T/err" | sums)" = "$ref" ] ||
+    fail "single file URL: $(cat "$T/err")"
+"${L[@]}" "$HTTP/noindex/" --tp 2 >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "noindex: no model.safetensors.index.json, and an HTTP directory cannot be listed" ||
+    fail "no index: $(cat "$T/err")"
+
+# inspect and plan take URLs
+"$SL" inspect "$HTTP/ck/" >"$T/out" 2>"$T/err" && grep -q "$HTTP/ck/model-00001-of-00006.safetensors" "$T/out" ||
+    fail "inspect: $(cat "$T/err")"
+"$SL" plan "$HTTP/ck" --tp 4 >/dev/null 2>"$T/err" || fail "plan: $(cat "$T/err")"
+
+# 2. one-line errors naming the URL
+"${L[@]}" "$HTTP/hole/" --tp 2 >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "$HTTP/hole/model-00003-of-00006.safetensors: not found (HTTP 404)" || fail "404: $(cat "$T/err")"
+"${L[@]}" "$HTTP/denied/" --tp 2 >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "denied/model.safetensors.index.json: access denied (HTTP 403, AccessDenied)" ||
+    fail "403: $(cat "$T/err")"
+"${L[@]}" "$HTTP/noconfig/" --tp 2 >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "noconfig/config.json: not found (HTTP 404).*--config FILE" || fail "no config: $(cat "$T/err")"
+[ "$("${L[@]}" "$HTTP/noconfig/" --tp 2 --config "$W/ck/config.json" --checksums --json 2>"$T/err" | sums)" = \
+  "$("$SL" load "$W/ck" --tp 2 --checksums --json | sums)" ] || fail "--config with a URL: $(cat "$T/err")"
+hostport=${HTTP#http://}
+"${L[@]}" "http://user:s3cr3t@$hostport/hole/" --tp 2 >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "not found" && ! grep -q "s3cr3t" "$T/err" || fail "password in a message: $(cat "$T/err")"
+stop_servers
+SERVERS=()
+start=$(date +%s)
+"${L[@]}" "$HTTP/ck/" --tp 2 --remote-retries 2 --remote-backoff-ms 10 >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "$HTTP/ck/model.safetensors.index.json: GET: Couldn't connect to server (gave up after 3 tries)" ||
+    fail "refused: $(cat "$T/err")"
+[ $(($(date +%s) - start)) -lt 20 ] || fail "refused connection: retries not bounded"
+finish

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# cli_http_faults.sh - faults between the loader and an HTTP server (issue 17 items 2, 5), injected
+# by tests/fault_proxy.py on loopback in front of tests/http_range_server.py: connection resets
+# mid-range, truncated bodies, 503 bursts, 429 with Retry-After, stalled responses (the stall
+# timeout) are survived with checksums equal to the local load; a server that keeps failing, a
+# reset with retries off, and an object replaced mid-load (ETag/Last-Modified change: If-Match
+# answers 412) fail in one line naming the object, within bounded time.
+# Usage: cli_http_faults.sh path/to/shardload
+set -u
+SL=${1:?usage: cli_http_faults.sh SHARDLOAD}
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/remote_lib.sh"
+probe=$("$SL" load http://127.0.0.1:1/x/ 2>&1)
+if echo "$probe" | grep -q "built without it"; then echo "skip: built without libcurl" >&2; exit 77; fi
+
+W="$T/www"
+mkdir -p "$W"
+tiny_config "$T/tiny.json"
+"$SL" synth --config "$T/tiny.json" "$W/ck" --max-shard-size 600KB >/dev/null || { fail "synth"; finish; }
+start_http "$W"
+UP=$(port_of "$HTTP")
+ref=$("$SL" load "$W/ck" --tp 4 --checksums --json | sums)
+# 64 KiB ranges: about 50 data GETs for the proxy to break; short backoff and stall timeout
+KNOBS=(--remote-range 64K --remote-backoff-ms 20 --remote-timeout-ms 1000)
+L=(timeout 120 "$SL" load --tp 4 --checksums --json "${KNOBS[@]}")
+broken() { grep -vc ' - [0-9-]*$' "$T/$1.log"; }
+
+# 1. survived, equal checksums
+survive() { # name fault-args...
+    local name=$1; shift
+    start_proxy "$UP" "$name" "$@"
+    out=$("${L[@]}" "$PROXY/ck/" 2>"$T/err")
+    rc=$?
+    stop_proxy
+    [ $rc -eq 0 ] && [ "$(echo "$out" | sums)" = "$ref" ] || fail "$name: rc $rc, checksums differ: $(cat "$T/err")"
+    [ "$(broken "$name")" -gt 0 ] || fail "$name: the proxy broke nothing"
+    [ ! -s "$T/err" ] || fail "$name: stderr not empty: $(cat "$T/err")"
+}
+survive reset --fault reset --every 3
+survive truncate --fault truncate --every 4
+survive burst503 --fault 503 --after 2 --count 4
+survive tooMany --fault 429 --every 7 --count 2
+survive stall --fault stall --every 9 --count 3 --stall 3
+survive mixed --fault reset --every 2 --count 10
+# a range cut short resumes from the first byte not received: the halves the proxy sent before
+# closing are not asked for again, so the data bytes sent add up to the bytes loaded (a truncated
+# body, whose bytes all arrive; after a reset the kernel drops what was not read yet)
+start_proxy "$UP" resume --fault truncate --every 2
+"${L[@]}" "$PROXY/ck/" >"$T/out" 2>"$T/err" || fail "resume: $(cat "$T/err")"
+stop_proxy
+need=$(nums bytes_read <"$T/out" | cut -d' ' -f1)
+served=$(awk '$2 == 206 && $5 != "-" && $5 > 8 {s += $3} END {print s + 0}' "$T/resume.log")
+[ "$served" = "$need" ] || fail "resume: data bytes sent $served (broken ones included), loaded $need"
+
+# 2. clean failures, one line, bounded
+start_proxy "$UP" always503 --fault 503
+start=$(date +%s)
+"${L[@]}" "$PROXY/ck/" --remote-retries 3 >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "ck/model-0000[1-6]-of-00006.safetensors: bytes [0-9]*-[0-9]*: HTTP 503 (gave up after 4 tries)" ||
+    fail "always 503: $(cat "$T/err")"
+[ $(($(date +%s) - start)) -lt 30 ] || fail "always 503: not bounded"
+stop_proxy
+start_proxy "$UP" noretry --fault reset --every 5
+"${L[@]}" "$PROXY/ck/" --remote-retries 0 >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "safetensors: bytes [0-9]*-[0-9]*: .*(gave up after 1 tries)" || fail "retries 0: $(cat "$T/err")"
+stop_proxy
+start_proxy "$UP" stallfail --fault stall --stall 4
+"${L[@]}" "$PROXY/ck/" --remote-retries 1 >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "safetensors: bytes [0-9]*-[0-9]*: Timeout was reached (gave up after [0-9]* tries)" ||
+    fail "stall, retries 1: $(cat "$T/err")"
+stop_proxy
+# (each stalled try delivers half of what is left: progress, so more than 2 tries are made)
+# an object replaced (rewritten in place, same size) after its header was read
+cp -r "$W/ck" "$W/ckr"
+start_proxy "$UP" replace --fault replace --after 5 --replace "$W/ckr/model-00003-of-00006.safetensors"
+"${L[@]}" "$PROXY/ckr/" >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "ckr/model-00003-of-00006.safetensors: object changed since its header was read" ||
+    fail "replaced: $(cat "$T/err")"
+stop_proxy
+finish

@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""fault_proxy.py - a loopback HTTP/1.1 proxy in front of http_range_server.py (or any server) that
+breaks chosen responses the way networks and object stores do.
+
+Usage: fault_proxy.py UPSTREAM_PORT PORTFILE --fault KIND [--every N] [--after N] [--count N]
+                      [--min-bytes B] [--stall S] [--replace FILE | --replace-cmd CMD] [--log FILE]
+
+Only GETs whose Range asks for at least --min-bytes (default 8192: the loader's data ranges, not
+its 8-byte and header probes) are candidates; the i-th candidate (from 1) is broken when i > after
+and (i - after) % every == 0, at most --count times (0: no limit). KIND:
+  reset     half the body, then a TCP reset (SO_LINGER 0)
+  truncate  half the body, then a clean close (the Content-Length is not met)
+  503       a 503 Service Unavailable instead of the response (--every 1 --count 3: a burst)
+  429       a 429 Too Many Requests with Retry-After: 1
+  stall     half the body, then nothing for --stall seconds (default 5), then the rest
+  replace   after the --after-th candidate, FILE is rewritten in place (same size, every byte
+            flipped): its ETag and Last-Modified change, as when an object is replaced mid-load;
+            --replace-cmd runs a shell command instead (an S3 put of other bytes)
+  none      nothing broken (counts only)
+--log appends "<path> <status> <bytes sent> <fault or -> <first byte asked for or ->" per request.
+"""
+import argparse
+import http.client
+import http.server
+import os
+import re
+import socket
+import socketserver
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+A = None
+LOCK = threading.Lock()
+STATE = {"candidates": 0, "faults": 0, "replaced": False}
+
+
+def decide(headers):
+    """The fault for this request, or None."""
+    m = re.fullmatch(r"bytes=(\d+)-(\d+)", (headers.get("Range") or "").strip())
+    if not m or int(m.group(2)) - int(m.group(1)) + 1 < A.min_bytes:
+        return None
+    with LOCK:
+        STATE["candidates"] += 1
+        i = STATE["candidates"]
+        if A.fault == "replace":
+            if i > A.after and not STATE["replaced"] and A.replace_cmd:
+                subprocess.run(A.replace_cmd, shell=True, check=True)
+                STATE["replaced"] = True
+                return "replace"
+            if i > A.after and not STATE["replaced"]:
+                with open(A.replace, "r+b") as f:
+                    data = f.read()
+                    f.seek(0)
+                    f.write(bytes(b ^ 0xFF for b in data))
+                STATE["replaced"] = True
+                return "replace"
+            return None
+        if A.fault == "none" or i <= A.after or (i - A.after) % A.every != 0:
+            return None
+        if A.count and STATE["faults"] >= A.count:
+            return None
+        STATE["faults"] += 1
+        return A.fault
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, fmt, *args):
+        pass
+
+    def _log(self, status, n, fault):
+        if A.log:
+            with LOCK, open(A.log, "a") as f:
+                m = re.fullmatch(r"bytes=(\d+)-\d*", (self.headers.get("Range") or "").strip())
+                f.write("%s %d %d %s %s\n" % (self.path, status, n, fault or "-", m.group(1) if m else "-"))
+
+    def _plain(self, status, extra=()):
+        body = b"injected %d\n" % status
+        self.send_response(status)
+        for k, v in extra:
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        return len(body)
+
+    def do_GET(self):
+        fault = decide(self.headers)
+        if fault in ("503", "429"):
+            extra = [("Retry-After", "1")] if fault == "429" else []
+            return self._log(int(fault), self._plain(int(fault), extra), fault)
+        up = http.client.HTTPConnection("127.0.0.1", A.upstream, timeout=60)
+        hdrs = {k: v for k, v in self.headers.items() if k.lower() not in ("connection", "keep-alive")}
+        up.request("GET", self.path, headers=hdrs)
+        r = up.getresponse()
+        body = r.read()
+        up.close()
+        self.send_response(r.status)
+        for k, v in r.getheaders():
+            if k.lower() not in ("connection", "keep-alive", "transfer-encoding", "date", "server"):
+                self.send_header(k, v)
+        self.end_headers()
+        half = len(body) // 2
+        if fault in ("reset", "truncate", "stall") and half > 0:
+            self.wfile.write(body[:half])
+            self.wfile.flush()
+            if fault == "stall":
+                time.sleep(A.stall)
+                self.wfile.write(body[half:])
+                return self._log(r.status, len(body), fault)
+            if fault == "reset":
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.close_connection = True
+            self._log(r.status, half, fault)
+            self.connection.close()
+            return None
+        self.wfile.write(body)
+        return self._log(r.status, len(body), fault)
+
+
+class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def handle_error(self, request, client_address):
+        pass   # the connections it resets on purpose
+
+
+def main():
+    global A
+    p = argparse.ArgumentParser()
+    p.add_argument("upstream", type=int)
+    p.add_argument("portfile")
+    p.add_argument("--fault", required=True,
+                   choices=["reset", "truncate", "503", "429", "stall", "replace", "none"])
+    p.add_argument("--every", type=int, default=1)
+    p.add_argument("--after", type=int, default=0)
+    p.add_argument("--count", type=int, default=0)
+    p.add_argument("--min-bytes", type=int, default=8192)
+    p.add_argument("--stall", type=float, default=5.0)
+    p.add_argument("--replace")
+    p.add_argument("--replace-cmd")
+    p.add_argument("--log")
+    A = p.parse_args()
+    if A.fault == "replace" and not (A.replace or A.replace_cmd):
+        sys.exit("--fault replace needs --replace FILE or --replace-cmd CMD")
+    srv = Server(("127.0.0.1", 0), Handler)
+    with open(A.portfile + ".tmp", "w") as f:
+        f.write(str(srv.server_address[1]))
+    os.rename(A.portfile + ".tmp", A.portfile)
+    srv.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

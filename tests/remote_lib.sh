@@ -1,0 +1,59 @@
+# remote_lib.sh - loopback servers for the remote-source tests (tests/cli_http*.sh, cli_s3*.sh),
+# sourced after lib.sh. Each server is started by the test, on a free port of 127.0.0.1, and
+# stopped at exit (with lib.sh's $T).
+#   start_http ROOT [ARGS]        tests/http_range_server.py: sets HTTP (http://127.0.0.1:PORT)
+#   start_proxy PORT NAME ARGS    tests/fault_proxy.py in front of PORT: sets PROXY (its URL);
+#                                 its log is $T/NAME.log; stop_proxy stops it
+#   start_moto                    moto_server from .venv: sets S3E (its URL); exit 77 without moto
+#   port_of URL                   the port of a loopback URL
+#   wait_file FILE                until FILE exists (10 s at most)
+TESTS_DIR=$(cd "$(dirname "$0")" && pwd)
+SRC_DIR=$(cd "$TESTS_DIR/.." && pwd)
+SERVERS=()
+stop_servers() {
+    for p in "${SERVERS[@]}"; do kill "$p" 2>/dev/null; done
+    for p in "${SERVERS[@]}"; do wait "$p" 2>/dev/null; done
+}
+trap 'stop_servers; rm -rf "$T"' EXIT
+wait_file() {
+    for _ in $(seq 200); do [ -s "$1" ] && return 0; sleep 0.05; done
+    return 1
+}
+port_of() { echo "${1##*:}"; }
+command -v python3 >/dev/null 2>&1 || { echo "skip: no python3 for the loopback servers" >&2; exit 77; }
+start_http() {
+    local root=$1; shift
+    rm -f "$T/http.port"
+    python3 "$TESTS_DIR/http_range_server.py" "$root" "$T/http.port" "$@" & SERVERS+=($!)
+    wait_file "$T/http.port" || { echo "FAIL: http_range_server.py did not start" >&2; exit 1; }
+    HTTP="http://127.0.0.1:$(cat "$T/http.port")"
+}
+start_proxy() {
+    local up=$1 name=$2; shift 2
+    rm -f "$T/$name.port" "$T/$name.log"
+    python3 "$TESTS_DIR/fault_proxy.py" "$up" "$T/$name.port" --log "$T/$name.log" "$@" & PROXY_PID=$!
+    SERVERS+=($PROXY_PID)
+    wait_file "$T/$name.port" || { echo "FAIL: fault_proxy.py did not start" >&2; exit 1; }
+    PROXY="http://127.0.0.1:$(cat "$T/$name.port")"
+}
+stop_proxy() { kill "$PROXY_PID" 2>/dev/null; wait "$PROXY_PID" 2>/dev/null; }
+VPY="$SRC_DIR/.venv/bin/python"
+start_moto() {
+    if ! [ -x "$SRC_DIR/.venv/bin/moto_server" ] || ! "$VPY" -c 'import moto, boto3' 2>/dev/null; then
+        echo "skip: no moto[server] in $SRC_DIR/.venv (pip install -r python/requirements-test.txt)" >&2
+        exit 77
+    fi
+    local port
+    port=$("$VPY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    INITIAL_NO_AUTH_ACTION_COUNT=1000000000 "$SRC_DIR/.venv/bin/moto_server" -H 127.0.0.1 -p "$port" \
+        >"$T/moto.log" 2>&1 & SERVERS+=($!)
+    S3E="http://127.0.0.1:$port"
+    for _ in $(seq 300); do
+        curl -s -o /dev/null "$S3E/moto-api/" 2>/dev/null && return 0
+        "$VPY" -c "import urllib.request; urllib.request.urlopen('$S3E/moto-api/')" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    echo "FAIL: moto_server did not start: $(tail -3 "$T/moto.log")" >&2
+    exit 1
+}
+s3() { "$VPY" "$TESTS_DIR/s3_setup.py" "$S3E" "$@"; }

@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""s3_setup.py - what the S3 tests (tests/cli_s3*.sh) do to a loopback moto server, with boto3.
+
+  s3_setup.py ENDPOINT user KEYFILE     an IAM user allowed s3:*, and its access key: writes
+                                        "KEY_ID SECRET" to KEYFILE
+  s3_setup.py ENDPOINT upload BUCKET PREFIX DIR
+                                        creates BUCKET (if need be) and puts every file of DIR
+                                        under PREFIX/
+  s3_setup.py ENDPOINT put BUCKET KEY FILE
+                                        puts one object (a replacement gets a new ETag)
+  s3_setup.py ENDPOINT auth N           from now on every request past the next N is
+                                        authenticated: the access key must exist and the SigV4
+                                        signature must match (moto's INITIAL_NO_AUTH_ACTION_COUNT)
+Requests before `auth` are unauthenticated, so that set-up needs no key; the server must be
+started with INITIAL_NO_AUTH_ACTION_COUNT set (to a large number).
+"""
+import json
+import os
+import sys
+import urllib.request
+
+import boto3
+
+
+def client(endpoint, service):
+    return boto3.client(service, endpoint_url=endpoint, region_name="us-east-1",
+                        aws_access_key_id="AKIASETUPSETUPSETUP0", aws_secret_access_key="setup")
+
+
+def main():
+    endpoint, cmd, *args = sys.argv[1:]
+    if cmd == "user":
+        iam = client(endpoint, "iam")
+        iam.create_user(UserName="loader")
+        iam.put_user_policy(UserName="loader", PolicyName="s3", PolicyDocument=json.dumps(
+            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
+        k = iam.create_access_key(UserName="loader")["AccessKey"]
+        with open(args[0], "w") as f:
+            f.write("%s %s\n" % (k["AccessKeyId"], k["SecretAccessKey"]))
+    elif cmd == "upload":
+        bucket, prefix, folder = args
+        s3 = client(endpoint, "s3")
+        if bucket not in [b["Name"] for b in s3.list_buckets().get("Buckets", [])]:
+            s3.create_bucket(Bucket=bucket)
+        for name in sorted(os.listdir(folder)):
+            s3.upload_file(os.path.join(folder, name), bucket, prefix.rstrip("/") + "/" + name)
+    elif cmd == "put":
+        bucket, key, path = args
+        client(endpoint, "s3").upload_file(path, bucket, key)
+    elif cmd == "auth":
+        req = urllib.request.Request(endpoint + "/moto-api/reset-auth", data=args[0].encode(), method="POST",
+                                     headers={"Content-Type": "text/plain"})
+        urllib.request.urlopen(req).read()
+    else:
+        sys.exit("unknown command " + cmd)
+
+
+if __name__ == "__main__":
+    main()
