@@ -305,7 +305,8 @@ print(base, held, peak)
 @pytest.mark.skipif(os.environ.get("SL_SKIP_SLOW") == "1", reason="SL_SKIP_SLOW=1")
 def test_host_memory_of_a_1gb_load(tmp_path: Path) -> None:
     """On CPU JAX's device memory is host memory: peak RSS stays within what the devices hold
-    + staging (64 MiB) + 96 MiB above an idle process with JAX up."""
+    + staging (64 MiB) + 96 MiB above an idle process with JAX up (the issue's bound), and
+    within half the staging (the buffers are the device arrays there)."""
     shardload.synth(CONFIGS / "qwen3-0.6b.json", tmp_path / "q", max_shard_size=1 << 29)
     r = subprocess.run([sys.executable, "-c", RSS_CODE, str(tmp_path / "q")], capture_output=True,
                        text=True, timeout=600)
@@ -315,3 +316,7 @@ def test_host_memory_of_a_1gb_load(tmp_path: Path) -> None:
     print(f"1 GB JAX load: devices hold {held:,} B, peak RSS {peak:,} B, idle {base:,} B: "
           f"{(peak - base - held) / 2**20:.1f} MiB beyond the arrays")
     assert peak - base <= held + (64 << 20) + (96 << 20), (base, held, peak)
+    # make bench's goal is the staging (64 MiB); the design leaves less: an eighth of it for the
+    # engine and nothing for the buffers, which the CPU devices adopt (measured 4-5 MiB; 43 MiB
+    # when every device_put copied)
+    assert peak - base - held <= 32 << 20, (base, held, peak)
