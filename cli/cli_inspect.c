@@ -151,7 +151,9 @@ int cli_inspect(int argc, char **argv)
     if (cli_ckpt_path(path, pb, sizeof pb, &path) != CLI_EXIT_OK)
         return CLI_EXIT_FAIL;
     sl_checkpoint *ck = NULL;
-    const sl_status st = sl_checkpoint_open(path, &ck);
+    sl_load_opts lo;   /* remote settings from the environment (cli_remote.c) */
+    sl_load_opts_init(&lo);
+    const sl_status st = cli_remote_open(path, &lo, &ck);
     if (st != SL_OK) {
         const int rc = cli_fail("%s", ck ? sl_checkpoint_errmsg(ck) : "out of memory");
         sl_checkpoint_close(ck);

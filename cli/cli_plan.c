@@ -200,7 +200,9 @@ int cli_plan(int argc, char **argv)
     if (a.path && (ret = cli_ckpt_path(a.path, pb, sizeof pb, &a.path)) != CLI_EXIT_OK)
         return ret;
     char err[1024];
-    if (a.path && sl_checkpoint_open(a.path, &ck) != SL_OK) {
+    sl_load_opts lo;   /* remote settings from the environment (cli_remote.c) */
+    sl_load_opts_init(&lo);
+    if (a.path && cli_remote_open(a.path, &lo, &ck) != SL_OK) {
         ret = cli_fail("%s", ck ? sl_checkpoint_errmsg(ck) : "out of memory");
         goto out;
     }

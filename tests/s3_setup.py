@@ -12,7 +12,8 @@
                                         authenticated: the access key must exist and the SigV4
                                         signature must match (moto's INITIAL_NO_AUTH_ACTION_COUNT)
 Requests before `auth` are unauthenticated, so that set-up needs no key; the server must be
-started with INITIAL_NO_AUTH_ACTION_COUNT set (to a large number).
+started with INITIAL_NO_AUTH_ACTION_COUNT set (to a large number). After it, S3_SETUP_KEY and
+S3_SETUP_SECRET in the environment give the key to sign with (the one `user` wrote).
 """
 import json
 import os
@@ -24,7 +25,8 @@ import boto3
 
 def client(endpoint, service):
     return boto3.client(service, endpoint_url=endpoint, region_name="us-east-1",
-                        aws_access_key_id="AKIASETUPSETUPSETUP0", aws_secret_access_key="setup")
+                        aws_access_key_id=os.environ.get("S3_SETUP_KEY", "AKIASETUPSETUPSETUP0"),
+                        aws_secret_access_key=os.environ.get("S3_SETUP_SECRET", "setup"))
 
 
 def main():

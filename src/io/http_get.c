@@ -215,7 +215,7 @@ static char *list_url(const char *bucket_url, const char *prefix, const char *to
     return u;
 }
 
-static sl_status list_pages(sl_http_obj *bucket, const char *dir, const char *prefix, list_acc *acc, sl_err *err)
+static sl_status list_pages(sl_http_obj *bucket, const char *prefix, list_acc *acc, sl_err *err)
 {
     char *base = bucket->url, *token = NULL;
     sl_status st = SL_OK;
@@ -237,9 +237,7 @@ static sl_status list_pages(sl_http_obj *bucket, const char *dir, const char *pr
     }
     bucket->url = base;
     free(token);
-    if (st != SL_OK)
-        sl_err_prefix(err, dir);
-    return st;
+    return st;   /* the message names the bucket (s3://bucket/: not found, NoSuchBucket) */
 }
 
 sl_status sl_http_list(sl_http_cfg *c, const char *dir, const char *name, char ***names, size_t *n,
@@ -265,7 +263,7 @@ sl_status sl_http_list(sl_http_cfg *c, const char *dir, const char *name, char *
     list_acc acc = {0};
     sl_status st = sl_http_obj_init(&bucket, c, bucket_name, err);
     if (st == SL_OK)
-        st = list_pages(&bucket, name, prefix, &acc, err);
+        st = list_pages(&bucket, prefix, &acc, err);
     sl_http_obj_free(&bucket);
     free(bucket_name);
     free(prefix);

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# cli_s3.sh - checkpoints in S3 (issue 17 items 1, 2, 5), from moto's S3 server on loopback (moto
+# [server] in .venv, python/requirements-test.txt), started and stopped here, with its IAM checks
+# on: every request must carry a SigV4 signature of an existing access key. s3://bucket/prefix/
+# with an index, a prefix without one (ListObjectsV2) and one object load equal to the local files,
+# byte for byte; credentials from the environment, from a ~/.aws/credentials profile (AWS_PROFILE or
+# --s3-profile), the endpoint from --s3-endpoint or AWS_ENDPOINT_URL; resets and 503s through
+# tests/fault_proxy.py are survived; a wrong secret, an unknown key, no key, a missing prefix and
+# an object replaced mid-load fail in one line naming the s3:// URL, never a secret.
+# Usage: cli_s3.sh path/to/shardload
+set -u
+SL=${1:?usage: cli_s3.sh SHARDLOAD}
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/remote_lib.sh"
+probe=$("$SL" load s3://b/x/ --s3-endpoint http://127.0.0.1:1 --remote-retries 0 2>&1)
+if echo "$probe" | grep -q "built without it"; then echo "skip: built without libcurl" >&2; exit 77; fi
+start_moto
+
+tiny_config "$T/tiny.json"
+"$SL" synth --config "$T/tiny.json" "$T/ck" --max-shard-size 600KB >/dev/null || { fail "synth"; finish; }
+"$SL" synth --config "$T/tiny.json" "$T/one" --seed 5 >/dev/null || { fail "synth one"; finish; }
+mkdir "$T/noindex" && cp "$T/ck"/model-0000[1-6]-of-00006.safetensors "$T/ck/config.json" "$T/noindex/"
+s3 user "$T/keys" && s3 upload models tinyllama "$T/ck" && s3 upload models flat "$T/noindex" &&
+    s3 upload models single "$T/one" && s3 upload models "my dir" "$T/ck" && s3 upload models replaced "$T/ck" ||
+    { fail "moto set-up"; finish; }
+s3 auth 0 || { fail "moto auth"; finish; }
+read -r KEY SECRET <"$T/keys"
+unset AWS_PROFILE AWS_SESSION_TOKEN AWS_REGION AWS_DEFAULT_REGION AWS_ENDPOINT_URL AWS_ENDPOINT_URL_S3
+export AWS_ACCESS_KEY_ID=$KEY AWS_SECRET_ACCESS_KEY=$SECRET AWS_SHARED_CREDENTIALS_FILE="$T/none" \
+    AWS_CONFIG_FILE="$T/none"
+L=(timeout 60 "$SL" load --s3-endpoint "$S3E")
+ref4=$("$SL" load "$T/ck" --tp 4 --checksums --json | sums)
+ref2=$("$SL" load "$T/ck" --tp 2 --pp 2 --checksums --json | sums)
+
+# 1. equal to the local load
+[ "$("${L[@]}" s3://models/tinyllama/ --tp 4 --checksums --json 2>"$T/err" | sums)" = "$ref4" ] ||
+    fail "s3 tp 4: $(cat "$T/err")"
+[ "$("${L[@]}" s3://models/tinyllama --tp 2 --pp 2 --checksums --json --remote-range 64K --remote-connections 8 \
+    2>"$T/err" | sums)" = "$ref2" ] || fail "s3 tp 2 pp 2, 64K ranges: $(cat "$T/err")"
+[ "$("${L[@]}" s3://models/flat/ --tp 4 --checksums --json 2>"$T/err" | sums)" = "$ref4" ] ||
+    fail "s3 listed (no index): $(cat "$T/err")"
+[ "$("${L[@]}" "s3://models/my dir/" --tp 4 --checksums --json 2>"$T/err" | sums)" = "$ref4" ] ||
+    fail "s3 key with a space: $(cat "$T/err")"
+[ "$("${L[@]}" s3://models/single/model.safetensors --tp 2 --checksums --json 2>"$T/err" | sums)" = \
+  "$("$SL" load "$T/one" --tp 2 --checksums --json | sums)" ] || fail "s3 single object: $(cat "$T/err")"
+[ "$(AWS_ENDPOINT_URL=$S3E timeout 60 "$SL" load s3://models/tinyllama/ --tp 4 --checksums --json 2>"$T/err" | sums)" = \
+  "$ref4" ] || fail "AWS_ENDPOINT_URL: $(cat "$T/err")"
+AWS_ENDPOINT_URL=$S3E "$SL" inspect s3://models/tinyllama/ >"$T/out" 2>"$T/err" &&
+    grep -q "s3://models/tinyllama/model-00006-of-00006.safetensors" "$T/out" || fail "inspect: $(cat "$T/err")"
+AWS_ENDPOINT_URL=$S3E "$SL" plan s3://models/flat/ --tp 4 >/dev/null 2>"$T/err" || fail "plan: $(cat "$T/err")"
+# credentials from a profile of the shared credentials file
+cat >"$T/credentials" <<CRED
+[default]
+aws_access_key_id = AKIANOTTHEONE0000000
+aws_secret_access_key = nope
+[loader]
+aws_access_key_id = $KEY
+aws_secret_access_key = $SECRET
+CRED
+P=(env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY AWS_SHARED_CREDENTIALS_FILE="$T/credentials")
+[ "$("${P[@]}" AWS_PROFILE=loader "${L[@]}" s3://models/tinyllama/ --tp 4 --checksums --json 2>"$T/err" | sums)" = \
+  "$ref4" ] || fail "AWS_PROFILE=loader: $(cat "$T/err")"
+[ "$("${P[@]}" "${L[@]}" s3://models/tinyllama/ --tp 4 --s3-profile loader --checksums --json 2>"$T/err" | sums)" = \
+  "$ref4" ] || fail "--s3-profile loader: $(cat "$T/err")"
+"${P[@]}" "${L[@]}" s3://models/tinyllama/ --tp 4 >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "s3://models/tinyllama/model.safetensors.index.json: access denied (HTTP 403, InvalidAccessKeyId)" ||
+    fail "default profile's unknown key: $(cat "$T/err")"
+
+# 2. faults through the proxy (it forwards the signed requests unchanged)
+for f in "reset --every 3" "503 --after 1 --count 4" "truncate --every 4"; do
+    start_proxy "$(port_of "$S3E")" fault --fault $f
+    out=$(timeout 60 "$SL" load s3://models/tinyllama/ --s3-endpoint "$PROXY" --tp 4 --checksums --json \
+        --remote-range 64K --remote-backoff-ms 20 2>"$T/err")
+    [ "$(echo "$out" | sums)" = "$ref4" ] || fail "s3 through '$f': $(cat "$T/err")"
+    stop_proxy
+done
+# an object replaced (same size, other bytes: another ETag) after its header was read
+"$VPY" -c "import sys; d = open(sys.argv[1], 'rb').read(); open(sys.argv[2], 'wb').write(bytes(b ^ 0xFF for b in d))" \
+    "$T/ck/model-00004-of-00006.safetensors" "$T/flipped"
+start_proxy "$(port_of "$S3E")" replace --fault replace --after 4 \
+    --replace-cmd "S3_SETUP_KEY=$KEY S3_SETUP_SECRET=$SECRET '$VPY' '$TESTS_DIR/s3_setup.py' '$S3E' put models replaced/model-00004-of-00006.safetensors '$T/flipped'"
+timeout 60 "$SL" load s3://models/replaced/ --s3-endpoint "$PROXY" --tp 4 --remote-range 64K >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "s3://models/replaced/model-00004-of-00006.safetensors: object changed since its header was read" ||
+    fail "replaced mid-load: $(cat "$T/err")"
+stop_proxy
+
+# 3. one-line failures naming the object, never the secret
+AWS_SECRET_ACCESS_KEY=wrong-secret-x "${L[@]}" s3://models/tinyllama/ --tp 4 >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "s3://models/tinyllama/model.safetensors.index.json: access denied (HTTP 403, SignatureDoesNotMatch)" ||
+    fail "wrong secret: $(cat "$T/err")"
+! grep -q "wrong-secret-x\|$KEY" "$T/err" || fail "a credential in the message: $(cat "$T/err")"
+AWS_ACCESS_KEY_ID=AKIAUNKNOWNUNKNOWN00 "${L[@]}" s3://models/tinyllama/ --tp 4 >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "(HTTP 403, InvalidAccessKeyId)" || fail "unknown key: $(cat "$T/err")"
+env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY "${L[@]}" s3://models/tinyllama/ --tp 4 >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "tinyllama/model.safetensors.index.json: access denied (HTTP 403" || fail "no key: $(cat "$T/err")"
+"${L[@]}" s3://models/nothing/ --tp 4 >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "s3://models/nothing: no \*.safetensors objects and no model.safetensors.index.json" ||
+    fail "empty prefix: $(cat "$T/err")"
+"${L[@]}" s3://nobucket/x/ --tp 4 >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "s3://nobucket/: not found (HTTP 404, NoSuchBucket)" ||
+    fail "no bucket: $(cat "$T/err")"
+"${L[@]}" s3://models/single/missing.safetensors --tp 4 >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "s3://models/single/missing.safetensors: not found (HTTP 404, NoSuchKey)" ||
+    fail "no object: $(cat "$T/err")"
+"$SL" load s3://models/tinyllama/ --s3-endpoint ftp://127.0.0.1 --tp 4 >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "S3 endpoint 'ftp://127.0.0.1': expected http://HOST" || fail "bad endpoint: $(cat "$T/err")"
+finish
