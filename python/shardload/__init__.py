@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from . import _native
 from .checkpoint import Checkpoint, Tensor, hub_cache, inspect, open
-from .errors import (ArgumentError, CheckpointError, DeviceError, Error, FormatError, LoadError,
-                     PlanError, UnsupportedError)
+from .errors import (ArgumentError, CancelledError, CheckpointError, DeviceError, Error,
+                     FormatError, LoadError, PlanError, UnsupportedError)
 from .model import Model, load, load_into
 from .plan import Device, Param, Plan, plan
 from .tools import reshard, synth
@@ -24,7 +24,7 @@ def cuda_gpu_count() -> int:
     return int(_native.lib.sl_cuda_gpu_count())
 
 
-__all__ = ["ArgumentError", "Checkpoint", "CheckpointError", "Device", "DeviceError", "Error",
+__all__ = ["ArgumentError", "CancelledError", "Checkpoint", "CheckpointError", "Device", "DeviceError", "Error",
            "FormatError", "LoadError", "Model", "Param", "Plan", "PlanError", "Tensor",
            "UnsupportedError", "cuda_gpu_count", "hub_cache", "inspect", "load", "load_into", "open", "plan",
            "reshard", "synth", "__version__"]

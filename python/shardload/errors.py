@@ -43,6 +43,10 @@ class UnsupportedError(Error):
     """Not built in or not available here (SL_E_UNSUPPORTED)."""
 
 
+class CancelledError(Error):
+    """Stopped by sl_cancel (SL_E_CANCELLED); the unfinished files were removed."""
+
+
 # Status value -> (name, exception class). Values are stable in shardload.h.
 _FAMILY: dict[int, type[Error]] = {}
 for _v in range(1, 12):
@@ -51,8 +55,8 @@ for _v in (20, 21, 22):
     _FAMILY[_v] = CheckpointError
 for _v in (40, 41, 42, 43, 44):
     _FAMILY[_v] = PlanError
-_FAMILY.update({30: LoadError, 31: LoadError, 50: LoadError, 52: LoadError, 51: DeviceError, 32: ArgumentError,
-                33: UnsupportedError})
+_FAMILY.update({30: LoadError, 31: LoadError, 50: LoadError, 52: LoadError, 51: DeviceError,
+                32: ArgumentError, 33: UnsupportedError, 34: CancelledError})
 
 
 def error_class(status: int) -> type[Error]:

@@ -191,3 +191,17 @@ def test_load_into_meta_device_refused(tiny_ckpt: Path, engine_tensors: dict) ->
     import torch
     engine_tensors["model.norm.weight"] = torch.empty(256, dtype=torch.bfloat16, device="meta")
     _refused(tiny_ckpt, engine_tensors, "'model.norm.weight': meta tensor")
+
+
+def test_every_status_has_a_family() -> None:
+    """Each status of the C core's one list (SL_STATUS_LIST) raises a family's exception, not the
+    bare base class: a status added in C without a Python family fails here."""
+    import re
+    from shardload import _native as N
+    from shardload.errors import error_class
+    header = (Path(__file__).resolve().parents[2] / "include" / "shardload.h").read_text()
+    values = [int(v) for v in re.findall(r"X\(SL_E_\w+, (\d+),", header)]
+    assert len(values) > 20
+    for v in values:
+        assert error_class(v) is not shardload.Error, f"{N.status_name(v)} ({v}) has no family"
+    assert error_class(34) is shardload.CancelledError
