@@ -11,8 +11,10 @@ devices in one batched ``jax.device_put``; the global arrays are assembled with
 
 Host memory: an eighth of the staging budget is the engine's own staging; the rest holds the
 buffers of two groups (the one being loaded, the one whose transfers JAX is finishing), so host
-memory beyond the device arrays stays within the budget (or one tensor's boxes, when they are
-larger). On CPU devices XLA adopts an aligned host buffer as the device buffer (no copy): there a
+memory beyond the device arrays stays within the budget. A tensor larger than a group is cut
+into pieces of whole boxes when its boxes split dimension 0 only (disjoint byte ranges); one split
+along another dimension stays one group (pieces would read its rows again), the one case over
+the budget. On CPU devices XLA adopts an aligned host buffer as the device buffer (no copy): there a
 group's buffers *are* device arrays, so groups are large (few C loads); every put is checked, and
 the first buffer JAX copies instead brings the bound back. A buffer is never reused: a CPU
 ``device_put`` may alias it, and then it *is* the device array.
@@ -128,25 +130,63 @@ def _box_bytes(box: Box, itemsize: int) -> int:
 Group = list[tuple[Tensor, list[tuple[Any, Box]]]]
 
 
+def _pieces(t: Tensor, boxes: list[tuple[Any, Box]], width: int,
+            limit: int) -> list[list[tuple[Any, Box]]]:
+    """A tensor's boxes cut into pieces of at most `limit` bytes (at least one distinct box each)
+    where that reads no byte twice: the boxes split dimension 0 only, so distinct boxes are
+    disjoint byte ranges (a box on several devices stays in one piece, read once). Otherwise,
+    or when they fit, one piece of all of them."""
+    whole = all(b[2][k] == 0 and b[3][k] == t.shape[k]
+                for _, b in boxes for k in range(1, len(t.shape)))
+    if not whole or sum(_box_bytes(b, width) for _, b in boxes) <= limit:
+        return [boxes]
+    same: dict[tuple[tuple[int, ...], tuple[int, ...]], list[tuple[Any, Box]]] = {}
+    for db in boxes:
+        same.setdefault((db[1][2], db[1][3]), []).append(db)
+    out: list[list[tuple[Any, Box]]] = []
+    size = 0
+    for copies in same.values():
+        n = _box_bytes(copies[0][1], width) * len(copies)
+        if not out or size + n > limit:
+            out.append([])
+            size = 0
+        out[-1] += copies
+        size += n
+    return out
+
+
+def _piece(t: Tensor, boxes: list[tuple[Any, Box]], width: int,
+           limit: int | None) -> list[tuple[Any, Box]]:
+    return boxes if limit is None else _pieces(t, boxes, width, limit)[0]
+
+
 def _groups(items: list[tuple[Tensor, list[tuple[Any, Box]]]], budget: Callable[[], int | None],
             target: Any) -> Iterator[Group]:
     """Consecutive tensors (checkpoint order) whose boxes fit the budget together (None: no
     bound; asked afresh for each group), one source dtype per group when no target dtype is
-    given (a plan has one dtype). A tensor larger than the budget is a group of its own."""
+    given (a plan has one dtype). A tensor larger than the budget is cut into pieces of whole
+    boxes where no byte is read twice (_pieces), else a group of its own."""
     group: Group = []
     size, key, limit = 0, None, budget()
     to = NAMES[target_value(target)] if target is not None else None
-    for t, boxes in items:
+    for t, all_boxes in items:
         width = numpy_dtype(to or t.dtype).itemsize  # packed types: an upper bound
-        n = sum(_box_bytes(b, width) for _, b in boxes)
         k = t.dtype if target is None else None
-        if group and ((limit is not None and size + n > limit) or k != key):
-            yield group
-            group, size, limit = [], 0, budget()
-        if not group:
-            key = k
-        group.append((t, boxes))
-        size += n
+        rest = all_boxes
+        while rest:
+            boxes = _piece(t, rest, width, limit)
+            n = sum(_box_bytes(b, width) for _, b in boxes)
+            if group and ((limit is not None and size + n > limit) or k != key):
+                yield group
+                group, size, limit = [], 0, budget()
+                boxes = _piece(t, rest, width, limit)  # cut afresh: the budget may have changed
+                n = sum(_box_bytes(b, width) for _, b in boxes)
+            taken = {dev for dev, _ in boxes}  # a tensor has one box per device at most
+            rest = [db for db in rest if db[0] not in taken]
+            if not group:
+                key = k
+            group.append((t, boxes))
+            size += n
     if group:
         yield group
 

@@ -132,8 +132,9 @@ def _spy(monkeypatch: pytest.MonkeyPatch, name: str, record: list) -> None:
 
 
 def make_big_ckpt(tmp: Path) -> tuple[Path, dict]:
-    """A llama of about 3.6 MB: several groups under a 2 MiB staging budget."""
-    cfg = dict(ARCHS["llama"], hidden_size=256, intermediate_size=512, vocab_size=1024,
+    """A llama of about 9.8 MB: several groups under a 2 MiB staging budget, and embeddings
+    (2 MiB each) larger than a group."""
+    cfg = dict(ARCHS["llama"], hidden_size=256, intermediate_size=512, vocab_size=4096,
                torch_dtype="bfloat16")
     tmp.mkdir(parents=True)
     (tmp / "config.json").write_text(json.dumps(cfg))
@@ -206,9 +207,31 @@ def test_copied_buffers_bound_the_groups(tmp_path: Path, monkeypatch: pytest.Mon
     check_shards(arrays, want)
     sizes = [_group_bytes(g) for g in fills]
     assert sizes[0] > bound  # adopted until the first put showed otherwise
-    assert all(n <= bound or len(g) == 1 for n, g in zip(sizes[2:], fills[2:]))
+    assert all(n <= bound for n in sizes[2:]), sizes  # the 2 MiB lm_head too, in pieces
+    assert sum("lm_head.weight" in [t.name for t, _ in g] for g in fills) >= 2
     assert len(fills) > 4
     assert peak[0] <= max(a + b for a, b in zip(sizes, sizes[1:])), (peak[0], sizes)
+
+
+def test_pieces_of_a_large_tensor() -> None:
+    """A tensor over the group bound is cut into pieces of whole boxes only when its boxes split
+    dimension 0 (disjoint byte ranges, no byte read twice); copies of a box stay together."""
+    mesh = mesh_2d()
+    shape = (1024, 64)
+
+    class T:  # the two fields _pieces reads
+        pass
+    tensor = T()
+    tensor.shape = shape  # type: ignore[attr-defined]
+    index = sj._local_devices(mesh)
+    rows = sj._boxes("w", shape, NamedSharding(mesh, P("model", None)), index)
+    pieces = sj._pieces(tensor, rows, 2, 40_000)  # 4 distinct boxes of 32 KiB, each on 2 devices
+    assert [len(p) for p in pieces] == [2, 2, 2, 2]
+    assert all(len({b[2] for _, b in p}) == 1 for p in pieces)  # a box and its copy
+    assert sorted(d.id for p in pieces for d, _ in p) == sorted(d.id for d, _ in rows)
+    assert len(sj._pieces(tensor, rows, 2, 70_000)) == 4  # 2 copies x 32 KiB fill a piece
+    cols = sj._boxes("w", shape, NamedSharding(mesh, P(None, "model")), index)
+    assert sj._pieces(tensor, cols, 2, 40_000) == [cols]  # would read every row 4 times
 
 
 def test_progress_and_loader_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
