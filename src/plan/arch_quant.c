@@ -8,9 +8,15 @@
 #include "plan/arch_config.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define SCALE_SUFFIX "_scale_inv"
+
+static int str_cmp(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
 
 static sl_status quant_ignored(sl_err *err, sl_arch *m, const json_t *q)
 {
@@ -31,6 +37,8 @@ static sl_status quant_ignored(sl_err *err, sl_arch *m, const json_t *q)
         m->quant.ignored[i] = sl_arena_strndup(&m->arena, json_string_value(s), json_string_length(s));
         SL_CHECK(m->quant.ignored[i] != NULL, err, SL_E_NOMEM, "out of memory");
     }
+    /* sorted: each of the up to E * L module names is looked up by binary search */
+    qsort(m->quant.ignored, (size_t)m->quant.n_ignored, sizeof(char *), str_cmp);
     return SL_OK;
 }
 
@@ -74,13 +82,9 @@ static int quantizable(const sl_rule *r)
            strcmp(r->tensor + n - 7, ".weight") == 0;
 }
 
-static int ignored_name(const sl_arch *m, const char *module, size_t n)
+static int ignored_name(const sl_arch *m, const char *module)
 {
-    for (int64_t i = 0; i < m->quant.n_ignored; i++) {
-        if (strlen(m->quant.ignored[i]) == n && memcmp(m->quant.ignored[i], module, n) == 0)
-            return 1;
-    }
-    return 0;
+    return bsearch(&module, m->quant.ignored, (size_t)m->quant.n_ignored, sizeof(char *), str_cmp) != NULL;
 }
 
 /* How many of the rule's modules (the tensor name without ".weight", per layer and expert) the
@@ -94,9 +98,10 @@ static sl_status ignored_count(sl_err *err, sl_arch *m, const sl_rule *r, int64_
     sl_arena tmp = {0};
     for (int64_t l = 0; l < nl; l++) {
         for (int64_t e = 0; e < ne; e++) {
-            const char *name = sl_arch_name_format(&tmp, r->tensor, l, e);
+            char *name = (char *)(uintptr_t)sl_arch_name_format(&tmp, r->tensor, l, e);
             SL_CHECK(name != NULL, err, SL_E_NOMEM, "out of memory");
-            *hit += ignored_name(m, name, strlen(name) - 7);
+            name[strlen(name) - 7] = '\0';   /* the module: without ".weight" */
+            *hit += ignored_name(m, name);
             (*all)++;
         }
         sl_arena_free(&tmp);
