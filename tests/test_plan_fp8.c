@@ -240,11 +240,33 @@ static void synth_and_bind(void)
     EXPECT(build(ck, cfg, 2, 0, SL_LAYOUT_TP, &p) == SL_OK, "%s", sl_plan_errmsg(p));
     if (p)
         scale_ops(ck, p);
-    /* the engine writes one dtype per plan: an FP8 plan is refused, never loaded wrongly */
+    /* An engine that writes one dtype per plan refuses an FP8 plan; one that writes each
+     * parameter's dtype loads it: then rank 1's o_proj is the checkpoint's FP8 bytes, columns
+     * [128, 256) of each row, bit for bit. Never loaded wrongly either way. */
     sl_load_opts lo;
     sl_load_opts_init(&lo);
     sl_model *m = NULL;
-    EXPECT(p && sl_load(ck, p, &lo, &m) != SL_OK, "an FP8 plan is refused by the engine");
+    const sl_plan_param_t *o = param(p, 1, "model.layers.0.self_attn.o_proj.weight");
+    sl_tensor_info ti;
+    if (p && o && tensor_index(ck, "model.layers.0.self_attn.o_proj.weight", &ti) >= 0 &&
+        sl_load(ck, p, &lo, &m) == SL_OK) {
+        unsigned char *got = malloc(256 * 128), *row = malloc(256);
+        FILE *f = fopen(sl_checkpoint_file_path(ck, ti.file), "rb");
+        int same = got && row && f && sl_model_read_param(m, 1, o - p->devices[1].params, 0, got,
+                                                          256 * 128) == SL_OK;
+        for (int k = 0; same && k < 256; k++)
+            same = fseek(f, (long)(ti.offset + (uint64_t)k * 256), SEEK_SET) == 0 &&
+                   fread(row, 1, 256, f) == 256 && !memcmp(got + k * 128, row + 128, 128);
+        EXPECT(same, "rank 1 o_proj: the checkpoint's FP8 columns [128, 256) bit for bit");
+        if (f)
+            fclose(f);
+        free(got);
+        free(row);
+    } else {
+        EXPECT(m != NULL && strstr(sl_model_errmsg(m), "parameter") != NULL,
+               "an FP8 plan the engine cannot load is refused naming a parameter: %s",
+               m ? sl_model_errmsg(m) : "");
+    }
     sl_model_free(m);
     sl_plan_free(p);
     const sl_status st = build(ck, cfg, 2, 0, SL_LAYOUT_SPMD, &p);

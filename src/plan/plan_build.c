@@ -569,8 +569,11 @@ static sl_status sources_init(plan_ctx *c)
 {
     c->src = sl_arena_alloc(&c->p->arena, (size_t)c->m->n_tensors * sizeof(*c->src));
     SL_CHECK(c->src != NULL, &c->p->err, SL_E_NOMEM, "out of memory");
-    for (int64_t i = 0; i < c->m->n_tensors; i++)
-        c->src[i] = (plan_src){.index = -1, .file = -1, .offset = 0, .dtype = c->p->dtype};
+    for (int64_t i = 0; i < c->m->n_tensors; i++) {   /* FP8 weights and scales: their own */
+        const int32_t dt = c->m->tensors[i].dtype;
+        c->src[i] = (plan_src){.index = -1, .file = -1, .offset = 0,
+                               .dtype = dt >= 0 ? (sl_dtype)dt : c->p->dtype};
+    }
     return SL_OK;
 }
 
