@@ -138,5 +138,16 @@ if [[ ${BENCH_JAX:-1} != 0 ]]; then
   fi
 fi
 
+# ---- remote sources (bench/remote.sh; issue 17 item 6) ---------------------------------------------
+# shardload from local files, loopback HTTP and moto's S3, and runai-model-streamer from the same S3
+# objects: bench/remote.{jsonl,md}. BENCH_REMOTE=0 skips it.
+if [[ ${BENCH_REMOTE:-1} != 0 ]]; then
+  echo "bench: remote sources (bench/remote.sh)" >&2
+  if ! SL_CLI=$SL bash bench/remote.sh; then
+    echo "bench: remote sources failed" >&2
+    printf '## Remote sources (bench/remote.py, issue 17 item 6)\n\nNot run: bench/remote.sh failed in this run (see its output).\n' > bench/remote.md
+  fi
+fi
+
 $PY bench/report.py "$OUT" bench/RESULTS.md bench/chart.png "$NAME" "$ALT_TP" "$have_torch" bench/mpi.jsonl
 echo "bench: wrote bench/RESULTS.md and bench/chart.png" >&2

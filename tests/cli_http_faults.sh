@@ -64,12 +64,12 @@ start_proxy "$UP" noretry --fault reset --every 5
 "${L[@]}" "$PROXY/ck/" --remote-retries 0 >/dev/null 2>"$T/err"
 one_line_error $? "$T/err" "safetensors: bytes [0-9]*-[0-9]*: .*(gave up after 1 tries)" || fail "retries 0: $(cat "$T/err")"
 stop_proxy
+# (each stalled try delivers half of what is left: progress, so more than 2 tries are made)
 start_proxy "$UP" stallfail --fault stall --stall 4
 "${L[@]}" "$PROXY/ck/" --remote-retries 1 >/dev/null 2>"$T/err"
 one_line_error $? "$T/err" "safetensors: bytes [0-9]*-[0-9]*: Timeout was reached (gave up after [0-9]* tries)" ||
     fail "stall, retries 1: $(cat "$T/err")"
 stop_proxy
-# (each stalled try delivers half of what is left: progress, so more than 2 tries are made)
 # an object replaced (rewritten in place, same size) after its header was read
 cp -r "$W/ck" "$W/ckr"
 start_proxy "$UP" replace --fault replace --after 5 --replace "$W/ckr/model-00003-of-00006.safetensors"
