@@ -29,6 +29,7 @@ def etag_of(st):
 
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True   # headers and body are two writes: no 40 ms delayed-ACK stall
 
     def log_message(self, fmt, *args):  # quiet: the tests read their own log
         pass
