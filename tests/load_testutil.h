@@ -51,6 +51,7 @@ static int64_t tp_param(sl_plan *p, int32_t d, const char *name, uint64_t rows, 
     sl_plan_device *pd = &p->devices[d];
     int64_t i = pd->n_params++;
     pd->params[i].name = name;
+    pd->params[i].dtype = p->dtype;
     pd->params[i].ndim = 2;
     pd->params[i].shape[0] = rows;
     pd->params[i].shape[1] = cols;

@@ -31,11 +31,12 @@ static int region_end(uint64_t off, uint64_t rows, uint64_t stride, uint64_t row
 
 static sl_status check_op_dst(const sl_plan *p, const sl_plan_device *pd, const sl_op *op, sl_err *err)
 {
-    const uint64_t es = sl_dtype_bits(p->dtype) / 8;
+    (void)p;
     uint64_t row_bytes = 0, end = 0;
     SL_CHECK(op->param >= 0 && op->param < pd->n_params, err, SL_E_INVALID_ARG,
              "plan: device %d operation names parameter %lld of %lld", pd->index,
              (long long)op->param, (long long)pd->n_params);
+    const uint64_t es = sl_dtype_bits(pd->params[op->param].dtype) / 8;
     const uint64_t p_off = pd->params[op->param].offset, p_bytes = pd->params[op->param].nbytes;
     const uint64_t stride = op->kind == SL_OP_ZERO ? op->row_elems * es : op->dst_stride;
     SL_CHECK(!sl_mul_overflow(op->row_elems, es, &row_bytes) &&
@@ -51,10 +52,13 @@ static sl_status check_op_src(const sl_plan *p, const sl_plan_device *pd, const 
                               const sl_load_file *files, int64_t n_files, int dummy, sl_err *err)
 {
     const char *name = pd->params[op->param].name;
-    SL_CHECK(sl_convert_supported(p->dtype, op->src_dtype), err, SL_E_UNSUPPORTED,
+    const sl_dtype ddt = pd->params[op->param].dtype;
+    SL_CHECK(sl_convert_supported(ddt, op->src_dtype), err, SL_E_UNSUPPORTED,
              "plan: parameter '%s': no conversion from %s to %s", name,
              sl_dtype_name(op->src_dtype) ? sl_dtype_name(op->src_dtype) : "?",
-             sl_dtype_name(p->dtype) ? sl_dtype_name(p->dtype) : "?");
+             sl_dtype_name(ddt) ? sl_dtype_name(ddt) : "?");
+    SL_CHECK(!dummy || ddt == p->dtype, err, SL_E_UNSUPPORTED, "plan: parameter '%s' is %s: dummy "
+             "weights are for the plan's dtype only", name, sl_dtype_name(ddt) ? sl_dtype_name(ddt) : "?");
     if (dummy)
         return SL_OK;
     SL_CHECK(op->file >= 0, err, SL_E_INVALID_ARG,
@@ -97,7 +101,6 @@ sl_status sl_load_check_plan(const sl_plan *p, const sl_load_file *files, int64_
 sl_status sl_load_zero_pads(const sl_plan *p, const sl_model_dev *devs, const unsigned char *local,
                             int written, sl_err *err)
 {
-    const uint64_t es = sl_dtype_bits(p->dtype) / 8;
     for (int32_t d = 0; d < p->n_devices; d++) {
         const sl_plan_device *pd = &p->devices[d];
         const sl_device *dev = &devs[d].dev;
@@ -105,6 +108,7 @@ sl_status sl_load_zero_pads(const sl_plan *p, const sl_model_dev *devs, const un
             continue;
         for (int64_t k = 0; k < pd->n_ops; k++) {
             const sl_op *op = &pd->ops[k];
+            const uint64_t es = sl_dtype_bits(pd->params[op->param].dtype) / 8;
             if (op->kind == SL_OP_ZERO && op->rows && op->row_elems)
                 SL_TRY(sl_device_zero(dev, op->dst_offset, op->rows * op->row_elems * es, err));
         }

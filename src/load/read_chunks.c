@@ -24,12 +24,15 @@ static int rd_is_copy(const sl_op *op)
 }
 
 /* Bounds were checked by sl_load_check_plan, so src_end cannot overflow here. */
-static void rd_op_init(rd_ops *t, rd_op *r, const sl_op *op, int32_t dev)
+static void rd_op_init(const sl_plan *p, rd_ops *t, rd_op *r, const sl_op *op, int32_t dev)
 {
     r->op = op;
     r->dev = dev;
     r->ssize = sl_dtype_bits(op->src_dtype) / 8;
-    r->dsize = sl_dtype_bits(t->dtype) / 8;
+    const sl_plan_device *pd = &p->devices[dev];   /* unit tests build ops without params */
+    r->ddt = pd->params && op->param >= 0 && op->param < pd->n_params ? pd->params[op->param].dtype
+                                                                      : p->dtype;
+    r->dsize = sl_dtype_bits(r->ddt) / 8;
     r->src_end = op->src_offset + (op->rows - 1) * op->src_stride + op->row_elems * r->ssize;
     t->used[op->file] = 1;
     if (op->src_offset % r->ssize || op->src_stride % r->ssize)
@@ -67,7 +70,7 @@ sl_status rd_ops_build(const sl_plan *p, int64_t n_files, rd_ops *t, sl_err *err
         const sl_plan_device *pd = &p->devices[d];
         for (int64_t k = 0; k < pd->n_ops; k++)
             if (rd_is_copy(&pd->ops[k]))
-                rd_op_init(t, &t->v[t->n++], &pd->ops[k], d);
+                rd_op_init(p, t, &t->v[t->n++], &pd->ops[k], d);
     }
     qsort(t->v, (size_t)t->n, sizeof *t->v, rd_op_cmp);
     rd_ops_index(t);
@@ -128,7 +131,7 @@ static void rd_mark_direct(rd_ops *t, const rd_chunk_opts *o)
         const uint64_t row_bytes = op->row_elems * r->ssize;
         r->direct = o->host[r->dev] && !(o->file_direct && o->file_direct[op->file]) &&
                     !(o->whole && o->whole[op->file]) &&
-                    op->src_dtype == t->dtype &&
+                    op->src_dtype == r->ddt &&
                     (op->rows == 1 || (op->src_stride == row_bytes && op->dst_stride == row_bytes)) &&
                     r->src_end - op->src_offset >= RD_DIRECT_MIN && rd_exclusive(t, i);
     }

@@ -37,6 +37,7 @@ typedef struct rd_op {
     int32_t dev;
     int direct;          /* read straight into the device buffer (rd_chunks_build) */
     uint32_t ssize, dsize;
+    sl_dtype ddt;        /* the parameter's dtype: what the op writes */
     uint64_t src_end;
     uint64_t max_end;    /* max src_end of the file's operations up to this one */
 } rd_op;

@@ -59,7 +59,7 @@ static sl_status rd_put_ring(rd_ctx *x, const rd_op *r, uint64_t dst_off, const 
         unsigned char *piece;
         SL_TRY(rd_ring_take(x, &k, &piece));
         const uint64_t m = sl_min_u64(per, n - i);
-        sl_convert_rows(x->pool, piece, 0, x->p->dtype, src + i * r->ssize, 0, r->op->src_dtype,
+        sl_convert_rows(x->pool, piece, 0, r->ddt, src + i * r->ssize, 0, r->op->src_dtype,
                         (size_t)m, 1);
         SL_TRY(sl_device_write(d, dst_off + i * r->dsize, piece, (size_t)(m * r->dsize), x->err));
         SL_TRY(rd_ring_mark(x, k, r->dev));
@@ -74,7 +74,7 @@ static sl_status rd_put(rd_ctx *x, const rd_op *r, uint64_t dst_off, const unsig
                         uint64_t n)
 {
     const sl_device *d = &x->devs[r->dev].dev;
-    const sl_dtype sdt = r->op->src_dtype, ddt = x->p->dtype;
+    const sl_dtype sdt = r->op->src_dtype, ddt = r->ddt;
     if (x->host[r->dev]) {
         if (sdt == ddt)
             memcpy(x->host[r->dev] + dst_off, src, (size_t)(n * r->ssize));
@@ -117,7 +117,7 @@ static int rd_gathers(const rd_ctx *x, const rd_op *r)
     const sl_op *op = r->op;
     const uint64_t dst_row = op->row_elems * r->dsize;
     return x->ring && op->rows > 1 && dst_row <= rd_ring_piece_bytes(x) &&
-           (op->src_dtype != x->p->dtype ||
+           (op->src_dtype != r->ddt ||
             (dst_row < x->gather_rows && op->src_stride != op->row_elems * r->ssize));
 }
 
@@ -136,7 +136,7 @@ static sl_status rd_gather_rows(rd_ctx *x, const rd_op *r, uint64_t k, uint64_t 
         unsigned char *piece;
         SL_TRY(rd_ring_take(x, &p, &piece));
         const uint64_t m = sl_min_u64(per, rows - i);
-        sl_convert_rows(x->pool, piece, (size_t)dst_row, x->p->dtype, src + i * op->src_stride,
+        sl_convert_rows(x->pool, piece, (size_t)dst_row, r->ddt, src + i * op->src_stride,
                         (size_t)op->src_stride, op->src_dtype, (size_t)op->row_elems, (size_t)m);
         const uint64_t dst_off = op->dst_offset + (k + i) * op->dst_stride;
         if (op->dst_stride == dst_row)
@@ -163,7 +163,7 @@ static sl_status rd_put_rows(rd_ctx *x, const rd_op *r, uint64_t k, uint64_t a, 
     if (x->host[r->dev] || op->rows < 2 || rs < a || op->src_stride > SIZE_MAX)
         return SL_OK;
     const int gather = rd_gathers(x, r);
-    if (!gather && op->src_dtype != x->p->dtype)
+    if (!gather && op->src_dtype != r->ddt)
         return SL_OK;
     const uint64_t rows = rd_whole_rows(r, k, b);
     if (rows < 2)
@@ -232,7 +232,7 @@ int rd_staged_work(const rd_ctx *x, int narrow_too)
         const rd_op *r = &x->ops.v[i];
         if (x->host[r->dev] || !rd_local(x, r->dev))
             continue;
-        if (r->op->src_dtype != x->p->dtype)
+        if (r->op->src_dtype != r->ddt)
             return 1;
         const uint64_t row = r->op->row_elems * r->ssize;
         if (narrow_too && r->op->rows > 1 && row < x->gather_rows && r->op->src_stride != row)
@@ -249,7 +249,7 @@ void rd_start_pool(rd_ctx *x)
 {
     int converts = 0;
     for (int64_t i = 0; i < x->ops.n && !converts; i++)
-        converts = x->ops.v[i].op->src_dtype != x->p->dtype && rd_local(x, x->ops.v[i].dev);
+        converts = x->ops.v[i].op->src_dtype != x->ops.v[i].ddt && rd_local(x, x->ops.v[i].dev);
     const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     if (converts && cpus > 1)
         x->pool = sl_pool_new((unsigned)(cpus > 8 ? 7 : cpus - 1));

@@ -216,7 +216,7 @@ static sl_status file_dev_init(reshard *r, file_dev *f, const sl_plan_device *pd
         sl_writer *w = f->parts[k];
         for (; i < pd->n_params && f->param_part[i] == k; i++) {
             const sl_plan_param_t *pp = &pd->params[i];
-            if (sl_writer_add(w, sl_plan_stored_name(r->plan, pd, pp->name), r->plan->dtype, pp->ndim,
+            if (sl_writer_add(w, sl_plan_stored_name(r->plan, pd, pp->name), pp->dtype, pp->ndim,
                               pp->shape, &f->param_widx[i]) != SL_OK)
                 return sl_err_set(&r->err, SL_E_INVALID_ARG, "%s", sl_writer_errmsg(w));
         }
