@@ -75,6 +75,8 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "sl_struct_size": (c_size_t, [c_char_p]),
     "sl_xxh3": (c_uint64, [c_void_p, c_size_t]),
     "sl_checkpoint_open": (c_int, [c_char_p, POINTER(_P)]),
+    "sl_checkpoint_open_opts": (c_int, [c_char_p, POINTER(LoadOpts), POINTER(_P)]),
+    "sl_checkpoint_fetch": (c_int, [_P, c_char_p, c_char_p, c_char_p, c_size_t]),
     "sl_hf_resolve": (c_int, [c_char_p, c_char_p, c_char_p, c_size_t, c_char_p, c_size_t]),
     "sl_checkpoint_close": (None, [_P]),
     "sl_checkpoint_errmsg": (c_char_p, [_P]),

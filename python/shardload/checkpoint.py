@@ -3,10 +3,13 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from typing import Any
 
 from . import _native as N
+from . import _remote
 from ._dtypes import NAMES
 
 
@@ -49,11 +52,22 @@ class Checkpoint:
     """A safetensors file or Hugging Face directory, every header read and validated.
 
     Holds the C handle until close() (or garbage collection); plan() and load() reuse it.
+    path may be an http(s):// or s3:// URL (docs/remote.md): S3 settings come from the AWS
+    environment and files, or s3_endpoint= and s3_profile= (the CLI's --s3-endpoint and
+    --s3-profile).
     """
 
-    def __init__(self, path: Any) -> None:
+    def __init__(self, path: Any, *, s3_endpoint: str | None = None,
+                 s3_profile: str | None = None) -> None:
         self._h = ctypes.c_void_p()
-        st = N.lib.sl_checkpoint_open(_resolve(path), ctypes.byref(self._h))
+        self._tmp: str | None = None
+        raw = _resolve(path)
+        self.remote = _remote.is_url(raw)
+        if self.remote:
+            opts = _remote.open_opts(raw, s3_endpoint, s3_profile)
+            st = N.lib.sl_checkpoint_open_opts(raw, ctypes.byref(opts), ctypes.byref(self._h))
+        else:
+            st = N.lib.sl_checkpoint_open(raw, ctypes.byref(self._h))
         if st != 0:
             msg = N.lib.sl_checkpoint_errmsg(self._h) if self._h else None
             self.close()
@@ -94,10 +108,27 @@ class Checkpoint:
             raise ValueError("checkpoint is closed")
         return self._h
 
+    def fetch_config(self) -> str:
+        """A remote checkpoint's config.json, fetched once into a private temporary folder
+        (removed at close), for the planner, which reads a local file."""
+        if self._tmp is None:
+            self._tmp = tempfile.mkdtemp(prefix="shardload-")
+        dest = os.path.join(self._tmp, "config.json")
+        if not os.path.exists(dest):
+            err = ctypes.create_string_buffer(1024)
+            st = N.lib.sl_checkpoint_fetch(self.handle, b"config.json", os.fsencode(dest), err, len(err))
+            if st != 0:
+                N.raise_status(st, err.value)
+        return dest
+
     def close(self) -> None:
         if getattr(self, "_h", None):
             N.lib.sl_checkpoint_close(self._h)
             self._h = ctypes.c_void_p()
+        tmp = getattr(self, "_tmp", None)
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+            self._tmp = None
 
     def __enter__(self) -> "Checkpoint":
         return self
@@ -113,9 +144,11 @@ class Checkpoint:
                 f"{self.total_bytes} bytes)")
 
 
-def open(path: Any) -> Checkpoint:  # noqa: A001 - the API's name
-    """Opens and validates a checkpoint (a .safetensors file or a directory)."""
-    return Checkpoint(path)
+def open(path: Any, *, s3_endpoint: str | None = None,  # noqa: A001 - the API's name
+         s3_profile: str | None = None) -> Checkpoint:
+    """Opens and validates a checkpoint (a .safetensors file, a directory, or an http(s):// or
+    s3:// URL: docs/remote.md)."""
+    return Checkpoint(path, s3_endpoint=s3_endpoint, s3_profile=s3_profile)
 
 
 def inspect(path: Any) -> dict[str, Any]:

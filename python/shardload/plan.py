@@ -63,6 +63,8 @@ class Plan:
         _check_mesh(tp, pp, ep, layout)
         if ck is None and config is None:
             raise ValueError("plan needs a checkpoint path or config= (a config.json)")
+        if ck is not None and config is None and ck.remote:
+            config = ck.fetch_config()   # the planner reads a local config.json
         opts = N.PlanOpts()
         N.lib.sl_plan_opts_init(ctypes.byref(opts))
         opts.tp, opts.pp, opts.layout = tp, pp, _LAYOUTS[layout]

@@ -1,0 +1,128 @@
+"""Remote checkpoints in the Python package (issue 17, docs/remote.md): shardload.open, plan and load
+take http:// and s3:// URLs, the S3 settings found as the CLI finds them (AWS_* variables, a
+profile of the shared credentials file, s3_endpoint=/s3_profile=); the loaded bytes equal the local
+load's; a 404 or a refused signature raises the family's exception naming the URL. The servers
+(tests/http_range_server.py, moto's S3 server with its SigV4 checks on) run on loopback, started
+here."""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import shardload
+from sl_fixtures import TESTS, tiny_ckpt, tiny_config  # noqa: F401  (pytest fixtures)
+
+
+def _wait(path: Path, proc: subprocess.Popen[bytes]) -> None:
+    for _ in range(200):
+        if path.exists() or proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    assert path.exists(), "server did not start"
+
+
+def _remote_works() -> bool:
+    try:
+        shardload.open("http://127.0.0.1:1/x/")
+    except shardload.Error as e:
+        return "built without it" not in str(e)
+    return True
+
+
+@pytest.fixture(scope="module")
+def http(tiny_ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:  # noqa: F811
+    if not _remote_works():
+        pytest.skip("built without libcurl")
+    root = tmp_path_factory.mktemp("www")
+    shutil.copytree(tiny_ckpt, root / "ck")
+    port = root / "port"
+    p = subprocess.Popen([sys.executable, str(TESTS / "http_range_server.py"), str(root), str(port)])
+    _wait(port, p)
+    yield f"http://127.0.0.1:{port.read_text()}"
+    p.terminate()
+    p.wait()
+
+
+def _sums(m: shardload.Model) -> list[dict[str, int]]:
+    return [m.checksums(d) for d in range(len(m.plan.devices))]
+
+
+def test_http_open_plan_load(http: str, tiny_ckpt: Path) -> None:  # noqa: F811
+    ck = shardload.open(f"{http}/ck/")
+    assert ck.remote and ck.files[0].startswith(f"{http}/ck/model-")
+    assert len(ck.tensors) == len(shardload.open(tiny_ckpt).tensors)
+    ck.close()
+    assert shardload.plan(f"{http}/ck", tp=2).total_bytes == shardload.plan(tiny_ckpt, tp=2).total_bytes
+    assert _sums(shardload.load(f"{http}/ck/", tp=4)) == _sums(shardload.load(tiny_ckpt, tp=4))
+
+
+def test_http_errors(http: str) -> None:
+    with pytest.raises(shardload.CheckpointError, match=r"nope/model.safetensors.index.json: not found|nope: no model"):
+        shardload.open(f"{http}/nope/")
+    with pytest.raises(shardload.Error, match="ck/missing.safetensors: not found \\(HTTP 404\\)"):
+        shardload.open(f"{http}/ck/missing.safetensors")
+
+
+@pytest.fixture(scope="module")
+def moto(tiny_ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, str]]:  # noqa: F811
+    if not _remote_works():
+        pytest.skip("built without libcurl")
+    server = Path(sys.executable).parent / "moto_server"
+    if not server.exists():
+        pytest.skip("no moto_server next to this Python (python/requirements-test.txt)")
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    endpoint = f"http://127.0.0.1:{port}"
+    env = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="1000000000")
+    p = subprocess.Popen([str(server), "-H", "127.0.0.1", "-p", str(port)], env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(300):
+        try:
+            urllib.request.urlopen(endpoint + "/moto-api/", timeout=1).read()
+            break
+        except OSError:
+            time.sleep(0.1)
+    tmp = tmp_path_factory.mktemp("s3")
+    setup = [sys.executable, str(TESTS / "s3_setup.py"), endpoint]
+    subprocess.run(setup + ["user", str(tmp / "keys")], check=True)
+    subprocess.run(setup + ["upload", "models", "tiny", str(tiny_ckpt)], check=True)
+    subprocess.run(setup + ["auth", "0"], check=True)
+    key, secret = (tmp / "keys").read_text().split()
+    yield endpoint, key, secret
+    p.terminate()
+    p.wait()
+
+
+def test_s3_env_and_profile(moto: tuple[str, str, str], tiny_ckpt: Path, tmp_path: Path,  # noqa: F811
+                            monkeypatch: pytest.MonkeyPatch) -> None:
+    endpoint, key, secret = moto
+    for v in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL_S3"):
+        monkeypatch.delenv(v, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    ref = _sums(shardload.load(tiny_ckpt, tp=2))
+    assert _sums(shardload.load("s3://models/tiny/", tp=2)) == ref
+    (tmp_path / "credentials").write_text(f"[loader]\naws_access_key_id = {key}\naws_secret_access_key = {secret}\n")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
+    with pytest.raises(shardload.Error, match="s3://models/tiny/model.safetensors.index.json: access denied "
+                                              "\\(HTTP 403, SignatureDoesNotMatch\\)") as e:
+        shardload.open("s3://models/tiny/")
+    assert "wrong" not in str(e.value) and key not in str(e.value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    ck = shardload.open("s3://models/tiny/", s3_endpoint=endpoint, s3_profile="loader")
+    assert len(ck.files) == len(shardload.open(tiny_ckpt).files)
+    ck.close()
