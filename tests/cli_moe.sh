@@ -65,6 +65,20 @@ if command -v mpirun >/dev/null 2>&1; then
         done
         total=$(nums bytes_read <<<"$out" | cut -d' ' -f1)
         [ "$total" = "$(nums bytes_read <<<"$ref" | cut -d' ' -f1)" ] || fail "cooperative --ep reads each byte once"
+        # a block-FP8 checkpoint (DeepSeek shapes, the oracle's config): F8_E4M3 weights and F32
+        # scales over the ranks equal one process (which the oracle checks bit for bit)
+        python3 -c "import json, sys; sys.path.insert(0, '$(dirname "$0")'); import oracle_shards as o
+c = dict(o.FP8_ARCHS['deepseek_v3'], torch_dtype='bfloat16'); json.dump(c, open('$T/fp8.json', 'w'))" \
+            && "$SL" synth --config "$T/fp8.json" "$T/fp8" --max-shard-size 300KB >/dev/null || fail "fp8 synth"
+        for ep in "" --ep; do
+            ref=$("$SL" load "$T/fp8" --tp 2 $ep --checksums --json)
+            for dist in independent cooperative; do
+                out=$("${MPIRUN[@]}" -np 2 "$SL" load "$T/fp8" --tp 2 $ep --dist $dist --checksums --json) ||
+                    { fail "fp8 mpirun $dist $ep"; continue; }
+                [ -n "$(sums <<<"$ref")" ] && [ "$(sums <<<"$ref")" = "$(sums <<<"$out")" ] \
+                    || fail "fp8 MPI $dist $ep: checksums differ from one process"
+            done
+        done
     fi
 fi
 
