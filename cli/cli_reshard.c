@@ -32,13 +32,14 @@ static void reshard_help(FILE *out)
             "  --io M                 auto, direct or buffered (default auto)\n"
             "  --dist S, --devices-per-rank K   under mpirun, as for `load` (docs/mpi.md): rank r\n"
             "                         writes the files of devices [r*K, (r+1)*K), rank 0 config.json\n"
+            "  --s3-*, --remote-*     PATH as an http(s):// or s3:// URL, as for `load` (docs/remote.md)\n"
             "  -h, --help             this text\n");
 }
 
 static const char *const reshard_allowed[] = {
     "--tp",      "--pp",      "--layout", "--dtype",         "--config", "--rules",
     "--staging", "--request", "--threads", "--io", "--max-part-size", "--dist",
-    "--devices-per-rank", "--ep", NULL};
+    "--devices-per-rank", "--ep", CLI_REMOTE_OPTIONS, NULL};
 
 static int reshard_run(const char *path, const char *outdir, cli_opts *a)
 {
@@ -46,8 +47,11 @@ static int reshard_run(const char *path, const char *outdir, cli_opts *a)
     sl_plan *p = NULL;
     int rc = CLI_EXIT_OK;
     char err[2048];
-    if (sl_checkpoint_open(path, &ck) != SL_OK)
+    char cerr[1024];
+    if (cli_remote_open(path, &a->lo, &ck) != SL_OK)
         rc = cli_fail("%s", ck ? sl_checkpoint_errmsg(ck) : "out of memory");
+    else if (cli_remote_config(ck, &a->po, cerr, sizeof cerr) != SL_OK)   /* a URL's config.json */
+        rc = cli_fail("%s", cerr);
     else if (cli_warnings(ck), sl_plan_build(ck, &a->po, &p) != SL_OK)
         rc = cli_fail("%s", p ? sl_plan_errmsg(p) : "out of memory");
     else if (cli_signals_catch(), sl_reshard(ck, p, &a->lo, outdir, a->max_part, err,

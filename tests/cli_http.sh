@@ -60,6 +60,12 @@ one_line_error $? "$T/err" "noindex: no model.safetensors.index.json, and an HTT
 "$SL" inspect "$HTTP/ck/" >"$T/out" 2>"$T/err" && grep -q "$HTTP/ck/model-00001-of-00006.safetensors" "$T/out" ||
     fail "inspect: $(cat "$T/err")"
 "$SL" plan "$HTTP/ck" --tp 4 >/dev/null 2>"$T/err" || fail "plan: $(cat "$T/err")"
+# reshard from a URL writes the same files as from the folder, config.json included
+"$SL" reshard "$W/ck" "$T/rs_local" --tp 2 >/dev/null 2>"$T/err" || fail "reshard local: $(cat "$T/err")"
+"$SL" reshard "$HTTP/ck/" "$T/rs_http" --tp 2 --remote-range 64K >/dev/null 2>"$T/err" || fail "reshard http: $(cat "$T/err")"
+for f in "$T"/rs_local/*; do
+    cmp -s "$f" "$T/rs_http/$(basename "$f")" || fail "reshard http: $(basename "$f") differs"
+done
 
 # 2. one-line errors naming the URL
 "${L[@]}" "$HTTP/hole/" --tp 2 >/dev/null 2>"$T/err"

@@ -261,6 +261,11 @@ static sl_status reshard_copy_config(reshard *r, const sl_checkpoint *ck)
     snprintf(src, sizeof(src), "%s/config.json", sl_checkpoint_dir(ck));
     snprintf(dst, sizeof(dst), "%s/config.json", r->outdir);
     sl_status st = SL_OK;
+    if (!strncmp(src, "http://", 7) || !strncmp(src, "https://", 8) || !strncmp(src, "s3://", 5)) {
+        char e[1024];   /* a remote checkpoint's config, fetched with its settings */
+        st = sl_checkpoint_fetch(ck, "config.json", dst, e, sizeof e);
+        return st == SL_OK || st == SL_E_NOT_FOUND ? SL_OK : sl_err_set(&r->err, st, "%s", e);
+    }
     json_t *cfg = sl_tools_json_load(src, 1, &r->err, &st);
     if (!cfg)
         return st;   /* SL_OK: a single-file checkpoint planned with --config has none to copy */
