@@ -3,7 +3,7 @@
 # [server] in .venv, python/requirements-test.txt), started and stopped here, with its IAM checks
 # on: every request must carry a SigV4 signature of an existing access key. s3://bucket/prefix/
 # with an index, a prefix without one (ListObjectsV2) and one object load equal to the local files,
-# byte for byte; credentials from the environment, from a ~/.aws/credentials profile (AWS_PROFILE or
+# byte for byte, path-style and virtual-host; credentials from the environment, from a ~/.aws/credentials profile (AWS_PROFILE or
 # --s3-profile), the endpoint from --s3-endpoint or AWS_ENDPOINT_URL; resets and 503s through
 # tests/fault_proxy.py are survived; a wrong secret, an unknown key, no key, a missing prefix and
 # an object replaced mid-load fail in one line naming the s3:// URL, never a secret.
@@ -43,6 +43,10 @@ ref2=$("$SL" load "$T/ck" --tp 2 --pp 2 --checksums --json | sums)
     fail "s3 key with a space: $(cat "$T/err")"
 [ "$("${L[@]}" s3://models/single/model.safetensors --tp 2 --checksums --json 2>"$T/err" | sums)" = \
   "$("$SL" load "$T/one" --tp 2 --checksums --json | sums)" ] || fail "s3 single object: $(cat "$T/err")"
+# virtual-host addressing (BUCKET.localhost: curl resolves *.localhost to the loopback itself)
+VH=(timeout 60 "$SL" load --s3-endpoint "http://localhost:$(port_of "$S3E")" --s3-virtual-host --tp 4 --checksums --json)
+[ "$("${VH[@]}" s3://models/tinyllama/ 2>"$T/err" | sums)" = "$ref4" ] || fail "virtual-host: $(cat "$T/err")"
+[ "$("${VH[@]}" s3://models/flat/ 2>"$T/err" | sums)" = "$ref4" ] || fail "virtual-host, listed: $(cat "$T/err")"
 [ "$(AWS_ENDPOINT_URL=$S3E timeout 60 "$SL" load s3://models/tinyllama/ --tp 4 --checksums --json 2>"$T/err" | sums)" = \
   "$ref4" ] || fail "AWS_ENDPOINT_URL: $(cat "$T/err")"
 AWS_ENDPOINT_URL=$S3E "$SL" inspect s3://models/tinyllama/ >"$T/out" 2>"$T/err" &&
