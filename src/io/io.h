@@ -2,7 +2,8 @@
  * 11). The executor submits large positional reads into its staging buffers, at most `depth` in
  * flight, and reaps them in any order. Engines: "io_uring" (io_uring.c, only with liburing) and
  * "pread" (a small thread pool, always available). sl_io_open tries them in that order unless one
- * is forced (argument or SL_IO_ENGINE=pread|uring|uring-inline in the environment).
+ * is forced (the argument: the CLI passes SL_IO_ENGINE=pread|uring|uring-inline). Remote files
+ * are read by "http" (io_http.c, http.h), whose requests name an object instead of an fd.
  *
  * Short reads are the engine's business: a request completes when all `len` bytes arrived, when
  * the file ended (result < len) or on an error (result = -errno). EINTR/EAGAIN are retried. */

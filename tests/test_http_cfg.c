@@ -1,0 +1,109 @@
+/* test_http_cfg.c - the remote sources' settings and names (io/http_cfg.c), without a server: which
+ * paths are URLs; the request URL of s3://bucket/key path-style under an endpoint, virtual-host on
+ * AWS (path-style for a dotted bucket), as asked for; keys percent-encoded as SigV4's canonical URI
+ * has them; names for messages without user:password@; joining; defaults and the checks of
+ * sl_http_cfg_init (a malformed endpoint, half a key pair, an unknown addressing). */
+#include "io/http.h"
+#include "expect.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void url_of(const char *name, const sl_load_opts *o, const char *want_url, const char *want_name)
+{
+    sl_http_cfg c;
+    sl_err e = {0};
+    sl_http_obj obj;
+    sl_status st = sl_http_cfg_init(&c, o, &e);
+    EXPECT(st == SL_OK, "cfg for %s: %s", name, sl_err_msg(&e));
+    st = sl_http_obj_init(&obj, &c, name, &e);
+    EXPECT(st == SL_OK, "%s: %s", name, sl_err_msg(&e));
+    if (st == SL_OK) {
+        EXPECT(!strcmp(obj.url, want_url), "%s: url %s, want %s", name, obj.url, want_url);
+        EXPECT(!strcmp(obj.name, want_name), "%s: name %s, want %s", name, obj.name, want_name);
+    }
+    sl_http_obj_free(&obj);
+    sl_http_cfg_free(&c);
+    sl_err_clear(&e);
+}
+
+static void cfg_fails(const sl_load_opts *o, const char *want)
+{
+    sl_http_cfg c;
+    sl_err e = {0};
+    const sl_status st = sl_http_cfg_init(&c, o, &e);
+    EXPECT(st == SL_E_INVALID_ARG && strstr(sl_err_msg(&e), want), "want '%s', got %d '%s'", want, (int)st,
+           sl_err_msg(&e));
+    sl_http_cfg_free(&c);
+    sl_err_clear(&e);
+}
+
+int main(void)
+{
+    EXPECT(sl_http_is_url("http://h/x") && sl_http_is_url("HTTPS://h/") && sl_http_is_url("s3://b/k"), "urls");
+    EXPECT(!sl_http_is_url("/data/ck") && !sl_http_is_url("hf://org/name") && !sl_http_is_url("s3:/b") &&
+               !sl_http_is_url(NULL), "not urls");
+
+    sl_load_opts o;
+    sl_load_opts_init(&o);
+    url_of("s3://models/llama/model.safetensors", &o, "https://models.s3.us-east-1.amazonaws.com/llama/model.safetensors",
+           "s3://models/llama/model.safetensors");
+    o.s3_region = "eu-west-3";
+    url_of("s3://my.bucket/a b/x+y.safetensors", &o,
+           "https://s3.eu-west-3.amazonaws.com/my.bucket/a%20b/x%2By.safetensors", "s3://my.bucket/a b/x+y.safetensors");
+    o.s3_addressing = 1;
+    url_of("s3://models/k", &o, "https://s3.eu-west-3.amazonaws.com/models/k", "s3://models/k");
+    o.s3_addressing = 0;
+    o.s3_endpoint = "http://127.0.0.1:9000/";
+    url_of("s3://models/dir/f.safetensors", &o, "http://127.0.0.1:9000/models/dir/f.safetensors",
+           "s3://models/dir/f.safetensors");
+    o.s3_addressing = 2;
+    url_of("s3://models/k~_-.", &o, "http://models.127.0.0.1:9000/k~_-.", "s3://models/k~_-.");
+    url_of("http://user:secret@host:8/d/f.safetensors?sig=1", &o, "http://user:secret@host:8/d/f.safetensors?sig=1",
+           "http://host:8/d/f.safetensors?sig=1");
+    url_of("https://host/d/", &o, "https://host/d/", "https://host/d/");
+
+    sl_http_cfg c;
+    sl_err e = {0};
+    sl_http_obj obj;
+    EXPECT(sl_http_cfg_init(&c, NULL, &e) == SL_OK && !strcmp(c.region, "us-east-1") && !c.endpoint &&
+               !c.access_key && c.tune.connections == SL_HTTP_DEFAULT_CONNECTIONS &&
+               c.tune.range_bytes == SL_HTTP_DEFAULT_RANGE && c.tune.retries == SL_HTTP_DEFAULT_RETRIES,
+           "defaults");
+    EXPECT(sl_http_obj_init(&obj, &c, "s3://bad/bucket!/k", &e) == SL_OK, "a '!' in a key is fine");
+    sl_http_obj_free(&obj);
+    EXPECT(sl_http_obj_init(&obj, &c, "s3://bad!bucket/k", &e) == SL_E_INVALID_ARG &&
+               strstr(sl_err_msg(&e), "s3://bad!bucket/k: expected s3://BUCKET/KEY"), "bad bucket: %s", sl_err_msg(&e));
+    sl_http_obj_free(&obj);
+    EXPECT(sl_http_obj_init(&obj, &c, "http:///x", &e) == SL_E_INVALID_ARG, "no host: %s", sl_err_msg(&e));
+    sl_http_obj_free(&obj);
+    sl_http_cfg_free(&c);
+    sl_err_clear(&e);
+
+    sl_load_opts t;
+    sl_load_opts_init(&t);
+    t.remote_connections = 1000;
+    t.remote_range_bytes = 10;
+    t.remote_retries = -1;
+    sl_http_tune tune;
+    sl_http_tune_from(&tune, &t);
+    EXPECT(tune.connections == SL_HTTP_MAX_CONNECTIONS && tune.range_bytes == SL_HTTP_MIN_RANGE && tune.retries == 0,
+           "bounds: %u %llu %d", tune.connections, (unsigned long long)tune.range_bytes, tune.retries);
+
+    sl_load_opts_init(&o);
+    o.s3_endpoint = "ftp://h";
+    cfg_fails(&o, "S3 endpoint 'ftp://h': expected http://HOST");
+    o.s3_endpoint = "http://h/path";
+    cfg_fails(&o, "no path, user or query");
+    o.s3_endpoint = NULL;
+    o.s3_access_key = "AKIA";
+    cfg_fails(&o, "an access key needs its secret key");
+    o.s3_access_key = NULL;
+    o.s3_addressing = 3;
+    cfg_fails(&o, "s3_addressing 3");
+
+    char *j = sl_http_join("s3://b/p//", "/x.safetensors");
+    EXPECT(j && !strcmp(j, "s3://b/p/x.safetensors"), "join: %s", j ? j : "(null)");
+    free(j);
+    return expect_failures ? 1 : 0;
+}
