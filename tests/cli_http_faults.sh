@@ -77,4 +77,21 @@ start_proxy "$UP" replace --fault replace --after 5 --replace "$W/ckr/model-0000
 one_line_error $? "$T/err" "ckr/model-00003-of-00006.safetensors: object changed since its header was read" ||
     fail "replaced: $(cat "$T/err")"
 stop_proxy
+# a server that ignores If-Match: the response's ETag, then its size, give the change away
+stop_servers
+SERVERS=()
+start_http "$W" --no-if-match
+UP=$(port_of "$HTTP")
+rm -rf "$W/ckr" && cp -r "$W/ck" "$W/ckr"
+start_proxy "$UP" etag --fault replace --after 5 --replace "$W/ckr/model-00003-of-00006.safetensors"
+"${L[@]}" "$PROXY/ckr/" >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "ckr/model-00003-of-00006.safetensors: object changed since its header was read (ETag was \".*\", now \".*\"): not loaded" ||
+    fail "replaced, no If-Match: $(cat "$T/err")"
+stop_proxy
+rm -rf "$W/ckr" && cp -r "$W/ck" "$W/ckr"
+start_proxy "$UP" grown --fault replace --after 5 --replace-cmd "echo more >> '$W/ckr/model-00002-of-00006.safetensors'"
+"${L[@]}" "$PROXY/ckr/" >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "ckr/model-00002-of-00006.safetensors: object changed since its header was read (size was [0-9]* bytes, now [0-9]*)" ||
+    fail "grown, no If-Match: $(cat "$T/err")"
+stop_proxy
 finish

@@ -4,10 +4,11 @@ single byte ranges (206 + Content-Range, 416 past the end), keep-alive, an ETag 
 per file (from its inode, size and mtime in ns, so a replaced or rewritten file gets new ones),
 If-Match (412 when it no longer matches) and 404s. No directory listings.
 
-Usage: http_range_server.py ROOT PORTFILE [--log FILE] [--deny SUBSTRING]
+Usage: http_range_server.py ROOT PORTFILE [--log FILE] [--deny SUBSTRING] [--no-if-match]
 Binds 127.0.0.1 on a free port and writes the port to PORTFILE once it accepts connections.
 --log appends one line per GET: "<path> <status> <body bytes> <first byte asked for, or ->". --deny answers 403 (with an S3-like
-<Code>AccessDenied</Code> body) to every path containing SUBSTRING.
+<Code>AccessDenied</Code> body) to every path containing SUBSTRING. --no-if-match ignores If-Match, as
+some servers do (the loader's ETag, Last-Modified and size checks must then catch a change).
 """
 import email.utils
 import http.server
@@ -20,6 +21,7 @@ import threading
 ROOT = ""
 LOG = None
 DENY = None
+IF_MATCH = True
 LOG_LOCK = threading.Lock()
 
 
@@ -66,7 +68,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             meta = [("ETag", tag), ("Last-Modified", email.utils.formatdate(st.st_mtime, usegmt=True)),
                     ("Accept-Ranges", "bytes")]
             im = self.headers.get("If-Match")
-            if im and im.strip() != "*" and tag not in [t.strip() for t in im.split(",")]:
+            if IF_MATCH and im and im.strip() != "*" and tag not in [t.strip() for t in im.split(",")]:
                 return self._send(412, b"precondition failed\n", meta)
             size = st.st_size
             rng = self.headers.get("Range")
@@ -92,10 +94,16 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
+    def handle_error(self, request, client_address):
+        pass   # a client that stopped reading (a load that failed on purpose) is no error here
+
 
 def main():
-    global ROOT, LOG, DENY
+    global ROOT, LOG, DENY, IF_MATCH
     args = sys.argv[1:]
+    if "--no-if-match" in args:
+        args.remove("--no-if-match")
+        IF_MATCH = False
     if "--deny" in args:
         i = args.index("--deny")
         DENY = args[i + 1]
