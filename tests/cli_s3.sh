@@ -3,10 +3,12 @@
 # [server] in .venv, python/requirements-test.txt), started and stopped here, with its IAM checks
 # on: every request must carry a SigV4 signature of an existing access key. s3://bucket/prefix/
 # with an index, a prefix without one (ListObjectsV2) and one object load equal to the local files,
-# byte for byte, path-style and virtual-host; credentials from the environment, from a ~/.aws/credentials profile (AWS_PROFILE or
-# --s3-profile), the endpoint from --s3-endpoint or AWS_ENDPOINT_URL; resets and 503s through
-# tests/fault_proxy.py are survived; a wrong secret, an unknown key, no key, a missing prefix and
-# an object replaced mid-load fail in one line naming the s3:// URL, never a secret.
+# byte for byte, path-style and virtual-host; credentials from the environment, from a
+# ~/.aws/credentials profile (AWS_PROFILE or --s3-profile), temporary ones with a session token;
+# the endpoint from --s3-endpoint or AWS_ENDPOINT_URL; resets, 503s and truncated bodies through
+# tests/fault_proxy.py are survived; a wrong secret, an unknown key, no key, a temporary key
+# without its token, a missing prefix, bucket or object, and an object replaced mid-load fail in
+# one line naming the s3:// URL, never a secret.
 # Usage: cli_s3.sh path/to/shardload
 set -u
 SL=${1:?usage: cli_s3.sh SHARDLOAD}
@@ -23,6 +25,7 @@ mkdir "$T/noindex" && cp "$T/ck"/model-0000[1-6]-of-00006.safetensors "$T/ck/con
 s3 user "$T/keys" && s3 upload models tinyllama "$T/ck" && s3 upload models flat "$T/noindex" &&
     s3 upload models single "$T/one" && s3 upload models "my dir" "$T/ck" && s3 upload models replaced "$T/ck" ||
     { fail "moto set-up"; finish; }
+s3 role "$T/rkeys" || { fail "moto role"; finish; }
 s3 auth 0 || { fail "moto auth"; finish; }
 read -r KEY SECRET <"$T/keys"
 unset AWS_PROFILE AWS_SESSION_TOKEN AWS_REGION AWS_DEFAULT_REGION AWS_ENDPOINT_URL AWS_ENDPOINT_URL_S3
@@ -69,6 +72,15 @@ P=(env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY AWS_SHARED_CREDENTIALS_FILE
 "${P[@]}" "${L[@]}" s3://models/tinyllama/ --tp 4 >/dev/null 2>"$T/err"
 one_line_error $? "$T/err" "s3://models/tinyllama/model.safetensors.index.json: access denied (HTTP 403, InvalidAccessKeyId)" ||
     fail "default profile's unknown key: $(cat "$T/err")"
+
+# temporary credentials: the session token goes in x-amz-security-token, signed with the rest
+read -r RKEY RSECRET RTOKEN <"$T/rkeys"
+R=(env AWS_ACCESS_KEY_ID="$RKEY" AWS_SECRET_ACCESS_KEY="$RSECRET")
+[ "$("${R[@]}" AWS_SESSION_TOKEN="$RTOKEN" "${L[@]}" s3://models/tinyllama/ --tp 4 --checksums --json 2>"$T/err" | sums)" = \
+  "$ref4" ] || fail "session token: $(cat "$T/err")"
+"${R[@]}" "${L[@]}" s3://models/tinyllama/ --tp 4 >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "access denied (HTTP 403" || fail "temporary key without its token: $(cat "$T/err")"
+! grep -q "$RTOKEN" "$T/err" || fail "the token in a message"
 
 # 2. faults through the proxy (it forwards the signed requests unchanged)
 for f in "reset --every 3" "503 --after 1 --count 4" "truncate --every 4"; do

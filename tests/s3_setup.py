@@ -8,6 +8,8 @@
                                         under PREFIX/
   s3_setup.py ENDPOINT put BUCKET KEY FILE
                                         puts one object (a replacement gets a new ETag)
+  s3_setup.py ENDPOINT role KEYFILE     a role allowed s3:*, assumed: writes "KEY_ID SECRET TOKEN"
+                                        of the temporary credentials to KEYFILE
   s3_setup.py ENDPOINT auth N           from now on every request past the next N is
                                         authenticated: the access key must exist and the SigV4
                                         signature must match (moto's INITIAL_NO_AUTH_ACTION_COUNT)
@@ -39,6 +41,16 @@ def main():
         k = iam.create_access_key(UserName="loader")["AccessKey"]
         with open(args[0], "w") as f:
             f.write("%s %s\n" % (k["AccessKeyId"], k["SecretAccessKey"]))
+    elif cmd == "role":
+        iam = client(endpoint, "iam")
+        trust = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole",
+                                                         "Principal": {"AWS": "*"}}]}
+        arn = iam.create_role(RoleName="reader", AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"]
+        iam.put_role_policy(RoleName="reader", PolicyName="s3", PolicyDocument=json.dumps(
+            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
+        c = client(endpoint, "sts").assume_role(RoleArn=arn, RoleSessionName="load")["Credentials"]
+        with open(args[0], "w") as f:
+            f.write("%s %s %s\n" % (c["AccessKeyId"], c["SecretAccessKey"], c["SessionToken"]))
     elif cmd == "upload":
         bucket, prefix, folder = args
         s3 = client(endpoint, "s3")
