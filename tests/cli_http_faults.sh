@@ -42,6 +42,9 @@ survive burst503 --fault 503 --after 2 --count 4
 survive tooMany --fault 429 --every 7 --count 2
 survive stall --fault stall --every 9 --count 3 --stall 3
 survive mixed --fault reset --every 2 --count 10
+# the open's GETs too (the 8-byte lengths and the headers, fetched many at once)
+survive headers --fault reset --every 2 --min-bytes 0
+survive headers503 --fault 503 --count 5 --min-bytes 0
 # a range cut short resumes from the first byte not received: the halves the proxy sent before
 # closing are not asked for again, so the data bytes sent add up to the bytes loaded (a truncated
 # body, whose bytes all arrive; after a reset the kernel drops what was not read yet)

@@ -63,31 +63,49 @@ static sl_status ck_add_remote(sl_checkpoint *ck, const char *url)
     return SL_OK;
 }
 
-/* The 8-byte length, then the header: the size is known after the first GET. */
-static sl_status ck_remote_header(ck_file *f, sl_err *e)
+/* Every file's 8-byte length, then every header, many GETs at once (http_many.c): the size of a
+ * file is known after its first GET. Messages read "<url>: <what is wrong>". */
+static sl_status ck_remote_headers(sl_checkpoint *ck, sl_http_range *r, unsigned char *first8,
+                                   unsigned char **hdr)
 {
-    unsigned char first8[8];
-    uint64_t n = 0;
-    SL_TRY(sl_http_get_range(f->remote, 0, 8, first8, e));
-    f->size = f->remote->size;
-    sl_status st = st_prefix_check(first8, f->size, &n, e);
-    if (st != SL_OK)
-        return sl_err_prefix(e, f->path);
-    unsigned char *buf = malloc(n ? (size_t)n : 1);
-    SL_CHECK(buf, e, SL_E_NOMEM, "out of memory for a %" PRIu64 "-byte header", n);
-    st = sl_http_get_range(f->remote, 8, (size_t)n, buf, e);
-    if (st == SL_OK && (st = st_header_parse(buf, (size_t)n, f->size, &f->h, e)) != SL_OK)
-        sl_err_prefix(e, f->path);
-    free(buf);
-    return st;
+    const size_t n = ck->n_files;
+    for (size_t f = 0; f < n; f++)
+        r[f] = (sl_http_range){.obj = ck->files[f].remote, .off = 0, .len = 8, .buf = first8 + 8 * f};
+    SL_TRY(sl_http_get_many(r, n, &ck->err));
+    for (size_t f = 0; f < n; f++) {
+        ck_file *cf = &ck->files[f];
+        uint64_t hn = 0;
+        cf->size = cf->remote->size;
+        if (st_prefix_check(first8 + 8 * f, cf->size, &hn, &ck->err) != SL_OK)
+            return sl_err_prefix(&ck->err, cf->path);
+        hdr[f] = malloc(hn ? (size_t)hn : 1);
+        SL_CHECK(hdr[f], &ck->err, SL_E_NOMEM, "%s: out of memory for a %" PRIu64 "-byte header", cf->path, hn);
+        r[f] = (sl_http_range){.obj = cf->remote, .off = 8, .len = (size_t)hn, .buf = hdr[f]};
+    }
+    SL_TRY(sl_http_get_many(r, n, &ck->err));
+    for (size_t f = 0; f < n; f++) {
+        ck_file *cf = &ck->files[f];
+        if (st_header_parse(hdr[f], r[f].len, cf->size, &cf->h, &ck->err) != SL_OK)
+            return sl_err_prefix(&ck->err, cf->path);
+    }
+    return SL_OK;
 }
 
 static sl_status ck_remote_files(sl_checkpoint *ck)
 {
-    for (size_t f = 0; f < ck->n_files; f++)
-        SL_TRY(ck_remote_header(&ck->files[f], &ck->err));
-    SL_TRY(ck_build_tensors(ck));
-    return ck_check_duplicates(ck);
+    const size_t n = ck->n_files;
+    sl_http_range *r = calloc(n + 1, sizeof *r);
+    unsigned char *first8 = calloc(n + 1, 8), **hdr = calloc(n + 1, sizeof *hdr);
+    sl_status st = r && first8 && hdr ? ck_remote_headers(ck, r, first8, hdr)
+                                      : sl_err_set(&ck->err, SL_E_NOMEM, "out of memory");
+    for (size_t f = 0; hdr && f < n; f++)
+        free(hdr[f]);
+    free(hdr);
+    free(first8);
+    free(r);
+    if (st == SL_OK)
+        st = ck_build_tensors(ck);
+    return st == SL_OK ? ck_check_duplicates(ck) : st;
 }
 
 static sl_status ck_remote_indexed(sl_checkpoint *ck, char *buf, size_t len, const char *index_name)

@@ -7,6 +7,7 @@
  *   http_xfer.c   one ranged GET on a curl handle: set-up, response checks (206 and Content-Range,
  *                 ETag, Last-Modified, size), what a failure means (retry, changed, fatal), backoff
  *   http_get.c    the blocking GETs of the checkpoint open, S3 ListObjectsV2
+ *   http_many.c   many of them at once (every file's length, then every header)
  *   io_http.c     the engine: curl multi, keep-alive connections, ranges resumed after a failure
  *   http_none.c   the same entry points without libcurl: SL_E_UNSUPPORTED
  *
@@ -82,6 +83,17 @@ void sl_http_conn_free(void *conn);
  * an object (size_known 0) records its size, ETag and Last-Modified; later ones must match them.
  * A range past the end is SL_E_CHANGED once the size is known. */
 sl_status sl_http_get_range(sl_http_obj *o, uint64_t off, size_t len, void *buf, sl_err *err);
+/* One range of sl_http_get_many. */
+typedef struct sl_http_range {
+    sl_http_obj *obj;
+    uint64_t off;
+    size_t len;             /* 0: skipped */
+    void *buf;
+} sl_http_range;
+
+/* The n ranges at once (http_many.c), each as sl_http_get_range would fetch it, up to the first
+ * object's tune.connections in flight; the first failure is returned. */
+sl_status sl_http_get_many(const sl_http_range *r, size_t n, sl_err *err);
 /* Blocking GET of a whole object of at most max bytes into *buf (NUL-terminated, free() it).
  * SL_E_NOT_FOUND when the server answers 404 (the caller decides what a missing index means). */
 sl_status sl_http_get_all(sl_http_cfg *c, const char *name, size_t max, char **buf, size_t *len,

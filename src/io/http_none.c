@@ -18,6 +18,11 @@ sl_status sl_http_get_range(sl_http_obj *o, uint64_t off, size_t len, void *buf,
     return sl_err_set(err, SL_E_UNSUPPORTED, "%s: " SL_NO_CURL, o->name);
 }
 
+sl_status sl_http_get_many(const sl_http_range *r, size_t n, sl_err *err)
+{
+    return n ? sl_err_set(err, SL_E_UNSUPPORTED, "%s: " SL_NO_CURL, r[0].obj->name) : SL_OK;
+}
+
 sl_status sl_http_get_all(sl_http_cfg *c, const char *name, size_t max, char **buf, size_t *len, sl_err *err)
 {
     (void)c;
