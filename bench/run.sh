@@ -3,7 +3,7 @@
 # one run, interleaved (A B C A B C ...) so that drift on a shared machine hits every contender alike.
 # Writes bench/RESULTS.md, bench/results.jsonl, bench/mpi.jsonl, bench/ring.jsonl (ring_sim.sh)
 # and bench/chart.png; RESULTS.md also carries bench/ring.md, bench/python_peers.md (python_peers.sh),
-# bench/jax_peers.md (jax_peers.py)
+# bench/jax_peers.md (jax_peers.py), bench/remote.md (remote.sh), bench/moe.md (moe.sh)
 # and, when present, bench/gpu.md.
 #
 # Knobs: BENCH_CONFIG (a name in ../shared/configs, default tinyllama-1.1b, about 2.2 GB in bf16),
@@ -146,6 +146,18 @@ if [[ ${BENCH_REMOTE:-1} != 0 ]]; then
   if ! SL_CLI=$SL bash bench/remote.sh; then
     echo "bench: remote sources failed" >&2
     printf '## Remote sources (bench/remote.py, issue 17 item 6)\n\nNot run: bench/remote.sh failed in this run (see its output).\n' > bench/remote.md
+  fi
+fi
+
+# ---- MoE: expert parallelism and FP8 (bench/moe.sh; issue 16 item 6) -------------------------------
+# synthetic Qwen3-MoE checkpoints (bf16 2.2 GB, block-FP8 1.2 GB) at T 4 with and without --ep,
+# shardload against the vLLM way (bench/moe_peer.py), hot and cold, bytes per MPI rank:
+# bench/moe.{jsonl,md}. BENCH_MOE=0 skips it; BENCH_MOE_LAYERS etc. make it larger (see moe.sh).
+if [[ ${BENCH_MOE:-1} != 0 ]]; then
+  echo "bench: MoE (bench/moe.sh)" >&2
+  if ! SL_CLI=$SL bash bench/moe.sh; then
+    echo "bench: moe failed" >&2
+    printf '## MoE: expert parallelism and FP8 (bench/moe.sh, issue 16 item 6)\n\nNot run: bench/moe.sh failed in this run (see its output).\n' > bench/moe.md
   fi
 fi
 
