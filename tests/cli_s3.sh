@@ -8,7 +8,8 @@
 # the endpoint from --s3-endpoint or AWS_ENDPOINT_URL; resets, 503s and truncated bodies through
 # tests/fault_proxy.py are survived; a wrong secret, an unknown key, no key, a temporary key
 # without its token, a missing prefix, bucket or object, and an object replaced mid-load fail in
-# one line naming the s3:// URL, never a secret.
+# one line naming the s3:// URL, never a secret. --verify with a manifest passes the intact
+# objects and catches a byte flipped in one (issue 17 item 4, "from S3").
 # Usage: cli_s3.sh path/to/shardload
 set -u
 SL=${1:?usage: cli_s3.sh SHARDLOAD}
@@ -22,8 +23,15 @@ tiny_config "$T/tiny.json"
 "$SL" synth --config "$T/tiny.json" "$T/ck" --max-shard-size 600KB >/dev/null || { fail "synth"; finish; }
 "$SL" synth --config "$T/tiny.json" "$T/one" --seed 5 >/dev/null || { fail "synth one"; finish; }
 mkdir "$T/noindex" && cp "$T/ck"/model-0000[1-6]-of-00006.safetensors "$T/ck/config.json" "$T/noindex/"
+# a copy with one byte flipped near the end of shard 2's data (for --verify)
+cp -r "$T/ck" "$T/corrupt"
+f2="$T/corrupt/model-00002-of-00006.safetensors"
+sz=$(stat -c %s "$f2")
+printf '\x5a' | dd of="$f2" bs=1 seek=$((sz - 3)) conv=notrunc status=none
+(cd "$T/ck" && sha256sum ./*.safetensors | sed 's|  \./|  |') >"$T/manifest"
 s3 user "$T/keys" && s3 upload models tinyllama "$T/ck" && s3 upload models flat "$T/noindex" &&
-    s3 upload models single "$T/one" && s3 upload models "my dir" "$T/ck" && s3 upload models replaced "$T/ck" ||
+    s3 upload models single "$T/one" && s3 upload models "my dir" "$T/ck" && s3 upload models replaced "$T/ck" &&
+    s3 upload models corrupt "$T/corrupt" ||
     { fail "moto set-up"; finish; }
 s3 role "$T/rkeys" || { fail "moto role"; finish; }
 s3 auth 0 || { fail "moto auth"; finish; }
@@ -99,6 +107,15 @@ timeout 60 "$SL" load s3://models/replaced/ --s3-endpoint "$PROXY" --tp 4 --remo
 one_line_error $? "$T/err" "s3://models/replaced/model-00004-of-00006.safetensors: object changed since its header was read" ||
     fail "replaced mid-load: $(cat "$T/err")"
 stop_proxy
+
+# --verify (issue 17 item 4) from S3: the manifest's SHA-256 of every file, checked as it streams
+out=$("${L[@]}" s3://models/tinyllama/ --tp 4 --checksums --json --verify --manifest "$T/manifest" 2>"$T/err")
+[ "$(echo "$out" | sums)" = "$ref4" ] && echo "$out" | grep -q '"verified_files":6' || fail "verify from s3: $(cat "$T/err")"
+"${L[@]}" s3://models/corrupt/ --tp 4 --verify --manifest "$T/manifest" >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "s3://models/corrupt/model-00002-of-00006.safetensors: SHA-256 .* differs" ||
+    fail "flipped byte from s3: $(cat "$T/err")"
+[ "$("${L[@]}" s3://models/corrupt/ --tp 4 --checksums --json 2>"$T/err" | sums)" != "$ref4" ] ||
+    fail "the flipped byte should change the checksums without --verify"
 
 # 3. one-line failures naming the object, never the secret
 AWS_SECRET_ACCESS_KEY=wrong-secret-x "${L[@]}" s3://models/tinyllama/ --tp 4 >/dev/null 2>"$T/err"
