@@ -65,6 +65,7 @@ typedef struct cli_opts {
     sl_dist_opts dist;
     int dist_set;                /* --dist or --devices-per-rank given */
     int checksums, json;
+    int write_manifest;          /* --write-manifest (reshard) */
     uint64_t max_part;           /* --max-part-size; 0: default */
     int32_t gpus[1024];          /* --gpus: lo.gpus points here */
     const char *pos[2];          /* positional arguments */

@@ -155,6 +155,8 @@ static int opts_flag(cli_opts *o, const char *s)
         o->po.ep = 1;
     else if (!strcmp(s, "--verify"))
         o->lo.verify = 1;
+    else if (!strcmp(s, "--write-manifest"))
+        o->write_manifest = 1;
     else
         return cli_remote_flag(o, s);
     return 1;

@@ -11,7 +11,8 @@ static void reshard_help(FILE *out)
             "                         [--max-part-size SIZE] [--staging MiB] [--request MiB]\n"
             "                         [--threads N]\n"
             "                         [--io auto|direct|buffered] [--config FILE] [--rules FILE]\n"
-            "                         [--dist cooperative|independent] [--devices-per-rank K]\n\n"
+            "                         [--dist cooperative|independent] [--devices-per-rank K]\n"
+            "                         [--write-manifest]\n\n"
             "Writes each device's parameters, with exactly their device shapes (padding included),\n"
             "to OUTDIR/model-rank-{d}-part-{p}.safetensors (vLLM's sharded_state layout), reading\n"
             "each checkpoint byte once with the same host-memory bound as `load`; config.json is\n"
@@ -22,6 +23,8 @@ static void reshard_help(FILE *out)
             "reshard for another mesh or part size): use a new or empty directory.\n\n"
             "  --tp T, --pp P, --ep, --layout L, --dtype D, --config FILE, --rules FILE   as for `load`\n"
             "  --max-part-size SIZE   largest part file, e.g. 5GB, 512MiB (default 5GB)\n"
+            "  --write-manifest       also write OUTDIR/SHA256SUMS (sha256sum format) of the part\n"
+            "                         files, for `load OUTDIR --manifest` (--verify); one process\n"
             "  --staging MiB          host staging budget (default 64, at least 16 KiB)\n"
             "  --request MiB          size of one read request (default: the budget cut into\n"
             "                         about --threads or CPU-count slots of 4 to 16 MiB)\n"
@@ -39,7 +42,7 @@ static void reshard_help(FILE *out)
 static const char *const reshard_allowed[] = {
     "--tp",      "--pp",      "--layout", "--dtype",         "--config", "--rules",
     "--staging", "--request", "--threads", "--io", "--max-part-size", "--dist",
-    "--devices-per-rank", "--ep", CLI_REMOTE_OPTIONS, NULL};
+    "--devices-per-rank", "--ep", "--write-manifest", CLI_REMOTE_OPTIONS, NULL};
 
 static int reshard_run(const char *path, const char *outdir, cli_opts *a)
 {
@@ -57,6 +60,8 @@ static int reshard_run(const char *path, const char *outdir, cli_opts *a)
     else if (cli_signals_catch(), sl_reshard(ck, p, &a->lo, outdir, a->max_part, err,
                                              sizeof(err)) != SL_OK || cli_signals_caught())
         rc = cli_signals_caught() ? cli_signals_exit("reshard", outdir) : cli_fail("%s", err);
+    else if (a->write_manifest && sl_write_manifest(outdir, NULL, err, sizeof err) != SL_OK)
+        rc = cli_fail("%s", err);
     else {
         printf("wrote %d devices' shards (%llu bytes) to ", sl_plan_device_count(p),
                (unsigned long long)sl_plan_total_bytes(p));
@@ -80,7 +85,11 @@ int cli_reshard(int argc, char **argv)
     if ((rc = cli_ckpt_path(a.pos[0], pb, sizeof pb, &a.pos[0])) != CLI_EXIT_OK)
         return rc;
     /* As for load: MPI only under an MPI launcher or when asked for, so a plain run is unchanged. */
-    if (a.dist_set || (cli_dist_launched() && sl_dist_available()))
+    if (a.dist_set || (cli_dist_launched() && sl_dist_available())) {
+        if (a.write_manifest)
+            return cli_usage_error("reshard", "--write-manifest is for one process (run "
+                                   "`shardload reshard` without MPI, or sha256sum afterwards)");
         return cli_reshard_dist(a.pos[0], a.pos[1], &a.po, &a.lo, &a.dist, a.max_part);
+    }
     return reshard_run(a.pos[0], a.pos[1], &a);
 }

@@ -20,6 +20,8 @@ static void synth_help(FILE *out)
             "  --seed S               random seed (default 1234); same seed, same bytes\n"
             "  --max-shard-size SIZE  largest shard, e.g. 5GB, 512MiB (default 5GB)\n"
             "  --rules FILE           rule table for an architecture that is not built in\n"
+            "  --write-manifest       also write OUTDIR/SHA256SUMS (sha256sum format), for\n"
+            "                         `load --manifest` (--verify) later\n"
             "  -h, --help             this text\n");
 }
 
@@ -29,18 +31,20 @@ int cli_synth(int argc, char **argv)
         {"config", required_argument, NULL, 'c'}, {"dtype", required_argument, NULL, 'd'},
         {"seed", required_argument, NULL, 's'},   {"max-shard-size", required_argument, NULL, 'm'},
         {"rules", required_argument, NULL, 'r'},  {"help", no_argument, NULL, 'h'},
+        {"write-manifest", no_argument, NULL, 'w'},
         {NULL, 0, NULL, 0}};
     const char *config = NULL, *rules = NULL;
     int32_t dtype = -1;
     uint64_t seed = 1234, max_shard = 0;
     int64_t v;
-    int c;
+    int c, manifest = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         sl_dtype dt;
         switch (c) {
         case 'c': config = optarg; break;
         case 'r': rules = optarg; break;
+        case 'w': manifest = 1; break;
         case 'd':
             if (cli_parse_dtype(optarg, &dt) != 0)
                 return cli_usage_error("synth", "--dtype must be bf16, f16 or f32, not '%s'", optarg);
@@ -69,6 +73,8 @@ int cli_synth(int argc, char **argv)
     if (cli_signals_caught())
         return cli_signals_exit("synth", argv[optind]);
     if (st != SL_OK)
+        return cli_fail("%s", err);
+    if (manifest && sl_write_manifest(argv[optind], NULL, err, sizeof err) != SL_OK)
         return cli_fail("%s", err);
     fputs("wrote a synthetic checkpoint of ", stdout);
     cli_put_text(stdout, config);

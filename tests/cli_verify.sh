@@ -73,6 +73,26 @@ HF_HUB_CACHE="$T/hub" "$SL" load hf://org/tiny --verify >/dev/null 2>"$T/err"
 one_line_error $? "$T/err" "snapshots/$C/.*: SHA-256 .* (its Hugging Face cache blob name)" \
     || fail "hf blob flipped: $(cat "$T/err")"
 
+# 3b. manifests written by synth and reshard (--write-manifest): sha256sum reads them, and a
+# pre-sharded folder loads verified; a flipped byte in a rank file is caught
+"$SL" synth --config "$T/tiny.json" "$T/sy" --max-shard-size 600KB --write-manifest >/dev/null \
+    || fail "synth --write-manifest"
+(cd "$T/sy" && sha256sum -c --quiet SHA256SUMS) || fail "synth's SHA256SUMS: sha256sum -c"
+[ "$(wc -l <"$T/sy/SHA256SUMS")" -eq "$(ls "$T/sy"/*.safetensors | wc -l)" ] || fail "synth's SHA256SUMS: lines"
+ls -a "$T/sy" | grep -q '\.tmp\.' && fail "synth --write-manifest left a temporary file"
+"$SL" reshard "$CK" "$T/rs" --tp 2 --write-manifest >/dev/null 2>"$T/err" || fail "reshard --write-manifest: $(cat "$T/err")"
+(cd "$T/rs" && sha256sum -c --quiet SHA256SUMS) || fail "reshard's SHA256SUMS: sha256sum -c"
+out=$("$SL" load "$T/rs" --tp 2 --manifest "$T/rs/SHA256SUMS" --checksums --json 2>"$T/err") \
+    || fail "pre-sharded, verified: $(cat "$T/err")"
+[ "$(echo "$out" | sums)" = "$ref" ] && [ "$(echo "$out" | nums verified_files)" = "2 " ] \
+    || fail "pre-sharded, verified: $out"
+flip "$T/rs/model-rank-1-part-0.safetensors" 9000
+"$SL" load "$T/rs" --tp 2 --manifest "$T/rs/SHA256SUMS" >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "model-rank-1-part-0.safetensors: SHA-256 .* (the manifest)" \
+    || fail "pre-sharded, flipped: $(cat "$T/err")"
+"$SL" reshard "$CK" "$T/rs-mpi" --tp 2 --dist independent --write-manifest >/dev/null 2>"$T/err"
+[ $? -eq 2 ] && grep -q "write-manifest is for one process" "$T/err" || fail "--write-manifest under MPI: $(cat "$T/err")"
+
 # 4. refused before loading: no digest, a bad manifest, and where verifying cannot work
 "$SL" load "$CK" --verify >/dev/null 2>"$T/err"
 one_line_error $? "$T/err" "--verify knows no SHA-256 for it (not a Hugging Face cache blob; give a manifest)" \

@@ -14,7 +14,7 @@ from .errors import (ArgumentError, CancelledError, CheckpointError, DeviceError
                      FormatError, LoadError, PlanError, UnsupportedError)
 from .model import Model, load, load_into
 from .plan import Device, Param, Plan, plan
-from .tools import reshard, synth
+from .tools import reshard, synth, write_manifest
 
 __version__ = "0.1.0"
 
@@ -27,4 +27,4 @@ def cuda_gpu_count() -> int:
 __all__ = ["ArgumentError", "CancelledError", "Checkpoint", "CheckpointError", "Device", "DeviceError", "Error",
            "FormatError", "LoadError", "Model", "Param", "Plan", "PlanError", "Tensor",
            "UnsupportedError", "cuda_gpu_count", "hub_cache", "inspect", "load", "load_into", "open", "plan",
-           "reshard", "synth", "__version__"]
+           "reshard", "synth", "write_manifest", "__version__"]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ctypes
+import os
 from typing import Any
 
 from . import _native as N
@@ -46,3 +47,15 @@ def synth(config: Any, out: Any, *, dtype: Any = None, seed: int = 1234,
                         N.fspath(out), target_value(dtype), seed,
                         _size("max_shard_size", max_shard_size), err, _ERRLEN)
     N.raise_status(st, err.value)
+
+
+def write_manifest(folder: Any, name: str | None = None) -> str:
+    """Writes folder/name (default SHA256SUMS), a sha256sum file of folder's .safetensors files,
+    for load(..., manifest=) later; returns its path."""
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"name must be a str, got {type(name).__name__}")
+    err = ctypes.create_string_buffer(_ERRLEN)
+    st = N.lib.sl_write_manifest(N.fspath(folder), name.encode() if name is not None else None,
+                                 err, _ERRLEN)
+    N.raise_status(st, err.value)
+    return os.path.join(os.fsdecode(N.fspath(folder)), name or "SHA256SUMS")

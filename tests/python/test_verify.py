@@ -60,3 +60,19 @@ def test_load_into_verifies(tiny_ckpt: Path, tmp_path: Path) -> None:  # noqa: F
     ref = shardload.load(tiny_ckpt, tp=2, devices=[1], dtype="f32").numpy(1)
     assert all(np.array_equal(tensors[k], ref[k]) for k in ref)
     assert stats["verified_files"] == len(list(tiny_ckpt.glob("*.safetensors")))
+
+
+def test_write_manifest(tiny_ckpt: Path, tmp_path: Path) -> None:  # noqa: F811
+    shardload.reshard(tiny_ckpt, tmp_path / "rs", tp=2)
+    man = shardload.write_manifest(tmp_path / "rs")
+    assert man == str(tmp_path / "rs" / "SHA256SUMS")
+    assert Path(man).read_text() == _manifest(tmp_path / "rs", tmp_path / "want").read_text()
+    with shardload.load(tmp_path / "rs", tp=2, manifest=man) as m:
+        assert m.stats["verified_files"] == 2
+    assert shardload.write_manifest(tmp_path / "rs", "other.sha256").endswith("other.sha256")
+    with pytest.raises(shardload.ArgumentError):
+        shardload.write_manifest(tmp_path / "rs", "a/b")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(shardload.CheckpointError) as e:
+        shardload.write_manifest(tmp_path / "empty")
+    assert "no .safetensors file" in e.value.message
