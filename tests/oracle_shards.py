@@ -152,14 +152,14 @@ MOE_ARCHS = {
                       decoder_sparse_step=1, mlp_only_layers=[], num_experts_per_tok=2),
     # DeepSeek MLA: q_lora_rank set (fused_qkv_a_proj) with 1 dense layer, 2 shared experts; and
     # q_lora_rank null (q_proj) with MoE every other layer. Both ship an MTP layer L to be skipped;
-    # topk_method "greedy": no e_score_correction_bias (that one stays F32 in the spec, which a
-    # single-dtype plan does not do yet).
+    # The first with topk_method "noaux_tc": the router's e_score_correction_bias, F32 in the
+    # checkpoint and kept F32 under any --dtype (the spec); the second "greedy": no bias.
     "deepseek_v3": dict(architectures=["DeepseekV3ForCausalLM"], model_type="deepseek_v3", hidden_size=64,
                         intermediate_size=96, num_attention_heads=4, num_hidden_layers=3,
                         vocab_size=100, tie_word_embeddings=False, q_lora_rank=32, kv_lora_rank=16,
                         qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=8, n_routed_experts=6,
                         moe_intermediate_size=16, n_shared_experts=2, first_k_dense_replace=1,
-                        moe_layer_freq=1, topk_method="greedy", num_nextn_predict_layers=1),
+                        moe_layer_freq=1, topk_method="noaux_tc", num_nextn_predict_layers=1),
     "deepseek_v2": dict(architectures=["DeepseekV2ForCausalLM"], model_type="deepseek_v2", hidden_size=64,
                         intermediate_size=96, num_attention_heads=4, num_hidden_layers=3,
                         vocab_size=100, tie_word_embeddings=False, q_lora_rank=None, kv_lora_rank=16,
@@ -299,6 +299,8 @@ def checkpoint_tensors(arch, cfg, dtype, rng):
         else:
             g, u, d = expert_names(arch)
             shapes[p + mp + "gate.weight"] = (E, H)
+            if is_deepseek(arch) and cfg.get("topk_method") == "noaux_tc":
+                shapes[p + mp + "gate.e_score_correction_bias"] = (E,)
             for e in range(E):
                 x = p + mp + "experts.%d." % e
                 shapes.update({x + g + ".weight": (Ie, H), x + u + ".weight": (Ie, H),
@@ -331,6 +333,9 @@ def checkpoint_tensors(arch, cfg, dtype, rng):
             out[name + "_scale_inv"] = (sdt, sc if sdt == "F32" else f32_to_bf16(sc))
             continue
         f = rng.standard_normal(shp).astype(np.float32)
+        if name.endswith("e_score_correction_bias"):   # F32 whatever the model's dtype
+            out[name] = ("F32", f)
+            continue
         out[name] = ("F32", f) if dtype == "F32" else ("BF16", f32_to_bf16(f))
     return out
 
@@ -368,6 +373,8 @@ def expected_moe(arch, cfg, w, p, T, r, ep):
     E, Ie, Is, mp = moe_info(arch, cfg)
     g, u, dn = expert_names(arch)
     out = {p + mp + "gate.weight": w[p + mp + "gate.weight"]}
+    if p + mp + "gate.e_score_correction_bias" in w:   # replicated, whole
+        out[p + mp + "gate.e_score_correction_bias"] = w[p + mp + "gate.e_score_correction_bias"]
     first, count = ep_range(E, T, r) if ep else (0, E)
     Ip, t = (Ie, 0) if ep else (Ie // T, r)
     w13, w2 = [], []
@@ -610,7 +617,9 @@ def check(exe, path, arch, cfg, ck, layout, T, P, src_dt, dst_dt, ep=False):
                 arch, layout, T, P, ep, d, sorted(set(exp) - set(got))[:5], sorted(set(got) - set(exp))[:5]))
         nbytes = 0
         for name, arr in exp.items():
-            want = convert(arr, src_dt, dst_dt)
+            # the checkpoint's F32 bias stays F32 (SHARDING-MOE-FP8.md); the rest in dst_dt
+            f32 = name.endswith("e_score_correction_bias")
+            want = convert(arr, "F32" if f32 else src_dt, "F32" if f32 else dst_dt)
             nbytes += want.nbytes
             if got[name] != xxh3(want):
                 raise AssertionError("%s %s T=%d P=%d ep=%d %s->%s dev %d: %s differs" % (

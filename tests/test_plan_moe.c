@@ -339,6 +339,8 @@ static void table_errors(void)
         {"", "", "{e} needs the table's \"moe\" entry"},
         {"\"moe\":{\"experts\":\"E\"}", ",\"unless\":\"Q\"", "\"unless\" must name a symbol"},
         {"\"moe\":{\"experts\":\"E\"},\"skip_extra_layers\":1", "", "\"skip_extra_layers\" is not a boolean"},
+        {"\"moe\":{\"experts\":\"E\"}", ",\"dtype\":\"F8_E4M3\"", "\"dtype\" must be \"F32\", \"BF16\" or \"F16\""},
+        {"\"moe\":{\"experts\":\"E\"}", ",\"dtype\":32", "\"dtype\" must be \"F32\", \"BF16\" or \"F16\""},
     };
     char cfg[300], rules[300];
     snprintf(cfg, sizeof cfg, "%s/mixtral-z.json", dir);

@@ -169,7 +169,8 @@ static sl_status rule_shape(sl_err *err, sl_arena *a, const sl_arch_config *c, c
 static sl_status rule_keys(sl_err *err, const json_t *r, const char *t)
 {
     static const char *const keys[] = {"tensor", "param", "shape", "shard", "slot", "place",
-                                       "tied", "description", "layers", "when", "unless", "quant"};
+                                       "tied", "description", "layers", "when", "unless", "quant",
+                                       "dtype"};
     const char *key;
     const json_t *v;
     json_object_foreach((json_t *)(uintptr_t)r, key, v) {
@@ -194,6 +195,18 @@ static sl_status rule_parse(sl_err *err, sl_arch *m, const json_t *r, sl_rule *o
              "false (never quantized)", t);
     out->no_quant = q != NULL;
     out->dtype = -1;
+    /* "dtype": a parameter that keeps its own dtype under any --dtype (DeepSeek's F32
+     * e_score_correction_bias); never quantized */
+    const json_t *dt = json_object_get(r, "dtype");
+    if (dt) {
+        sl_dtype v;
+        SL_CHECK(json_is_string(dt) &&
+                     sl_dtype_from_name(json_string_value(dt), strlen(json_string_value(dt)), &v) == 0 &&
+                     (v == SL_DTYPE_F32 || v == SL_DTYPE_BF16 || v == SL_DTYPE_F16),
+                 err, SL_E_CONFIG, "rule '%s': \"dtype\" must be \"F32\", \"BF16\" or \"F16\"", t);
+        out->dtype = (int32_t)v;
+        out->no_quant = 1;
+    }
     out->scale_of = -1;
     const char *p = rule_str(r, "param");
     out->tensor = sl_arena_strndup(a, t, strlen(t));

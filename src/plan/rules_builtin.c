@@ -189,7 +189,7 @@ static const char *const rules_deepseek_v3[] = {
     "    {\"tensor\": \"model.layers.{i}.mlp.up_proj.weight\", \"shape\": [\"I\", \"H\"], \"shard\": \"merged\", \"slot\": 1, \"param\": \"model.layers.{i}.mlp.gate_up_proj.weight\", \"layers\": \"dense\"},\n",
     "    {\"tensor\": \"model.layers.{i}.mlp.down_proj.weight\", \"shape\": [\"H\", \"I\"], \"shard\": \"row\", \"layers\": \"dense\"},\n",
     "    {\"tensor\": \"model.layers.{i}.mlp.gate.weight\", \"shape\": [\"E\", \"H\"], \"shard\": \"replicated\", \"quant\": false, \"layers\": \"moe\"},\n",
-    "    {\"tensor\": \"model.layers.{i}.mlp.gate.e_score_correction_bias\", \"shape\": [\"E\"], \"shard\": \"replicated\", \"layers\": \"moe\", \"when\": \"nb\"},\n",
+    "    {\"tensor\": \"model.layers.{i}.mlp.gate.e_score_correction_bias\", \"shape\": [\"E\"], \"shard\": \"replicated\", \"layers\": \"moe\", \"when\": \"nb\", \"dtype\": \"F32\"},\n",
     "    {\"tensor\": \"model.layers.{i}.mlp.experts.{e}.gate_proj.weight\", \"shape\": [\"Im\", \"H\"], \"shard\": \"merged\", \"slot\": 0, \"param\": \"model.layers.{i}.mlp.experts.w13_weight\"},\n",
     "    {\"tensor\": \"model.layers.{i}.mlp.experts.{e}.up_proj.weight\", \"shape\": [\"Im\", \"H\"], \"shard\": \"merged\", \"slot\": 1, \"param\": \"model.layers.{i}.mlp.experts.w13_weight\"},\n",
     "    {\"tensor\": \"model.layers.{i}.mlp.experts.{e}.down_proj.weight\", \"shape\": [\"H\", \"Im\"], \"shard\": \"row\", \"param\": \"model.layers.{i}.mlp.experts.w2_weight\"},\n",
