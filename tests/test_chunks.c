@@ -447,6 +447,26 @@ static void test_random_whole(void)
         }
         EXPECT(k == cs.n, "chunks of no file");
         check_elements(&o, &cs);
+        /* interleaved: every chunk once, each file's in order, files taking turns */
+        rd_chunks il = cs;
+        il.v = malloc((size_t)cs.n * sizeof *il.v);
+        memcpy(il.v, cs.v, (size_t)cs.n * sizeof *il.v);
+        EXPECT(rd_chunks_interleave(&il, &err) == SL_OK && il.n == cs.n, "interleave");
+        uint64_t next[MAX_FILES + 1] = {0};
+        for (int64_t j = 0; j < il.n; j++) {
+            const rd_chunk *c = &il.v[j];
+            EXPECT(c->a == next[c->file], "interleaved chunk %lld of file %d at %llu, want %llu",
+                   (long long)j, c->file, (unsigned long long)c->a, (unsigned long long)next[c->file]);
+            if (j > 0 && c->file == il.v[j - 1].file)   /* only once the other files are done */
+                for (int64_t g = 0; g < t->n_files; g++)
+                    EXPECT(g == c->file || next[g] == whole[g], "file %d twice in a row while file "
+                           "%lld waits", c->file, (long long)g);
+            next[c->file] = c->b;
+        }
+        for (int64_t f = 0; f < t->n_files; f++)
+            EXPECT(next[f] == whole[f], "interleaved file %lld covered to %llu", (long long)f,
+                   (unsigned long long)next[f]);
+        rd_chunks_free(&il);
         rd_chunks_free(&cs);
         rd_ops_free(&o);
         sl_err_clear(&err);

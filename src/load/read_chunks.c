@@ -280,6 +280,41 @@ sl_status rd_chunks_build(rd_ops *t, const rd_chunk_opts *o, rd_chunks *cs, sl_e
     return st;
 }
 
+sl_status rd_chunks_interleave(rd_chunks *cs, sl_err *err)
+{
+    if (cs->n < 2)
+        return SL_OK;
+    /* runs of one file each: [start[k], start[k + 1]), the list being sorted by (file, a) */
+    int64_t *start = calloc((size_t)cs->n + 1, sizeof *start), *pos = NULL;
+    rd_chunk *out = calloc((size_t)cs->n, sizeof *out);
+    int64_t runs = 0;
+    if (start && out) {
+        for (int64_t i = 0; i < cs->n; i++)
+            if (i == 0 || cs->v[i].file != cs->v[i - 1].file)
+                start[runs++] = i;
+        start[runs] = cs->n;
+        pos = calloc((size_t)runs, sizeof *pos);
+    }
+    if (!start || !out || !pos) {
+        free(start);
+        free(out);
+        free(pos);
+        return sl_err_set(err, SL_E_NOMEM, "out of memory");
+    }
+    for (int64_t k = 0; k < runs; k++)
+        pos[k] = start[k];
+    for (int64_t m = 0; m < cs->n;)
+        for (int64_t k = 0; k < runs; k++)
+            if (pos[k] < start[k + 1])
+                out[m++] = cs->v[pos[k]++];
+    free(cs->v);
+    cs->v = out;
+    cs->cap = cs->n;
+    free(start);
+    free(pos);
+    return SL_OK;
+}
+
 void rd_chunks_free(rd_chunks *c)
 {
     free(c->v);

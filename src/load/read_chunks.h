@@ -85,6 +85,10 @@ void rd_ops_free(rd_ops *t);
  * (file, a). */
 sl_status rd_chunks_build(rd_ops *t, const rd_chunk_opts *o, rd_chunks *out, sl_err *err);
 void rd_chunks_free(rd_chunks *c);
+/* Reorders the chunks round-robin over their files (one chunk of each file in turn), each file's
+ * chunks keeping their order: --verify hashes each file on one thread, so files read side by side
+ * are hashed in parallel. */
+sl_status rd_chunks_interleave(rd_chunks *c, sl_err *err);
 
 /* Operations of file f that meet [a, b), as [*lo, *hi) into t->v (two binary searches). */
 void rd_ops_between(const rd_ops *t, int32_t f, uint64_t a, uint64_t b, int64_t *lo, int64_t *hi);

@@ -46,7 +46,9 @@ static sl_status rd_plan_chunks(rd_ctx *x)
         co.host = x->host;
         co.file_direct = file_direct;
     }
-    const sl_status st = rd_chunks_build(&x->ops, &co, &x->chunks, x->err);
+    sl_status st = rd_chunks_build(&x->ops, &co, &x->chunks, x->err);
+    if (st == SL_OK && x->verify)
+        st = rd_chunks_interleave(&x->chunks, x->err);
     free(file_direct);
     free(whole);
     return st;

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define RD_MANIFEST_MAX ((size_t)64 << 20)
 
@@ -28,19 +29,31 @@ typedef struct rd_vjob {
     void *tag;
 } rd_vjob;
 
+#define RD_VERIFY_THREADS 4u
+
+/* One hashing thread and its queue; a file's chunks all go to worker f % n_workers, in order. */
+typedef struct rd_vworker {
+    struct rd_verify *v;
+    pthread_t thread;
+    pthread_cond_t work;
+    rd_vjob *q;          /* cap entries, a ring: head, count */
+    unsigned head, count;
+    int started;
+} rd_vworker;
+
 struct rd_verify {
     rd_vfile *v;
     int64_t n;
     char *manifest;      /* the manifest's path, for messages */
-    /* the hashing thread: jobs queued in order, tags of hashed ones back */
-    pthread_t thread;
-    int started, stop;
+    /* the hashing threads: jobs queued per thread in order, tags of hashed ones back */
+    rd_vworker w[RD_VERIFY_THREADS];
+    unsigned n_workers;
+    int stop, locks;
     pthread_mutex_t mu;
-    pthread_cond_t work, done_cv;
-    rd_vjob *q;          /* cap entries, a ring: head, count */
+    pthread_cond_t done_cv;
     void **done;         /* cap entries, a ring: dhead, dcount */
-    unsigned cap, head, count, dhead, dcount, out;   /* out: queued or being hashed */
-    sl_err herr;         /* the thread's first failure */
+    unsigned cap, dhead, dcount, out;   /* out: queued or being hashed */
+    sl_err herr;         /* the threads' first failure */
 };
 
 static const char *rd_base(const char *path)
@@ -181,21 +194,26 @@ static sl_status rd_verify_chunk(rd_verify *v, int64_t f, uint64_t a, uint64_t b
 
 static void *rd_verify_main(void *arg)
 {
-    rd_verify *v = arg;
+    rd_vworker *w = arg;
+    rd_verify *v = w->v;
     pthread_mutex_lock(&v->mu);
     for (;;) {
-        while (!v->count && !v->stop)
-            pthread_cond_wait(&v->work, &v->mu);
-        if (!v->count)
+        while (!w->count && !v->stop)
+            pthread_cond_wait(&w->work, &v->mu);
+        if (!w->count)
             break;
-        const rd_vjob j = v->q[v->head];
-        v->head = (v->head + 1) % v->cap;
-        v->count--;
+        const rd_vjob j = w->q[w->head];
+        w->head = (w->head + 1) % v->cap;
+        w->count--;
         const int failed = v->herr.st != SL_OK;
         pthread_mutex_unlock(&v->mu);
+        sl_err e = {0};
         if (!failed)   /* after a failure chunks only come back: the load fails anyway */
-            rd_verify_chunk(v, j.f, j.a, j.b, j.data, &v->herr);
+            rd_verify_chunk(v, j.f, j.a, j.b, j.data, &e);
         pthread_mutex_lock(&v->mu);
+        if (e.st != SL_OK && v->herr.st == SL_OK)
+            sl_err_copy(&v->herr, &e);
+        sl_err_clear(&e);
         v->done[(v->dhead + v->dcount++) % v->cap] = j.tag;
         pthread_cond_signal(&v->done_cv);
     }
@@ -203,31 +221,55 @@ static void *rd_verify_main(void *arg)
     return NULL;
 }
 
+/* Files are hashed in parallel, each front to back on one thread: as many threads as CPUs and
+ * files allow (a file's hash cannot be split). */
+static unsigned rd_verify_threads(const rd_verify *v)
+{
+    const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned n = cpus > 0 ? (unsigned)cpus : 1;
+    n = n < RD_VERIFY_THREADS ? n : RD_VERIFY_THREADS;
+    return (int64_t)n < v->n ? n : (unsigned)(v->n > 0 ? v->n : 1);
+}
+
 sl_status rd_verify_start(rd_verify *v, unsigned depth, sl_err *err)
 {
     v->cap = depth ? depth : 1;
-    v->q = calloc(v->cap, sizeof *v->q);
     v->done = calloc(v->cap, sizeof *v->done);
-    if (!v->q || !v->done)
+    if (!v->done)
         return sl_err_set(err, SL_E_NOMEM, "out of memory");
     if (pthread_mutex_init(&v->mu, NULL) != 0)
         return sl_err_set(err, SL_E_NOMEM, "--verify: cannot create a mutex");
-    if (pthread_cond_init(&v->work, NULL) != 0 || pthread_cond_init(&v->done_cv, NULL) != 0 ||
-        pthread_create(&v->thread, NULL, rd_verify_main, v) != 0) {
+    if (pthread_cond_init(&v->done_cv, NULL) != 0) {
         pthread_mutex_destroy(&v->mu);
-        return sl_err_set(err, SL_E_NOMEM, "--verify: cannot start the hashing thread");
+        return sl_err_set(err, SL_E_NOMEM, "--verify: cannot create a condition variable");
     }
-    v->started = 1;
+    v->locks = 1;
+    const unsigned want = rd_verify_threads(v);
+    for (unsigned i = 0; i < want; i++) {
+        rd_vworker *w = &v->w[i];
+        w->v = v;
+        if (!(w->q = calloc(v->cap, sizeof *w->q)))
+            return sl_err_set(err, SL_E_NOMEM, "out of memory");
+        if (pthread_cond_init(&w->work, NULL) != 0)
+            return sl_err_set(err, SL_E_NOMEM, "--verify: cannot create a condition variable");
+        if (pthread_create(&w->thread, NULL, rd_verify_main, w) != 0) {
+            pthread_cond_destroy(&w->work);
+            return sl_err_set(err, SL_E_NOMEM, "--verify: cannot start a hashing thread");
+        }
+        w->started = 1;
+        v->n_workers++;
+    }
     return SL_OK;
 }
 
 void rd_verify_push(rd_verify *v, int64_t f, uint64_t a, uint64_t b, const unsigned char *data,
                     void *tag)
 {
+    rd_vworker *w = &v->w[(uint64_t)f % v->n_workers];
     pthread_mutex_lock(&v->mu);
-    v->q[(v->head + v->count++) % v->cap] = (rd_vjob){.f = f, .a = a, .b = b, .data = data, .tag = tag};
+    w->q[(w->head + w->count++) % v->cap] = (rd_vjob){.f = f, .a = a, .b = b, .data = data, .tag = tag};
     v->out++;
-    pthread_cond_signal(&v->work);
+    pthread_cond_signal(&w->work);
     pthread_mutex_unlock(&v->mu);
 }
 
@@ -249,17 +291,27 @@ void *rd_verify_done(rd_verify *v, int block)
 
 static void rd_verify_stop(rd_verify *v)
 {
-    if (!v->started)
+    if (!v->locks)
         return;
     pthread_mutex_lock(&v->mu);
     v->stop = 1;
-    pthread_cond_signal(&v->work);
+    for (unsigned i = 0; i < v->n_workers; i++)
+        pthread_cond_signal(&v->w[i].work);
     pthread_mutex_unlock(&v->mu);
-    pthread_join(v->thread, NULL);
-    pthread_cond_destroy(&v->work);
+    for (unsigned i = 0; i < RD_VERIFY_THREADS; i++) {
+        rd_vworker *w = &v->w[i];
+        if (w->started) {
+            pthread_join(w->thread, NULL);
+            pthread_cond_destroy(&w->work);
+            w->started = 0;
+        }
+        free(w->q);
+        w->q = NULL;
+    }
+    v->n_workers = 0;
     pthread_cond_destroy(&v->done_cv);
     pthread_mutex_destroy(&v->mu);
-    v->started = 0;
+    v->locks = 0;
 }
 
 /* ---- the result ----------------------------------------------------------------------------- */
@@ -296,7 +348,6 @@ void rd_verify_free(rd_verify *v)
     if (!v)
         return;
     rd_verify_stop(v);
-    free(v->q);
     free(v->done);
     sl_err_clear(&v->herr);
     for (int64_t i = 0; v->v && i < v->n; i++)

@@ -5,7 +5,8 @@
  *
  * A file can only be hashed whole and front to back, so a verified load reads every byte of every
  * file (the chunk planner covers [0, size): headers, and tensors no rule loads, are read too) and
- * hands its chunks, in chunk order (which is file order), to a hashing thread (read_pipeline.c):
+ * hands its chunks, in chunk order (which is file order), to the hashing thread of their file
+ * (files are spread over a few threads; read_pipeline.c):
  * a slot is reused once its bytes are scattered and hashed, so hashing overlaps the reads of the
  * other slots and the scatter on the loading thread. */
 #ifndef SL_READ_VERIFY_H
@@ -22,7 +23,8 @@ typedef struct rd_verify rd_verify;
  * known; SL_E_UNSUPPORTED without SHA-256 in the build). manifest: a sha256sum file, or NULL. */
 sl_status rd_verify_new(const sl_load_file *files, int64_t n, const char *manifest, rd_verify **out,
                         sl_err *err);
-/* Starts the hashing thread, with room for `depth` chunks at once. */
+/* Starts the hashing threads (one per file at a time, as many as CPUs and files allow, at most 4),
+ * with room for `depth` chunks at once. */
 sl_status rd_verify_start(rd_verify *v, unsigned depth, sl_err *err);
 /* Queues bytes [a, b) of file f, which must follow the bytes queued before for f; data stays
  * valid until tag comes back from rd_verify_done. At most `depth` chunks out at once. */
