@@ -46,6 +46,17 @@ for mesh in "--tp 4 --ep" "--tp 2 --pp 2 --ep" "--tp 2"; do
     got=$("$SL" load "$T/rs" $mesh --checksums --json) || { fail "load resharded $mesh"; continue; }
     [ "$(sums <<<"$ref")" = "$(sums <<<"$got")" ] || fail "$mesh: resharded files load to the same checksums"
 done
+# rank files say whether they hold EP's experts: loading them the other way is one line, not a
+# shape error deep inside
+"$SL" reshard "$T/ck" "$T/rs-ep" --tp 2 --ep >/dev/null || fail "reshard --ep"
+"$SL" load "$T/rs-ep" --tp 2 >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "model-rank-0-part-0.safetensors: pre-sharded with expert parallelism; asked for a load without it (give --ep too" \
+    || fail "EP files loaded without --ep: $(cat "$T/err")"
+"$SL" load "$T/rs" --tp 2 --ep >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "pre-sharded without expert parallelism; asked for a load with it" \
+    || fail "plain files loaded with --ep: $(cat "$T/err")"
+"$SL" plan "$T/ck" --tp 2 --ep --json | grep -q '"ep":true' || fail "plan --json says ep"
+"$SL" plan "$T/ck" --tp 2 --json | grep -q '"ep":false' || fail "plan --json says no ep"
 noep=$("$SL" load "$T/ck" --tp 4 --checksums --json)
 withep=$("$SL" load "$T/ck" --tp 4 --ep --checksums --json)
 [ "$(sums <<<"$noep")" != "$(sums <<<"$withep")" ] || fail "--ep changes the experts' placement"

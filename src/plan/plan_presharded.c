@@ -42,6 +42,13 @@ static sl_status check_file_mesh(plan_ctx *c, int64_t f)
              "(reshard the original checkpoint for this mesh)",
              sl_checkpoint_file_path(c->ck, f), ml ? ml : "?", mt ? mt : "?", mp ? mp : "?", md ? md : "?",
              layout, p->tp, p->pp);
+    /* the experts a rank holds differ with and without EP, and so its tensors' shapes */
+    const char *me = meta_get(c->ck, f, "ep");
+    const int file_ep = me && !strcmp(me, "1");
+    SL_CHECK(file_ep == (p->ep != 0), &p->err, SL_E_CONFIG,
+             "%s: pre-sharded %s expert parallelism; asked for a load %s it (give --ep %s, or reshard "
+             "the original checkpoint)", sl_checkpoint_file_path(c->ck, f), file_ep ? "with" : "without",
+             p->ep ? "with" : "without", file_ep ? "too" : "no more");
     SL_CHECK(sl_checkpoint_file_rank(c->ck, f) < p->n_devices, &p->err, SL_E_UNCLAIMED,
              "%s: no device %d in a mesh of %d devices", sl_checkpoint_file_path(c->ck, f),
              sl_checkpoint_file_rank(c->ck, f), p->n_devices);

@@ -191,6 +191,9 @@ static sl_status part_open(reshard *r, file_dev *f, int64_t k)
     snprintf(num, sizeof(num), "%d", f->pd->index);
     if (st == SL_OK)
         st = sl_writer_set_metadata(*w, "device", num);
+    /* only with EP, so that files without it stay byte for byte what they were */
+    if (st == SL_OK && r->plan->ep)
+        st = sl_writer_set_metadata(*w, "ep", "1");
     if (st != SL_OK)
         return sl_err_set(&r->err, st, "%s", sl_writer_errmsg(*w));
     return SL_OK;
