@@ -14,8 +14,6 @@ command -v mpirun >/dev/null 2>&1 || { echo "skip: no mpirun" >&2; exit 77; }
 export OMPI_MCA_btl=self,vader OMPI_MCA_plm_rsh_agent= OMPI_MCA_rmaps_base_oversubscribe=1
 RANK_ASAN="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"   # as in cli_mpi.sh
 MPIRUN=(env ASAN_OPTIONS="$RANK_ASAN" timeout 120 mpirun --allow-run-as-root --oversubscribe)
-probe=$("$SL" load s3://b/x/ --s3-endpoint http://127.0.0.1:1 --remote-retries 0 2>&1)
-if echo "$probe" | grep -q "built without it"; then echo "skip: built without libcurl" >&2; exit 77; fi
 tiny_config "$T/tiny.json" 4
 "$SL" synth --config "$T/tiny.json" "$T/ck" --max-shard-size 600KB >/dev/null || { fail "synth"; finish; }
 probe=$("${MPIRUN[@]}" -np 1 "$SL" load "$T/ck" --dist cooperative 2>&1)

@@ -1,6 +1,7 @@
-# remote_lib.sh - loopback servers for the remote-source tests (tests/cli_http*.sh, cli_s3*.sh),
-# sourced after lib.sh. Each server is started by the test, on a free port of 127.0.0.1, and
-# stopped at exit (with lib.sh's $T).
+# remote_lib.sh - loopback servers for the remote-source tests (tests/cli_http*.sh, cli_s3*.sh,
+# cli_verify_remote.sh), sourced after lib.sh with SL set. A build without libcurl skips them here
+# (exit 77). Each server is started by the test, on a free port of 127.0.0.1, and stopped at exit
+# (with lib.sh's $T).
 #   start_http ROOT [ARGS]        tests/http_range_server.py: sets HTTP (http://127.0.0.1:PORT)
 #   start_proxy PORT NAME ARGS    tests/fault_proxy.py in front of PORT: sets PROXY (its URL);
 #                                 its log is $T/NAME.log; stop_proxy stops it
@@ -57,3 +58,6 @@ start_moto() {
     exit 1
 }
 s3() { "$VPY" "$TESTS_DIR/s3_setup.py" "$S3E" "$@"; }
+
+probe=$("$SL" load http://127.0.0.1:1/x/ --remote-retries 0 2>&1)
+if echo "$probe" | grep -q "built without it"; then echo "skip: built without libcurl" >&2; exit 77; fi
