@@ -4,6 +4,7 @@
 #define FMT_TESTUTIL_H
 
 #include "expect.h"
+#include "scratch.h"
 #include "shardload.h"
 
 #include <stdarg.h>
@@ -50,24 +51,6 @@ static inline int fmt_write_st(const char *path, const char *json, size_t zeros)
     const int rc = fmt_write_file(path, b.p, b.len);
     free(b.p);
     return rc;
-}
-
-/* A fresh empty directory under /tmp. */
-static inline void fmt_tmpdir(char *buf, size_t n, const char *tag)
-{
-    snprintf(buf, n, "/tmp/sl_%s_XXXXXX", tag);
-    if (!mkdtemp(buf)) {
-        perror("mkdtemp");
-        exit(1);
-    }
-}
-
-static inline void fmt_rm_rf(const char *dir)
-{
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "warning: could not remove %s\n", dir);
 }
 
 #endif /* FMT_TESTUTIL_H */

@@ -4,6 +4,7 @@
 #define SL_LOAD_TESTUTIL_H
 
 #include "expect.h"
+#include "scratch.h"
 #include "load/engine.h"
 #include "plan/plan_data.h"
 
@@ -93,18 +94,6 @@ static void tu_write_file(const char *path, const void *data, size_t n)
         exit(1);
     }
     fclose(f);
-}
-
-/* A scratch directory under TMPDIR, or /tmp when it is unset: never the current directory,
- * which may be the source tree when a test is run by hand. Removed by the caller. */
-static void tu_tmpdir(char *buf, size_t len, const char *tag)
-{
-    const char *t = getenv("TMPDIR");
-    snprintf(buf, len, "%s/sl_%s_XXXXXX", t && *t ? t : "/tmp", tag);
-    if (!mkdtemp(buf)) {
-        fprintf(stderr, "mkdtemp failed\n");
-        exit(1);
-    }
 }
 
 /* 1 when this filesystem accepts O_DIRECT opens. */

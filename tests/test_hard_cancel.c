@@ -5,6 +5,7 @@
 #include "shardload.h"
 
 #include "expect.h"
+#include "scratch.h"
 
 #include <dirent.h>
 #include <stdio.h>
@@ -21,11 +22,8 @@ static int exists(const char *path)
 
 int main(void)
 {
-    char dir[512], cfg[600], ck_dir[600], out[600], err[1024], cmd[700];
-    const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-    snprintf(dir, sizeof dir, "%s/sl_hard_cancel.XXXXXX", base);
-    if (!mkdtemp(dir))
-        return 1;
+    char dir[512], cfg[600], ck_dir[600], out[600], err[1024];
+    tu_tmpdir(dir, sizeof dir, "hard_cancel");
     snprintf(cfg, sizeof cfg, "%s/config.json", dir);
     snprintf(ck_dir, sizeof ck_dir, "%s/ck", dir);
     snprintf(out, sizeof out, "%s/out", dir);
@@ -71,8 +69,6 @@ int main(void)
     EXPECT(st == SL_OK, "reshard after sl_cancel_clear: %s", err);
     sl_plan_free(p);
     sl_checkpoint_close(ck);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
+    tu_rm_rf(dir);
     return expect_failures ? 1 : 0;
 }

@@ -8,6 +8,7 @@
 #include "shardload.h"
 
 #include "expect.h"
+#include "scratch.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -132,10 +133,7 @@ static void check_change(change_kind how, const char *name)
 
 int main(void)
 {
-    const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-    snprintf(dir, sizeof dir, "%s/sl_hard_changed.XXXXXX", base);
-    if (!mkdtemp(dir))
-        return 1;
+    tu_tmpdir(dir, sizeof dir, "hard_changed");
     snprintf(ckdir, sizeof ckdir, "%s/ck", dir);
     snprintf(cfg, sizeof cfg, "%s/config.json", dir);
     write_text(cfg, "{\"architectures\":[\"LlamaForCausalLM\"],\"model_type\":\"llama\",\"hidden_size\":256,"
@@ -147,9 +145,6 @@ int main(void)
     check_change(CHANGE_REPLACE, "replaced by a file of the same size");
     check_change(CHANGE_REWRITE, "rewritten in place, same size");
     check_change(CHANGE_FIFO, "swapped for a FIFO");
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
+    tu_rm_rf(dir);
     return expect_failures ? 1 : 0;
 }

@@ -87,7 +87,7 @@ static void put_text(const ckdir *d, const char *name, const char *text)
 /* Two shards: S1 holds a (F32[2]) and b (U8[4]); S2 holds c (BF16[2]). */
 static void two_shards(ckdir *d, const char *index)
 {
-    fmt_tmpdir(d->dir, sizeof d->dir, "idx");
+    tu_tmpdir(d->dir, sizeof d->dir, "idx");
     put(d, S1, "{\"__metadata__\":{\"format\":\"pt\"}," T("b", "U8", "[4]", 8, 12) "," T("a", "F32", "[2]", 0, 8) "}",
         12);
     put(d, S2, "{" T("c", "BF16", "[2]", 0, 4) "}", 4);
@@ -148,7 +148,7 @@ static void test_valid_indexed(void)
                "warning out of range");
         sl_checkpoint_close(ck);
     }
-    fmt_rm_rf(d.dir);
+    tu_rm_rf(d.dir);
 
     /* total_size that matches (16 data bytes) or is absent: no warning */
     const char *const quiet[] = {"{\"metadata\":{\"total_size\":16}," GOOD_MAP "}", "{" GOOD_MAP "}"};
@@ -158,7 +158,7 @@ static void test_valid_indexed(void)
         EXPECT(ck && sl_checkpoint_warning_count(ck) == 0, "index %d: unexpected warning %s", i,
                ck ? sl_checkpoint_warning(ck, 0) : "");
         sl_checkpoint_close(ck);
-        fmt_rm_rf(d.dir);
+        tu_rm_rf(d.dir);
     }
 }
 
@@ -167,37 +167,37 @@ static void test_index_errors(void)
     ckdir d;
     two_shards(&d, "{\"weight_map\":{\"a\":\"" S1 "\",\"b\":\"" S1 "\",\"c\":\"model-00003-of-00003.safetensors\"}}");
     open_expect(&d, SL_E_NOT_FOUND, "missing shard", "model-00003-of-00003.safetensors", d.dir);
-    fmt_rm_rf(d.dir);
+    tu_rm_rf(d.dir);
 
     two_shards(&d, "{\"weight_map\":{\"a\":\"" S1 "\",\"b\":\"" S1 "\",\"c\":\"" S2 "\",\"ghost\":\"" S2 "\"}}");
     open_expect(&d, SL_E_NOT_FOUND, "I4 tensor missing from shard", "'ghost'", S2);
-    fmt_rm_rf(d.dir);
+    tu_rm_rf(d.dir);
 
     two_shards(&d, "{\"weight_map\":{\"a\":\"" S1 "\",\"b\":\"" S2 "\",\"c\":\"" S2 "\"}}");
     open_expect(&d, SL_E_NOT_FOUND, "I4 tensor in the other shard", "'b'", S2);
-    fmt_rm_rf(d.dir);
+    tu_rm_rf(d.dir);
 
     two_shards(&d, "{\"weight_map\":{\"a\":\"" S1 "\",\"c\":\"" S2 "\"}}");
     open_expect(&d, SL_E_INDEX, "I5 unindexed tensor", "'b'", S1);
-    fmt_rm_rf(d.dir);
+    tu_rm_rf(d.dir);
 
     two_shards(&d, "{" GOOD_MAP "}");
     put(&d, S2, "{" T("c", "BF16", "[2]", 0, 4) "," T("a", "U8", "[1]", 4, 5) "}", 5);
     open_expect(&d, SL_E_DUPLICATE, "I6 tensor in two shards", "'a'", S1);
-    fmt_rm_rf(d.dir);
+    tu_rm_rf(d.dir);
 
     two_shards(&d, "{\"weight_map\":{\"a\":\"../" S1 "\"}}");
     open_expect(&d, SL_E_INDEX, "I2 traversal never opened", IDX, "../");
-    fmt_rm_rf(d.dir);
+    tu_rm_rf(d.dir);
 
     two_shards(&d, "{\"weight_map\":{\"a\":\"" S1 "\",\"a\":\"" S1 "\"}}");
     open_expect(&d, SL_E_INDEX, "I3 duplicate key", IDX, NULL);
-    fmt_rm_rf(d.dir);
+    tu_rm_rf(d.dir);
 
     two_shards(&d, "{" GOOD_MAP "}");
     put(&d, S2, "{" T("c", "BF16", "[2,2]", 0, 4) "}", 4);
     open_expect(&d, SL_E_TENSOR_INFO, "bad shard header", S2 ": tensor 'c'", d.dir);
-    fmt_rm_rf(d.dir);
+    tu_rm_rf(d.dir);
 }
 
 static void test_no_index(void)
@@ -217,11 +217,11 @@ static void test_no_index(void)
     }
     put(&d, "b-dup.safetensors", "{" T("c", "U8", "[1]", 0, 1) "}", 1);
     open_expect(&d, SL_E_DUPLICATE, "duplicate without index", "'c'", "b-dup.safetensors");
-    fmt_rm_rf(d.dir);
+    tu_rm_rf(d.dir);
 
-    fmt_tmpdir(d.dir, sizeof d.dir, "empty");
+    tu_tmpdir(d.dir, sizeof d.dir, "empty");
     open_expect(&d, SL_E_NOT_FOUND, "empty directory", d.dir, NULL);
-    fmt_rm_rf(d.dir);
+    tu_rm_rf(d.dir);
 
     sl_checkpoint *bad = NULL;
     EXPECT(sl_checkpoint_open("/nonexistent/x.safetensors", &bad) == SL_E_NOT_FOUND, "missing file");
@@ -241,7 +241,7 @@ static void test_single_file(void)
     EXPECT(strcmp(sl_checkpoint_file_path(ck, 0), p) == 0, "path as given");
     EXPECT(sl_checkpoint_file_size(ck, 0) == sl_checkpoint_file_data_start(ck, 0) + 4, "size");
     sl_checkpoint_close(ck);
-    fmt_rm_rf(d.dir);
+    tu_rm_rf(d.dir);
 }
 
 int main(void)

@@ -215,7 +215,7 @@ static void writer_cases(const char *tmp)
 int main(void)
 {
     char tmp[256];
-    fmt_tmpdir(tmp, sizeof tmp, "messages");
+    tu_tmpdir(tmp, sizeof tmp, "messages");
     corpus("fuzz_header", 0);
     corpus("fuzz_index", 1);
     header_cases();
@@ -223,7 +223,7 @@ int main(void)
     checkpoint_cases(tmp);
     plan_cases(tmp);
     writer_cases(tmp);
-    fmt_rm_rf(tmp);
+    tu_rm_rf(tmp);
     if (expect_failures)
         fprintf(stderr, "%d failure(s) in %d messages\n", expect_failures, checked);
     else

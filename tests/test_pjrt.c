@@ -11,6 +11,7 @@
 
 #include "device/dev_pjrt_abi.h"
 #include "expect.h"
+#include "scratch.h"
 
 #include <dlfcn.h>
 #include <stdio.h>
@@ -64,9 +65,7 @@ static void fk_open(void)
 static void make_checkpoint(void)
 {
     char cfg[300], err[512];
-    snprintf(g_dir, sizeof g_dir, "/tmp/sl_test_pjrt.XXXXXX");
-    if (!mkdtemp(g_dir))
-        exit(1);
+    tu_tmpdir(g_dir, sizeof g_dir, "test_pjrt");
     snprintf(cfg, sizeof cfg, "%s/tiny.json", g_dir);
     FILE *f = fopen(cfg, "w");
     fputs("{\"architectures\":[\"LlamaForCausalLM\"],\"model_type\":\"llama\",\"hidden_size\":256,"
@@ -583,11 +582,8 @@ static void test_stand_in_is_strict(void)
 
 static void cleanup(void)
 {
-    char cmd[300];
     sl_checkpoint_close(g_ck);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "test_pjrt: could not remove %s\n", g_dir);
+    tu_rm_rf(g_dir);
 }
 
 int main(void)

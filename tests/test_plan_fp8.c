@@ -7,6 +7,7 @@
  * a load (the engine writes one dtype per plan: FP8 plans are refused, not loaded wrongly).
  * Exit 0 pass, 1 fail. */
 #include "expect.h"
+#include "scratch.h"
 #include "shardload.h"
 
 #include "plan/plan_data.h"
@@ -399,19 +400,12 @@ static void config_errors(void)
 
 int main(void)
 {
-    snprintf(dir, sizeof dir, "%s/sl_test_plan_fp8.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    tu_tmpdir(dir, sizeof dir, "test_plan_fp8");
     worked_figures();
     synth_and_bind();
     checkpoint_errors();
     config_errors();
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
+    tu_rm_rf(dir);
     if (expect_failures)
         fprintf(stderr, "%d failure(s)\n", expect_failures);
     else

@@ -5,6 +5,7 @@
  * missing and an unclaimed expert, and each malformed table form.
  * Exit 0 pass, 1 fail. */
 #include "expect.h"
+#include "scratch.h"
 #include "shardload.h"
 
 #include "plan/plan_data.h"
@@ -386,21 +387,14 @@ static void table_errors(void)
 
 int main(void)
 {
-    snprintf(dir, sizeof dir, "%s/sl_test_plan_moe.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    tu_tmpdir(dir, sizeof dir, "test_plan_moe");
     worked_figures();
     uneven_ep();
     ep_reads_held_experts();
     mesh_errors();
     checkpoint_errors();
     table_errors();
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
+    tu_rm_rf(dir);
     if (expect_failures)
         fprintf(stderr, "%d failure(s)\n", expect_failures);
     else

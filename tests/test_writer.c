@@ -144,11 +144,11 @@ static void test_unfinished_removed(const char *dir)
 int main(void)
 {
     char dir[256];
-    fmt_tmpdir(dir, sizeof dir, "wr");
+    tu_tmpdir(dir, sizeof dir, "wr");
     test_empty(dir);
     test_round_trip(dir);
     test_unfinished_removed(dir);
-    fmt_rm_rf(dir);
+    tu_rm_rf(dir);
     if (expect_failures)
         fprintf(stderr, "%d check(s) failed\n", expect_failures);
     else
