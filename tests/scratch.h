@@ -17,6 +17,16 @@ static inline void tu_tmpdir(char *buf, size_t len, const char *tag)
     }
 }
 
+/* Writes text to path; a test that cannot write its own input stops. */
+static inline void tu_write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
+        fprintf(stderr, "cannot write %s\n", path);
+        exit(1);
+    }
+}
+
 static inline void tu_rm_rf(const char *dir)
 {
     char cmd[1024];

@@ -21,15 +21,6 @@
 
 static char dir[512], ckdir[600], cfg[600];
 
-static void write_text(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
-        fprintf(stderr, "cannot write %s\n", path);
-        exit(1);
-    }
-}
-
 /* A 2-layer Llama in shards of about 600 KB, written afresh (synth replaces every file). */
 static void make_checkpoint(void)
 {
@@ -136,7 +127,7 @@ int main(void)
     tu_tmpdir(dir, sizeof dir, "hard_changed");
     snprintf(ckdir, sizeof ckdir, "%s/ck", dir);
     snprintf(cfg, sizeof cfg, "%s/config.json", dir);
-    write_text(cfg, "{\"architectures\":[\"LlamaForCausalLM\"],\"model_type\":\"llama\",\"hidden_size\":256,"
+    tu_write_text(cfg, "{\"architectures\":[\"LlamaForCausalLM\"],\"model_type\":\"llama\",\"hidden_size\":256,"
                     "\"intermediate_size\":512,\"num_attention_heads\":8,\"num_key_value_heads\":2,"
                     "\"num_hidden_layers\":2,\"vocab_size\":1001,\"tie_word_embeddings\":false,"
                     "\"torch_dtype\":\"bfloat16\",\"rms_norm_eps\":1e-05,\"head_dim\":32}");

@@ -3,6 +3,8 @@
  * spmd tiles), every planning error, the embedded rule tables and --rules equivalence.
  * Exit 0 pass, 1 fail. */
 #include "expect.h"
+#include "plan_testutil.h"
+#include "scratch.h"
 #include "shardload.h"
 
 #include "plan/plan_data.h"
@@ -29,17 +31,9 @@ static sl_status build(const char *config, const char *rules, int tp, int pp, sl
     return sl_plan_build(NULL, &o, p);
 }
 
-static const sl_plan_param_t *param(const sl_plan *p, int d, const char *name)
-{
-    for (int64_t i = 0; i < p->devices[d].n_params; i++)
-        if (!strcmp(p->devices[d].params[i].name, name))
-            return &p->devices[d].params[i];
-    return NULL;
-}
-
 static int shape_is(const sl_plan *p, int d, const char *name, uint64_t a, uint64_t b)
 {
-    const sl_plan_param_t *x = param(p, d, name);
+    const sl_plan_param_t *x = tu_param(p, d, name);
     return x && x->shape[0] == a && (x->ndim == 1 ? b == 0 : x->shape[1] == b);
 }
 
@@ -69,19 +63,12 @@ static void llama8b(void)
            (unsigned long long)sl_plan_device_bytes(p, 15));
     for (int64_t i = 0; i < p->devices[5].n_ops; i++) {   /* k rows of head 2 at qkv row 256 */
         const sl_op *op = &p->devices[5].ops[i];
-        const sl_plan_param_t *qkv = param(p, 5, "model.layers.0.self_attn.qkv_proj.weight");
+        const sl_plan_param_t *qkv = tu_param(p, 5, "model.layers.0.self_attn.qkv_proj.weight");
         if (op->dst_offset == qkv->offset + 256 * 4096 * 2)
             EXPECT(op->file == -1 && op->src_offset == 2 * 128 * 4096 * 2 && op->kind == SL_OP_COPY,
                    "T=16 rank 5 k source offset %llu", (unsigned long long)op->src_offset);
     }
     sl_plan_free(p);
-}
-
-static void write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    fputs(text, f);
-    fclose(f);
 }
 
 static const char *cfg_path(void)
@@ -100,7 +87,7 @@ static const char *cfg_with(const char *fields)
              "\"intermediate_size\":96,\"vocab_size\":1000,\"num_hidden_layers\":4,"
              "\"torch_dtype\":\"bfloat16\"%s}", fields);
     /* later duplicate keys are rejected by the parser, so fields replace by name below */
-    write_file(cfg_path(), text);
+    tu_write_text(cfg_path(), text);
     return cfg_path();
 }
 
@@ -120,7 +107,7 @@ static void shapes(void)
     /* qwen2-0.5b T=2: qkv bias [(7 + 2*1)*64] */
     EXPECT(build(CONFIGS "/qwen2-0.5b.json", NULL, 2, 1, SL_LAYOUT_TP, &p) == SL_OK, "qwen2");
     EXPECT(shape_is(p, 1, "model.layers.3.self_attn.qkv_proj.bias", 576, 0), "qwen2 bias");
-    EXPECT(!param(p, 0, "lm_head.weight"), "tied: no lm_head");
+    EXPECT(!tu_param(p, 0, "lm_head.weight"), "tied: no lm_head");
     sl_plan_free(p);
     /* qwen3-0.6b: head_dim 128 (H/nh would be 64), q_norm/k_norm [128]; T=16 > K=8 */
     EXPECT(build(CONFIGS "/qwen3-0.6b.json", NULL, 16, 1, SL_LAYOUT_TP, &p) == SL_OK, "qwen3");
@@ -170,13 +157,13 @@ static void pipeline(void)
     /* tied with PP: embedding on stage 0 and on the last stage, norm on the last only */
     sl_plan *p = NULL;
     EXPECT(build(CONFIGS "/qwen3-0.6b.json", NULL, 2, 3, SL_LAYOUT_TP, &p) == SL_OK, "tied pp");
-    EXPECT(param(p, 1, "model.embed_tokens.weight") && param(p, 5, "model.embed_tokens.weight") &&
-               !param(p, 3, "model.embed_tokens.weight"), "tied embed placement");
-    EXPECT(param(p, 4, "model.norm.weight") && !param(p, 0, "model.norm.weight"), "norm placement");
+    EXPECT(tu_param(p, 1, "model.embed_tokens.weight") && tu_param(p, 5, "model.embed_tokens.weight") &&
+               !tu_param(p, 3, "model.embed_tokens.weight"), "tied embed placement");
+    EXPECT(tu_param(p, 4, "model.norm.weight") && !tu_param(p, 0, "model.norm.weight"), "norm placement");
     sl_plan_free(p);
     EXPECT(build(CONFIGS "/llama-3-8b.json", NULL, 1, 2, SL_LAYOUT_TP, &p) == SL_OK, "untied pp");
-    EXPECT(!param(p, 1, "model.embed_tokens.weight") && param(p, 1, "lm_head.weight") &&
-               !param(p, 0, "lm_head.weight"), "untied placement");
+    EXPECT(!tu_param(p, 1, "model.embed_tokens.weight") && tu_param(p, 1, "lm_head.weight") &&
+               !tu_param(p, 0, "lm_head.weight"), "untied placement");
     sl_plan_free(p);
 }
 
@@ -202,12 +189,12 @@ static void errors(void)
                SL_LAYOUT_TP, SL_E_CONFIG, "duplicate");   /* the writer trick is not allowed */
     error_case(CONFIGS "/llama-3-8b.json", 3, 1, SL_LAYOUT_TP, SL_E_DIVISIBILITY,
                "num_attention_heads 32 is not divisible by tp 3");
-    write_file(cfg_path(), "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64,"
+    tu_write_text(cfg_path(), "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64,"
                            "\"num_attention_heads\":8,\"intermediate_size\":100,\"vocab_size\":64,"
                            "\"num_hidden_layers\":2,\"torch_dtype\":\"bfloat16\"}");
     error_case(cfg_path(), 8, 1, SL_LAYOUT_TP, SL_E_DIVISIBILITY,
                "intermediate_size 100 is not divisible by tp 8");
-    write_file(cfg_path(), "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":96,"
+    tu_write_text(cfg_path(), "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":96,"
                            "\"num_attention_heads\":12,\"intermediate_size\":96,\"vocab_size\":1000,"
                            "\"num_hidden_layers\":2,\"torch_dtype\":\"bfloat16\"}");
     error_case(cfg_path(), 3, 1, SL_LAYOUT_TP, SL_E_DIVISIBILITY,
@@ -215,30 +202,30 @@ static void errors(void)
     error_case(cfg_path(), 1, 3, SL_LAYOUT_TP, SL_E_CONFIG, "pp 3 is larger than num_hidden_layers 2");
     error_case(cfg_path(), 2, 2, SL_LAYOUT_SPMD, SL_E_INVALID_ARG, "pp must be 1");
     error_case(cfg_path(), 0, 1, SL_LAYOUT_TP, SL_E_INVALID_ARG, "at least 1");
-    write_file(cfg_path(), "{\"architectures\":[\"GPT2LMHeadModel\"],\"hidden_size\":64,"
+    tu_write_text(cfg_path(), "{\"architectures\":[\"GPT2LMHeadModel\"],\"hidden_size\":64,"
                            "\"num_attention_heads\":8,\"intermediate_size\":96,\"vocab_size\":64,"
                            "\"num_hidden_layers\":2}");
     error_case(cfg_path(), 1, 1, SL_LAYOUT_TP, SL_E_CONFIG, "architecture 'GPT2LMHeadModel'");
-    write_file(cfg_path(), "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64,"
+    tu_write_text(cfg_path(), "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64,"
                            "\"num_attention_heads\":8,\"vocab_size\":64,\"num_hidden_layers\":2}");
     error_case(cfg_path(), 1, 1, SL_LAYOUT_TP, SL_E_CONFIG, "config has no 'intermediate_size'");
-    write_file(cfg_path(), "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":0,"
+    tu_write_text(cfg_path(), "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":0,"
                            "\"num_attention_heads\":8,\"intermediate_size\":96,\"vocab_size\":64,"
                            "\"num_hidden_layers\":2}");
     error_case(cfg_path(), 1, 1, SL_LAYOUT_TP, SL_E_CONFIG, "'hidden_size' is 0");
-    write_file(cfg_path(), "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":4611686018427387904,"
+    tu_write_text(cfg_path(), "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":4611686018427387904,"
                            "\"num_attention_heads\":8,\"intermediate_size\":96,\"vocab_size\":64,"
                            "\"num_hidden_layers\":2,\"torch_dtype\":\"bfloat16\"}");
     error_case(cfg_path(), 1, 1, SL_LAYOUT_TP, SL_E_CONFIG, "overflows");
-    write_file(cfg_path(), "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64,"
+    tu_write_text(cfg_path(), "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64,"
                            "\"num_attention_heads\":8,\"intermediate_size\":96,\"vocab_size\":64,"
                            "\"num_hidden_layers\":2}");
     error_case(cfg_path(), 1, 1, SL_LAYOUT_TP, SL_E_CONFIG, "no torch_dtype");
-    write_file(cfg_path(), "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64,"
+    tu_write_text(cfg_path(), "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64,"
                            "\"num_attention_heads\":8,\"intermediate_size\":96,\"vocab_size\":64,"
                            "\"num_hidden_layers\":2,\"torch_dtype\":\"bfloat16\",\"dtype\":\"float32\"}");
     error_case(cfg_path(), 1, 1, SL_LAYOUT_TP, SL_E_CONFIG, "'torch_dtype' and 'dtype' differ");
-    write_file(cfg_path(), "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64,"
+    tu_write_text(cfg_path(), "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64,"
                            "\"num_attention_heads\":8,\"intermediate_size\":96,\"vocab_size\":64,"
                            "\"num_hidden_layers\":2,\"dtype\":\"int8\"}");
     error_case(cfg_path(), 1, 1, SL_LAYOUT_TP, SL_E_CONFIG, "config dtype 'int8' is not supported");
@@ -297,7 +284,7 @@ static void dtype_keys(void)
         snprintf(text, sizeof text, "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64,"
                  "\"num_attention_heads\":8,\"intermediate_size\":96,\"vocab_size\":64,"
                  "\"num_hidden_layers\":2,%s}", cases[i][0]);
-        write_file(cfg_path(), text);
+        tu_write_text(cfg_path(), text);
         sl_plan *p = NULL;
         EXPECT(build(cfg_path(), NULL, 1, 1, SL_LAYOUT_TP, &p) == SL_OK &&
                    !strcmp(sl_dtype_name(sl_plan_dtype(p)), cases[i][1]),

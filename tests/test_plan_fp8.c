@@ -7,6 +7,7 @@
  * a load (the engine writes one dtype per plan: FP8 plans are refused, not loaded wrongly).
  * Exit 0 pass, 1 fail. */
 #include "expect.h"
+#include "plan_testutil.h"
 #include "scratch.h"
 #include "shardload.h"
 
@@ -34,25 +35,11 @@ static sl_status build(const sl_checkpoint *ck, const char *config, int tp, int 
     return sl_plan_build(ck, &o, p);
 }
 
-static const sl_plan_param_t *param(const sl_plan *p, int d, const char *name)
-{
-    for (int64_t i = 0; p && i < p->devices[d].n_params; i++)
-        if (!strcmp(p->devices[d].params[i].name, name))
-            return &p->devices[d].params[i];
-    return NULL;
-}
-
 static int is(const sl_plan *p, int d, const char *name, sl_dtype dt, uint64_t a, uint64_t b, uint64_t c)
 {
-    const sl_plan_param_t *x = param(p, d, name);
+    const sl_plan_param_t *x = tu_param(p, d, name);
     return x && x->dtype == dt && x->ndim == (c ? 3u : 2u) && x->shape[0] == a && x->shape[1] == b &&
            (c == 0 || x->shape[2] == c);
-}
-
-static void expect_error(const char *what, sl_status st, sl_plan *p, sl_status want, const char *text)
-{
-    EXPECT(st == want && p && strstr(sl_plan_errmsg(p), text), "%s: status %d, '%s' (want '%s')",
-           what, (int)st, p ? sl_plan_errmsg(p) : "", text);
 }
 
 /* A config from a base file with quantization_config (and other keys) replaced. */
@@ -114,7 +101,7 @@ static void worked_figures(void)
     sl_plan_free(p);
     /* loads at T = 1, 2 and with --ep at any T; not at T = 4 or 8 without it */
     sl_status st = build(NULL, q3, 4, 0, SL_LAYOUT_TP, &p);
-    expect_error("Qwen3 FP8 T=4", st, p, SL_E_DIVISIBILITY, "parameter 'model.layers.{i}.mlp.experts."
+    tu_expect_plan_error("Qwen3 FP8 T=4", st, p, SL_E_DIVISIBILITY, "parameter 'model.layers.{i}.mlp.experts."
                  "w13_weight': The output_size of gate's and up's weight = 192 is not divisible by "
                  "weight quantization block_n = 128.");
     sl_plan_free(p);
@@ -124,7 +111,7 @@ static void worked_figures(void)
     }
     /* DeepSeek's dense gate_up at T = 32: 18432 / 32 = 576 rows a rank */
     st = build(NULL, ds, 32, 0, SL_LAYOUT_TP, &p);
-    expect_error("DS-V3 T=32", st, p, SL_E_DIVISIBILITY, "Weight output_partition_size = 576 is not "
+    tu_expect_plan_error("DS-V3 T=32", st, p, SL_E_DIVISIBILITY, "Weight output_partition_size = 576 is not "
                  "divisible by weight quantization block_n = 128.");
     sl_plan_free(p);
 }
@@ -167,7 +154,7 @@ static int64_t tensor_index(const sl_checkpoint *ck, const char *name, sl_tensor
  * of gate's and up's scales; fused_qkv_a_proj's scale stacks q_a's 2 block rows and kv_a's 2. */
 static void scale_ops(const sl_checkpoint *ck, const sl_plan *p)
 {
-    const sl_plan_param_t *w2s = param(p, 1, "model.layers.1.mlp.experts.w2_weight_scale_inv");
+    const sl_plan_param_t *w2s = tu_param(p, 1, "model.layers.1.mlp.experts.w2_weight_scale_inv");
     EXPECT(is(p, 1, "model.layers.1.mlp.experts.w2_weight_scale_inv", SL_DTYPE_F32, 4, 2, 1), "w2 scale");
     EXPECT(is(p, 1, "model.layers.1.mlp.experts.w13_weight_scale_inv", SL_DTYPE_F32, 4, 2, 2), "w13 scale");
     EXPECT(is(p, 1, "model.layers.0.self_attn.fused_qkv_a_proj.weight_scale_inv", SL_DTYPE_F32, 4, 2, 0),
@@ -187,7 +174,7 @@ static void scale_ops(const sl_checkpoint *ck, const sl_plan *p)
     }
     EXPECT(seen == 4, "one op per expert for the w2 scale, %d", seen);
     sl_tensor_info ti;
-    const sl_plan_param_t *w13s = param(p, 1, "model.layers.1.mlp.experts.w13_weight_scale_inv");
+    const sl_plan_param_t *w13s = tu_param(p, 1, "model.layers.1.mlp.experts.w13_weight_scale_inv");
     for (int64_t i = 0; w13s && i < p->devices[1].n_ops; i++) {
         const sl_op *op = &p->devices[1].ops[i];
         if (op->param == w13s - p->devices[1].params)
@@ -247,7 +234,7 @@ static void synth_and_bind(void)
     sl_load_opts lo;
     sl_load_opts_init(&lo);
     sl_model *m = NULL;
-    const sl_plan_param_t *o = param(p, 1, "model.layers.0.self_attn.o_proj.weight");
+    const sl_plan_param_t *o = tu_param(p, 1, "model.layers.0.self_attn.o_proj.weight");
     sl_tensor_info ti;
     if (p && o && tensor_index(ck, "model.layers.0.self_attn.o_proj.weight", &ti) >= 0 &&
         sl_load(ck, p, &lo, &m) == SL_OK) {
@@ -271,7 +258,7 @@ static void synth_and_bind(void)
     sl_model_free(m);
     sl_plan_free(p);
     const sl_status st = build(ck, cfg, 2, 0, SL_LAYOUT_SPMD, &p);
-    expect_error("spmd", st, p, SL_E_UNSUPPORTED, "layout spmd of an FP8 checkpoint");
+    tu_expect_plan_error("spmd", st, p, SL_E_UNSUPPORTED, "layout spmd of an FP8 checkpoint");
     sl_plan_free(p);
     sl_checkpoint_close(ck);
 }
@@ -348,7 +335,7 @@ static void checkpoint_errors(void)
         if (cases[i].want == SL_OK)
             EXPECT(st == SL_OK, "%s: %s", cases[i].name, sl_plan_errmsg(p));
         else
-            expect_error(cases[i].name, st, p, cases[i].want, cases[i].text);
+            tu_expect_plan_error(cases[i].name, st, p, cases[i].want, cases[i].text);
         sl_plan_free(p);
         sl_checkpoint_close(ck);
     }
@@ -359,7 +346,7 @@ static void config_errors(void)
     sl_plan *p = NULL;
     /* o_proj at T = 4: 4 heads * 64 / 4 = 64 columns a rank */
     sl_status st = build(NULL, small_ds("ds.json", NULL), 4, 0, SL_LAYOUT_TP, &p);
-    expect_error("row block_k", st, p, SL_E_DIVISIBILITY, "parameter 'model.layers.{i}.self_attn.o_proj."
+    tu_expect_plan_error("row block_k", st, p, SL_E_DIVISIBILITY, "parameter 'model.layers.{i}.self_attn.o_proj."
                  "weight': Weight input_size_per_partition = 64 is not divisible by weight quantization "
                  "block_k = 128.");
     sl_plan_free(p);
@@ -383,7 +370,7 @@ static void config_errors(void)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         st = build(NULL, small_ds("bad.json", cases[i].quant), 2, 0, SL_LAYOUT_TP, &p);
-        expect_error(cases[i].want, st, p, cases[i].st, cases[i].want);
+        tu_expect_plan_error(cases[i].want, st, p, cases[i].st, cases[i].want);
         sl_plan_free(p);
     }
     /* a module listed for every layer stays in the model dtype, without a scale */
@@ -392,7 +379,7 @@ static void config_errors(void)
                                           "\"model.layers.1.self_attn.o_proj\"]}"),
                2, 0, SL_LAYOUT_TP, &p);
     EXPECT(st == SL_OK && is(p, 0, "model.layers.1.self_attn.o_proj.weight", SL_DTYPE_BF16, 256, 128, 0) &&
-               !param(p, 0, "model.layers.1.self_attn.o_proj.weight_scale_inv") &&
+               !tu_param(p, 0, "model.layers.1.self_attn.o_proj.weight_scale_inv") &&
                is(p, 0, "model.layers.1.self_attn.kv_b_proj.weight", SL_DTYPE_F8_E4M3, 256, 128, 0),
            "ignored o_proj: %s", sl_plan_errmsg(p));
     sl_plan_free(p);

@@ -5,6 +5,7 @@
  * missing and an unclaimed expert, and each malformed table form.
  * Exit 0 pass, 1 fail. */
 #include "expect.h"
+#include "plan_testutil.h"
 #include "scratch.h"
 #include "shardload.h"
 
@@ -35,28 +36,11 @@ static sl_status build(const sl_checkpoint *ck, const char *config, const char *
     return sl_plan_build(ck, &o, p);
 }
 
-static const sl_plan_param_t *param(const sl_plan *p, int d, const char *name)
-{
-    for (int64_t i = 0; p && i < p->devices[d].n_params; i++)
-        if (!strcmp(p->devices[d].params[i].name, name))
-            return &p->devices[d].params[i];
-    return NULL;
-}
-
 static int shape3(const sl_plan *p, int d, const char *name, uint64_t a, uint64_t b, uint64_t c)
 {
-    const sl_plan_param_t *x = param(p, d, name);
+    const sl_plan_param_t *x = tu_param(p, d, name);
     return x && x->ndim == (c ? 3u : 2u) && x->shape[0] == a && x->shape[1] == b &&
            (c == 0 || x->shape[2] == c);
-}
-
-static void write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    if (f) {
-        fputs(text, f);
-        fclose(f);
-    }
 }
 
 /* ---- the spec's worked figures ---------------------------------------------------------------- */
@@ -81,9 +65,9 @@ static void worked_figures(void)
     EXPECT(build(NULL, q3, NULL, 2, 1, 0, SL_LAYOUT_TP, &p) == SL_OK, "%s", sl_plan_errmsg(p));
     EXPECT(shape3(p, 0, "model.layers.0.self_attn.qkv_proj.weight", 2560, 2048, 0), "Qwen3 qkv");
     EXPECT(shape3(p, 1, "model.layers.47.mlp.experts.w13_weight", 128, 768, 2048), "Qwen3 T=2 w13");
-    EXPECT(param(p, 0, "model.layers.0.mlp.gate_up_proj.weight") == NULL,
+    EXPECT(tu_param(p, 0, "model.layers.0.mlp.gate_up_proj.weight") == NULL,
            "no dense MLP in an all-MoE Qwen3 (mlp_only_layers [])");
-    EXPECT(param(p, 0, "model.layers.0.mlp.shared_expert.gate_up_proj.weight") == NULL,
+    EXPECT(tu_param(p, 0, "model.layers.0.mlp.shared_expert.gate_up_proj.weight") == NULL,
            "no shared expert (shared_expert_intermediate_size absent)");
     sl_plan_free(p);
     EXPECT(build(NULL, q3, NULL, 8, 2, 1, SL_LAYOUT_TP, &p) == SL_OK, "%s", sl_plan_errmsg(p));
@@ -100,10 +84,10 @@ static void worked_figures(void)
     EXPECT(shape3(p, 0, "model.layers.0.self_attn.kv_b_proj.weight", 4096, 512, 0), "kv_b_proj");
     EXPECT(shape3(p, 0, "model.layers.0.self_attn.o_proj.weight", 7168, 2048, 0), "o_proj");
     EXPECT(shape3(p, 0, "model.layers.2.mlp.gate_up_proj.weight", 4608, 7168, 0), "dense layer 2");
-    EXPECT(param(p, 0, "model.layers.3.mlp.gate_up_proj.weight") == NULL, "layer 3 is MoE");
+    EXPECT(tu_param(p, 0, "model.layers.3.mlp.gate_up_proj.weight") == NULL, "layer 3 is MoE");
     EXPECT(shape3(p, 0, "model.layers.3.mlp.shared_experts.gate_up_proj.weight", 512, 7168, 0),
            "shared experts: 2 * 2048 * 1 / 8 rows");
-    const sl_plan_param_t *bias = param(p, 0, "model.layers.3.mlp.gate.e_score_correction_bias");
+    const sl_plan_param_t *bias = tu_param(p, 0, "model.layers.3.mlp.gate.e_score_correction_bias");
     EXPECT(bias && bias->ndim == 1 && bias->shape[0] == 256, "noaux_tc: the correction bias [256]");
     /* embed, norm, lm_head; 8 attention and norm parameters a layer; 2 dense MLP ones in layers
      * 0-2; router, bias, w13, w2 and the shared expert's 2 in layers 3-60; and a block scale for
@@ -130,7 +114,7 @@ static const char *small_mixtral(void)
 {
     static char path[300];
     snprintf(path, sizeof path, "%s/mixtral.json", dir);
-    write_file(path, "{\"architectures\":[\"MixtralForCausalLM\"],\"hidden_size\":48,"
+    tu_write_text(path, "{\"architectures\":[\"MixtralForCausalLM\"],\"hidden_size\":48,"
                      "\"intermediate_size\":96,\"num_attention_heads\":6,\"num_key_value_heads\":3,"
                      "\"num_hidden_layers\":2,\"vocab_size\":192,\"num_local_experts\":8,"
                      "\"torch_dtype\":\"bfloat16\"}");
@@ -221,19 +205,13 @@ static void ep_reads_held_experts(void)
 
 /* ---- errors ----------------------------------------------------------------------------------- */
 
-static void expect_error(const char *what, sl_status st, sl_plan *p, sl_status want, const char *text)
-{
-    EXPECT(st == want && p && strstr(sl_plan_errmsg(p), text), "%s: status %d, '%s' (want '%s')",
-           what, (int)st, p ? sl_plan_errmsg(p) : "", text);
-}
-
 static void mesh_errors(void)
 {
     sl_plan *p = NULL;
     const char *cfg = small_mixtral();
     for (int ep = 0; ep < 2; ep++) {   /* T > E, with or without EP */
         sl_status st = build(NULL, cfg, NULL, 12, 1, ep, SL_LAYOUT_TP, &p);
-        expect_error("T > E", st, p, SL_E_DIVISIBILITY,
+        tu_expect_plan_error("T > E", st, p, SL_E_DIVISIBILITY,
                      "Tensor parallel size 12 is greater than the number of experts 8");
         sl_plan_free(p);
     }
@@ -241,21 +219,21 @@ static void mesh_errors(void)
      * == 0; over T = 3 with I = 100 it is not */
     char path[300];
     snprintf(path, sizeof path, "%s/mixtral-i.json", dir);
-    write_file(path, "{\"architectures\":[\"MixtralForCausalLM\"],\"hidden_size\":48,"
+    tu_write_text(path, "{\"architectures\":[\"MixtralForCausalLM\"],\"hidden_size\":48,"
                      "\"intermediate_size\":100,\"num_attention_heads\":6,\"num_key_value_heads\":3,"
                      "\"num_hidden_layers\":2,\"vocab_size\":192,\"num_local_experts\":8,"
                      "\"torch_dtype\":\"bfloat16\"}");
     sl_status st = build(NULL, path, NULL, 3, 1, 0, SL_LAYOUT_TP, &p);
-    expect_error("experts' I % T", st, p, SL_E_DIVISIBILITY, "intermediate_size 100 is not divisible by tp 3");
+    tu_expect_plan_error("experts' I % T", st, p, SL_E_DIVISIBILITY, "intermediate_size 100 is not divisible by tp 3");
     sl_plan_free(p);
     EXPECT(build(NULL, path, NULL, 3, 1, 1, SL_LAYOUT_TP, &p) == SL_OK, "EP keeps experts whole: %s",
            sl_plan_errmsg(p));
     sl_plan_free(p);
     st = build(NULL, cfg, NULL, 2, 1, 1, SL_LAYOUT_SPMD, &p);
-    expect_error("ep + spmd", st, p, SL_E_INVALID_ARG, "layout tp only");
+    tu_expect_plan_error("ep + spmd", st, p, SL_E_INVALID_ARG, "layout tp only");
     sl_plan_free(p);
     st = build(NULL, cfg, NULL, 2, 1, 2, SL_LAYOUT_TP, &p);
-    expect_error("ep 2", st, p, SL_E_INVALID_ARG, "ep must be 0 or 1");
+    tu_expect_plan_error("ep 2", st, p, SL_E_INVALID_ARG, "ep must be 0 or 1");
     sl_plan_free(p);
 }
 
@@ -304,7 +282,7 @@ static void checkpoint_errors(void)
     EXPECT(sl_checkpoint_open(ckdir, &ck) == SL_OK, "open with extra expert");
     sl_plan *p = NULL;
     sl_status st = build(ck, small_mixtral(), NULL, 3, 1, 1, SL_LAYOUT_TP, &p);
-    expect_error("unclaimed expert", st, p, SL_E_UNCLAIMED, stray);
+    tu_expect_plan_error("unclaimed expert", st, p, SL_E_UNCLAIMED, stray);
     sl_plan_free(p);
     sl_checkpoint_close(ck);
     /* a missing expert is an error with or without EP, whichever rank would hold it */
@@ -314,7 +292,7 @@ static void checkpoint_errors(void)
     EXPECT(sl_checkpoint_open(ckdir, &ck) == SL_OK, "open");
     for (int ep = 0; ep < 2; ep++) {
         st = build(ck, small_mixtral(), NULL, 3, 1, ep, SL_LAYOUT_TP, &p);
-        expect_error("missing expert", st, p, SL_E_MISSING,
+        tu_expect_plan_error("missing expert", st, p, SL_E_MISSING,
                      "{'model.layers.1.block_sparse_moe.experts.w13_weight'} (checkpoint tensors missing: "
                      "'model.layers.1.block_sparse_moe.experts.5.w3.weight')");
         sl_plan_free(p);
@@ -345,7 +323,7 @@ static void table_errors(void)
     };
     char cfg[300], rules[300];
     snprintf(cfg, sizeof cfg, "%s/mixtral-z.json", dir);
-    write_file(cfg, "{\"architectures\":[\"MixtralForCausalLM\"],\"hidden_size\":48,"
+    tu_write_text(cfg, "{\"architectures\":[\"MixtralForCausalLM\"],\"hidden_size\":48,"
                     "\"intermediate_size\":96,\"num_attention_heads\":6,\"num_key_value_heads\":3,"
                     "\"num_hidden_layers\":2,\"vocab_size\":192,\"num_local_experts\":8,\"zero\":0,"
                     "\"torch_dtype\":\"bfloat16\"}");
@@ -357,10 +335,10 @@ static void table_errors(void)
                  "{\"tensor\":\"model.layers.{i}.experts.{e}.w1.weight\",\"shape\":[\"I\",\"H\"],"
                  "\"shard\":\"merged\",\"slot\":0,\"param\":\"model.layers.{i}.experts.w13_weight\"%s}]}",
                  cases[i].top[0] ? "," : "", cases[i].top, cases[i].rule);
-        write_file(rules, text);
+        tu_write_text(rules, text);
         sl_plan *p = NULL;
         const sl_status st = build(NULL, cfg, rules, 1, 1, 0, SL_LAYOUT_TP, &p);
-        expect_error(cases[i].want, st, p, SL_E_CONFIG, cases[i].want);
+        tu_expect_plan_error(cases[i].want, st, p, SL_E_CONFIG, cases[i].want);
         sl_plan_free(p);
     }
     /* symbols: a built-in name, a bad default, a missing key without default */
@@ -377,10 +355,10 @@ static void table_errors(void)
         char text[1024];
         snprintf(text, sizeof text, "{\"symbols\":{%s},\"rules\":[{\"tensor\":\"model.norm.weight\","
                  "\"shape\":[\"H\"],\"shard\":\"replicated\",\"place\":\"last\"}]}", sym_cases[i].syms);
-        write_file(rules, text);
+        tu_write_text(rules, text);
         sl_plan *p = NULL;
         const sl_status st = build(NULL, cfg, rules, 1, 1, 0, SL_LAYOUT_TP, &p);
-        expect_error(sym_cases[i].want, st, p, SL_E_CONFIG, sym_cases[i].want);
+        tu_expect_plan_error(sym_cases[i].want, st, p, SL_E_CONFIG, sym_cases[i].want);
         sl_plan_free(p);
     }
 }
