@@ -26,7 +26,7 @@ endfunction()
 
 # Libs.private: what a static link of libshardload.a needs besides it (pkg-config --static).
 set(sl_pc_libs "")
-foreach(var JANSSON XXHASH URING CURL CRYPTO)
+foreach(var JANSSON XXHASH ${SL_OPTIONAL_DEPS})
   if(DEFINED SL_HAVE_${var} AND NOT SL_HAVE_${var})   # the optional ones, when not built in
     continue()
   endif()
