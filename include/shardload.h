@@ -544,9 +544,10 @@ sl_status sl_reshard_dist(const sl_checkpoint *ck, const sl_plan *p, const sl_lo
 sl_status sl_synth(const char *config_path, const char *rules_path, const char *outdir, int32_t dtype,
                    uint64_t seed, uint64_t max_shard_bytes, char *err, size_t errlen);
 
-/* Writes dir/name (NULL: "SHA256SUMS"), a sha256sum file of dir's .safetensors files, so that a
- * folder synth or reshard wrote can be loaded with opts.verify and manifest_path later (`sha256sum
- * -c` reads it too). Each file is read once; the manifest appears under its name only when whole. */
+/* Writes dir/name (NULL: "SHA256SUMS"), a sha256sum file of the checkpoint files a load of dir
+ * reads (dir is opened as by sl_checkpoint_open, with its errors), so that a folder synth or
+ * reshard wrote can be loaded with opts.verify and manifest_path later (`sha256sum -c` reads it
+ * too). Each file is read once; the manifest appears under its name only when whole. */
 sl_status sl_write_manifest(const char *dir, const char *name, char *err, size_t errlen);
 
 /* ---- cancelling --------------------------------------------------------------------------------- */

@@ -1,6 +1,7 @@
-/* manifest.c - sl_write_manifest: a sha256sum file of a checkpoint folder's .safetensors files, so
- * that a folder synth or reshard wrote (which no Hugging Face cache names by digest) can be loaded
- * with --verify --manifest later. Written to a temporary name and renamed, so a crash never
+/* manifest.c - sl_write_manifest: a sha256sum file of a checkpoint folder's files, so that a
+ * folder synth or reshard wrote (which no Hugging Face cache names by digest) can be loaded with
+ * --verify --manifest later. The files are the ones a load of the folder reads (the checkpoint
+ * opener lists and validates them). Written to a temporary name and renamed, so a crash never
  * leaves a partial manifest under the final name. */
 #include "common/sl_cancel.h"
 #include "common/sl_err.h"
@@ -9,7 +10,6 @@
 #include "common/sl_text.h"
 #include "shardload.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,55 +17,6 @@
 #include <unistd.h>
 
 #define MF_BUF ((size_t)8 << 20)
-
-static int mf_is_shard(const char *name)
-{
-    const size_t n = strlen(name), k = strlen(".safetensors");
-    return n > k && !strcmp(name + n - k, ".safetensors") && name[0] != '.';
-}
-
-static int mf_cmp(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* The .safetensors names of dir, sorted (sha256sum *.safetensors lists them so). */
-static sl_status mf_list(const char *dir, char ***out, size_t *n_out, sl_err *err)
-{
-    char nb[SL_TEXT_NAME];
-    DIR *d = opendir(dir);
-    if (!d)
-        return sl_err_set(err, SL_E_IO, "%s: cannot list: %s", sl_text_name(dir, nb, sizeof nb),
-                          strerror(errno));
-    char **v = NULL;
-    size_t n = 0, cap = 0;
-    sl_status st = SL_OK;
-    for (struct dirent *e; st == SL_OK && (e = readdir(d)) != NULL;) {
-        if (!mf_is_shard(e->d_name))
-            continue;
-        if (n == cap) {
-            char **w = realloc(v, (cap = cap ? 2 * cap : 64) * sizeof *w);
-            if (!w) {
-                st = sl_err_set(err, SL_E_NOMEM, "out of memory");
-                break;
-            }
-            v = w;
-        }
-        if (!(v[n] = strdup(e->d_name)))
-            st = sl_err_set(err, SL_E_NOMEM, "out of memory");
-        else
-            n++;
-    }
-    closedir(d);
-    if (st == SL_OK && n == 0)
-        st = sl_err_set(err, SL_E_NOT_FOUND, "%s: no .safetensors file to list in a manifest",
-                        sl_text_name(dir, nb, sizeof nb));
-    if (st == SL_OK)
-        qsort(v, n, sizeof *v, mf_cmp);
-    *out = v;
-    *n_out = n;
-    return st;
-}
 
 static sl_status mf_hash(const char *path, unsigned char *buf, char hex[SL_SHA256_HEX], sl_err *err)
 {
@@ -96,20 +47,18 @@ static sl_status mf_hash(const char *path, unsigned char *buf, char hex[SL_SHA25
     return st;
 }
 
-/* Every listed file hashed into f, one "<hex>  <name>" line each. */
-static sl_status mf_write_lines(const char *dir, char **names, size_t n, FILE *f, sl_err *err)
+/* Every file of ck hashed into f, one "<hex>  <name>" line each (names relative to its folder). */
+static sl_status mf_write_lines(const sl_checkpoint *ck, FILE *f, sl_err *err)
 {
     unsigned char *buf = malloc(MF_BUF);
     if (!buf)
         return sl_err_set(err, SL_E_NOMEM, "out of memory");
     sl_status st = SL_OK;
-    for (size_t i = 0; i < n && st == SL_OK; i++) {
-        char *path = NULL, hex[SL_SHA256_HEX];
-        if (asprintf(&path, "%s/%s", dir, names[i]) < 0)
-            st = sl_err_set(err, SL_E_NOMEM, "out of memory");
-        else if ((st = mf_hash(path, buf, hex, err)) == SL_OK && fprintf(f, "%s  %s\n", hex, names[i]) < 0)
+    for (int64_t i = 0; i < sl_checkpoint_file_count(ck) && st == SL_OK; i++) {
+        const char *path = sl_checkpoint_file_path(ck, i), *base = strrchr(path, '/');
+        char hex[SL_SHA256_HEX];
+        if ((st = mf_hash(path, buf, hex, err)) == SL_OK && fprintf(f, "%s  %s\n", hex, base ? base + 1 : path) < 0)
             st = sl_err_set(err, SL_E_IO, "manifest: write failed: %s", strerror(errno));
-        free(path);
     }
     free(buf);
     return st;
@@ -121,9 +70,11 @@ static sl_status mf_write(const char *dir, const char *name, sl_err *err)
     if (!sl_sha256_available())
         return sl_err_set(err, SL_E_UNSUPPORTED, "manifest: this build has no SHA-256 (rebuild with "
                           "OpenSSL's libcrypto: Debian libssl-dev)");
-    char **names = NULL, *final = NULL, *tmp = NULL;
-    size_t n = 0;
-    sl_status st = mf_list(dir, &names, &n, err);
+    sl_checkpoint *ck = NULL;
+    char *final = NULL, *tmp = NULL;
+    sl_status st = sl_checkpoint_open(dir, &ck);
+    if (st != SL_OK)
+        st = sl_err_set(err, st, "%s", ck ? sl_checkpoint_errmsg(ck) : "out of memory");
     if (st == SL_OK && (asprintf(&final, "%s/%s", dir, name) < 0 ||
                         asprintf(&tmp, "%s/.%s.tmp.XXXXXX", dir, name) < 0))
         st = sl_err_set(err, SL_E_NOMEM, "out of memory");
@@ -137,7 +88,7 @@ static sl_status mf_write(const char *dir, const char *name, sl_err *err)
         st = sl_err_set(err, SL_E_NOMEM, "out of memory");
     }
     if (st == SL_OK)
-        st = mf_write_lines(dir, names, n, f, err);
+        st = mf_write_lines(ck, f, err);
     if (f && fclose(f) != 0 && st == SL_OK)
         st = sl_err_set(err, SL_E_IO, "%s: write failed: %s", sl_text_name(tmp, nb, sizeof nb),
                         strerror(errno));
@@ -145,9 +96,7 @@ static sl_status mf_write(const char *dir, const char *name, sl_err *err)
         st = sl_err_set(err, SL_E_IO, "%s: rename: %s", sl_text_name(final, nb, sizeof nb), strerror(errno));
     if (st != SL_OK && fd >= 0)
         unlink(tmp);
-    for (size_t i = 0; i < n; i++)
-        free(names[i]);
-    free(names);
+    sl_checkpoint_close(ck);
     free(final);
     free(tmp);
     return st;

@@ -75,4 +75,4 @@ def test_write_manifest(tiny_ckpt: Path, tmp_path: Path) -> None:  # noqa: F811
     (tmp_path / "empty").mkdir()
     with pytest.raises(shardload.CheckpointError) as e:
         shardload.write_manifest(tmp_path / "empty")
-    assert "no .safetensors file" in e.value.message
+    assert "no *.safetensors files" in e.value.message
