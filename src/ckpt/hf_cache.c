@@ -58,12 +58,7 @@ static int hf_path_ok(const char *s, size_t n, int max_parts)
 
 static int hf_is_commit(const char *s, size_t n)
 {
-    if (n != HF_COMMIT_LEN)
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
-            return 0;
-    return 1;
+    return sl_text_is_hex(s, n, HF_COMMIT_LEN);
 }
 
 static int hf_is_dir(const char *path)

@@ -1,5 +1,6 @@
 /* sl_sha256.c - SHA-256 through OpenSSL's EVP interface, or nothing (sl_sha256.h). */
 #include "common/sl_sha256.h"
+#include "common/sl_text.h"
 
 #include <stdlib.h>
 
@@ -91,10 +92,5 @@ void sl_sha256_free(sl_sha256 *h)
 
 int sl_sha256_is_hex(const char *s, size_t n)
 {
-    if (n != 2 * SL_SHA256_LEN)
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
-            return 0;
-    return 1;
+    return sl_text_is_hex(s, n, 2 * SL_SHA256_LEN);
 }

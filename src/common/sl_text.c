@@ -73,3 +73,13 @@ char *sl_text_sanitize(const char *msg, size_t max)
         text_escape(msg, n, out, cap);
     return out;
 }
+
+int sl_text_is_hex(const char *s, size_t n, size_t digits)
+{
+    if (n != digits)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return 0;
+    return 1;
+}
