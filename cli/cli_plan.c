@@ -33,7 +33,7 @@ static void plan_help(FILE *out)
             "  --dtype D       target dtype bf16, f16 or f32; default the config's torch_dtype\n"
             "  --rules FILE    rule table for the architecture instead of the built-in one\n"
             "                  (docs/rules.md)\n"
-            "  --json          machine-readable output: {\"layout\",\"tp\",\"pp\",\"dtype\",\"devices\":[...],\n"
+            "  --json          machine-readable output: {\"layout\",\"tp\",\"pp\",\"dtype\",\"ep\",\"devices\":[...],\n"
             "                  \"total_bytes\",\"read_bytes\"} (read_bytes null without a checkpoint)\n"
             "  --verbose       text output also lists every parameter of each device\n"
             "  --help          this text\n\n"
