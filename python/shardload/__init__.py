@@ -9,6 +9,7 @@ installed.
 from __future__ import annotations
 
 from . import _native
+from ._interrupt import cancel, clear_cancel
 from .checkpoint import Checkpoint, Tensor, hub_cache, inspect, open
 from .errors import (ArgumentError, CancelledError, CheckpointError, DeviceError, Error,
                      FormatError, LoadError, PlanError, UnsupportedError)
@@ -26,5 +27,5 @@ def cuda_gpu_count() -> int:
 
 __all__ = ["ArgumentError", "CancelledError", "Checkpoint", "CheckpointError", "Device", "DeviceError", "Error",
            "FormatError", "LoadError", "Model", "Param", "Plan", "PlanError", "Tensor",
-           "UnsupportedError", "cuda_gpu_count", "hub_cache", "inspect", "load", "load_into", "open", "plan",
+           "UnsupportedError", "cancel", "clear_cancel", "cuda_gpu_count", "hub_cache", "inspect", "load", "load_into", "open", "plan",
            "reshard", "synth", "write_manifest", "__version__"]

@@ -79,6 +79,8 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "sl_checkpoint_fetch": (c_int, [_P, c_char_p, c_char_p, c_char_p, c_size_t]),
     "sl_hf_resolve": (c_int, [c_char_p, c_char_p, c_char_p, c_size_t, c_char_p, c_size_t]),
     "sl_write_manifest": (c_int, [c_char_p, c_char_p, c_char_p, c_size_t]),
+    "sl_cancel": (None, []),
+    "sl_cancel_clear": (None, []),
     "sl_checkpoint_close": (None, [_P]),
     "sl_checkpoint_errmsg": (c_char_p, [_P]),
     "sl_checkpoint_warning_count": (c_int64, [_P]),

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _dlpack
+from . import _dlpack, _interrupt
 from . import _native as N
 from ._dtypes import element_shape, numpy_dtype, raw_numpy_dtype, torch_dtype
 from .checkpoint import Checkpoint
@@ -134,7 +134,8 @@ def _run(ck: Checkpoint | None, plan: Plan, o: N.LoadOpts, progress: Progress) -
     bridge = _ProgressBridge(progress, "shardload")
     o.progress = bridge.c
     h = ctypes.c_void_p()
-    st = N.lib.sl_load(ck.handle if ck else None, plan.handle, ctypes.byref(o), ctypes.byref(h))
+    st = _interrupt.call(lambda: N.lib.sl_load(ck.handle if ck else None, plan.handle,
+                                               ctypes.byref(o), ctypes.byref(h)))
     native = _Native(h)
     if st != 0:
         N.raise_status(st, N.lib.sl_model_errmsg(h) if h else None)

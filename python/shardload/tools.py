@@ -5,6 +5,7 @@ import ctypes
 import os
 from typing import Any
 
+from . import _interrupt
 from . import _native as N
 from ._dtypes import target_value
 from .checkpoint import Checkpoint
@@ -31,8 +32,9 @@ def reshard(path: Any, out: Any, *, tp: int = 1, pp: int = 1, layout: str = "tp"
     err = ctypes.create_string_buffer(_ERRLEN)
     with Checkpoint(path) as ck:
         plan = Plan(ck, config=config, tp=tp, pp=pp, layout=layout, dtype=dtype, rules=rules)
-        st = N.lib.sl_reshard(ck.handle, plan.handle, ctypes.byref(o), N.fspath(out),
-                              _size("max_part_size", max_part_size), err, _ERRLEN)
+        part = _size("max_part_size", max_part_size)
+        st = _interrupt.call(lambda: N.lib.sl_reshard(ck.handle, plan.handle, ctypes.byref(o),
+                                                      N.fspath(out), part, err, _ERRLEN))
         plan.close()
     N.raise_status(st, err.value)
 
@@ -43,9 +45,9 @@ def synth(config: Any, out: Any, *, dtype: Any = None, seed: int = 1234,
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be an int >= 0, got {seed!r}")
     err = ctypes.create_string_buffer(_ERRLEN)
-    st = N.lib.sl_synth(N.fspath(config), N.fspath(rules) if rules is not None else None,
-                        N.fspath(out), target_value(dtype), seed,
-                        _size("max_shard_size", max_shard_size), err, _ERRLEN)
+    args = (N.fspath(config), N.fspath(rules) if rules is not None else None, N.fspath(out),
+            target_value(dtype), seed, _size("max_shard_size", max_shard_size), err, _ERRLEN)
+    st = _interrupt.call(lambda: N.lib.sl_synth(*args))
     N.raise_status(st, err.value)
 
 
@@ -55,7 +57,7 @@ def write_manifest(folder: Any, name: str | None = None) -> str:
     if name is not None and not isinstance(name, str):
         raise TypeError(f"name must be a str, got {type(name).__name__}")
     err = ctypes.create_string_buffer(_ERRLEN)
-    st = N.lib.sl_write_manifest(N.fspath(folder), name.encode() if name is not None else None,
-                                 err, _ERRLEN)
+    args = (N.fspath(folder), name.encode() if name is not None else None, err, _ERRLEN)
+    st = _interrupt.call(lambda: N.lib.sl_write_manifest(*args))
     N.raise_status(st, err.value)
     return os.path.join(os.fsdecode(N.fspath(folder)), name or "SHA256SUMS")

@@ -1,0 +1,73 @@
+"""Ctrl-C and shardload.cancel() for the long C calls (load, reshard, synth, write_manifest).
+
+Python runs its signal handlers on the main thread between bytecodes, so a KeyboardInterrupt
+pressed during a C call that lasts a minute would wait for the minute. On the main thread the
+call therefore runs on a worker thread while the main thread waits in short joins, which a
+signal interrupts: the handler's KeyboardInterrupt asks the library to stop (sl_cancel), the
+call fails within a read request with its files cleaned up, and the KeyboardInterrupt goes on.
+sl_cancel is process-wide: every shardload call running in the process stops.
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+from . import _native as N
+
+T = TypeVar("T")
+_POLL_S = 0.05   # how soon a signal is seen: it only has to be short next to a load
+
+
+def cancel() -> None:
+    """Asks every shardload load, reshard, synth and write_manifest running in this process to
+    stop: each raises CancelledError (KeyboardInterrupt where Ctrl-C asked). The request holds,
+    and refuses later calls, until clear_cancel()."""
+    N.lib.sl_cancel()
+
+
+def clear_cancel() -> None:
+    """Withdraws a cancel() request so that later calls run."""
+    N.lib.sl_cancel_clear()
+
+
+def call(fn: Callable[[], T]) -> T:
+    """fn() (one C call), stopped by Ctrl-C as described above."""
+    if threading.current_thread() is not threading.main_thread():
+        return fn()   # signals reach the main thread only: nothing to wait for here
+    box: list[T] = []
+    failure: list[BaseException] = []
+    # An Event, not Thread.join: a KeyboardInterrupt inside join can leave the thread looking
+    # finished while it runs on (CPython gh-90882), and the cancel would be withdrawn too early.
+    done = threading.Event()
+
+    def work() -> None:
+        try:
+            box.append(fn())
+        except BaseException as e:  # noqa: BLE001 - re-raised on the calling thread
+            failure.append(e)
+        finally:
+            done.set()
+
+    threading.Thread(target=work, name="shardload-call", daemon=True).start()
+    try:
+        while not done.wait(_POLL_S):
+            pass
+    except BaseException:
+        N.lib.sl_cancel()
+        _wait_through_signals(done)   # stops within one read request, files cleaned up
+        N.lib.sl_cancel_clear()
+        raise
+    if failure:
+        raise failure[0]
+    return box[0]
+
+
+def _wait_through_signals(done: threading.Event) -> None:
+    """Waits for a cancelled call; a second Ctrl-C must not leave it running with the cancel
+    request withdrawn, and the wait is one read request or one file write at most."""
+    while not done.is_set():
+        try:
+            done.wait(_POLL_S)
+        except KeyboardInterrupt:
+            continue
