@@ -94,6 +94,13 @@ typedef struct sl_http_range {
 /* The n ranges at once (http_many.c), each as sl_http_get_range would fetch it, up to the first
  * object's tune.connections in flight; the first failure is returned. */
 sl_status sl_http_get_many(const sl_http_range *r, size_t n, sl_err *err);
+/* The store's SHA-256 of each object, for --verify: a HEAD of every S3 object with
+ * x-amz-checksum-mode: ENABLED (a ranged GET never carries the checksum), all at once. hex[i] is
+ * x-amz-checksum-sha256 in lowercase hex, or "" where the store has none of the whole object: none
+ * stored, another algorithm, a multipart upload's composite checksum (the hash of its parts'
+ * hashes). objs[i] NULL or not S3: "", no request. An object whose size, ETag or Last-Modified
+ * differ from the open's is SL_E_CHANGED, 403/404 as for a GET. */
+sl_status sl_http_stored_sha256(const sl_http_obj *const *objs, size_t n, char (*hex)[65], sl_err *err);
 /* Blocking GET of a whole object of at most max bytes into *buf (NUL-terminated, free() it).
  * SL_E_NOT_FOUND when the server answers 404 (the caller decides what a missing index means). */
 sl_status sl_http_get_all(sl_http_cfg *c, const char *name, size_t max, char **buf, size_t *len,

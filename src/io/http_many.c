@@ -2,13 +2,14 @@
  * length, then every header. One after the other they cost two round trips per file (a 163-shard
  * checkpoint 326 of them); here up to tune.connections run together on one multi handle, each with
  * the retries and checks of a single GET (http_xfer.c), and the first GET of an object records its
- * size, ETag and Last-Modified. The first failure stops the others and is returned. */
+ * size, ETag and Last-Modified. The first failure stops the others and is returned. The HEADs that
+ * ask S3 for its checksums (--verify) run the same way. */
 #include "io/http_xfer.h"
 
 #include <stdlib.h>
 
 typedef struct many_ctx {
-    sl_http_xfer *x;
+    sl_http_xfer *x;        /* n transfers, the caller's */
     size_t n, done;
     size_t *queue;          /* ring of the transfers waiting to start (or to start again) */
     size_t q_head, q_len;
@@ -93,11 +94,14 @@ static sl_status many_run(many_ctx *m, sl_err *err)
     return SL_OK;
 }
 
+/* Everything but m->x, which is the caller's. */
 static void many_free(many_ctx *m)
 {
     for (size_t i = 0; m->x && i < m->n; i++) {
-        if (m->x[i].h && m->multi)   /* still running: out of the multi before it goes */
+        if (m->x[i].h && m->multi) {   /* still running: out of the multi before it goes */
             curl_multi_remove_handle(m->multi, m->x[i].h);
+            curl_easy_setopt(m->x[i].h, CURLOPT_ERRORBUFFER, NULL);
+        }
         xf_release(&m->x[i]);
     }
     /* every handle, idle or not, is in `all` (kept at the end of idle's allocation) */
@@ -108,7 +112,28 @@ static void many_free(many_ctx *m)
         curl_multi_cleanup(m->multi);
     free(m->idle);
     free(m->queue);
-    free(m->x);
+}
+
+/* The n transfers x (xf_init'ed, queued in order) at once, up to t->connections of them. */
+static sl_status many_xfers(sl_http_xfer *x, size_t n, const sl_http_tune *t, sl_err *err)
+{
+    many_ctx m = {.x = x, .n = n};
+    m.n_easy = t->connections < n ? t->connections : (unsigned)n;
+    m.queue = calloc(n, sizeof *m.queue);
+    m.idle = calloc(2 * (size_t)m.n_easy, sizeof *m.idle);   /* idle stack, then every handle */
+    m.multi = curl_multi_init();
+    sl_status st = m.queue && m.idle && m.multi ? SL_OK : sl_err_set(err, SL_E_NOMEM, "out of memory");
+    for (unsigned k = 0; st == SL_OK && k < m.n_easy; k++) {
+        m.idle[m.n_easy + k] = m.idle[k] = xf_easy_new(t);
+        st = m.idle[k] ? SL_OK : sl_err_set(err, SL_E_NOMEM, "out of memory (starting libcurl)");
+        m.n_idle = k + 1;
+    }
+    for (size_t i = 0; st == SL_OK && i < n; i++)
+        q_push(&m, i);
+    if (st == SL_OK)
+        st = many_run(&m, err);
+    many_free(&m);
+    return st;
 }
 
 sl_status sl_http_get_many(const sl_http_range *r, size_t n, sl_err *err)
@@ -122,28 +147,42 @@ sl_status sl_http_get_many(const sl_http_range *r, size_t n, sl_err *err)
                 SL_TRY(sl_http_get_range(r[i].obj, r[i].off, r[i].len, r[i].buf, err));
         return SL_OK;
     }
-    const sl_http_tune *t = &r[0].obj->cfg->tune;
-    many_ctx m = {.n = n_live};
-    m.n_easy = t->connections < n_live ? t->connections : (unsigned)n_live;
-    m.x = calloc(n_live, sizeof *m.x);
-    m.queue = calloc(n_live, sizeof *m.queue);
-    m.idle = calloc(2 * (size_t)m.n_easy, sizeof *m.idle);   /* idle stack, then every handle */
-    m.multi = curl_multi_init();
-    sl_status st = m.x && m.queue && m.idle && m.multi ? SL_OK : sl_err_set(err, SL_E_NOMEM, "out of memory");
-    for (unsigned k = 0; st == SL_OK && k < m.n_easy; k++) {
-        m.idle[m.n_easy + k] = m.idle[k] = xf_easy_new(t);
-        st = m.idle[k] ? SL_OK : sl_err_set(err, SL_E_NOMEM, "out of memory (starting libcurl)");
-        m.n_idle = k + 1;
-    }
-    for (size_t i = 0, j = 0; st == SL_OK && i < n; i++) {
+    sl_http_xfer *x = calloc(n_live, sizeof *x);
+    SL_CHECK(x, err, SL_E_NOMEM, "out of memory");
+    for (size_t i = 0, j = 0; i < n; i++) {
         if (!r[i].len)
             continue;
-        xf_init(&m.x[j], r[i].obj, &r[i].obj->cfg->tune, r[i].off, r[i].len, r[i].buf);
-        m.x[j].record = r[i].obj;
-        q_push(&m, j++);
+        xf_init(&x[j], r[i].obj, &r[i].obj->cfg->tune, r[i].off, r[i].len, r[i].buf);
+        x[j++].record = r[i].obj;
     }
-    if (st == SL_OK)
-        st = many_run(&m, err);
-    many_free(&m);
+    const sl_status st = many_xfers(x, n_live, &r[0].obj->cfg->tune, err);
+    free(x);
+    return st;
+}
+
+/* One HEAD per S3 object, on handles of its own (never cfg->conn: loads of one checkpoint may run
+ * at once), all at once. */
+sl_status sl_http_stored_sha256(const sl_http_obj *const *objs, size_t n, char (*hex)[65], sl_err *err)
+{
+    size_t n_s3 = 0, first = 0;
+    for (size_t i = 0; i < n; i++) {
+        hex[i][0] = '\0';
+        if (objs[i] && objs[i]->s3 && !n_s3++)
+            first = i;
+    }
+    if (!n_s3)
+        return SL_OK;
+    sl_http_xfer *x = calloc(n_s3, sizeof *x);
+    SL_CHECK(x, err, SL_E_NOMEM, "out of memory");
+    for (size_t i = 0, j = 0; i < n; i++)
+        if (objs[i] && objs[i]->s3) {
+            xf_init(&x[j], objs[i], &objs[i]->cfg->tune, 0, 0, NULL);
+            x[j++].head = 1;
+        }
+    const sl_status st = many_xfers(x, n_s3, &objs[first]->cfg->tune, err);
+    for (size_t i = 0, j = 0; st == SL_OK && i < n; i++)
+        if (objs[i] && objs[i]->s3)
+            xf_whole_sha256(&x[j++], hex[i]);
+    free(x);
     return st;
 }

@@ -23,6 +23,17 @@ sl_status sl_http_get_many(const sl_http_range *r, size_t n, sl_err *err)
     return n ? sl_err_set(err, SL_E_UNSUPPORTED, "%s: " SL_NO_CURL, r[0].obj->name) : SL_OK;
 }
 
+/* Local files reach here too (objs[i] NULL): only a remote object is an error. */
+sl_status sl_http_stored_sha256(const sl_http_obj *const *objs, size_t n, char (*hex)[65], sl_err *err)
+{
+    for (size_t i = 0; i < n; i++) {
+        hex[i][0] = '\0';
+        if (objs[i])
+            return sl_err_set(err, SL_E_UNSUPPORTED, "%s: " SL_NO_CURL, objs[i]->name);
+    }
+    return SL_OK;
+}
+
 sl_status sl_http_get_all(sl_http_cfg *c, const char *name, size_t max, char **buf, size_t *len, sl_err *err)
 {
     (void)c;

@@ -112,7 +112,7 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *user)
     char tmp[128];
     if (n >= 5 && !strncmp(line, "HTTP/", 5)) {   /* a new response (after a redirect or 100) */
         x->has_cr = x->has_cl = 0;
-        x->etag[0] = x->last_modified[0] = '\0';
+        x->etag[0] = x->last_modified[0] = x->sum_sha256[0] = x->sum_type[0] = '\0';
         x->retry_after_s = 0;
     } else if (header_is(line, n, "content-range", &v, &vl)) {
         copy_value(tmp, sizeof tmp, v, vl);
@@ -124,6 +124,10 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *user)
         copy_value(x->etag, sizeof x->etag, v, vl);
     } else if (header_is(line, n, "last-modified", &v, &vl)) {
         copy_value(x->last_modified, sizeof x->last_modified, v, vl);
+    } else if (header_is(line, n, "x-amz-checksum-sha256", &v, &vl)) {
+        copy_value(x->sum_sha256, sizeof x->sum_sha256, v, vl);
+    } else if (header_is(line, n, "x-amz-checksum-type", &v, &vl)) {
+        copy_value(x->sum_type, sizeof x->sum_type, v, vl);
     } else if (header_is(line, n, "retry-after", &v, &vl)) {
         copy_value(tmp, sizeof tmp, v, vl);
         x->retry_after_s = strtol(tmp, NULL, 10);
@@ -302,7 +306,8 @@ sl_status xf_prepare(sl_http_xfer *x, CURL *h, sl_err *err)
     x->got_at_start = x->got;
     x->checked = 0;
     x->has_cr = x->has_cl = x->cr_total_known = 0;
-    x->etag[0] = x->last_modified[0] = x->s3_code[0] = '\0';
+    x->etag[0] = x->last_modified[0] = x->s3_code[0] = x->sum_sha256[0] = x->sum_type[0] = '\0';
+    x->errbuf[0] = '\0';
     x->body_len = 0;
     x->body[0] = '\0';
     x->retry_after_s = 0;
@@ -318,12 +323,20 @@ sl_status xf_prepare(sl_http_xfer *x, CURL *h, sl_err *err)
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, x);
     curl_easy_setopt(h, CURLOPT_PRIVATE, x);
-    if (!x->whole) {
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, x->errbuf);   /* unset by xf_finish */
+    if (x->head)
+        curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+    else
+        curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);   /* a handle that ran a HEAD GETs again */
+    if (!x->whole && !x->head) {
         snprintf(x->range, sizeof x->range, "%" PRIu64 "-%" PRIu64, x->off + x->got, x->off + x->len - 1);
         curl_easy_setopt(h, CURLOPT_RANGE, x->range);
     } else {
         curl_easy_setopt(h, CURLOPT_RANGE, NULL);
     }
+    /* S3 returns an object's checksum only when asked, and only to a request of the whole object */
+    if (x->head)
+        SL_TRY(add_header(x, "x-amz-checksum-mode: ENABLED", err));
     /* an object replaced between attempts answers 412 rather than other bytes */
     if (x->obj->etag && !x->whole) {
         char line[300];
@@ -359,8 +372,8 @@ static int retryable_curl(CURLcode rc)
 
 static void range_text(const sl_http_xfer *x, char *buf, size_t n)
 {
-    if (x->whole)
-        snprintf(buf, n, "GET");
+    if (x->whole || x->head)
+        snprintf(buf, n, x->head ? "HEAD" : "GET");
     else
         snprintf(buf, n, "bytes %" PRIu64 "-%" PRIu64, x->off, x->off + x->len - 1);
 }
@@ -412,14 +425,47 @@ static int xf_http_fail(sl_http_xfer *x, long code, sl_err *err)
     return XF_FAIL;
 }
 
+/* A HEAD's answer must describe the object the open saw: its size, ETag and Last-Modified. */
+static int xf_head_done(sl_http_xfer *x, sl_err *err)
+{
+    if (check_identity(x, x->has_cl ? x->content_length : x->obj->size) != 0) {
+        sl_err_set(err, x->fail_st, "%s", x->fail_msg);
+        return XF_FAIL;
+    }
+    return XF_DONE;
+}
+
+static int tls_failure(CURLcode rc)
+{
+    return rc == CURLE_PEER_FAILED_VERIFICATION || rc == CURLE_SSL_CACERT_BADFILE || rc == CURLE_SSL_CERTPROBLEM ||
+           rc == CURLE_SSL_ISSUER_ERROR || rc == CURLE_SSL_PINNEDPUBKEYNOTMATCH || rc == CURLE_SSL_INVALIDCERTSTATUS;
+}
+
+/* Not retried: every try meets the same certificate. curl's error buffer says what is wrong with it. */
+static int xf_tls_fail(sl_http_xfer *x, CURLcode rc, sl_err *err)
+{
+    const char *why = x->errbuf[0] ? x->errbuf : curl_easy_strerror(rc);
+    if (rc == CURLE_PEER_FAILED_VERIFICATION)
+        sl_err_set(err, SL_E_IO, "%s: TLS certificate not trusted (%s): give the CA that signed it as the CA "
+                   "bundle (sl_load_opts.ca_bundle, --ca-bundle FILE)", x->obj->name, why);
+    else
+        sl_err_set(err, SL_E_IO, "%s: TLS: %s", x->obj->name, why);
+    return XF_FAIL;
+}
+
 int xf_finish(sl_http_xfer *x, CURLcode rc, sl_err *err)
 {
     long code = 0;
     curl_easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &code);
+    curl_easy_setopt(x->h, CURLOPT_ERRORBUFFER, NULL);   /* x may go before the handle does */
     if (x->fail_st != SL_OK) {
         sl_err_set(err, x->fail_st, "%s", x->fail_msg);
         return XF_FAIL;
     }
+    if (x->head && rc == CURLE_OK && code >= 200 && code < 300)
+        return xf_head_done(x, err);
+    if (tls_failure(rc))
+        return xf_tls_fail(x, rc, err);
     if (!x->whole && x->checked && x->got == x->len)
         return XF_DONE;   /* every byte came, checked, whatever ended the connection after them */
     if (rc == CURLE_OK && (code == 429 || code == 500 || code == 502 || code == 503 || code == 504)) {
@@ -440,4 +486,70 @@ int xf_finish(sl_http_xfer *x, CURLcode rc, sl_err *err)
         return XF_DONE;
     snprintf(x->last_reason, sizeof x->last_reason, "response ended %zu bytes short", x->len - x->got);
     return xf_retry(x, err);
+}
+
+/* ---- the store's checksum ---- */
+
+/* Standard base64 (RFC 4648, padded) of exactly n bytes into out; -1 for anything else. */
+static int base64_decode_exact(const char *s, unsigned char *out, size_t n)
+{
+    static const char alpha[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const size_t len = strlen(s);
+    if (len != (n + 2) / 3 * 4)
+        return -1;
+    uint32_t acc = 0;
+    unsigned bits = 0;
+    size_t got = 0, i = 0;
+    for (; i < len && s[i] != '='; i++) {
+        const char *p = strchr(alpha, s[i]);
+        if (!p || !*p)
+            return -1;
+        acc = (acc << 6) | (uint32_t)(p - alpha);
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            if (got == n)
+                return -1;
+            out[got++] = (unsigned char)(acc >> bits);
+        }
+    }
+    for (size_t k = i; k < len; k++)   /* only padding after the first '=' */
+        if (s[k] != '=')
+            return -1;
+    return got == n && (acc & ((1u << bits) - 1)) == 0 ? 0 : -1;
+}
+
+/* "...-N": the ETag S3 gives a multipart upload. */
+static int multipart_etag(const char *etag)
+{
+    size_t n = strlen(etag);
+    if (n && etag[n - 1] == '"')
+        n--;
+    size_t d = 0;
+    while (d < n && etag[n - 1 - d] >= '0' && etag[n - 1 - d] <= '9')
+        d++;
+    return d > 0 && d < n && etag[n - 1 - d] == '-';
+}
+
+/* A multipart upload's SHA-256 is COMPOSITE, the hash of its parts' hashes, "...-N" (S3 has no
+ * FULL_OBJECT type for SHA-256): not the file's, so never used as one. moto's HEAD leaves out both
+ * the "-N" and x-amz-checksum-type, so the multipart ETag decides too. */
+int xf_whole_sha256(const sl_http_xfer *x, char hex[65])
+{
+    static const char digits[] = "0123456789abcdef";
+    unsigned char d[32];
+    const char *etag = x->etag[0] ? x->etag : x->obj->etag ? x->obj->etag : "";
+    hex[0] = '\0';
+    if (!x->sum_sha256[0] || strchr(x->sum_sha256, '-') || multipart_etag(etag))
+        return 0;
+    if (x->sum_type[0] && strcasecmp(x->sum_type, "FULL_OBJECT") != 0)
+        return 0;
+    if (base64_decode_exact(x->sum_sha256, d, sizeof d) != 0)
+        return 0;
+    for (size_t i = 0; i < sizeof d; i++) {
+        hex[2 * i] = digits[d[i] >> 4];
+        hex[2 * i + 1] = digits[d[i] & 15];
+    }
+    hex[64] = '\0';
+    return 1;
 }

@@ -22,6 +22,7 @@ typedef struct sl_http_xfer {
     unsigned char *buf;        /* len bytes; whole: grown up to max */
     size_t got;                /* bytes received and checked */
     int whole;                 /* no Range: the whole object, at most max bytes */
+    int head;                  /* a HEAD for the store's checksum (len 0): its headers only */
     size_t max, cap;
     const sl_http_tune *tune;
     /* retry state */
@@ -38,6 +39,7 @@ typedef struct sl_http_xfer {
     uint64_t content_length;
     int has_cl;
     char etag[256], last_modified[128], s3_code[64];
+    char sum_sha256[128], sum_type[32];   /* x-amz-checksum-sha256 and x-amz-checksum-type */
     long retry_after_s;
     char body[1024];           /* start of an error response (S3's <Code>) */
     size_t body_len;
@@ -45,6 +47,7 @@ typedef struct sl_http_xfer {
     char fail_msg[512];
     struct curl_slist *headers;
     char range[64], sigv4[96];
+    char errbuf[CURL_ERROR_SIZE];   /* curl's detail of a failure (a certificate problem) */
 } sl_http_xfer;
 
 /* Once per process (curl_global_init is not safe to race). */
@@ -59,6 +62,9 @@ sl_status xf_prepare(sl_http_xfer *x, CURL *h, sl_err *err);
  * one line naming the object, never a credential). */
 int xf_finish(sl_http_xfer *x, CURLcode rc, sl_err *err);
 void xf_release(sl_http_xfer *x);
+/* After a HEAD that ended XF_DONE: 1 and the store's SHA-256 of the whole object in hex (lowercase,
+ * NUL-terminated), or 0 when the response has none that covers the whole object. */
+int xf_whole_sha256(const sl_http_xfer *x, char hex[65]);
 uint64_t xf_now_ms(void);
 
 #endif /* SL_IO_HTTP_XFER_H */

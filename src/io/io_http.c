@@ -203,6 +203,7 @@ static void hx_close(void *ctx)
             hx_part *p = &c->slots[i].parts[k];
             if (p->h) {   /* still running: dropped before the staging it writes into goes */
                 curl_multi_remove_handle(c->multi, p->h);
+                curl_easy_setopt(p->h, CURLOPT_ERRORBUFFER, NULL);   /* in p, freed below */
                 c->idle[c->n_idle++] = p->h;
                 p->h = NULL;
             }
