@@ -4,6 +4,7 @@
 #include "common/sl_file.h"
 #include "common/sl_sha256.h"
 #include "common/sl_text.h"
+#include "io/http.h"
 
 #include <limits.h>
 #include <pthread.h>
@@ -136,6 +137,36 @@ static sl_status rd_manifest_read(rd_verify *v, const char *path, sl_err *err)
     return st;
 }
 
+/* The store's own SHA-256 of remote files (S3's x-amz-checksum-sha256, one HEAD each, all at
+ * once), after the manifest's: the digest of a file the manifest does not name, and a check of one
+ * it does (they differ: the manifest or the object is not the one expected). */
+static sl_status rd_store_digests(rd_verify *v, const sl_load_file *files, sl_err *err)
+{
+    char nb[SL_TEXT_NAME];
+    const sl_http_obj **objs = calloc((size_t)v->n + 1, sizeof *objs);
+    char(*hex)[SL_SHA256_HEX] = calloc((size_t)v->n + 1, sizeof *hex);
+    sl_status st = objs && hex ? SL_OK : sl_err_set(err, SL_E_NOMEM, "out of memory");
+    for (int64_t i = 0; st == SL_OK && i < v->n; i++)
+        objs[i] = files[i].remote;
+    if (st == SL_OK)
+        st = sl_http_stored_sha256(objs, (size_t)v->n, hex, err);
+    for (int64_t i = 0; st == SL_OK && i < v->n; i++) {
+        rd_vfile *f = &v->v[i];
+        if (hex[i][0] && f->source && strcmp(f->want, hex[i]) != 0)
+            st = sl_err_set(err, SL_E_INTEGRITY,
+                            "%s: SHA-256 %.16s... in %s, %.16s... in the store (x-amz-checksum-sha256): "
+                            "the manifest or the object is not the one expected",
+                            sl_text_name(f->path, nb, sizeof nb), f->want, f->source, hex[i]);
+        else if (hex[i][0] && !f->source) {
+            memcpy(f->want, hex[i], SL_SHA256_HEX);
+            f->source = "the store's x-amz-checksum-sha256";
+        }
+    }
+    free(objs);
+    free(hex);
+    return st;
+}
+
 sl_status rd_verify_new(const sl_load_file *files, int64_t n, const char *manifest, rd_verify **out,
                         sl_err *err)
 {
@@ -157,6 +188,8 @@ sl_status rd_verify_new(const sl_load_file *files, int64_t n, const char *manife
         v->v[i].size = files[i].size;
     }
     sl_status st = manifest ? rd_manifest_read(v, manifest, err) : SL_OK;
+    if (st == SL_OK)
+        st = rd_store_digests(v, files, err);
     char nb[SL_TEXT_NAME];
     for (int64_t i = 0; i < n && st == SL_OK; i++) {
         rd_vfile *f = &v->v[i];
