@@ -13,10 +13,13 @@ and (i - after) % every == 0, at most --count times (0: no limit). KIND:
   503       a 503 Service Unavailable instead of the response (--every 1 --count 3: a burst)
   429       a 429 Too Many Requests with Retry-After: 1
   stall     half the body, then nothing for --stall seconds (default 5), then the rest
+  flip      the whole body, one byte of it (the middle one) flipped: bytes the store did not hold
+            (its stored checksum still the original's), which only --verify can catch
   replace   after the --after-th candidate, FILE is rewritten in place (same size, every byte
             flipped): its ETag and Last-Modified change, as when an object is replaced mid-load;
             --replace-cmd runs a shell command instead (an S3 put of other bytes)
   none      nothing broken (counts only)
+HEADs are forwarded as they are, never broken.
 --log appends "<path> <status> <bytes sent> <fault or -> <first byte asked for or ->" per request.
 """
 import argparse
@@ -106,6 +109,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 self.send_header(k, v)
         self.end_headers()
         half = len(body) // 2
+        if fault == "flip" and body:
+            body = body[:half] + bytes([body[half] ^ 0x01]) + body[half + 1:]
         if fault in ("reset", "truncate", "stall") and half > 0:
             self.wfile.write(body[:half])
             self.wfile.flush()
@@ -122,6 +127,20 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
         return self._log(r.status, len(body), fault)
 
+    def do_HEAD(self):
+        up = http.client.HTTPConnection("127.0.0.1", A.upstream, timeout=60)
+        hdrs = {k: v for k, v in self.headers.items() if k.lower() not in ("connection", "keep-alive")}
+        up.request("HEAD", self.path, headers=hdrs)
+        r = up.getresponse()
+        r.read()
+        up.close()
+        self.send_response(r.status)
+        for k, v in r.getheaders():
+            if k.lower() not in ("connection", "keep-alive", "transfer-encoding", "date", "server"):
+                self.send_header(k, v)
+        self.end_headers()
+        self._log(r.status, 0, None)
+
 
 class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
@@ -137,7 +156,7 @@ def main():
     p.add_argument("upstream", type=int)
     p.add_argument("portfile")
     p.add_argument("--fault", required=True,
-                   choices=["reset", "truncate", "503", "429", "stall", "replace", "none"])
+                   choices=["reset", "truncate", "503", "429", "stall", "flip", "replace", "none"])
     p.add_argument("--every", type=int, default=1)
     p.add_argument("--after", type=int, default=0)
     p.add_argument("--count", type=int, default=0)

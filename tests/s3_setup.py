@@ -8,6 +8,12 @@
                                         under PREFIX/
   s3_setup.py ENDPOINT put BUCKET KEY FILE
                                         puts one object (a replacement gets a new ETag)
+  s3_setup.py ENDPOINT upload-sha256 BUCKET PREFIX DIR
+                                        as upload, each object in one PUT with ChecksumAlgorithm
+                                        SHA256: the store keeps its SHA-256 (x-amz-checksum-sha256)
+  s3_setup.py ENDPOINT put-multipart BUCKET KEY FILE
+                                        one object in 5 MiB parts with ChecksumAlgorithm SHA256:
+                                        its checksum is COMPOSITE (of the parts), not the file's
   s3_setup.py ENDPOINT role KEYFILE     a role allowed s3:*, assumed: writes "KEY_ID SECRET TOKEN"
                                         of the temporary credentials to KEYFILE
   s3_setup.py ENDPOINT auth N           from now on every request past the next N is
@@ -58,6 +64,23 @@ def main():
             s3.create_bucket(Bucket=bucket)
         for name in sorted(os.listdir(folder)):
             s3.upload_file(os.path.join(folder, name), bucket, prefix.rstrip("/") + "/" + name)
+    elif cmd in ("upload-sha256", "put-multipart"):
+        from boto3.s3.transfer import TransferConfig
+        mib = 1 << 20
+        one = TransferConfig(multipart_threshold=1 << 40)   # a single PUT whatever the size
+        parts = TransferConfig(multipart_threshold=5 * mib, multipart_chunksize=5 * mib)
+        s3 = client(endpoint, "s3")
+        sha = {"ChecksumAlgorithm": "SHA256"}
+        if cmd == "put-multipart":
+            bucket, key, path = args
+            s3.upload_file(path, bucket, key, ExtraArgs=sha, Config=parts)
+            return
+        bucket, prefix, folder = args
+        if bucket not in [b["Name"] for b in s3.list_buckets().get("Buckets", [])]:
+            s3.create_bucket(Bucket=bucket)
+        for name in sorted(os.listdir(folder)):
+            s3.upload_file(os.path.join(folder, name), bucket, prefix.rstrip("/") + "/" + name,
+                           ExtraArgs=sha, Config=one)
     elif cmd == "put":
         bucket, key, path = args
         client(endpoint, "s3").upload_file(path, bucket, key)
