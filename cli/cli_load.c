@@ -60,10 +60,13 @@ static void load_help(FILE *out)
             "  --format F      auto (read the checkpoint, default) or dummy (no file is read: values\n"
             "                  uniform in [-1e-3, 1e-3) from --seed, padding zero)\n"
             "  --seed S        dummy seed; default 1234\n"
-            "  --verify        check every file's SHA-256 while loading (every byte of every file is\n"
-            "                  read): against --manifest, or in a Hugging Face cache the blob name\n"
-            "                  each file links to; a mismatch fails the load naming the file\n"
-            "  --manifest FILE a sha256sum file of the checkpoint's files (implies --verify)\n"
+            "  --verify        check the bytes while loading: with a manifest that has XXH3 blocks\n"
+            "                  (--write-manifest), the blocks the load reads; else every file's\n"
+            "                  SHA-256 (every byte of every file is read) against --manifest, or\n"
+            "                  in a Hugging Face cache the blob name each file links to; a\n"
+            "                  mismatch fails the load naming the file (and the byte range)\n"
+            "  --manifest FILE a sha256sum file of the checkpoint's files, with or without\n"
+            "                  --write-manifest's block lines (implies --verify)\n"
             "  --checksums     print the XXH3-64 of every parameter of every device\n"
             "  --json          machine-readable output: {\"seconds\",\"setup_seconds\",\"bytes_read\",\n"
             "                  \"gbps\",\"gbps_after_setup\",\n"
@@ -241,7 +244,7 @@ static int load_print_text(const cli_opts *a, const sl_plan *p, const sl_model *
     printf("staging peak %s bytes; peak RSS %s bytes\n", cli_commas(s->staging_peak, b1, sizeof b1),
            cli_commas(peak_rss_bytes(), b2, sizeof b2));
     if (a->lo.verify)
-        printf("verified the SHA-256 of %" PRId64 " files (%s bytes)\n", s->verified_files,
+        printf("verified %" PRId64 " files (%s bytes checked)\n", s->verified_files,
                cli_commas(s->verified_bytes, b1, sizeof b1));
     for (int32_t d = 0; d < sl_model_device_count(m); d++) {
         printf("device %d: %s bytes allocated (plan %s)\n", (int)d,

@@ -130,7 +130,7 @@ static void rd_mark_direct(rd_ops *t, const rd_chunk_opts *o)
         const sl_op *op = r->op;
         const uint64_t row_bytes = op->row_elems * r->ssize;
         r->direct = o->host[r->dev] && !(o->file_direct && o->file_direct[op->file]) &&
-                    !(o->whole && o->whole[op->file]) &&
+                    !(o->whole && o->whole[op->file]) && !(o->block && o->block[op->file]) &&
                     op->src_dtype == r->ddt &&
                     (op->rows == 1 || (op->src_stride == row_bytes && op->dst_stride == row_bytes)) &&
                     r->src_end - op->src_offset >= RD_DIRECT_MIN && rd_exclusive(t, i);
@@ -161,6 +161,23 @@ static int rd_span_cmp(const void *x, const void *y)
     return a->start < b->start ? -1 : a->start > b->start;
 }
 
+/* A span of a file verified by blocks, widened to whole blocks (the last ends at the size). */
+static rd_span rd_widen(const rd_chunk_opts *o, rd_span s)
+{
+    const uint64_t bs = o->block ? o->block[s.file] : 0;
+    if (!bs)
+        return s;
+    s.start = s.start / bs * bs;
+    s.end = sl_min_u64(o->size[s.file], sl_align_up(s.end, bs));
+    return s;
+}
+
+/* The header spans of a load verified by blocks: [0, head) of each used file. */
+static int rd_head_span(const rd_ops *t, const rd_chunk_opts *o, int64_t f)
+{
+    return o->block && o->head && o->block[f] && t->used[f] && o->head[f] > 0;
+}
+
 static int64_t rd_merge_spans(const rd_chunk_opts *o, rd_span *s, int64_t n)
 {
     int64_t m = 0;
@@ -181,14 +198,17 @@ static sl_status rd_ranges(const rd_ops *t, const rd_chunk_opts *o, rd_span **ou
     int64_t n = 0, k = 0;
     for (int64_t i = 0; i < t->n; i++)
         n += t->v[i].direct ? 0 : rd_op_span_count(o, &t->v[i]);
-    for (int64_t f = 0; o->whole && f < t->n_files; f++)
-        n += o->whole[f] > 0;
+    for (int64_t f = 0; f < t->n_files; f++)
+        n += (o->whole && o->whole[f] > 0) + rd_head_span(t, o, f);
     rd_span *s = calloc((size_t)n + 1, sizeof *s);
     if (!s)
         return sl_err_set(err, SL_E_NOMEM, "out of memory");
     for (int64_t f = 0; o->whole && f < t->n_files; f++)
         if (o->whole[f] > 0)   /* merges with every span of the file into one range */
             s[k++] = (rd_span){.file = (int32_t)f, .start = 0, .end = o->whole[f]};
+    for (int64_t f = 0; f < t->n_files; f++)
+        if (rd_head_span(t, o, f))
+            s[k++] = rd_widen(o, (rd_span){.file = (int32_t)f, .start = 0, .end = o->head[f]});
     for (int64_t i = 0; i < t->n; i++) {
         const rd_op *r = &t->v[i];
         if (r->direct)
@@ -199,6 +219,7 @@ static sl_status rd_ranges(const rd_ops *t, const rd_chunk_opts *o, rd_span **ou
             s[k].file = r->op->file;
             s[k].start = r->op->src_offset + (uint64_t)j * r->op->src_stride;
             s[k].end = cnt == 1 ? r->src_end : s[k].start + row_bytes;
+            s[k] = rd_widen(o, s[k]);
             k++;
         }
     }
@@ -223,13 +244,17 @@ static sl_status rd_push_chunk(rd_chunks *cs, const rd_chunk *c, sl_err *err)
     return SL_OK;
 }
 
-/* Interior boundaries are 4096-aligned, so O_DIRECT reads of neighbours never overlap. */
+/* Interior boundaries are 4096-aligned, so O_DIRECT reads of neighbours never overlap; in a file
+ * verified by blocks they are block boundaries (the range starts at one and the step is whole
+ * blocks), so each chunk is whole blocks. */
 static sl_status rd_cut_range(const rd_ops *t, const rd_chunk_opts *o, const rd_span *r,
                               rd_chunks *cs, sl_err *err)
 {
+    const uint64_t bs = o->block ? o->block[r->file] : 0;
+    const uint64_t step = bs ? o->request / bs * bs : o->request;
     for (uint64_t a = r->start; a < r->end;) {
         rd_chunk c = {.file = r->file, .a = a};
-        c.b = sl_min_u64(r->end, a / RD_ALIGN * RD_ALIGN + o->request);
+        c.b = sl_min_u64(r->end, a / RD_ALIGN * RD_ALIGN + step);
         c.b_ext = sl_min_u64(r->end, c.b + t->tail[r->file]);
         SL_TRY(rd_push_chunk(cs, &c, err));
         a = c.b;
@@ -262,6 +287,11 @@ sl_status rd_chunks_build(rd_ops *t, const rd_chunk_opts *o, rd_chunks *cs, sl_e
     rd_span *s = NULL;
     int64_t n = 0;
     *cs = (rd_chunks){0};
+    for (int64_t f = 0; o->block && f < t->n_files; f++)
+        SL_CHECK(o->block[f] <= o->request && (o->block[f] % RD_ALIGN) == 0, err, SL_E_INVALID_ARG,
+                 "--verify: the manifest's blocks (%llu bytes) do not fit a read request of %llu "
+                 "bytes: give a larger --staging (or --request)", (unsigned long long)o->block[f],
+                 (unsigned long long)o->request);
     rd_mark_direct(t, o);
     SL_TRY(rd_ranges(t, o, &s, &n, err));
     sl_status st = SL_OK;

@@ -75,6 +75,13 @@ typedef struct rd_chunk_opts {
     /* Whole files (NULL: none): whole[f] > 0 is file f's size, and its chunks cover [0, size)
      * contiguously, nothing direct (--verify hashes each file front to back). */
     const uint64_t *whole;
+    /* Verified blocks (NULL: none; --verify with a block manifest, read_verify.h): block[f] > 0 is
+     * file f's block size (a power of two, at least RD_ALIGN, at most `request`) and size[f] its
+     * size. Every range of the file is widened to whole blocks (the last one ends at the size),
+     * the blocks of [0, head[f]) are read too when the file is used (its header, whose parse
+     * placed every other byte; head may be NULL), chunks are cut at block boundaries and nothing
+     * is direct: each chunk is whole blocks, to be hashed on its own. */
+    const uint64_t *block, *size, *head;
 } rd_chunk_opts;
 
 /* Gathers p's COPY operations (plan bounds already checked: sl_load_check_plan). */
@@ -82,7 +89,7 @@ sl_status rd_ops_build(const sl_plan *p, int64_t n_files, rd_ops *out, sl_err *e
 void rd_ops_free(rd_ops *t);
 
 /* Marks the direct operations of t (when o allows them) and cuts the chunks into *out, sorted by
- * (file, a). */
+ * (file, a). SL_E_INVALID_ARG when a block is larger than the request. */
 sl_status rd_chunks_build(rd_ops *t, const rd_chunk_opts *o, rd_chunks *out, sl_err *err);
 void rd_chunks_free(rd_chunks *c);
 /* Reorders the chunks round-robin over their files (one chunk of each file in turn), each file's

@@ -90,7 +90,7 @@ typedef struct rd_slot {
     int64_t chunk;
     unsigned index;
     int marked;          /* device copies from buf are pending under mark `index` */
-    int held;            /* --verify: read and scattered, waiting for earlier chunks' hashing */
+    int held;            /* --verify: read, waiting for earlier chunks' hashing or its own */
 } rd_slot;
 
 typedef struct rd_ctx {
@@ -130,7 +130,7 @@ typedef struct rd_ctx {
     int in_flight;                /* device copies (async: cuda) issued since the last rd_fence */
     int use_marks;                /* some local device is async: per-slot waits (rd_config) */
     int marks_pending;            /* a mark was recorded since the last rd_fence */
-    /* --verify (read_verify.h): whole files, hashed in chunk order; NULL: off */
+    /* --verify (read_verify.h): blocks in any order, or whole files in chunk order; NULL: off */
     rd_verify *verify;
     int64_t verify_next;          /* the next chunk to hash; later ones wait in their slots */
 } rd_ctx;
@@ -165,7 +165,7 @@ typedef struct rd_config {
     unsigned n_slots;             /* read slots; 0: as many as the budget holds */
     unsigned extra_slots;         /* slots for the caller after the read slots (sl_rd_extra) */
     int slot_marks;               /* the pipeline waits per slot when the devices have marks */
-    int verify;                   /* whole load: opts.verify (the stepwise path refuses it) */
+    int verify;                   /* opts.verify (the stepwise path: by blocks only) */
 } rd_config;
 
 /* Sets up x for c: sizes, files, operations, chunks, the padding zeroed, staging and the read

@@ -160,12 +160,18 @@ static void rd_give(rd_free_list *f, rd_slot *s)
     f->count++;
 }
 
-/* --verify: a completed (and scattered) slot waits until every chunk before it went to the
- * hashing thread, then goes too, so that each file is hashed front to back whatever order the
- * reads complete in; it is reused once hashed. The chunk to hand over next is always being read
- * (chunks are submitted in order), so waiting never stalls the loop. */
+/* --verify: a completed (and scattered) slot goes to the hashing threads and is reused once
+ * hashed. By blocks each chunk is whole blocks and goes at once. Whole files: it waits until every
+ * chunk before it went, so that each file is hashed front to back whatever order the reads
+ * complete in; the chunk to hand over next is always being read (chunks are submitted in order),
+ * so waiting never stalls the loop. */
 static void rd_verify_hand(rd_ctx *x, rd_slot *s)
 {
+    if (rd_verify_by_blocks(x->verify)) {
+        const rd_chunk *c = &x->chunks.v[s->chunk];
+        rd_verify_push(x->verify, c->file, c->a, c->b, c->dst ? c->dst : s->buf + (c->a - s->req.off), s);
+        return;
+    }
     s->held = 1;
     for (int found = 1; found;) {
         found = 0;

@@ -21,24 +21,43 @@ static sl_status rd_host_ptrs(rd_ctx *x)
     return SL_OK;
 }
 
+/* --verify's inputs to the chunk planner: whole files (SHA-256), or each file's block size, size
+ * and header end (by blocks). arr holds 3 * n entries, the caller frees it. */
+static sl_status rd_verify_chunk_opts(const rd_ctx *x, rd_chunk_opts *co, uint64_t **arr)
+{
+    const int64_t n = x->files.n;
+    uint64_t *v = calloc(3 * (size_t)n + 1, sizeof *v);
+    *arr = v;
+    if (!v)
+        return sl_err_set(x->err, SL_E_NOMEM, "out of memory");
+    const int blocks = rd_verify_by_blocks(x->verify);
+    for (int64_t f = 0; f < n; f++) {
+        v[f] = blocks ? rd_verify_block_bytes(x->verify, f) : x->files.v[f].size;
+        v[n + f] = x->files.v[f].size;
+        v[2 * n + f] = blocks ? rd_verify_header_end(x->verify, f) : 0;
+    }
+    if (blocks) {
+        co->block = v;
+        co->size = v + n;
+        co->head = v + 2 * n;
+    } else {
+        co->whole = v;
+    }
+    return SL_OK;
+}
+
 /* The chunk planner's inputs, taken from the opened files and the devices. */
 static sl_status rd_plan_chunks(rd_ctx *x)
 {
     rd_chunk_opts co = {.request = x->request, .merge_gap = x->merge_gap};
     unsigned char *file_direct = NULL;
-    uint64_t *whole = NULL;
-    if (x->verify) {
-        whole = calloc((size_t)x->files.n + 1, sizeof *whole);
-        if (!whole)
-            return sl_err_set(x->err, SL_E_NOMEM, "out of memory");
-        for (int64_t f = 0; f < x->files.n; f++)
-            whole[f] = x->files.v[f].size;
-        co.whole = whole;
-    }
+    uint64_t *vo = NULL;
+    if (x->verify)
+        SL_TRY(rd_verify_chunk_opts(x, &co, &vo));   /* vo is NULL when it fails */
     if (x->allow_direct) {
         file_direct = calloc((size_t)x->files.n + 1, 1);
         if (!file_direct) {
-            free(whole);
+            free(vo);
             return sl_err_set(x->err, SL_E_NOMEM, "out of memory");
         }
         for (int64_t f = 0; f < x->files.n; f++)
@@ -47,10 +66,10 @@ static sl_status rd_plan_chunks(rd_ctx *x)
         co.file_direct = file_direct;
     }
     sl_status st = rd_chunks_build(&x->ops, &co, &x->chunks, x->err);
-    if (st == SL_OK && x->verify)
+    if (st == SL_OK && co.whole)   /* files hashed whole take turns (read_verify.h) */
         st = rd_chunks_interleave(&x->chunks, x->err);
     free(file_direct);
-    free(whole);
+    free(vo);
     return st;
 }
 
@@ -108,9 +127,10 @@ sl_status rd_setup(rd_ctx *x, const rd_config *c)
     SL_TRY(rd_size(x, c));
     SL_TRY(rd_files_init(&x->files, c->files, c->n_files, x->err));
     SL_TRY(rd_ops_build(x->p, c->n_files, &x->ops, x->err));
-    if (c->verify) {   /* every file, whole, is read: the unused ones too */
+    if (c->verify) {
         SL_TRY(rd_verify_new(c->files, c->n_files, x->o->manifest_path, &x->verify, x->err));
-        memset(x->ops.used, 1, (size_t)c->n_files);
+        if (!rd_verify_by_blocks(x->verify))   /* every file, whole, is read: unused ones too */
+            memset(x->ops.used, 1, (size_t)c->n_files);
     }
     SL_TRY(rd_files_open(&x->files, x->ops.used, x->o->io, x->err));
     SL_TRY(rd_host_ptrs(x));

@@ -22,15 +22,50 @@ sl_status sl_rd_open(const sl_rd_setup *s, sl_rd **out)
     if (!r)
         return sl_err_set(s->err, SL_E_NOMEM, "out of memory");
     r->pending[0] = r->pending[1] = -1;
-    /* A rank reads only some chunks of a file, so it cannot hash the file whole. */
-    SL_CHECK(!s->o->verify, s->err, SL_E_UNSUPPORTED,
-             "--verify is not supported with --dist cooperative yet (each rank reads only part of "
-             "each file); use --dist independent or one process");
     const rd_config c = {.files = s->files, .n_files = s->n_files, .p = s->p, .devs = s->devs,
                          .local = s->local, .o = s->o, .err = s->err, .ring_bytes = s->ring_bytes,
                          .slot_bytes = s->slot_bytes, .n_slots = 2,
-                         .extra_slots = s->extra_slots};
-    return rd_setup(&r->x, &c);
+                         .extra_slots = s->extra_slots, .verify = s->o->verify};
+    SL_TRY(rd_setup(&r->x, &c));
+    if (!r->x.verify)
+        return SL_OK;
+    /* A rank reads only some chunks of a file, so it cannot hash a file whole: only blocks. */
+    SL_CHECK(rd_verify_by_blocks(r->x.verify), s->err, SL_E_UNSUPPORTED,
+             "--verify with --dist cooperative needs a manifest with XXH3 blocks (each rank reads "
+             "only part of each file; --write-manifest writes them); for SHA-256 use --dist "
+             "independent or one process");
+    return rd_verify_start(r->x.verify, r->x.n_slots, s->err);
+}
+
+/* --verify: hashed chunks' slots are free again; wait: until slot k is. */
+static sl_status rd_step_unhold(rd_ctx *x, rd_slot *k)
+{
+    while (k->held) {
+        rd_slot *d = rd_verify_done(x->verify, 1);
+        SL_CHECK(d != NULL, x->err, SL_E_IO, "--verify: a slot is neither read nor hashed");
+        d->held = 0;
+    }
+    return SL_OK;
+}
+
+int sl_rd_verifies(const sl_rd *r)
+{
+    return r->x.verify != NULL;
+}
+
+sl_status sl_rd_verify_finish(sl_rd *r, sl_load_stats *stats)
+{
+    rd_ctx *x = &r->x;
+    if (!x->verify)
+        return SL_OK;
+    for (unsigned i = 0; i < x->n_slots && x->slots; i++)
+        SL_TRY(rd_step_unhold(x, &x->slots[i]));
+    return rd_verify_finish(x->verify, &stats->verified_bytes, &stats->verified_files, x->err);
+}
+
+uint64_t sl_rd_verified_bytes(const sl_rd *r, int32_t file)
+{
+    return r->x.verify ? rd_verify_file_bytes(r->x.verify, file) : 0;
 }
 
 int64_t sl_rd_chunk_count(const sl_rd *r)
@@ -66,6 +101,8 @@ sl_status sl_rd_start(sl_rd *r, int64_t i)
     const unsigned k = (unsigned)(i % x->n_slots);
     SL_CHECK(i >= 0 && i < x->chunks.n && r->pending[k] < 0, x->err, SL_E_INVALID_ARG,
              "read of chunk %lld started while its slot is busy", (long long)i);
+    if (x->verify)   /* the chunk read into it before may still be being hashed */
+        SL_TRY(rd_step_unhold(x, &x->slots[k]));
     SL_TRY(rd_submit(x, &x->slots[k], i));
     r->pending[k] = i;
     r->complete[k] = 0;
@@ -90,7 +127,12 @@ sl_status sl_rd_read(sl_rd *r, int64_t i, const unsigned char **data)
     }
     r->pending[k] = -1;
     rd_slot *s = &x->slots[k];
-    *data = s->buf + (x->chunks.v[i].a - s->req.off);
+    const rd_chunk *c = &x->chunks.v[i];
+    *data = s->buf + (c->a - s->req.off);
+    if (x->verify) {   /* hashed while the caller exchanges and scatters it (both only read it) */
+        s->held = 1;
+        rd_verify_push(x->verify, c->file, c->a, c->b, *data, s);
+    }
     return SL_OK;
 }
 

@@ -75,6 +75,14 @@ typedef struct sl_rd_segs {
  * [a, b_ext) can scatter c into those devices: the other bytes are never looked at. Sender and
  * receiver compute the same list, so only these bytes need to travel. */
 sl_status sl_rd_segments(const sl_rd *r, const sl_rd_chunk *c, int32_t d0, int32_t d1, sl_rd_segs *s);
+/* --verify (opts.verify; by blocks only, read_verify.h): each chunk this process reads is hashed
+ * on a hashing thread from sl_rd_read on, and its slot reused once hashed. sl_rd_verify_finish
+ * waits for the last ones and checks them (SL_E_INTEGRITY naming the file and byte range of a
+ * block that differs), recording this process's verified_bytes and verified_files in stats;
+ * sl_rd_verified_bytes is then the bytes of one file it checked. */
+int sl_rd_verifies(const sl_rd *r);
+sl_status sl_rd_verify_finish(sl_rd *r, sl_load_stats *stats);
+uint64_t sl_rd_verified_bytes(const sl_rd *r, int32_t file);
 /* Records bytes_read, staging_peak, io and engine in stats (may be NULL) and frees r. */
 void sl_rd_close(sl_rd *r, sl_load_stats *stats);
 

@@ -1,4 +1,5 @@
-/* read_verify.c - expected digests, in-order hashing and the final comparison (read_verify.h). */
+/* read_verify.c - what each file must be (the manifest's blocks, or a SHA-256 from the manifest
+ * or the Hugging Face cache), the hashing threads and the final comparison (read_verify.h). */
 #include "load/read_verify.h"
 
 #include "common/sl_file.h"
@@ -6,8 +7,13 @@
 #include "common/sl_text.h"
 #include "io/http.h"
 
+#include <xxhash.h>
+
+#include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -21,6 +27,11 @@ typedef struct rd_vfile {
     const char *source;  /* where want comes from, for the message */
     sl_sha256 *h;
     uint64_t next;       /* bytes hashed so far: [0, next) */
+    /* by blocks: the manifest's record of the file */
+    uint64_t block, header_end;
+    uint64_t *blocks;    /* n_blocks XXH3-64, block 0 first */
+    uint64_t n_blocks;
+    uint64_t checked;    /* bytes hashed and found equal (under rd_verify.mu while threads run) */
 } rd_vfile;
 
 typedef struct rd_vjob {
@@ -46,6 +57,14 @@ struct rd_verify {
     rd_vfile *v;
     int64_t n;
     char *manifest;      /* the manifest's path, for messages */
+    int by_blocks;
+    /* the manifest's block record being read: its file (NULL when it names none of ours) and how
+     * many of its hashes came so far */
+    rd_vfile *rec;
+    uint64_t rec_have;
+    int rec_open;
+    int64_t rec_line;
+    unsigned rr;         /* by blocks: the worker the next chunk goes to */
     /* the hashing threads: jobs queued per thread in order, tags of hashed ones back */
     rd_vworker w[RD_VERIFY_THREADS];
     unsigned n_workers;
@@ -77,14 +96,45 @@ static int rd_blob_digest(rd_vfile *f)
     return 1;
 }
 
-/* One manifest line: "<64 hex> <space or *><name>" (sha256sum's text and binary forms). Files
- * are matched by their last path component, as checkpoints are flat folders. */
-static sl_status rd_manifest_line(rd_verify *v, const char *line, size_t len, int64_t lineno,
-                                  sl_err *err)
+static rd_vfile *rd_find(rd_verify *v, const char *name, size_t nlen)
+{
+    for (size_t k = nlen; k > 0; k--)
+        if (name[k - 1] == '/') {
+            name += k, nlen -= k;
+            break;
+        }
+    for (int64_t i = 0; i < v->n; i++) {
+        const char *b = rd_base(v->v[i].path);
+        if (strlen(b) == nlen && memcmp(b, name, nlen) == 0)
+            return &v->v[i];
+    }
+    return NULL;
+}
+
+#define RD_LINE_ERR(v, lineno, err, ...)                                                          \
+    rd_line_err((v), (lineno), (err), SL_E_INVALID_ARG, __VA_ARGS__)
+
+static sl_status rd_line_err(const rd_verify *v, int64_t lineno, sl_err *err, sl_status st,
+                             const char *fmt, ...) SL_PRINTF(5, 6);
+
+/* A manifest line that is not what it should be: "MANIFEST: line N: what". */
+static sl_status rd_line_err(const rd_verify *v, int64_t lineno, sl_err *err, sl_status st,
+                             const char *fmt, ...)
+{
+    char nb[SL_TEXT_NAME], what[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    return sl_err_set(err, st, "%s: line %lld: %s", sl_text_name(v->manifest, nb, sizeof nb),
+                      (long long)lineno, what);
+}
+
+/* sha256sum's line: "<64 hex> <space or *><name>" (its text and binary forms). */
+static sl_status rd_sha_line(rd_verify *v, const char *line, size_t len, int64_t lineno,
+                             sl_err *err)
 {
     char nb[SL_TEXT_NAME];
-    if (len == 0)
-        return SL_OK;
     if (len < 2 * SL_SHA256_LEN + 2 || !sl_sha256_is_hex(line, 2 * SL_SHA256_LEN) ||
         line[2 * SL_SHA256_LEN] != ' ')
         return sl_err_set(err, SL_E_INVALID_ARG,
@@ -94,25 +144,144 @@ static sl_status rd_manifest_line(rd_verify *v, const char *line, size_t len, in
     size_t nlen = len - 2 * SL_SHA256_LEN - 1;
     if (nlen && (*name == ' ' || *name == '*'))
         name++, nlen--;
-    for (size_t k = nlen; k > 0; k--)
-        if (name[k - 1] == '/') {
-            name += k, nlen -= k;
-            break;
-        }
-    for (int64_t i = 0; i < v->n; i++) {
-        rd_vfile *f = &v->v[i];
-        const char *b = rd_base(f->path);
-        if (strlen(b) != nlen || memcmp(b, name, nlen) != 0)
-            continue;
-        if (f->source && strncmp(f->want, line, 2 * SL_SHA256_LEN) != 0 &&
-            !strcmp(f->source, "the manifest"))
-            return sl_err_set(err, SL_E_INVALID_ARG, "%s: two different SHA-256 for %s",
-                              sl_text_name(v->manifest, nb, sizeof nb), b);
-        memcpy(f->want, line, 2 * SL_SHA256_LEN);
-        f->want[2 * SL_SHA256_LEN] = '\0';
-        f->source = "the manifest";
+    rd_vfile *f = rd_find(v, name, nlen);
+    if (!f)
+        return SL_OK;
+    if (f->source && strncmp(f->want, line, 2 * SL_SHA256_LEN) != 0)
+        return sl_err_set(err, SL_E_INVALID_ARG, "%s: two different SHA-256 for %s",
+                          sl_text_name(v->manifest, nb, sizeof nb), rd_base(f->path));
+    memcpy(f->want, line, 2 * SL_SHA256_LEN);
+    f->want[2 * SL_SHA256_LEN] = '\0';
+    f->source = "the manifest";
+    return SL_OK;
+}
+
+/* A decimal field and the one space after it; 0 when it is not one (or overflows). */
+static int rd_u64_field(const char **p, const char *end, uint64_t *out)
+{
+    uint64_t x = 0;
+    const char *s = *p;
+    for (; s < end && *s >= '0' && *s <= '9'; s++) {
+        if (x > (UINT64_MAX - (uint64_t)(*s - '0')) / 10)
+            return 0;
+        x = x * 10 + (uint64_t)(*s - '0');
+    }
+    if (s == *p || s >= end || *s != ' ')
+        return 0;
+    *p = s + 1;
+    *out = x;
+    return 1;
+}
+
+static int rd_hex16(const char *s, uint64_t *out)
+{
+    uint64_t x = 0;
+    for (int i = 0; i < 16; i++) {
+        const char c = s[i];
+        const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                    : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0)
+            return 0;
+        x = x << 4 | (uint64_t)d;
+    }
+    *out = x;
+    return 1;
+}
+
+/* The record before must have had all its hashes. */
+static sl_status rd_record_close(rd_verify *v, sl_err *err)
+{
+    const rd_vfile *f = v->rec;
+    const int open = v->rec_open;
+    v->rec = NULL;
+    v->rec_open = 0;
+    if (open && f && v->rec_have != f->n_blocks)
+        return RD_LINE_ERR(v, v->rec_line, err, "%s: %llu of its %llu block hashes follow",
+                           rd_base(f->path), (unsigned long long)v->rec_have,
+                           (unsigned long long)f->n_blocks);
+    return SL_OK;
+}
+
+/* "#xxh3-blocks SIZE HEADER_END BLOCK NAME". A file of another size: the manifest is stale. */
+static sl_status rd_block_record(rd_verify *v, const char *line, size_t len, int64_t lineno,
+                                 sl_err *err)
+{
+    char nb[SL_TEXT_NAME];
+    const char *p = line + strlen(RD_BLOCK_TAG " "), *end = line + len;
+    uint64_t size = 0, head = 0, block = 0;
+    if (!rd_u64_field(&p, end, &size) || !rd_u64_field(&p, end, &head) ||
+        !rd_u64_field(&p, end, &block) || p == end)
+        return RD_LINE_ERR(v, lineno, err, "not '%s SIZE HEADER_END BLOCK NAME'", RD_BLOCK_TAG);
+    if (block < RD_BLOCK_MIN || block > RD_BLOCK_MAX || (block & (block - 1)) || head > size)
+        return RD_LINE_ERR(v, lineno, err, "block size %llu (a power of two from %llu to %llu) "
+                           "or header end %llu (at most the size, %llu) out of range",
+                           (unsigned long long)block, (unsigned long long)RD_BLOCK_MIN,
+                           (unsigned long long)RD_BLOCK_MAX, (unsigned long long)head,
+                           (unsigned long long)size);
+    rd_vfile *f = rd_find(v, p, (size_t)(end - p));
+    v->rec = f;
+    v->rec_open = 1;
+    v->rec_have = 0;
+    v->rec_line = lineno;
+    if (!f)   /* a file this load does not have: its hashes are skipped */
+        return SL_OK;
+    if (f->blocks)
+        return RD_LINE_ERR(v, lineno, err, "a second block record for %s", rd_base(f->path));
+    if (size != f->size)
+        return sl_err_set(err, SL_E_INTEGRITY,
+                          "%s: the manifest's blocks are of a file of %llu bytes, it has %llu: the "
+                          "manifest is stale (write it again) or the file is not the one expected",
+                          sl_text_name(f->path, nb, sizeof nb), (unsigned long long)size,
+                          (unsigned long long)f->size);
+    /* size is the file's, so the allocation is bounded by what is on disk */
+    f->n_blocks = size / block + (size % block != 0);
+    f->blocks = calloc((size_t)f->n_blocks + 1, sizeof *f->blocks);
+    if (!f->blocks)
+        return sl_err_set(err, SL_E_NOMEM, "out of memory");
+    f->block = block;
+    f->header_end = head;
+    return SL_OK;
+}
+
+/* "#b HEX16 HEX16 ...": the next hashes of the record above. */
+static sl_status rd_block_hashes(rd_verify *v, const char *line, size_t len, int64_t lineno,
+                                 sl_err *err)
+{
+    if (!v->rec_open)
+        return RD_LINE_ERR(v, lineno, err, "block hashes without a '%s' line before", RD_BLOCK_TAG);
+    rd_vfile *f = v->rec;
+    for (size_t i = strlen(RD_BLOCK_LINE); i < len; i += 17) {
+        uint64_t h = 0;
+        if (line[i] != ' ' || len - i < 17 || !rd_hex16(line + i + 1, &h))
+            return RD_LINE_ERR(v, lineno, err, "not '%s' and 16-digit hex hashes", RD_BLOCK_LINE);
+        if (f && v->rec_have >= f->n_blocks)
+            return RD_LINE_ERR(v, lineno, err, "more block hashes than %s has blocks (%llu)",
+                               rd_base(f->path), (unsigned long long)f->n_blocks);
+        if (f)
+            f->blocks[v->rec_have] = h;
+        v->rec_have++;
     }
     return SL_OK;
+}
+
+static int rd_starts(const char *line, size_t len, const char *prefix)
+{
+    const size_t n = strlen(prefix);
+    return len >= n && memcmp(line, prefix, n) == 0;
+}
+
+/* One manifest line: a block record, its hashes, another comment, or sha256sum's line. */
+static sl_status rd_manifest_line(rd_verify *v, const char *line, size_t len, int64_t lineno,
+                                  sl_err *err)
+{
+    if (rd_starts(line, len, RD_BLOCK_LINE " "))
+        return rd_block_hashes(v, line, len, lineno, err);
+    SL_TRY(rd_record_close(v, err));
+    if (rd_starts(line, len, RD_BLOCK_TAG " "))
+        return rd_block_record(v, line, len, lineno, err);
+    if (len == 0 || line[0] == '#')   /* sha256sum -c skips comments too */
+        return SL_OK;
+    return rd_sha_line(v, line, len, lineno, err);
 }
 
 static sl_status rd_manifest_read(rd_verify *v, const char *path, sl_err *err)
@@ -134,7 +303,56 @@ static sl_status rd_manifest_read(rd_verify *v, const char *path, sl_err *err)
         i = end + 1;
     }
     free(text);
-    return st;
+    return st == SL_OK ? rd_record_close(v, err) : st;
+}
+
+/* The SHA-256 file f must have: the manifest's (read before), else its Hugging Face cache blob
+ * name. 0 when none is known. */
+static int rd_want_sha256(rd_verify *v, rd_vfile *f)
+{
+    (void)v;
+    if (f->source)
+        return 1;
+    return rd_blob_digest(f);
+}
+
+/* Blocks for every file: verify by blocks; for some only: refused (a load would otherwise read
+ * some files whole and some in part, for no reason a user would want). */
+static sl_status rd_choose_blocks(rd_verify *v, sl_err *err)
+{
+    char nb[SL_TEXT_NAME];
+    int64_t with = 0;
+    for (int64_t i = 0; i < v->n; i++)
+        with += v->v[i].blocks != NULL;
+    v->by_blocks = v->n > 0 && with == v->n;
+    for (int64_t i = 0; with > 0 && !v->by_blocks && i < v->n; i++)
+        if (!v->v[i].blocks)
+            return sl_err_set(err, SL_E_INVALID_ARG,
+                              "%s: the manifest has XXH3 blocks for other files of the checkpoint "
+                              "but not for this one (write it again: --write-manifest)",
+                              sl_text_name(v->v[i].path, nb, sizeof nb));
+    return SL_OK;
+}
+
+static sl_status rd_want_all_sha256(rd_verify *v, const char *manifest, sl_err *err)
+{
+    char nb[SL_TEXT_NAME];
+    if (!sl_sha256_available())
+        return sl_err_set(err, SL_E_UNSUPPORTED,
+                          "--verify: this build has no SHA-256 (rebuild with OpenSSL's libcrypto: "
+                          "Debian libssl-dev), and %s",
+                          manifest ? "the manifest has no XXH3 blocks" : "no manifest was given");
+    for (int64_t i = 0; i < v->n; i++) {
+        rd_vfile *f = &v->v[i];
+        if (!rd_want_sha256(v, f))
+            return sl_err_set(err, SL_E_INVALID_ARG,
+                              "%s: --verify knows no SHA-256 for it (not a Hugging Face cache "
+                              "blob%s)", sl_text_name(f->path, nb, sizeof nb),
+                              manifest ? ", not in the manifest" : "; give a manifest");
+        if (!(f->h = sl_sha256_new()))
+            return sl_err_set(err, SL_E_NOMEM, "out of memory");
+    }
+    return SL_OK;
 }
 
 /* The store's own SHA-256 of remote files (S3's x-amz-checksum-sha256, one HEAD each, all at
@@ -171,10 +389,6 @@ sl_status rd_verify_new(const sl_load_file *files, int64_t n, const char *manife
                         sl_err *err)
 {
     *out = NULL;
-    if (!sl_sha256_available())
-        return sl_err_set(err, SL_E_UNSUPPORTED,
-                          "--verify: this build has no SHA-256 (rebuild with OpenSSL's libcrypto: "
-                          "Debian libssl-dev)");
     rd_verify *v = calloc(1, sizeof *v);
     if (v)
         v->v = calloc((size_t)n + 1, sizeof *v->v);
@@ -190,22 +404,59 @@ sl_status rd_verify_new(const sl_load_file *files, int64_t n, const char *manife
     sl_status st = manifest ? rd_manifest_read(v, manifest, err) : SL_OK;
     if (st == SL_OK)
         st = rd_store_digests(v, files, err);
-    char nb[SL_TEXT_NAME];
-    for (int64_t i = 0; i < n && st == SL_OK; i++) {
-        rd_vfile *f = &v->v[i];
-        if (!f->source && !rd_blob_digest(f))
-            st = sl_err_set(err, SL_E_INVALID_ARG,
-                            "%s: --verify knows no SHA-256 for it (not a Hugging Face cache blob%s)",
-                            sl_text_name(f->path, nb, sizeof nb),
-                            manifest ? ", not in the manifest" : "; give a manifest");
-        else if (!(f->h = sl_sha256_new()))
-            st = sl_err_set(err, SL_E_NOMEM, "out of memory");
-    }
+    if (st == SL_OK)
+        st = rd_choose_blocks(v, err);
+    if (st == SL_OK && !v->by_blocks)
+        st = rd_want_all_sha256(v, manifest, err);
     if (st != SL_OK) {
         rd_verify_free(v);
         return st;
     }
     *out = v;
+    return SL_OK;
+}
+
+int rd_verify_by_blocks(const rd_verify *v)
+{
+    return v->by_blocks;
+}
+
+uint64_t rd_verify_block_bytes(const rd_verify *v, int64_t f)
+{
+    return v->v[f].block;
+}
+
+uint64_t rd_verify_header_end(const rd_verify *v, int64_t f)
+{
+    return v->v[f].header_end;
+}
+
+uint64_t rd_verify_file_bytes(const rd_verify *v, int64_t f)
+{
+    return v->v[f].checked;
+}
+
+/* By blocks: [a, b) is whole blocks of f (the planner cuts chunks at block boundaries). */
+static sl_status rd_verify_blocks(rd_verify *v, int64_t f, uint64_t a, uint64_t b,
+                                  const unsigned char *data, sl_err *err)
+{
+    char nb[SL_TEXT_NAME];
+    const rd_vfile *vf = &v->v[f];
+    const uint64_t bs = vf->block;
+    if (b <= a || b > vf->size || a % bs || (b % bs && b != vf->size))
+        return sl_err_set(err, SL_E_IO, "%s: --verify: bytes [%llu, %llu) are not whole blocks",
+                          vf->path, (unsigned long long)a, (unsigned long long)b);
+    for (uint64_t off = a; off < b; off += bs) {
+        const uint64_t len = b - off < bs ? b - off : bs, k = off / bs;
+        const uint64_t got = XXH3_64bits(data + (off - a), (size_t)len);
+        if (got != vf->blocks[k])
+            return sl_err_set(err, SL_E_INTEGRITY,
+                              "%s: bytes [%llu, %llu) (block %llu) have XXH3 %016llx, the "
+                              "manifest %016llx: the file is corrupt or not the one expected",
+                              sl_text_name(vf->path, nb, sizeof nb), (unsigned long long)off,
+                              (unsigned long long)(off + len), (unsigned long long)k,
+                              (unsigned long long)got, (unsigned long long)vf->blocks[k]);
+    }
     return SL_OK;
 }
 
@@ -241,11 +492,15 @@ static void *rd_verify_main(void *arg)
         const int failed = v->herr.st != SL_OK;
         pthread_mutex_unlock(&v->mu);
         sl_err e = {0};
-        if (!failed)   /* after a failure chunks only come back: the load fails anyway */
+        if (!failed && v->by_blocks)   /* after a failure chunks only come back: the load fails */
+            rd_verify_blocks(v, j.f, j.a, j.b, j.data, &e);
+        else if (!failed)
             rd_verify_chunk(v, j.f, j.a, j.b, j.data, &e);
         pthread_mutex_lock(&v->mu);
         if (e.st != SL_OK && v->herr.st == SL_OK)
             sl_err_copy(&v->herr, &e);
+        if (!failed && e.st == SL_OK)
+            v->v[j.f].checked += j.b - j.a;
         sl_err_clear(&e);
         v->done[(v->dhead + v->dcount++) % v->cap] = j.tag;
         pthread_cond_signal(&v->done_cv);
@@ -254,13 +509,15 @@ static void *rd_verify_main(void *arg)
     return NULL;
 }
 
-/* Files are hashed in parallel, each front to back on one thread: as many threads as CPUs and
- * files allow (a file's hash cannot be split). */
+/* Whole files are hashed in parallel, each front to back on one thread: as many threads as CPUs
+ * and files allow (a file's SHA-256 cannot be split). Blocks: any chunk on any thread. */
 static unsigned rd_verify_threads(const rd_verify *v)
 {
     const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     unsigned n = cpus > 0 ? (unsigned)cpus : 1;
     n = n < RD_VERIFY_THREADS ? n : RD_VERIFY_THREADS;
+    if (v->by_blocks)
+        return n;
     return (int64_t)n < v->n ? n : (unsigned)(v->n > 0 ? v->n : 1);
 }
 
@@ -298,8 +555,9 @@ sl_status rd_verify_start(rd_verify *v, unsigned depth, sl_err *err)
 void rd_verify_push(rd_verify *v, int64_t f, uint64_t a, uint64_t b, const unsigned char *data,
                     void *tag)
 {
-    rd_vworker *w = &v->w[(uint64_t)f % v->n_workers];
     pthread_mutex_lock(&v->mu);
+    /* a file's SHA-256 on one thread, in order; blocks wherever */
+    rd_vworker *w = &v->w[v->by_blocks ? v->rr++ % v->n_workers : (unsigned)((uint64_t)f % v->n_workers)];
     w->q[(w->head + w->count++) % v->cap] = (rd_vjob){.f = f, .a = a, .b = b, .data = data, .tag = tag};
     v->out++;
     pthread_cond_signal(&w->work);
@@ -357,7 +615,11 @@ sl_status rd_verify_finish(rd_verify *v, uint64_t *bytes, int64_t *files, sl_err
     rd_verify_stop(v);   /* every chunk came back: the thread is idle */
     if (v->herr.st != SL_OK)
         return sl_err_copy(err, &v->herr);
-    for (int64_t i = 0; i < v->n; i++) {
+    for (int64_t i = 0; v->by_blocks && i < v->n; i++) {
+        *bytes += v->v[i].checked;
+        *files += v->v[i].checked > 0;
+    }
+    for (int64_t i = 0; !v->by_blocks && i < v->n; i++) {
         rd_vfile *f = &v->v[i];
         if (f->next != f->size)
             return sl_err_set(err, SL_E_IO, "%s: --verify: %llu of %llu bytes hashed",
@@ -383,8 +645,10 @@ void rd_verify_free(rd_verify *v)
     rd_verify_stop(v);
     free(v->done);
     sl_err_clear(&v->herr);
-    for (int64_t i = 0; v->v && i < v->n; i++)
+    for (int64_t i = 0; v->v && i < v->n; i++) {
         sl_sha256_free(v->v[i].h);
+        free(v->v[i].blocks);
+    }
     free(v->v);
     free(v->manifest);
     free(v);

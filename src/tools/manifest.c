@@ -2,13 +2,25 @@
  * folder synth or reshard wrote (which no Hugging Face cache names by digest) can be loaded with
  * --verify --manifest later. The files are the ones a load of the folder reads (the checkpoint
  * opener lists and validates them). Written to a temporary name and renamed, so a crash never
- * leaves a partial manifest under the final name. */
+ * leaves a partial manifest under the final name.
+ *
+ * After each file's sha256sum line come comment lines (sha256sum -c skips lines starting with
+ * '#', --strict too) holding the XXH3-64 of each RD_BLOCK_BYTES block of file offset, so that a
+ * load that reads only part of a file can verify what it reads (read_verify.h has the layout):
+ *
+ *   <sha256>  model-00001-of-00002.safetensors
+ *   #xxh3-blocks <size> <header end> <block bytes> model-00001-of-00002.safetensors
+ *   #b <16 hex> <16 hex> ...            (RD_BLOCK_PER_LINE a line, block 0 first) */
+#include "common/sl_bytes.h"
 #include "common/sl_cancel.h"
 #include "common/sl_err.h"
 #include "common/sl_file.h"
 #include "common/sl_sha256.h"
 #include "common/sl_text.h"
+#include "load/read_verify.h"
 #include "shardload.h"
+
+#include <xxhash.h>
 
 #include <errno.h>
 #include <stdio.h>
@@ -16,9 +28,34 @@
 #include <string.h>
 #include <unistd.h>
 
-#define MF_BUF ((size_t)8 << 20)
+#define MF_BUF ((size_t)8 << 20)   /* whole blocks, so each block is hashed from one buffer */
+_Static_assert(MF_BUF % RD_BLOCK_BYTES == 0, "the read buffer holds whole blocks");
 
-static sl_status mf_hash(const char *path, unsigned char *buf, char hex[SL_SHA256_HEX], sl_err *err)
+/* One file's digests: the SHA-256 of the whole, the XXH3-64 of each block, the header's end. */
+typedef struct mf_digest {
+    char hex[SL_SHA256_HEX];
+    uint64_t size, header_end;
+    uint64_t *blocks;    /* ceil(size / RD_BLOCK_BYTES) */
+    uint64_t n_blocks;
+} mf_digest;
+
+/* The 8-byte header length, bounded by the size (the checkpoint opener validated the header; a
+ * file changed since then gets a header end that its blocks, hashed from the same bytes, cover). */
+static void mf_header_end(const unsigned char *first, uint64_t size, mf_digest *d)
+{
+    const uint64_t len = size >= 8 ? sl_load_le64(first) : 0;
+    d->header_end = size >= 8 && len <= size - 8 ? 8 + len : size;
+}
+
+static void mf_blocks(const unsigned char *buf, size_t n, uint64_t off, mf_digest *d)
+{
+    for (size_t k = 0; k < n; k += RD_BLOCK_BYTES) {
+        const size_t len = n - k < RD_BLOCK_BYTES ? n - k : RD_BLOCK_BYTES;
+        d->blocks[(off + k) / RD_BLOCK_BYTES] = XXH3_64bits(buf + k, len);
+    }
+}
+
+static sl_status mf_hash(const char *path, unsigned char *buf, mf_digest *d, sl_err *err)
 {
     char nb[SL_TEXT_NAME];
     struct stat sb;
@@ -26,7 +63,12 @@ static sl_status mf_hash(const char *path, unsigned char *buf, char hex[SL_SHA25
     if (fd < 0)
         return sl_err_set(err, SL_E_IO, "%s: cannot open: %s", sl_text_name(path, nb, sizeof nb),
                           fd == SL_FILE_NOT_REGULAR ? "not a regular file" : strerror(errno));
-    sl_sha256 *h = sl_sha256_new();
+    d->size = (uint64_t)sb.st_size;
+    d->n_blocks = d->size / RD_BLOCK_BYTES + (d->size % RD_BLOCK_BYTES != 0);
+    d->header_end = 0;
+    free(d->blocks);
+    d->blocks = calloc((size_t)d->n_blocks + 1, sizeof *d->blocks);
+    sl_sha256 *h = d->blocks ? sl_sha256_new() : NULL;
     sl_status st = h ? SL_OK : sl_err_set(err, SL_E_NOMEM, "out of memory");
     for (uint64_t off = 0; st == SL_OK && off < (uint64_t)sb.st_size;) {
         const size_t n = (uint64_t)sb.st_size - off < MF_BUF ? (size_t)((uint64_t)sb.st_size - off) : MF_BUF;
@@ -38,28 +80,51 @@ static sl_status mf_hash(const char *path, unsigned char *buf, char hex[SL_SHA25
                             errno ? strerror(errno) : "file shorter than its size");
         else if (sl_sha256_update(h, buf, n) != 0)
             st = sl_err_set(err, SL_E_IO, "%s: SHA-256 failed", sl_text_name(path, nb, sizeof nb));
+        if (st == SL_OK && off == 0)
+            mf_header_end(buf, d->size, d);
+        if (st == SL_OK)
+            mf_blocks(buf, n, off, d);
         off += n;
     }
-    if (st == SL_OK && sl_sha256_final_hex(h, hex) != 0)
+    if (st == SL_OK && sl_sha256_final_hex(h, d->hex) != 0)
         st = sl_err_set(err, SL_E_IO, "%s: SHA-256 failed", sl_text_name(path, nb, sizeof nb));
     sl_sha256_free(h);
     close(fd);
     return st;
 }
 
-/* Every file of ck hashed into f, one "<hex>  <name>" line each (names relative to its folder). */
+/* One file's lines: its sha256sum line, then its block record. */
+static int mf_print(FILE *f, const char *name, const mf_digest *d)
+{
+    if (fprintf(f, "%s  %s\n%s %llu %llu %llu %s\n", d->hex, name, RD_BLOCK_TAG,
+                (unsigned long long)d->size, (unsigned long long)d->header_end,
+                (unsigned long long)RD_BLOCK_BYTES, name) < 0)
+        return -1;
+    for (uint64_t k = 0; k < d->n_blocks; k++) {
+        const int first = k % RD_BLOCK_PER_LINE == 0;
+        const int last = k % RD_BLOCK_PER_LINE == RD_BLOCK_PER_LINE - 1 || k + 1 == d->n_blocks;
+        if (fprintf(f, "%s%016llx%s", first ? RD_BLOCK_LINE " " : " ",
+                    (unsigned long long)d->blocks[k], last ? "\n" : "") < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Every file of ck hashed into f (names relative to its folder). */
 static sl_status mf_write_lines(const sl_checkpoint *ck, FILE *f, sl_err *err)
 {
     unsigned char *buf = malloc(MF_BUF);
+    mf_digest d = {0};
     if (!buf)
         return sl_err_set(err, SL_E_NOMEM, "out of memory");
-    sl_status st = SL_OK;
+    sl_status st = fprintf(f, "# %s\n", RD_BLOCK_COMMENT) < 0
+                       ? sl_err_set(err, SL_E_IO, "manifest: write failed: %s", strerror(errno)) : SL_OK;
     for (int64_t i = 0; i < sl_checkpoint_file_count(ck) && st == SL_OK; i++) {
         const char *path = sl_checkpoint_file_path(ck, i), *base = strrchr(path, '/');
-        char hex[SL_SHA256_HEX];
-        if ((st = mf_hash(path, buf, hex, err)) == SL_OK && fprintf(f, "%s  %s\n", hex, base ? base + 1 : path) < 0)
+        if ((st = mf_hash(path, buf, &d, err)) == SL_OK && mf_print(f, base ? base + 1 : path, &d) != 0)
             st = sl_err_set(err, SL_E_IO, "manifest: write failed: %s", strerror(errno));
     }
+    free(d.blocks);
     free(buf);
     return st;
 }
