@@ -9,7 +9,10 @@ mixture-of-experts families (Mixtral, Qwen2-MoE, Qwen3-MoE) follow SHARDING-MOE-
 {1,2,4}, P in {1,2}, with and without expert parallelism (E % T != 0 included), layout spmd, and
 the files `shardload reshard` writes, read back with this file's own reader. Block-FP8 checkpoints
 (DeepSeek with F32 scales, Qwen3-MoE with BF16 ones): FP8 bytes bit for bit, scales sliced in
-blocks and widened, through load and reshard. Nothing here
+blocks and widened, through load and reshard. Per-tensor and per-channel FP8 (AutoFP8 0-d
+scales with static input scales on Llama, compressed-tensors [1] scales on Mixtral with E % 4 != 0,
+fbgemm [out, 1] on Qwen2, compressed-tensors channels on Qwen3-MoE, compressed-tensors blocks on
+DeepSeek): T 1/2/4, P 1/2, with and without EP, load and reshard. Nothing here
 uses shardload's code: the reference is numpy and the text of the spec.
 
 usage: oracle_shards.py path/to/shardload
@@ -192,6 +195,65 @@ FP8_ARCHS = {
 }
 FP8_SCALE_DT = {"deepseek_v3": "F32", "qwen3_moe": "BF16"}
 
+# Per-tensor and per-channel FP8 (the spec's table; no block constraints, so any T): a dense
+# family and an MoE family for each, every quantization_config form the spec names, and a
+# compressed-tensors block checkpoint (scales named weight_scale, not _inv). Keys: (name, arch).
+CT_GROUP = {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "float", "strategy": "tensor"}}
+CT_STATIC = {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False}
+FP8_MORE = {
+    # AutoFP8: 0-d F32 scales, static activations (input scales)
+    ("llama-pt", "llama"): dict(ARCHS["llama"], quantization_config={
+        "quant_method": "fp8", "activation_scheme": "static"}),
+    # compressed-tensors per-tensor, static: [1] BF16 scales; an MoE with E % 4 != 0
+    ("mixtral-ct", "mixtral"): dict(MOE_ARCHS["mixtral"], quantization_config={
+        "quant_method": "compressed-tensors", "format": "float-quantized",
+        "config_groups": {"group_0": dict(CT_GROUP, input_activations=CT_STATIC)},
+        "ignore": ["lm_head"]}),
+    # fbgemm per-channel [out, 1]: Qwen2's biases and tied embeddings stay unquantized
+    ("qwen2-fbgemm", "qwen2"): dict(ARCHS["qwen2"], quantization_config={
+        "quant_method": "fbgemm_fp8", "modules_to_not_convert": ["lm_head"],
+        "activation_scale_ub": 1200.0}),
+    # compressed-tensors per-channel, dynamic per-token activations, BF16 scales; an MoE layer
+    # kept whole (its o_proj listed for every layer)
+    ("qwen3_moe-ct", "qwen3_moe"): dict(MOE_ARCHS["qwen3_moe"], quantization_config={
+        "quant_method": "compressed-tensors", "format": "float-quantized",
+        "config_groups": {"group_0": dict(CT_GROUP, weights=dict(CT_GROUP["weights"], strategy="channel"),
+                                          input_activations={"num_bits": 8, "type": "float",
+                                                             "strategy": "token", "dynamic": True})},
+        "ignore": ["lm_head"] + ["model.layers.%d.self_attn.o_proj" % i for i in range(3)]}),
+    # compressed-tensors blocks: DeepSeek's FP8 shapes, scales named weight_scale
+    ("deepseek_v3-ctblock", "deepseek_v3"): dict(FP8_ARCHS["deepseek_v3"], quantization_config={
+        "quant_method": "compressed-tensors", "format": "float-quantized",
+        "config_groups": {"group_0": dict(CT_GROUP, weights={
+            "num_bits": 8, "type": "float", "strategy": "block", "block_structure": [128, 128]},
+            input_activations={"num_bits": 8, "type": "float", "strategy": "group", "group_size": 128,
+                               "dynamic": True})}}),
+}
+FP8_MORE_SCALE_DT = {"llama-pt": "F32", "mixtral-ct": "BF16", "qwen2-fbgemm": "F32",
+                     "qwen3_moe-ct": "BF16", "deepseek_v3-ctblock": "F32"}
+
+
+def fp8_scheme(q):
+    """(kind, scale suffix, static input scales, shape of a per-tensor scale, [bn, bk]) read from
+    a quantization_config as the spec describes it."""
+    m = q["quant_method"]
+    if m == "fp8":
+        if q.get("weight_block_size"):
+            return "block", "_scale_inv", False, None, q["weight_block_size"]
+        return "tensor", "_scale", q.get("activation_scheme") == "static", (), None
+    if m == "fbgemm_fp8":
+        return "channel", "_scale", False, None, None
+    g = next(iter(q["config_groups"].values()))
+    ia = g.get("input_activations")
+    static = bool(ia) and ia.get("dynamic") is False
+    w = g["weights"]
+    return w["strategy"], "_scale", static, (1,), w.get("block_structure")
+
+
+def fp8_ignored(q, name):
+    mods = q.get("ignored_layers") or q.get("modules_to_not_convert") or q.get("ignore") or []
+    return name[:-len(".weight")] in mods
+
 
 def is_deepseek(arch):
     return arch.startswith("deepseek")
@@ -277,8 +339,9 @@ def dims(cfg):
     return H, nh, K, D, cfg["intermediate_size"], cfg["vocab_size"], cfg["num_hidden_layers"]
 
 
-def checkpoint_tensors(arch, cfg, dtype, rng):
-    """The Hugging Face tensors of a config, with random finite values."""
+def checkpoint_tensors(arch, cfg, dtype, rng, scale_dt=None):
+    """The Hugging Face tensors of a config, with random finite values (FP8 scales in scale_dt,
+    else FP8_SCALE_DT's)."""
     H, nh, K, D, I, V, L = dims(cfg)
     E, Ie, Is, mp = moe_info(arch, cfg)
     shapes = {"model.embed_tokens.weight": (V, H), "model.norm.weight": (H,),
@@ -322,21 +385,34 @@ def checkpoint_tensors(arch, cfg, dtype, rng):
         shapes.update({"model.layers.%d.eh_proj.weight" % L: (H, 2 * H),
                        "model.layers.%d.enorm.weight" % L: (H,)})
     out = {}
+    q = cfg.get("quantization_config")
     for name, shp in shapes.items():
-        if cfg.get("quantization_config") and fp8_quantized(name, shp):
+        if q and fp8_quantized(name, shp) and not fp8_ignored(q, name):
             b = rng.integers(0, 256, size=shp, dtype=np.uint8)
             b[(b & 0x7F) == 0x7F] ^= 1   # never e4m3's NaN
             out[name] = ("F8_E4M3", b)
-            bn, bk = cfg["quantization_config"]["weight_block_size"]
-            sc = rng.uniform(1e-4, 1e-2, size=(-(-shp[0] // bn), -(-shp[1] // bk))).astype(np.float32)
-            sdt = FP8_SCALE_DT.get(arch, "F32")
-            out[name + "_scale_inv"] = (sdt, sc if sdt == "F32" else f32_to_bf16(sc))
+            kind, suffix, static, scalar, block = fp8_scheme(q)
+            sshape = {"block": lambda: (-(-shp[0] // block[0]), -(-shp[1] // block[1])),
+                      "tensor": lambda: scalar, "channel": lambda: (shp[0], 1)}[kind]()
+            sdt = scale_dt or FP8_SCALE_DT.get(arch, "F32")
+
+            def scale(shape):
+                sc = rng.uniform(1e-4, 1e-2, size=shape).astype(np.float32)
+                return (sdt, sc if sdt == "F32" else f32_to_bf16(sc))
+            out[name + suffix] = scale(sshape)
+            if static:
+                out[name[:-len("weight")] + "input_scale"] = scale(scalar)
             continue
         f = rng.standard_normal(shp).astype(np.float32)
         if name.endswith("e_score_correction_bias"):   # F32 whatever the model's dtype
             out[name] = ("F32", f)
             continue
         out[name] = ("F32", f) if dtype == "F32" else ("BF16", f32_to_bf16(f))
+    # one input scale per expert in vLLM: w3's (up_proj's) equals w1's (gate_proj's) in the file
+    g, u, _ = expert_names(arch)
+    for name in list(out):
+        if ".experts." in name and name.endswith("." + u + ".input_scale"):
+            out[name] = out[name[:-len(u + ".input_scale")] + g + ".input_scale"]
     return out
 
 
@@ -405,66 +481,115 @@ def cdiv(a, b):
     return -(-a // b)
 
 
-def scale_of(w, name):
+def widened(s):
     """A checkpoint scale as F32 (a BF16 one widened exactly)."""
-    s = w[name + "_scale_inv"]
     return bf16_to_f32(s) if s.dtype == np.uint16 else s
 
 
-def scale_rows(w, name, o, src):
-    """Column slot of o rows per rank from source block src: block rows [src*nb, (src+1)*nb)."""
-    nb = cdiv(o, 128)
-    return scale_of(w, name)[src * nb:(src + 1) * nb]
+class Scales:
+    """One device's FP8 scale parameters, from the spec's table, for one quantization_config."""
+
+    def __init__(self, cfg, w):
+        self.kind, self.suffix, self.static, _, block = fp8_scheme(cfg["quantization_config"])
+        self.bn, self.bk = block or (0, 0)
+        self.w = w
+
+    def of(self, name):
+        return widened(self.w[name + self.suffix])
+
+    def scalar(self, name, inp=False):
+        """A per-tensor scale ([] or [1] in the file) as one element."""
+        return widened(self.w[name[:-len("weight")] + "input_scale" if inp else name + self.suffix]).reshape(1)
+
+    def rows(self, name, o, src):
+        """Column slot of o rows a rank from source block src: the weight's rows, or in blocks."""
+        if self.kind == "channel":
+            return self.of(name)[src * o:(src + 1) * o]
+        nb = cdiv(o, self.bn)
+        return self.of(name)[src * nb:(src + 1) * nb]
+
+    def cols(self, name, ii, r):
+        """A row layer's scale: columns in blocks; a per-channel [out, 1] whole."""
+        if self.kind == "channel":
+            return self.of(name)
+        kb = cdiv(ii, self.bk)
+        return self.of(name)[:, r * kb:(r + 1) * kb]
+
+    def slots(self, out, pname, parts, inp=False):
+        """The parameter's scale from its slots: parts = [(checkpoint weight, rows, source block)];
+        rows None: the whole tensor (replicated, concatenated)."""
+        if self.kind == "tensor" or inp:
+            arr = np.concatenate([self.scalar(n, inp) for n, _, _ in parts])
+        else:
+            arr = np.concatenate([self.of(n) if o is None else self.rows(n, o, b) for n, o, b in parts])
+        out[pname[:-len("weight")] + "input_scale" if inp else pname + self.suffix] = arr
 
 
-def scale_cols(w, name, ii, r):
-    kb = cdiv(ii, 128)
-    return scale_of(w, name)[:, r * kb:(r + 1) * kb]
+def cdiv(a, b):
+    return -(-a // b)
 
 
 def expected_fp8_scales(arch, cfg, w, out, T, r, ep):
-    """SHARDING-MOE-FP8.md's block-scale table for the parameters of `out` (one device)."""
+    """SHARDING-MOE-FP8.md's scale table (block, per-tensor, per-channel and static input scales)
+    for the FP8 parameters of `out` (one device)."""
     H, nh, K, D, I, V, L = dims(cfg)
     E, Ie, Is, mp = moe_info(arch, cfg)
+    sc = Scales(cfg, w)
     for pname in list(out):
         if not pname.startswith("model.layers.") or out[pname].dtype != np.uint8:
             continue
         p = pname[:pname.index(".", len("model.layers.")) + 1]
         x = pname[len(p):]
-        sname = pname + "_scale_inv"
-        if x == "self_attn.fused_qkv_a_proj.weight":
-            out[sname] = np.concatenate([scale_of(w, p + "self_attn.q_a_proj.weight"),
-                                         scale_of(w, p + "self_attn.kv_a_proj_with_mqa.weight")])
-        elif x in ("self_attn.q_b_proj.weight", "self_attn.kv_b_proj.weight", "self_attn.q_proj.weight"):
-            out[sname] = scale_rows(w, pname, out[pname].shape[0], r)
-        elif x == "self_attn.qkv_proj.weight":
-            nq, kl = nh // T, (K // T if T <= K else 1)
-            kb = r if T <= K else r // (T // K)
-            out[sname] = np.concatenate([scale_rows(w, p + "self_attn.q_proj.weight", nq * D, r),
-                                         scale_rows(w, p + "self_attn.k_proj.weight", kl * D, kb),
-                                         scale_rows(w, p + "self_attn.v_proj.weight", kl * D, kb)])
-        elif x.endswith("o_proj.weight") or x.endswith("down_proj.weight"):
-            out[sname] = scale_cols(w, pname, out[pname].shape[1], r)
-        elif x.endswith("gate_up_proj.weight"):
-            base, o = pname[:-len("gate_up_proj.weight")], out[pname].shape[0] // 2
-            out[sname] = np.concatenate([scale_rows(w, base + "gate_proj.weight", o, r),
-                                         scale_rows(w, base + "up_proj.weight", o, r)])
-        elif x == mp + "experts.w13_weight" or x == mp + "experts.w2_weight":
-            first, count = ep_range(E, T, r) if ep else (0, E)
-            Ip, t = (Ie, 0) if ep else (Ie // T, r)
-            g, u, dn = expert_names(arch)
-            per = []
-            for e in range(first, first + count):
-                ex = p + mp + "experts.%d." % e
-                if x.endswith("w13_weight"):
-                    per.append(np.concatenate([scale_rows(w, ex + g + ".weight", Ip, t),
-                                               scale_rows(w, ex + u + ".weight", Ip, t)]))
+        a = p + "self_attn."
+        for inp in ((False, True) if sc.static else (False,)):
+            if x == "self_attn.fused_qkv_a_proj.weight":
+                sc.slots(out, pname, [(a + "q_a_proj.weight", None, 0),
+                                      (a + "kv_a_proj_with_mqa.weight", None, 0)], inp)
+            elif x == "self_attn.kv_a_proj_with_mqa.weight":   # replicated
+                sc.slots(out, pname, [(pname, None, 0)], inp)
+            elif x in ("self_attn.q_b_proj.weight", "self_attn.kv_b_proj.weight", "self_attn.q_proj.weight"):
+                sc.slots(out, pname, [(pname, out[pname].shape[0], r)], inp)
+            elif x == "self_attn.qkv_proj.weight":
+                nq, kl = nh // T, (K // T if T <= K else 1)
+                kb = r if T <= K else r // (T // K)
+                sc.slots(out, pname, [(a + "q_proj.weight", nq * D, r), (a + "k_proj.weight", kl * D, kb),
+                                      (a + "v_proj.weight", kl * D, kb)], inp)
+            elif x.endswith("o_proj.weight") or x.endswith("down_proj.weight"):
+                if sc.kind == "tensor" or inp:
+                    sc.slots(out, pname, [(pname, None, 0)], inp)
                 else:
-                    per.append(scale_cols(w, ex + dn + ".weight", Ip, t))
-            out[sname] = np.stack(per)
-        else:
-            raise AssertionError("no FP8 scale rule for " + pname)
+                    out[pname + sc.suffix] = sc.cols(pname, out[pname].shape[1], r)
+            elif x.endswith("gate_up_proj.weight"):
+                base, o = pname[:-len("gate_up_proj.weight")], out[pname].shape[0] // 2
+                sc.slots(out, pname, [(base + "gate_proj.weight", o, r), (base + "up_proj.weight", o, r)], inp)
+            elif x == mp + "experts.w13_weight" or x == mp + "experts.w2_weight":
+                expert_scales(arch, cfg, sc, out, pname, p + mp, T, r, ep, inp)
+            else:
+                raise AssertionError("no FP8 scale rule for " + pname)
     return out
+
+
+def expert_scales(arch, cfg, sc, out, pname, pm, T, r, ep, inp):
+    """w13 / w2 scales: per-tensor [El, 2] / [El], per-channel [El, 2*Ip, 1] / [El, H, 1], blocks
+    [El, 2*nb, kb] / [El, cdiv(H, bn), kb], static input scales [El] (w1's, equal to w3's)."""
+    E, Ie, Is, mp = moe_info(arch, cfg)
+    first, count = ep_range(E, T, r) if ep else (0, E)
+    Ip, t = (Ie, 0) if ep else (Ie // T, r)
+    g, u, dn = expert_names(arch)
+    w13 = pname.endswith("w13_weight")
+    per = []
+    for e in range(first, first + count):
+        ex = pm + "experts.%d." % e
+        if inp:
+            per.append(sc.scalar(ex + (g if w13 else dn) + ".weight", True)[0])
+        elif sc.kind == "tensor":
+            per.append(np.concatenate([sc.scalar(ex + g + ".weight"), sc.scalar(ex + u + ".weight")])
+                       if w13 else sc.scalar(ex + dn + ".weight")[0])
+        elif w13:
+            per.append(np.concatenate([sc.rows(ex + g + ".weight", Ip, t), sc.rows(ex + u + ".weight", Ip, t)]))
+        else:
+            per.append(sc.cols(ex + dn + ".weight", Ip, t))
+    out[pname[:-len("weight")] + "input_scale" if inp else pname + sc.suffix] = np.stack(per)
 
 
 def expected_tp(arch, cfg, ck, T, P, d, ep=False):
@@ -579,7 +704,7 @@ def read_safetensors(path):
 
 def check_reshard(exe, path, arch, cfg, ck, T, P, ep, tmp):
     """`shardload reshard` for the mesh, each rank file read back here and compared array for array."""
-    out = os.path.join(tmp, "rs-%s-%d-%d-%d" % (arch, T, P, ep))
+    out = os.path.join(tmp, "rs-%s-%d-%d-%d" % (os.path.basename(path), T, P, ep))
     cmd = [exe, "reshard", path, out, "--tp", str(T), "--pp", str(P)] + (["--ep"] if ep else [])
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
@@ -707,6 +832,30 @@ def check_fp8(exe, tmp, rng, shuffle):
                 passed += 1
             except AssertionError as e:
                 print("FAIL:", e)
+                failed += 1
+    for (name, arch), cfg in FP8_MORE.items():
+        path = os.path.join(tmp, name)
+        os.mkdir(path)
+        c = dict(cfg, torch_dtype="bfloat16")
+        with open(os.path.join(path, "config.json"), "w") as f:
+            json.dump(c, f)
+        ck = checkpoint_tensors(arch, c, "BF16", rng, FP8_MORE_SCALE_DT[name])
+        write_checkpoint(path, ck, 3, shuffle)
+        moe = arch in MOE_ARCHS
+        if fp8_scheme(c["quantization_config"])[0] == "block":   # T = 4 splits o_proj below a block
+            cases = [(T, P, ep, "BF16") for T in (1, 2) for P in (1, 2) for ep in (False, True)]
+        else:
+            cases = [(T, P, ep, "BF16") for T in (1, 2, 4) for P in (1, 2) for ep in (False, True)
+                     if moe or not ep]
+        cases.append((2, 1, moe, "F32"))
+        for T, P, ep, dst_dt in cases:
+            try:
+                check(exe, path, arch, c, ck, "tp", T, P, "BF16", dst_dt, ep)
+                if dst_dt == "BF16":
+                    check_reshard(exe, path, arch, c, ck, T, P, ep, tmp)
+                passed += 1
+            except AssertionError as e:
+                print("FAIL: %s:" % name, e)
                 failed += 1
     return passed, failed
 

@@ -5,7 +5,11 @@
  * bytes, positive scales), and every FP8 error: E5M2 weights, a BF16 weight where FP8 is expected,
  * a missing scale, a fused layer quantized in part, ignored_layers, unsupported formats, spmd, and
  * a load (the engine writes one dtype per plan: FP8 plans are refused, not loaded wrongly).
- * Exit 0 pass, 1 fail. */
+ * Per-tensor and per-channel scales (fp8 without blocks, fbgemm_fp8, compressed-tensors): the
+ * spec's shapes from the real Mixtral and Llama configs, synth's checkpoints ([] and [1] scalars,
+ * [out, 1] channels, equal w1/w3 input scales), and their errors: a scale of the wrong shape, a
+ * missing input scale, unequal w1/w3 input scales, regular expressions in "ignore", formats that
+ * are not FP8. Exit 0 pass, 1 fail. */
 #include "expect.h"
 #include "plan_testutil.h"
 #include "scratch.h"
@@ -40,6 +44,12 @@ static int is(const sl_plan *p, int d, const char *name, sl_dtype dt, uint64_t a
     const sl_plan_param_t *x = tu_param(p, d, name);
     return x && x->dtype == dt && x->ndim == (c ? 3u : 2u) && x->shape[0] == a && x->shape[1] == b &&
            (c == 0 || x->shape[2] == c);
+}
+
+static int is1(const sl_plan *p, int d, const char *name, uint64_t a)
+{
+    const sl_plan_param_t *x = tu_param(p, d, name);
+    return x && x->dtype == SL_DTYPE_F32 && x->ndim == 1 && x->shape[0] == a;
 }
 
 /* A config from a base file with quantization_config (and other keys) replaced. */
@@ -354,9 +364,29 @@ static void config_errors(void)
         const char *quant, *want;
         sl_status st;
     } cases[] = {
-        {"{\"quant_method\":\"fbgemm_fp8\"}", "quant_method 'fbgemm_fp8' is not supported yet", SL_E_UNSUPPORTED},
-        {"{\"quant_method\":\"fp8\",\"activation_scheme\":\"static\"}", "without weight_block_size",
+        {"{\"quant_method\":\"awq\"}", "quant_method 'awq' is not supported (FP8 only", SL_E_UNSUPPORTED},
+        {"{\"quant_method\":\"fp8\",\"activation_scheme\":\"static\",\"weight_block_size\":[128,128]}",
+         "The block-wise quantization only supports dynamic activation scheme", SL_E_UNSUPPORTED},
+        {"{\"quant_method\":\"fp8\",\"activation_scheme\":\"sometimes\"}", "Unsupported activation scheme "
+         "sometimes", SL_E_CONFIG},
+        {"{\"quant_method\":\"compressed-tensors\",\"config_groups\":{\"g\":{\"weights\":{\"num_bits\":8,"
+         "\"type\":\"int\",\"strategy\":\"channel\"}}}}", "only float 8-bit weights (FP8) are supported, "
+         "not int 8-bit", SL_E_UNSUPPORTED},
+        {"{\"quant_method\":\"compressed-tensors\",\"config_groups\":{\"g\":{\"weights\":{\"num_bits\":8,"
+         "\"type\":\"float\",\"strategy\":\"group\"}}}}", "weight strategy 'group' is not supported",
          SL_E_UNSUPPORTED},
+        {"{\"quant_method\":\"compressed-tensors\",\"config_groups\":{\"a\":{\"weights\":{\"num_bits\":8,"
+         "\"type\":\"float\",\"strategy\":\"tensor\"}},\"b\":{\"weights\":{\"num_bits\":8,\"type\":"
+         "\"float\",\"strategy\":\"channel\"}}}}", "config group 'b' differs from the others", SL_E_UNSUPPORTED},
+        {"{\"quant_method\":\"compressed-tensors\",\"config_groups\":{\"g\":{\"targets\":[\"Embedding\"],"
+         "\"weights\":{\"num_bits\":8,\"type\":\"float\",\"strategy\":\"tensor\"}}}}",
+         "target 'Embedding' is not supported yet", SL_E_UNSUPPORTED},
+        {"{\"quant_method\":\"compressed-tensors\",\"config_groups\":{\"g\":{\"weights\":{\"num_bits\":8,"
+         "\"type\":\"float\",\"strategy\":\"tensor\"}}},\"ignore\":[\"lm_head\",\"re:.*mlp.gate$\"]}",
+         "'ignore' entry 're:.*mlp.gate$' is a regular expression: only exact module names", SL_E_UNSUPPORTED},
+        {"{\"quant_method\":\"compressed-tensors\",\"config_groups\":{\"g\":{\"weights\":{\"num_bits\":8,"
+         "\"type\":\"float\",\"strategy\":\"tensor\"},\"input_activations\":{\"dynamic\":false,"
+         "\"strategy\":\"token\"}}}}", "static input activations with strategy 'token'", SL_E_UNSUPPORTED},
         {"{\"quant_method\":\"fp8\",\"fmt\":\"e5m2\",\"weight_block_size\":[128,128]}", "only e4m3",
          SL_E_UNSUPPORTED},
         {"{\"quant_method\":\"fp8\",\"weight_block_size\":[128]}", "'weight_block_size' is not [bn, bk]",
@@ -385,6 +415,173 @@ static void config_errors(void)
     sl_plan_free(p);
 }
 
+/* ---- per-tensor and per-channel scales -------------------------------------------------------- */
+
+static const char pt_static[] = "{\"quant_method\":\"fp8\",\"activation_scheme\":\"static\"}";
+static const char ct_static[] = "{\"quant_method\":\"compressed-tensors\",\"format\":\"float-quantized\","
+                                "\"config_groups\":{\"g\":{\"targets\":[\"Linear\"],\"weights\":{\"num_bits\""
+                                ":8,\"type\":\"float\",\"strategy\":\"tensor\"},\"input_activations\":{"
+                                "\"num_bits\":8,\"type\":\"float\",\"strategy\":\"tensor\",\"dynamic\":false}}},"
+                                "\"ignore\":[\"lm_head\"]}";
+static const char fbgemm[] = "{\"quant_method\":\"fbgemm_fp8\",\"modules_to_not_convert\":[\"lm_head\"],"
+                             "\"activation_scale_ub\":1200.0}";
+
+/* The spec's per-tensor MoE parameters (Mixtral-8x7B, AutoFP8 static) and per-channel rows
+ * (Llama-3-8B, fbgemm, T = 8: kv heads 8 over 8 ranks, one each). */
+static void scalar_channel_figures(void)
+{
+    sl_plan *p = NULL;
+    const char *mx = config_with(CONFIGS "/mixtral-8x7b.json", "mx-pt.json", pt_static);
+    EXPECT(build(NULL, mx, 2, 0, SL_LAYOUT_TP, &p) == SL_OK, "%s", sl_plan_errmsg(p));
+    const char *e = "model.layers.7.block_sparse_moe.experts.";
+    char n[4][128];
+    snprintf(n[0], sizeof n[0], "%sw13_weight_scale", e);
+    snprintf(n[1], sizeof n[1], "%sw2_weight_scale", e);
+    snprintf(n[2], sizeof n[2], "%sw13_input_scale", e);
+    snprintf(n[3], sizeof n[3], "%sw2_input_scale", e);
+    EXPECT(is(p, 1, n[0], SL_DTYPE_F32, 8, 2, 0) && is1(p, 1, n[1], 8) && is1(p, 1, n[2], 8) && is1(p, 1, n[3], 8),
+           "Mixtral per-tensor: w13_weight_scale [8, 2], w2_weight_scale, w13/w2_input_scale [8]");
+    EXPECT(is1(p, 0, "model.layers.0.self_attn.qkv_proj.weight_scale", 3) &&
+               is1(p, 0, "model.layers.0.self_attn.qkv_proj.input_scale", 3) &&
+               is1(p, 0, "model.layers.0.self_attn.o_proj.weight_scale", 1) &&
+               is(p, 0, "model.layers.0.self_attn.qkv_proj.weight", SL_DTYPE_F8_E4M3, 3072, 4096, 0),
+           "Mixtral per-tensor: qkv [3], o_proj [1]");
+    sl_plan_free(p);
+    EXPECT(build(NULL, mx, 2, 1, SL_LAYOUT_TP, &p) == SL_OK, "%s", sl_plan_errmsg(p));
+    EXPECT(is(p, 0, n[0], SL_DTYPE_F32, 4, 2, 0) && is1(p, 0, n[1], 4) && is1(p, 0, n[2], 4),
+           "Mixtral per-tensor EP: 4 experts a rank");
+    sl_plan_free(p);
+    /* fbgemm: Llama-3-8B at T = 4 would be refused with blocks (o_proj 1024 columns is fine, but
+     * no block rule applies to per-channel scales at any T) */
+    const char *ll = config_with(CONFIGS "/llama-3-8b.json", "ll-fb.json", fbgemm);
+    EXPECT(build(NULL, ll, 8, 0, SL_LAYOUT_TP, &p) == SL_OK, "%s", sl_plan_errmsg(p));
+    EXPECT(is(p, 5, "model.layers.3.self_attn.qkv_proj.weight_scale", SL_DTYPE_F32, 768, 1, 0) &&
+               is(p, 5, "model.layers.3.self_attn.o_proj.weight_scale", SL_DTYPE_F32, 4096, 1, 0) &&
+               is(p, 5, "model.layers.3.mlp.gate_up_proj.weight_scale", SL_DTYPE_F32, 3584, 1, 0) &&
+               is(p, 5, "model.layers.3.mlp.down_proj.weight_scale", SL_DTYPE_F32, 4096, 1, 0) &&
+               !tu_param(p, 5, "model.layers.3.mlp.down_proj.input_scale") &&
+               is(p, 5, "lm_head.weight", SL_DTYPE_BF16, 16032, 4096, 0),
+           "Llama-3-8B fbgemm T=8: channel scales [768|4096|3584|4096, 1], no input scales");
+    sl_plan_free(p);
+}
+
+/* Synth writes AutoFP8's scalars 0-d and compressed-tensors' [1], w3's input scale equal to w1's
+ * (so the checkpoint plans), fbgemm's scales [out, 1]; every scale positive. */
+static void synth_scales(void)
+{
+    static const struct {
+        const char *quant, *tensor;
+        uint32_t ndim;
+        uint64_t d0, d1;
+    } cases[] = {
+        {pt_static, "model.layers.1.mlp.experts.2.up_proj.input_scale", 0, 0, 0},
+        {ct_static, "model.layers.1.mlp.experts.2.up_proj.weight_scale", 1, 1, 0},
+        {fbgemm, "model.layers.1.mlp.experts.2.down_proj.weight_scale", 2, 256, 1},
+        {fbgemm, "model.layers.0.self_attn.o_proj.weight_scale", 2, 256, 1},
+    };
+    char err[512];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char ckdir[300];
+        snprintf(ckdir, sizeof ckdir, "%s/sc-%zu", dir, i);
+        const char *cfg = small_ds("sc.json", cases[i].quant);
+        EXPECT(sl_synth(cfg, NULL, ckdir, -1, 5, 0, err, sizeof err) == SL_OK, "synth: %s", err);
+        sl_checkpoint *ck = NULL;
+        sl_tensor_info ti;
+        EXPECT(sl_checkpoint_open(ckdir, &ck) == SL_OK && tensor_index(ck, cases[i].tensor, &ti) >= 0 &&
+                   ti.ndim == cases[i].ndim && ti.dtype == SL_DTYPE_F32 &&
+                   (ti.ndim == 0 || ti.shape[0] == cases[i].d0) && (ti.ndim < 2 || ti.shape[1] == cases[i].d1),
+               "synth %zu: %s has %u dims", i, cases[i].tensor, ck ? ti.ndim : 0);
+        float v = 0.0f;
+        FILE *f = ck ? fopen(sl_checkpoint_file_path(ck, ti.file), "rb") : NULL;
+        EXPECT(f && fseek(f, (long)ti.offset, SEEK_SET) == 0 && fread(&v, 4, 1, f) == 1 && v > 0.0f && v < 1.0f,
+               "synth %zu: a positive scale, %g", i, (double)v);
+        if (f)
+            fclose(f);
+        sl_plan *p = NULL;
+        EXPECT(ck && build(ck, cfg, 2, 1, SL_LAYOUT_TP, &p) == SL_OK, "synth %zu plans: %s", i, sl_plan_errmsg(p));
+        sl_plan_free(p);
+        sl_checkpoint_close(ck);
+    }
+}
+
+/* A tensor of the one-file-per-tensor checkpoint rewritten as zeros of dtype dt and shape. */
+static void rewrite_tensor(const char *ckdir, const char *name, sl_dtype dt, uint32_t ndim, const uint64_t *shape)
+{
+    sl_checkpoint *ck = NULL;
+    sl_tensor_info ti;
+    char path[600];
+    EXPECT(sl_checkpoint_open(ckdir, &ck) == SL_OK && tensor_index(ck, name, &ti) >= 0, "%s", name);
+    if (!ck)
+        return;
+    snprintf(path, sizeof path, "%s", sl_checkpoint_file_path(ck, ti.file));
+    sl_checkpoint_close(ck);
+    uint64_t n = 1;
+    for (uint32_t d = 0; d < ndim; d++)
+        n *= shape[d];
+    sl_writer *w = NULL;
+    int64_t idx = 0;
+    const size_t nb = (size_t)(n * sl_dtype_bits(dt) / 8);
+    void *zero = calloc(1, nb + 1);
+    EXPECT(zero && sl_writer_open(path, &w) == SL_OK && sl_writer_add(w, name, dt, ndim, shape, &idx) == SL_OK &&
+               sl_writer_begin(w) == SL_OK && sl_writer_write(w, idx, 0, zero, nb) == SL_OK &&
+               sl_writer_finish(w) == SL_OK, "rewrite %s", name);
+    sl_writer_free(w);
+    free(zero);
+}
+
+static void scale_errors(void)
+{
+    static const uint64_t two[] = {2}, col[] = {256}, one[] = {1}, chan[] = {256, 1};
+    static const struct {
+        const char *quant, *name;
+        sl_dtype dt;       /* SL_DTYPE_BOOL: drop the tensor */
+        uint32_t ndim;
+        const uint64_t *shape;
+        sl_status want;
+        const char *text;
+    } cases[] = {
+        /* w3's input scale 0, w1's positive */
+        {pt_static, "model.layers.1.mlp.experts.2.up_proj.input_scale", SL_DTYPE_F32, 0, NULL, SL_E_UNSUPPORTED,
+         "input_scales of w1 and w3 of a layer must be equal: checkpoint tensors "
+         "'model.layers.1.mlp.experts.2.gate_proj.input_scale' (F32 0x"},
+        {ct_static, "model.layers.1.mlp.experts.0.gate_proj.input_scale", SL_DTYPE_F32, 1, one, SL_E_UNSUPPORTED,
+         "and 'model.layers.1.mlp.experts.0.up_proj.input_scale' (F32 0x"},
+        {ct_static, "model.layers.1.mlp.experts.0.up_proj.input_scale", SL_DTYPE_BF16, 1, one, SL_E_UNSUPPORTED,
+         "'model.layers.1.mlp.experts.0.up_proj.input_scale' (BF16 0x00000000) differ"},
+        {pt_static, "model.layers.1.self_attn.o_proj.input_scale", SL_DTYPE_BOOL, 0, NULL, SL_E_MISSING,
+         "(checkpoint tensors missing: 'model.layers.1.self_attn.o_proj.input_scale')"},
+        {pt_static, "model.layers.0.self_attn.q_b_proj.weight_scale", SL_DTYPE_F32, 1, two, SL_E_SHAPE,
+         "'model.layers.0.self_attn.q_b_proj.weight_scale' has shape [2] but the config implies []"},
+        {fbgemm, "model.layers.0.self_attn.o_proj.weight_scale", SL_DTYPE_F32, 1, col, SL_E_SHAPE,
+         "'model.layers.0.self_attn.o_proj.weight_scale' has shape [256] but the config implies [256, 1]"},
+        {fbgemm, "model.layers.1.mlp.experts.3.down_proj.weight_scale", SL_DTYPE_BOOL, 0, NULL, SL_E_MISSING,
+         "(checkpoint tensors missing: 'model.layers.1.mlp.experts.3.down_proj.weight_scale')"},
+        {fbgemm, "model.layers.0.self_attn.o_proj.weight_scale", SL_DTYPE_BF16, 2, chan, SL_OK, ""},   /* widened */
+        {ct_static, "model.layers.0.self_attn.o_proj.weight_scale", SL_DTYPE_F32, 0, NULL, SL_OK, ""},   /* [] too */
+    };
+    char err[512];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char ckdir[300];
+        snprintf(ckdir, sizeof ckdir, "%s/se-%zu", dir, i);
+        const char *cfg = small_ds("se.json", cases[i].quant);
+        EXPECT(sl_synth(cfg, NULL, ckdir, -1, 3, 1, err, sizeof err) == SL_OK, "synth: %s", err);
+        if (cases[i].dt == SL_DTYPE_BOOL)
+            drop_tensor(ckdir, cases[i].name);
+        else
+            rewrite_tensor(ckdir, cases[i].name, cases[i].dt, cases[i].ndim, cases[i].shape);
+        sl_checkpoint *ck = NULL;
+        EXPECT(sl_checkpoint_open(ckdir, &ck) == SL_OK, "open %s", ckdir);
+        sl_plan *p = NULL;
+        const sl_status st = build(ck, cfg, 2, 0, SL_LAYOUT_TP, &p);
+        if (cases[i].want == SL_OK)
+            EXPECT(st == SL_OK, "%s: %s", cases[i].name, sl_plan_errmsg(p));
+        else
+            tu_expect_plan_error(cases[i].name, st, p, cases[i].want, cases[i].text);
+        sl_plan_free(p);
+        sl_checkpoint_close(ck);
+    }
+}
+
 int main(void)
 {
     tu_tmpdir(dir, sizeof dir, "test_plan_fp8");
@@ -392,6 +589,9 @@ int main(void)
     synth_and_bind();
     checkpoint_errors();
     config_errors();
+    scalar_channel_figures();
+    synth_scales();
+    scale_errors();
     tu_rm_rf(dir);
     if (expect_failures)
         fprintf(stderr, "%d failure(s)\n", expect_failures);

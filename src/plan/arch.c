@@ -289,7 +289,7 @@ static sl_status group_finish(sl_err *err, sl_arch *m, sl_rule_group *g)
         const sl_rule *r = &m->rules[g->rules[i]];
         SL_CHECK(r->slot == i, err, SL_E_CONFIG, "param '%s' lacks slot %d", r0->param, (int)i);
         const uint64_t want = (uint64_t)(r->slot == 0 ? c->nh : c->K) * (uint64_t)c->D;
-        SL_CHECK(r->shard != SL_SHARD_QKV || r->scale_of >= 0 || r->shape[0] == want, err, SL_E_CONFIG,
+        SL_CHECK(r->shard != SL_SHARD_QKV || r->scale_kind != SL_SCALE_NONE || r->shape[0] == want, err, SL_E_CONFIG,
                  "rule '%s': a qkv slot's dim 0 must be %s*D", r->tensor, r->slot ? "K" : "nh");
     }
     SL_CHECK(r0->shard != SL_SHARD_QKV || g->n_rules == 3, err, SL_E_CONFIG,
@@ -318,8 +318,8 @@ static sl_status rules_parse(sl_err *err, sl_arch *m, const json_t *root)
              "rule table has no \"rules\" list");
     SL_CHECK(json_array_size(rules) < 4096, err, SL_E_CONFIG, "rule table has too many rules");
     m->n_rules = (int32_t)json_array_size(rules);
-    /* room for a block-scale rule per rule (arch_quant.c) */
-    const int32_t cap = 2 * m->n_rules;
+    /* room for a weight scale and an input scale per rule (arch_quant.c) */
+    const int32_t cap = 3 * m->n_rules;
     m->rules = sl_arena_alloc(&m->arena, (size_t)cap * sizeof(*m->rules));
     m->groups = sl_arena_alloc(&m->arena, (size_t)cap * sizeof(*m->groups));
     SL_CHECK(m->rules && m->groups, err, SL_E_NOMEM, "out of memory");
@@ -535,7 +535,8 @@ static sl_status tensor_set(sl_err *err, sl_arch *m, int32_t ri, int64_t l, int6
     t->layer = r->place == SL_PLACE_LAYER ? (int32_t)l : -1;
     t->expert = r->expert ? (int32_t)e : -1;
     t->dtype = r->dtype;
-    t->ndim = r->ndim;
+    /* AutoFP8 writes its per-tensor scales 0-d; the planner takes [] and [1] alike */
+    t->ndim = m->quant.scalar && sl_arch_scale_scalar(r) ? 0 : r->ndim;
     t->shape = r->shape;
     t->name = r->place == SL_PLACE_LAYER ? name_format(&m->arena, r->tensor, l, e) : r->tensor;
     SL_CHECK(t->name != NULL, err, SL_E_NOMEM, "out of memory");

@@ -37,6 +37,18 @@ typedef enum sl_place { SL_PLACE_LAYER = 0, SL_PLACE_FIRST, SL_PLACE_LAST } sl_p
  * says so for the config (arch_moe.c); every other layer is dense. */
 typedef enum sl_layers { SL_LAYERS_ALL = 0, SL_LAYERS_DENSE, SL_LAYERS_MOE } sl_layers;
 
+/* What a rule arch_quant.c adds beside an FP8 weight is (SHARDING-MOE-FP8.md, "FP8 checkpoints"). */
+typedef enum sl_scale_kind {
+    SL_SCALE_NONE = 0,        /* not a scale: a table rule */
+    SL_SCALE_BLOCK,           /* [cdiv(out, bn), cdiv(in, bk)], sliced in blocks as the weight */
+    SL_SCALE_TENSOR,          /* weight_scale [] or [1]: one element per slot, never sliced */
+    SL_SCALE_CHANNEL,         /* weight_scale [out, 1]: rows as the weight's; a row layer's whole */
+    SL_SCALE_INPUT            /* static input_scale [] or [1]: as SL_SCALE_TENSOR */
+} sl_scale_kind;
+
+/* The FP8 scheme of a quantization_config (arch_quant.c). */
+typedef enum sl_quant_scheme { SL_QUANT_BLOCK = 0, SL_QUANT_TENSOR, SL_QUANT_CHANNEL } sl_quant_scheme;
+
 typedef struct sl_rule {
     const char *tensor;       /* checkpoint name pattern, {i} = layer (arena) */
     const char *param;        /* tp-layout parameter name pattern (arena) */
@@ -57,7 +69,8 @@ typedef struct sl_rule {
                                  (0) / MoE (1) layer's tensors; -1 when absent there */
     int32_t dtype;            /* the parameter's sl_dtype: -1 the plan's; F8_E4M3 for an FP8
                                  weight; F32 for its scale */
-    int32_t scale_of;         /* a block-scale rule (arch_quant.c): the rule of its weight; else -1 */
+    int32_t scale_of;         /* a scale rule (arch_quant.c): the rule of its weight; else -1 */
+    sl_scale_kind scale_kind; /* SL_SCALE_NONE unless scale_of >= 0 */
     int no_quant;             /* "quant": false: never quantized (routers) */
 } sl_rule;
 
@@ -113,8 +126,12 @@ typedef struct sl_arch {
     int has_moe;                  /* the table has a "moe" entry */
     int skip_extra_layers;        /* "skip_extra_layers": checkpoint layers >= L are skipped (MTP) */
     struct {
-        int on;                   /* quantization_config: FP8 with [bn, bk] block scales */
-        uint64_t bn, bk;
+        int on;                   /* quantization_config: an FP8 format */
+        sl_quant_scheme scheme;
+        uint64_t bn, bk;          /* SL_QUANT_BLOCK */
+        const char *scale_suffix; /* "_scale_inv" (fp8 blocks) or "_scale" */
+        int input_static;         /* static activations: an input_scale beside each weight */
+        int scalar;               /* per-tensor scales are written [] (fp8), not [1] (synth) */
         const char **ignored;     /* ignored_layers / modules_to_not_convert (arena) */
         int64_t n_ignored;
     } quant;
@@ -139,6 +156,12 @@ int sl_arch_rule_used(const sl_arch *m, int32_t rule);
 
 /* pattern with every "{i}" replaced by layer (and "{e}" by e), in arena a; NULL when out of memory. */
 const char *sl_arch_name_format(sl_arena *a, const char *pattern, int64_t layer, int64_t e);
+
+/* Whether r is a per-tensor weight or input scale: one element a slot, [] or [1] in a checkpoint. */
+int sl_arch_scale_scalar(const sl_rule *r);
+/* Whether input-scale rule r is w3's of an expert (slot 1 of w13_input_scale): it fills nothing,
+ * w1's does, and the two must be equal (plan_ckpt.c checks; synth writes them equal). */
+int sl_arch_input_scale_dup(const sl_rule *r);
 
 /* The tensors a checkpoint of this config holds (synth): tied-skip rules are left out when the
  * config ties embeddings. Calls fn once per tensor in m->tensors order. */

@@ -212,10 +212,16 @@ static uint64_t tp_weight_rows(const param_ctx *pc, const sl_rule *r, uint64_t *
  * the weight's slot rows are multiples of bn (plan_mesh.c), but the last of an unsplit one. */
 static uint64_t tp_slot_rows(const param_ctx *pc, const sl_rule *r, uint64_t *kv_block)
 {
-    if (r->scale_of < 0)
-        return tp_weight_rows(pc, r, kv_block);
     const uint64_t bn = pc->c->m->quant.bn;
-    return (tp_weight_rows(pc, &pc->c->m->rules[r->scale_of], kv_block) + bn - 1) / bn;
+    switch (r->scale_kind) {
+    case SL_SCALE_NONE:
+    case SL_SCALE_CHANNEL: return tp_weight_rows(pc, r, kv_block);
+    case SL_SCALE_BLOCK:
+        return (tp_weight_rows(pc, &pc->c->m->rules[r->scale_of], kv_block) + bn - 1) / bn;
+    case SL_SCALE_TENSOR: return 1;
+    case SL_SCALE_INPUT: return sl_arch_input_scale_dup(r) ? 0 : 1;
+    }
+    return 0;
 }
 
 static uint64_t tp_weight_rows(const param_ctx *pc, const sl_rule *r, uint64_t *kv_block)
@@ -253,9 +259,24 @@ static void piece_to_blocks(const plan_ctx *c, const sl_rule *scale, piece *q)
     q->c1 = q->c0 + cols;
 }
 
+/* A per-tensor scale: its one element, never sliced (the slot's scalar); the second of an
+ * expert's w1/w3 input scales writes nothing (vLLM's w13_input_scale has one per expert: the
+ * planner checked the two equal). */
+static void tp_scalar_ops(param_ctx *pc, const sl_rule *r, const plan_src *s, uint64_t dst_row)
+{
+    if (r->scale_kind == SL_SCALE_INPUT && sl_arch_input_scale_dup(r))
+        return;
+    const piece q = {.R = 1, .C = 1, .r1 = 1, .c1 = 1, .dst_row = dst_row};
+    emit_copy(pc, s, &q);
+}
+
 static void tp_rule_ops(param_ctx *pc, const sl_rule *r, const plan_src *s, uint64_t dst_row)
 {
-    const sl_rule *scale = r->scale_of >= 0 ? r : NULL;
+    if (sl_arch_scale_scalar(r)) {
+        tp_scalar_ops(pc, r, s, dst_row);
+        return;
+    }
+    const sl_rule *scale = r->scale_kind == SL_SCALE_BLOCK ? r : NULL;
     if (scale)
         r = &pc->c->m->rules[scale->scale_of];
     piece q = {0};
@@ -335,7 +356,7 @@ static void param_shape(const param_ctx *pc, sl_plan_param_t *pp)
         return;
     }
     if (r0->shard == SL_SHARD_ROW && r0->ndim == 2) {
-        if (r0->scale_of >= 0) {   /* kb = cdiv(Ii, bk) of the weight's Ii */
+        if (r0->scale_kind == SL_SCALE_BLOCK) {   /* kb = cdiv(Ii, bk) of the weight's Ii */
             const uint64_t bk = pc->c->m->quant.bk;
             pp->shape[1] = (pc->c->m->rules[r0->scale_of].shape[1] / N + bk - 1) / bk;
         } else {
@@ -359,8 +380,13 @@ static void expert_shape(const param_ctx *pc, const param_ctx *sub, sl_plan_para
     sl_plan_expert_range(pc->c, pc->rank, &first, &count);
     sl_plan_param_t one;
     param_shape(sub, &one);
-    pp->ndim = one.ndim + 1;
     pp->shape[0] = (uint64_t)count;
+    /* a scalar per expert (w2_weight_scale, the input scales) is [El], as vLLM has it */
+    if (sl_arch_scale_scalar(&pc->c->m->rules[pc->t->rules[0]]) && one.shape[0] == 1) {
+        pp->ndim = 1;
+        return;
+    }
+    pp->ndim = one.ndim + 1;
     for (uint32_t k = 0; k < one.ndim; k++)
         pp->shape[k + 1] = one.shape[k];
 }

@@ -2,12 +2,15 @@
  * unclaimed tensors, wrong shapes, unconvertible dtypes and missing parameters are errors. */
 #include "plan/plan_ctx.h"
 
+#include "common/sl_file.h"
 #include "common/sl_strbuf.h"
 #include "common/sl_text.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* Names vLLM's AutoWeightsLoader drops before any rule is consulted. */
 static const char *const skip_substrings[] = {"rotary_emb.inv_freq", "rotary_emb.cos_cached",
@@ -94,12 +97,19 @@ static const char *tensor_file(const plan_ctx *c, const sl_tensor_info *ti)
     return f ? f : "?";
 }
 
+/* A per-tensor scale is one element, [] (AutoFP8) or [1] (compressed-tensors) alike. */
+static int scalar_ok(const plan_ctx *c, const sl_tensor_info *ti, const sl_arch_tensor *mt)
+{
+    return sl_arch_scale_scalar(&c->m->rules[mt->rule]) &&
+           (ti->ndim == 0 || (ti->ndim == 1 && ti->shape[0] == 1));
+}
+
 static sl_status check_shape(plan_ctx *c, const sl_tensor_info *ti, const sl_arch_tensor *mt)
 {
     int same = ti->ndim == mt->ndim;
     for (uint32_t i = 0; same && i < ti->ndim; i++)
         same = ti->shape[i] == mt->shape[i];
-    if (same)
+    if (same || scalar_ok(c, ti, mt))
         return SL_OK;
     sl_strbuf a = {0}, b = {0};
     shape_str(&a, ti->ndim, ti->shape);
@@ -291,6 +301,81 @@ static sl_status check_missing(plan_ctx *c)
     return st;
 }
 
+/* ---- an expert's w1 and w3 input scales --------------------------------------------------------- */
+
+/* vLLM's w13_input_scale holds one scalar per expert, which w1's and w3's input scales both write:
+ * the spec wants them bitwise equal, so they are read here (4 bytes each, static MoE
+ * checkpoints only) and compared. */
+typedef struct scale_reader {
+    int fd;
+    int32_t file;
+} scale_reader;
+
+static sl_status scale_read(plan_ctx *c, scale_reader *rd, const plan_src *s, const char *name,
+                            uint32_t *bits)
+{
+    const char *path = sl_checkpoint_file_path(c->ck, s->file);
+    char nb[SL_TEXT_NAME];
+    if (rd->file != s->file) {
+        if (rd->fd >= 0)
+            close(rd->fd);
+        struct stat sb;
+        rd->file = s->file;
+        rd->fd = path && !strstr(path, "://") ? sl_file_open_regular(path, &sb) : -1;
+        SL_CHECK(path && !strstr(path, "://"), &c->p->err, SL_E_UNSUPPORTED, "%s: checkpoint tensor "
+                 "'%s': the static input scales of a remote checkpoint's experts cannot be compared "
+                 "yet (a local copy can)", path ? path : "?", sl_text_name(name, nb, sizeof nb));
+        SL_CHECK(rd->fd >= 0, &c->p->err, SL_E_IO, "%s: cannot open to read input scale '%s'", path,
+                 sl_text_name(name, nb, sizeof nb));
+    }
+    unsigned char b[4] = {0};
+    const size_t n = sl_dtype_bits(s->dtype) / 8;
+    SL_CHECK(n <= 4 && sl_pread_full(rd->fd, b, n, s->offset) == 0, &c->p->err, SL_E_IO,
+             "%s: cannot read input scale '%s'", path, sl_text_name(name, nb, sizeof nb));
+    *bits = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+    return SL_OK;
+}
+
+static sl_status input_pair(plan_ctx *c, scale_reader *rd, int64_t a, int64_t b)
+{
+    const plan_src *sa = &c->src[a], *sb = &c->src[b];
+    const char *na = c->m->tensors[a].name, *nb = c->m->tensors[b].name;
+    uint32_t va = 0, vb = 0;
+    SL_TRY(scale_read(c, rd, sa, na, &va));
+    SL_TRY(scale_read(c, rd, sb, nb, &vb));
+    char ba[SL_TEXT_NAME], bb[SL_TEXT_NAME];
+    SL_CHECK(sa->dtype == sb->dtype && va == vb, &c->p->err, SL_E_UNSUPPORTED, "%s: input_scales of "
+             "w1 and w3 of a layer must be equal: checkpoint tensors '%s' (%s 0x%08x) and '%s' (%s "
+             "0x%08x) differ (vLLM keeps one input scale per expert)", ckpt_name(c),
+             sl_text_name(na, ba, sizeof ba), sl_dtype_name(sa->dtype), (unsigned)va,
+             sl_text_name(nb, bb, sizeof bb), sl_dtype_name(sb->dtype), (unsigned)vb);
+    return SL_OK;
+}
+
+static sl_status check_input_rule(plan_ctx *c, scale_reader *rd, int32_t ri)
+{
+    const sl_arch *m = c->m;
+    const int32_t r0 = m->groups[m->rules[ri].group].rules[0];
+    for (int64_t l = 0; l < m->cfg.L; l++) {
+        for (int64_t e = 0; e < m->cfg.E && sl_arch_rule_at(m, ri, l); e++)
+            SL_TRY(input_pair(c, rd, sl_arch_tensor_index(m, r0, l, e), sl_arch_tensor_index(m, ri, l, e)));
+    }
+    return SL_OK;
+}
+
+static sl_status check_input_scales(plan_ctx *c)
+{
+    scale_reader rd = {.fd = -1, .file = -1};
+    sl_status st = SL_OK;
+    for (int32_t ri = 0; st == SL_OK && ri < c->m->n_rules; ri++) {
+        if (sl_arch_input_scale_dup(&c->m->rules[ri]))
+            st = check_input_rule(c, &rd, ri);
+    }
+    if (rd.fd >= 0)
+        close(rd.fd);
+    return st;
+}
+
 sl_status sl_plan_bind_checkpoint(plan_ctx *c)
 {
     name_map mp = {0};
@@ -305,6 +390,8 @@ sl_status sl_plan_bind_checkpoint(plan_ctx *c)
     sl_strbuf_free(&u.list);
     if (st == SL_OK)
         st = check_missing(c);
+    if (st == SL_OK)
+        st = check_input_scales(c);
     if (st == SL_OK) {
         c->p->n_files = sl_checkpoint_file_count(c->ck);
         c->p->has_checkpoint = 1;

@@ -134,7 +134,7 @@ static sl_status check_fp8_rule(plan_ctx *c, const sl_rule *r)
 
 static sl_status check_fp8(plan_ctx *c)
 {
-    if (!c->m->quant.on)
+    if (!c->m->quant.on || c->m->quant.scheme != SL_QUANT_BLOCK)   /* only blocks constrain T */
         return SL_OK;
     for (int32_t i = 0; i < c->m->n_rules; i++) {
         const sl_rule *r = &c->m->rules[i];

@@ -118,8 +118,9 @@ static void shard_name(const synth *s, int64_t k, char *buf, size_t len)
 }
 
 /* n values of a tensor of dtype dt into s->chunk. FP8 weights: random e4m3 bytes, never the NaN
- * patterns 0x7f/0xff (every other e4m3 byte is finite); their F32 scales: positive, in
- * [2^-12, 2^-11) like a real block scale of weights of magnitude about 0.05. */
+ * patterns 0x7f/0xff (every other e4m3 byte is finite); their F32 scales (block, per-tensor,
+ * per-channel and input scales alike): positive, in [2^-12, 2^-11) like a real scale of weights of
+ * magnitude about 0.05. */
 static void synth_values(synth *s, sl_dtype dt, int scale, uint64_t *state, size_t n)
 {
     if (dt == SL_DTYPE_F8_E4M3) {
@@ -145,8 +146,15 @@ static sl_status synth_fill_tensor(synth *s, sl_writer *w, int64_t widx, const s
     const uint64_t numel = tensor_numel(t);
     const sl_dtype dt = tensor_dtype(s, t);
     const size_t esz = sl_dtype_bits(dt) / 8;
-    const int scale = s->desc->rules[t->rule].scale_of >= 0;
-    uint64_t state = tensor_seed(s->seed, t->name);
+    const sl_rule *r = &s->desc->rules[t->rule];
+    const int scale = r->scale_of >= 0;
+    /* w3's input scale is w1's value: vLLM keeps one per expert and the planner checks them equal */
+    const char *seed_name = t->name;
+    if (sl_arch_input_scale_dup(r)) {
+        const int32_t r0 = s->desc->groups[r->group].rules[0];
+        seed_name = s->desc->tensors[sl_arch_tensor_index(s->desc, r0, t->layer, t->expert)].name;
+    }
+    uint64_t state = tensor_seed(s->seed, seed_name);
     for (uint64_t done = 0; done < numel;) {
         const size_t n = (size_t)sl_min_u64(numel - done, SYNTH_CHUNK_ELEMS);
         synth_values(s, dt, scale, &state, n);
