@@ -3,7 +3,9 @@
  * flags, then the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN,
  * AWS_REGION, AWS_DEFAULT_REGION, AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, AWS_PROFILE), then the
  * profile's entries in AWS_SHARED_CREDENTIALS_FILE (~/.aws/credentials) and AWS_CONFIG_FILE
- * (~/.aws/config). A profile named with --s3-profile wins over the key variables, as with aws. */
+ * (~/.aws/config). A profile named with --s3-profile wins over the key variables, as with aws.
+ * The CA bundle for https: --ca-bundle, else AWS_CA_BUNDLE for s3:// (as aws reads it), else
+ * CURL_CA_BUNDLE (as curl reads it). */
 #include "cli.h"
 
 #include <ctype.h>
@@ -46,6 +48,8 @@ int cli_remote_value(cli_opts *o, const char *opt, const char *v, int *rc)
         lo->s3_region = v;
     else if (!strcmp(opt, "--s3-profile"))
         cli_profile = v;
+    else if (!strcmp(opt, "--ca-bundle"))
+        lo->ca_bundle = v;
     else if (!strcmp(opt, "--remote-connections"))
         *rc = remote_int(o, opt, v, 1, 256, &lo->remote_connections);
     else if (!strcmp(opt, "--remote-retries"))
@@ -172,8 +176,13 @@ static int is_url(const char *p)
 sl_status cli_remote_open(const char *path, const sl_load_opts *lo, sl_checkpoint **ck)
 {
     sl_load_opts o = *lo;
-    if (!strncasecmp(path, "s3://", 5))
+    const int s3 = !strncasecmp(path, "s3://", 5);
+    if (s3)
         remote_env(&o);
+    if (!o.ca_bundle && s3)
+        o.ca_bundle = env("AWS_CA_BUNDLE");
+    if (!o.ca_bundle)
+        o.ca_bundle = env("CURL_CA_BUNDLE");
     return sl_checkpoint_open_opts(path, &o, ck);
 }
 

@@ -394,6 +394,11 @@ typedef struct sl_load_opts {
      * naming the file, and nothing stays allocated. One process only (not sl_load_dist). */
     int32_t verify;
     const char *manifest_path;
+    /* https (docs/remote.md), given to sl_checkpoint_open_opts with the s3_ fields: the PEM file of
+     * the certificate authorities to trust instead of the system's (libcurl's CURLOPT_CAINFO; the
+     * CLI's --ca-bundle); NULL: the system's. A certificate that is not trusted fails at once,
+     * naming the URL (not retried). */
+    const char *ca_bundle;
 } sl_load_opts;
 
 void sl_load_opts_init(sl_load_opts *o);

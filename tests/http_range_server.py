@@ -5,16 +5,21 @@ per file (from its inode, size and mtime in ns, so a replaced or rewritten file 
 If-Match (412 when it no longer matches) and 404s. No directory listings.
 
 Usage: http_range_server.py ROOT PORTFILE [--log FILE] [--deny SUBSTRING] [--no-if-match]
+                           [--tls CERT KEY --tls-log FILE]
 Binds 127.0.0.1 on a free port and writes the port to PORTFILE once it accepts connections.
 --log appends one line per GET: "<path> <status> <body bytes> <first byte asked for, or ->". --deny answers 403 (with an S3-like
 <Code>AccessDenied</Code> body) to every path containing SUBSTRING. --no-if-match ignores If-Match, as
 some servers do (the loader's ETag, Last-Modified and size checks must then catch a change).
+--tls serves https with the PEM certificate (chain) CERT and its key KEY, the handshake on the
+connection's own thread (a client that rejects the certificate stops no one else); --tls-log
+appends "ok" or "failed <reason>" per handshake, so a test can count a client's attempts.
 """
 import email.utils
 import http.server
 import os
 import re
 import socketserver
+import ssl
 import sys
 import threading
 
@@ -22,6 +27,8 @@ ROOT = ""
 LOG = None
 DENY = None
 IF_MATCH = True
+TLS = None        # ssl.SSLContext with --tls
+TLS_LOG = None
 LOG_LOCK = threading.Lock()
 
 
@@ -97,10 +104,38 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     def handle_error(self, request, client_address):
         pass   # a client that stopped reading (a load that failed on purpose) is no error here
 
+    def finish_request(self, request, client_address):
+        if TLS is None:
+            return super().finish_request(request, client_address)
+        try:
+            request.settimeout(30)
+            tls = TLS.wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError) as e:
+            tls_log("failed %s" % (getattr(e, "reason", None) or type(e).__name__))
+            return None
+        tls_log("ok")
+        return super().finish_request(tls, client_address)
+
+
+def tls_log(line):
+    if TLS_LOG:
+        with LOG_LOCK, open(TLS_LOG, "a") as f:
+            f.write(line + "\n")
+
 
 def main():
-    global ROOT, LOG, DENY, IF_MATCH
+    global ROOT, LOG, DENY, IF_MATCH, TLS, TLS_LOG
     args = sys.argv[1:]
+    if "--tls" in args:
+        i = args.index("--tls")
+        TLS = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        TLS.load_cert_chain(args[i + 1], args[i + 2])
+        TLS.set_alpn_protocols(["http/1.1"])
+        del args[i:i + 3]
+    if "--tls-log" in args:
+        i = args.index("--tls-log")
+        TLS_LOG = args[i + 1]
+        del args[i:i + 2]
     if "--no-if-match" in args:
         args.remove("--no-if-match")
         IF_MATCH = False

@@ -3,6 +3,11 @@
 # (exit 77). Each server is started by the test, on a free port of 127.0.0.1, and stopped at exit
 # (with lib.sh's $T).
 #   start_http ROOT [ARGS]        tests/http_range_server.py: sets HTTP (http://127.0.0.1:PORT)
+#   make_certs DIR                DIR/ca.pem (a CA made now, with openssl), DIR/srv.pem and
+#                                 DIR/srv.key (a certificate it signed for 127.0.0.1 and
+#                                 localhost), DIR/other.pem (another CA); exit 77 without openssl
+#   start_https ROOT DIR [ARGS]   start_http over TLS with DIR's certificate: sets HTTPS
+#                                 (https://127.0.0.1:PORT); each handshake in $T/tls.log
 #   start_proxy PORT NAME ARGS    tests/fault_proxy.py in front of PORT: sets PROXY (its URL);
 #                                 its log is $T/NAME.log; stop_proxy stops it
 #   start_moto                    moto_server from .venv: sets S3E (its URL); exit 77 without moto
@@ -38,6 +43,27 @@ start_proxy() {
     PROXY="http://127.0.0.1:$(cat "$T/$name.port")"
 }
 stop_proxy() { kill "$PROXY_PID" 2>/dev/null; wait "$PROXY_PID" 2>/dev/null; }
+make_certs() {
+    local d=$1 ec=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
+    command -v openssl >/dev/null 2>&1 || { echo "skip: no openssl to make a test certificate" >&2; exit 77; }
+    mkdir -p "$d"
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' \
+        >"$d/srv.ext"
+    { openssl req -x509 "${ec[@]}" -keyout "$d/ca.key" -out "$d/ca.pem" -days 2 -subj "/CN=shardload test CA" &&
+        openssl req -x509 "${ec[@]}" -keyout "$d/other.key" -out "$d/other.pem" -days 2 -subj "/CN=another CA" &&
+        openssl req "${ec[@]}" -keyout "$d/srv.key" -out "$d/srv.csr" -subj "/CN=127.0.0.1" &&
+        openssl x509 -req -in "$d/srv.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial -days 2 \
+            -extfile "$d/srv.ext" -out "$d/srv.pem"; } >"$T/openssl.log" 2>&1 ||
+        { echo "FAIL: openssl could not make the certificates: $(tail -2 "$T/openssl.log")" >&2; exit 1; }
+}
+start_https() {
+    local root=$1 d=$2; shift 2
+    rm -f "$T/https.port" "$T/tls.log"
+    python3 "$TESTS_DIR/http_range_server.py" "$root" "$T/https.port" --tls "$d/srv.pem" "$d/srv.key" \
+        --tls-log "$T/tls.log" "$@" & SERVERS+=($!)
+    wait_file "$T/https.port" || { echo "FAIL: http_range_server.py --tls did not start" >&2; exit 1; }
+    HTTPS="https://127.0.0.1:$(cat "$T/https.port")"
+}
 VPY="$SRC_DIR/.venv/bin/python"
 start_moto() {
     if ! [ -x "$SRC_DIR/.venv/bin/moto_server" ] || ! "$VPY" -c 'import moto, boto3' 2>/dev/null; then

@@ -2,7 +2,9 @@
 CLI finds them (cli/cli_remote.c): AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN,
 AWS_REGION / AWS_DEFAULT_REGION, AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, else the profile
 (AWS_PROFILE or "default") of AWS_SHARED_CREDENTIALS_FILE (~/.aws/credentials) and AWS_CONFIG_FILE
-(~/.aws/config). The library itself reads no environment."""
+(~/.aws/config). The CA bundle for https: AWS_CA_BUNDLE for s3:// (as aws reads it), else
+CURL_CA_BUNDLE (as curl reads it), as the CLI's --ca-bundle defaults. The library itself reads no
+environment."""
 from __future__ import annotations
 
 import configparser
@@ -53,20 +55,23 @@ def _settings(profile: str | None) -> dict[str, str | None]:
     return s
 
 
-def open_opts(raw: bytes, s3_endpoint: str | None = None, s3_profile: str | None = None) -> N.LoadOpts:
+def open_opts(raw: bytes, s3_endpoint: str | None = None, s3_profile: str | None = None,
+              ca_bundle: str | None = None) -> N.LoadOpts:
     """The options for sl_checkpoint_open_opts: the S3 settings for an s3:// URL (s3_endpoint
-    and s3_profile as the CLI's --s3-endpoint and --s3-profile), defaults otherwise. The strings
+    and s3_profile as the CLI's --s3-endpoint and --s3-profile), defaults otherwise, and the CA
+    bundle for https (ca_bundle as the CLI's --ca-bundle, else from the environment). The strings
     are kept on the returned structure (its _keep) for as long as it lives."""
     o = N.LoadOpts()
     N.lib.sl_load_opts_init(ctypes.byref(o))
     keep: list[bytes] = []
-    if raw.lower().startswith(b"s3://"):
-        s = _settings(s3_profile)
-        if s3_endpoint:
-            s["s3_endpoint"] = s3_endpoint
-        for field, value in s.items():
-            if value:
-                keep.append(value.encode())
-                setattr(o, field, keep[-1])
+    s3 = raw.lower().startswith(b"s3://")
+    s: dict[str, str | None] = _settings(s3_profile) if s3 else {}
+    if s3 and s3_endpoint:
+        s["s3_endpoint"] = s3_endpoint
+    s["ca_bundle"] = ca_bundle or (s3 and _env("AWS_CA_BUNDLE")) or _env("CURL_CA_BUNDLE")
+    for field, value in s.items():
+        if value:
+            keep.append(os.fsencode(value))
+            setattr(o, field, keep[-1])
     setattr(o, "_keep", keep)   # the strings o points to live as long as o
     return o

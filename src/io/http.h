@@ -35,6 +35,8 @@ typedef struct sl_http_tune {
     int retries;            /* failed attempts in a row (without a byte of progress) retried */
     unsigned backoff_ms;    /* first wait; doubles per failure up to 64x, each with jitter */
     unsigned timeout_ms;    /* connect timeout, and a transfer with no byte for this long fails */
+    const char *ca_bundle;  /* https: the PEM file of the CAs trusted instead of curl's default
+                               bundle (CURLOPT_CAINFO); NULL: the default. Borrowed from the cfg */
 } sl_http_tune;
 
 /* The settings a remote checkpoint was opened with (owned strings). */
@@ -43,6 +45,7 @@ typedef struct sl_http_cfg {
     char *region;           /* never NULL */
     char *access_key, *secret_key, *session_token;   /* NULL: unsigned requests */
     int addressing;         /* sl_load_opts.s3_addressing */
+    char *ca_bundle;        /* sl_load_opts.ca_bundle; tune.ca_bundle points here */
     sl_http_tune tune;
     void *conn;             /* the blocking GETs' curl handle, kept for keep-alive (http_get.c) */
 } sl_http_cfg;
@@ -65,7 +68,8 @@ typedef struct sl_http_obj {
 int sl_http_is_url(const char *path);
 /* Tuning from o (NULL: defaults), every 0 field a default. */
 void sl_http_tune_from(sl_http_tune *t, const sl_load_opts *o);
-/* Copies o's remote fields; SL_E_INVALID_ARG for a malformed endpoint. */
+/* Copies o's remote fields; SL_E_INVALID_ARG for a malformed endpoint or a CA bundle that cannot
+ * be read. */
 sl_status sl_http_cfg_init(sl_http_cfg *c, const sl_load_opts *o, sl_err *err);
 void sl_http_cfg_free(sl_http_cfg *c);
 

@@ -3,10 +3,12 @@
 #include "io/http.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 int sl_http_is_url(const char *path)
 {
@@ -72,9 +74,14 @@ sl_status sl_http_cfg_init(sl_http_cfg *c, const sl_load_opts *o, sl_err *err)
         bad = (c->region = strdup("us-east-1")) == NULL;
     if (o && !bad)
         bad = dup_opt(&c->endpoint, o->s3_endpoint) || dup_opt(&c->access_key, o->s3_access_key) ||
-              dup_opt(&c->secret_key, o->s3_secret_key) || dup_opt(&c->session_token, o->s3_session_token);
+              dup_opt(&c->secret_key, o->s3_secret_key) || dup_opt(&c->session_token, o->s3_session_token) ||
+              dup_opt(&c->ca_bundle, o->ca_bundle);
     if (bad)
         return sl_err_set(err, SL_E_NOMEM, "out of memory");
+    /* checked here: curl would only say "problem with the SSL CA cert" at the first https GET */
+    SL_CHECK(!c->ca_bundle || access(c->ca_bundle, R_OK) == 0, err, SL_E_INVALID_ARG,
+             "CA bundle '%s': cannot read it: %s", c->ca_bundle, strerror(errno));
+    c->tune.ca_bundle = c->ca_bundle;
     c->addressing = o ? o->s3_addressing : 0;
     SL_CHECK(c->addressing >= 0 && c->addressing <= 2, err, SL_E_INVALID_ARG,
              "s3_addressing %d: expected 0 (auto), 1 (path-style) or 2 (virtual-host)", (int)c->addressing);
@@ -93,6 +100,7 @@ void sl_http_cfg_free(sl_http_cfg *c)
     free(c->access_key);
     free(c->secret_key);
     free(c->session_token);
+    free(c->ca_bundle);
     *c = (sl_http_cfg){0};
 }
 

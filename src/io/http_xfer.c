@@ -51,6 +51,8 @@ CURL *xf_easy_new(const sl_http_tune *t)
     curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 256L * 1024);
     curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
+    if (t->ca_bundle)
+        curl_easy_setopt(h, CURLOPT_CAINFO, t->ca_bundle);
     return h;
 }
 

@@ -1,9 +1,10 @@
 """Remote checkpoints in the Python package (issue 17, docs/remote.md): shardload.open, plan and load
 take http:// and s3:// URLs, the S3 settings found as the CLI finds them (AWS_* variables, a
 profile of the shared credentials file, s3_endpoint=/s3_profile=); the loaded bytes equal the local
-load's; a 404 or a refused signature raises the family's exception naming the URL. The servers
-(tests/http_range_server.py, moto's S3 server with its SigV4 checks on) run on loopback, started
-here."""
+load's; a 404 or a refused signature raises the family's exception naming the URL; https with the
+CA from CURL_CA_BUNDLE loads the same bytes, and an untrusted certificate raises naming the URL.
+The servers (tests/http_range_server.py, also with --tls and a CA made by the openssl CLI, moto's
+S3 server with its SigV4 checks on) run on loopback, started here."""
 from __future__ import annotations
 
 import os
@@ -50,6 +51,39 @@ def http(tiny_ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     yield f"http://127.0.0.1:{port.read_text()}"
     p.terminate()
     p.wait()
+
+
+@pytest.fixture(scope="module")
+def https(tiny_ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:  # noqa: F811
+    if not _remote_works():
+        pytest.skip("built without libcurl")
+    if not shutil.which("openssl"):
+        pytest.skip("no openssl CLI to make a test certificate")
+    root = tmp_path_factory.mktemp("wwws")
+    shutil.copytree(tiny_ckpt, root / "ck")
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    (root / "ext").write_text("subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n")
+    for cmd in (["req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=test CA"],
+                ["req", *ec, "-keyout", "srv.key", "-out", "srv.csr", "-subj", "/CN=127.0.0.1"],
+                ["x509", "-req", "-in", "srv.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+                 "-days", "2", "-extfile", "ext", "-out", "srv.pem"]):
+        subprocess.run(["openssl", *cmd], cwd=root, check=True, capture_output=True)
+    port = root / "port"
+    p = subprocess.Popen([sys.executable, str(TESTS / "http_range_server.py"), str(root), str(port),
+                          "--tls", str(root / "srv.pem"), str(root / "srv.key")])
+    _wait(port, p)
+    yield f"https://127.0.0.1:{port.read_text()}", root / "ca.pem"
+    p.terminate()
+    p.wait()
+
+
+def test_https(https: tuple[str, Path], tiny_ckpt: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    url, ca = https
+    monkeypatch.delenv("CURL_CA_BUNDLE", raising=False)
+    with pytest.raises(shardload.Error, match=f"{url}/ck/model.safetensors.index.json: TLS certificate not trusted"):
+        shardload.open(f"{url}/ck/")
+    monkeypatch.setenv("CURL_CA_BUNDLE", str(ca))
+    assert _sums(shardload.load(f"{url}/ck/", tp=2)) == _sums(shardload.load(tiny_ckpt, tp=2))
 
 
 def _sums(m: shardload.Model) -> list[dict[str, int]]:
