@@ -387,6 +387,11 @@ static void config_errors(void)
         {"{\"quant_method\":\"compressed-tensors\",\"config_groups\":{\"g\":{\"weights\":{\"num_bits\":8,"
          "\"type\":\"float\",\"strategy\":\"tensor\"},\"input_activations\":{\"dynamic\":false,"
          "\"strategy\":\"token\"}}}}", "static input activations with strategy 'token'", SL_E_UNSUPPORTED},
+        {"{\"quant_method\":\"compressed-tensors\",\"config_groups\":{\"g\":{\"weights\":{\"num_bits\":8,"
+         "\"type\":\"float\",\"strategy\":\"channel\"},\"input_activations\":{\"dynamic\":false,"
+         "\"strategy\":\"tensor\"}}}}", "parameter 'model.layers.{i}.mlp.experts.w13_weight': For FP8 Fused "
+         "MoE layer, we require either per tensor or channelwise, dynamic per token quantization.",
+         SL_E_UNSUPPORTED},
         {"{\"quant_method\":\"fp8\",\"fmt\":\"e5m2\",\"weight_block_size\":[128,128]}", "only e4m3",
          SL_E_UNSUPPORTED},
         {"{\"quant_method\":\"fp8\",\"weight_block_size\":[128]}", "'weight_block_size' is not [bn, bk]",

@@ -343,6 +343,10 @@ sl_status sl_arch_quant_rules(sl_err *err, sl_arch *m, int32_t cap)
                  "supported yet", r->tensor, (long long)hit, (long long)all);
         if (hit > 0)
             continue;   /* kept in the model dtype */
+        /* CompressedTensorsW8A8Fp8MoEMethod's check: no per-channel weights with static inputs */
+        SL_CHECK(!r->expert || m->quant.scheme != SL_QUANT_CHANNEL || !m->quant.input_static, err,
+                 SL_E_UNSUPPORTED, "parameter '%s': For FP8 Fused MoE layer, we require either per "
+                 "tensor or channelwise, dynamic per token quantization.", r->param);
         r->dtype = SL_DTYPE_F8_E4M3;
         SL_TRY(add_scale(err, m, i, weight_scale_kind(m), cap));
         if (m->quant.input_static)
