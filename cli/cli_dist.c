@@ -124,12 +124,11 @@ static void dist_print_json(const sl_plan *p, const sl_model *m, const sl_dist_o
     const dist_totals t = dist_sum(m);
     printf("{\"seconds\":%.6f,\"bytes_read\":%" PRIu64 ",\"gbps\":%.3f,\"io\":\"%s\",\"engine\":"
            "\"%s\",\"staging_peak\":%" PRIu64 ",\"dist\":\"%s\",\"read_bytes_needed\":%" PRIu64
-           ",\"read_amplification\":%.4f,\"bytes_exchanged\":%" PRIu64 ",\"verified_files\":%"
-           PRId64 ",\"verified_bytes\":%" PRIu64 ",\"devices\":[%s],\"ranks\":[",
+           ",\"read_amplification\":%.4f,\"bytes_exchanged\":%" PRIu64 ",\"devices\":[%s],"
+           "\"ranks\":[",
            s.seconds, t.read, s.seconds > 0 ? (double)t.read / s.seconds / 1e9 : 0.0, s.io,
            s.engine, t.staging_max, dist_name(d), sl_plan_read_bytes(p),
-           dist_ratio(t.read, sl_plan_read_bytes(p)), t.sent, s.verified_files, s.verified_bytes,
-           devices);
+           dist_ratio(t.read, sl_plan_read_bytes(p)), t.sent, devices);
     sl_rank_stats r;
     for (int32_t i = 0; sl_model_rank_stats(m, i, &r) == SL_OK; i++) {
         printf("%s{\"rank\":%d,\"devices\":[", i ? "," : "", (int)r.rank);
@@ -163,9 +162,6 @@ static void dist_print_text(const sl_plan *p, const sl_model *m, const sl_dist_o
                cli_commas(r.bytes_received, b3, sizeof b3));
     printf("staging peak per rank %s bytes (io %s, engine %s)\n",
            cli_commas(t.staging_max, b1, sizeof b1), s.io, s.engine);
-    if (s.verified_files > 0)   /* --verify; independent: rank 0's, cooperative: the job's */
-        printf("verified %" PRId64 " files (%s bytes checked)\n", s.verified_files,
-               cli_commas(s.verified_bytes, b1, sizeof b1));
     fputs(devices, stdout);
 }
 
@@ -259,10 +255,12 @@ int cli_reshard_dist(const char *path, const char *outdir, const sl_plan_opts *p
         return cli_fail("--dist needs MPI, and this shardload was built without it (SL_WITH_MPI)");
     sl_status st = dist_open(path, po, lo, 0, &ck, &p, msg, sizeof msg);
     st = sl_dist_agree(st, msg, msg, sizeof msg);
+    cli_signals_catch();   /* mpirun passes SIGINT/SIGTERM on to the ranks: each cleans up */
     if (st == SL_OK) /* agreed inside: the same status on every rank */
         st = sl_reshard_dist(ck, p, lo, d, outdir, max_part, msg, sizeof msg);
-    const int rc = dist_exit(st, msg);
-    if (st == SL_OK && sl_dist_rank() == 0) {
+    const int rank = sl_dist_rank(), sig = cli_signals_caught();
+    const int rc = sig ? CLI_EXIT_FAIL : dist_exit(st, msg);
+    if (st == SL_OK && !sig && rank == 0) {
         printf("wrote %d devices' shards (%llu bytes) to ", sl_plan_device_count(p),
                (unsigned long long)sl_plan_total_bytes(p));
         cli_put_text(stdout, outdir);
@@ -271,5 +269,6 @@ int cli_reshard_dist(const char *path, const char *outdir, const sl_plan_opts *p
     sl_plan_free(p);
     sl_checkpoint_close(ck);
     sl_dist_finalize();
-    return rc;
+    /* A signalled rank ends by its signal once its files are gone; rank 0 says so, once. */
+    return sig ? cli_signals_exit(rank == 0 ? "reshard" : NULL, outdir) : rc;
 }

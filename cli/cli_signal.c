@@ -49,9 +49,10 @@ int cli_signals_exit(const char *cmd, const char *outdir)
     const int sig = cli_caught;
     char b[CLI_TEXT_NAME];
     fflush(stdout);
-    fprintf(stderr, "shardload: error: %s interrupted by %s: %s: the files it had not finished were "
-            "removed\n", cmd, sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal",
-            cli_text(outdir, b, sizeof b));
+    if (cmd)
+        fprintf(stderr, "shardload: error: %s interrupted by %s: %s: the files it had not finished "
+                "were removed\n", cmd, sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal",
+                cli_text(outdir, b, sizeof b));
     fflush(stderr);
     signal(sig, SIG_DFL);
     raise(sig);

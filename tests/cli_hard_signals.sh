@@ -4,7 +4,10 @@
 #      being written: each ends by that signal (a shell sees 130 or 143) after one line on stderr,
 #      and no *.tmp.* file is left (nor synth's OUTDIR, which it created, nor reshard's
 #      config.json). Before, the signal killed the process and left GBs of temporaries behind.
-#   2. temporary files of a run that died (kill -9: nothing could clean up) are removed by the
+#   2. the same for `reshard --dist` under mpirun, each rank signalled: every rank cancels and
+#      removes its files, and the job fails. Before, the ranks died by the signal and left their
+#      temporaries.
+#   3. temporary files of a run that died (kill -9: nothing could clean up) are removed by the
 #      next run of the same output names, unless a live writer holds them (flock), and other
 #      names' are left alone.
 set -u
@@ -60,7 +63,39 @@ for sig in INT TERM; do
     ls "$T/r" 2>/dev/null | grep -q 'safetensors' && fail "reshard SIG$sig left part files: $(ls "$T/r")"
 done
 
-# 2. stale temporaries: planted as a killed run leaves them, one held by a live writer (flock)
+# 2. under mpirun: the signal goes to every rank, as a batch system's cancel (Slurm's scancel)
+#    sends it; mpirun itself passes a SIGINT/SIGTERM on to the ranks about a second later, which
+#    this test does not rely on (under ctest it did not always arrive before the run ended). The
+#    reshard is slow (16 KiB staging, one thread: seconds) so that it is still running.
+if command -v mpirun >/dev/null 2>&1; then
+    export OMPI_MCA_btl=self,vader OMPI_MCA_plm_rsh_agent= OMPI_MCA_rmaps_base_oversubscribe=1
+    RANK_ASAN="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"   # as in cli_mpi.sh
+    for sig in INT TERM; do
+        rm -rf "$T/m"
+        # no `timeout` around mpirun (it signals its whole process group); ctest bounds the test
+        env ASAN_OPTIONS="$RANK_ASAN" mpirun --allow-run-as-root --oversubscribe -np 2 "$SL" reshard \
+            --dist independent "$T/ck" "$T/m" --tp 2 --staging 16KiB --threads 1 >"$T/out" 2>"$T/err" &
+        pid=$!
+        for ((i = 0; i < 2000; i++)); do
+            [ "$(tmps "$T/m" | wc -l)" -ge 2 ] && break
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.005
+        done
+        ranks=$(pgrep -P "$pid" -f "reshard --dist independent $T/ck")
+        [ "$(wc -w <<<"$ranks")" -eq 2 ] || fail "mpirun reshard: ranks not found (pgrep: $ranks)"
+        kill -"$sig" $ranks 2>/dev/null
+        wait "$pid"
+        rc=$?
+        [ "$rc" -ne 0 ] || fail "mpirun reshard SIG$sig: exit status 0"
+        [ -z "$(tmps "$T/m")" ] || fail "mpirun reshard SIG$sig left temporary files: $(tmps "$T/m" | head -3)"
+        ls "$T/m" 2>/dev/null | grep -q 'safetensors\|config.json' &&
+            fail "mpirun reshard SIG$sig was not stopped, or left files: $(ls "$T/m" | tr '\n' ' ') (stdout: $(cat "$T/out"))"
+    done
+else
+    echo "note: no mpirun, the MPI part is skipped" >&2
+fi
+
+# 3. stale temporaries: planted as a killed run leaves them, one held by a live writer (flock)
 tiny_ckpt
 mkdir -p "$T/s2" "$T/r2"
 for f in model.safetensors.tmp.AbC123 model-00002-of-00009.safetensors.tmp.Zz9999 other.bin.tmp.Qq1234 \
