@@ -4,7 +4,10 @@
 # Face cache, the blob name each file links to. Verified loads give the same bytes as plain ones
 # (every read engine and mode); a byte flipped anywhere in any file fails the load with one line
 # naming that file; a file with no known digest, a bad manifest and --verify where it cannot work
-# (dummy weights, cooperative MPI) are refused before anything is loaded.
+# (dummy weights, cooperative MPI without blocks) are refused before anything is loaded. With the
+# XXH3 blocks --write-manifest adds, only the blocks a load reads are checked: the same bytes, a
+# flipped byte named with its byte range, a stale manifest refused, and MPI cooperative and
+# independent verify what each rank reads.
 # Usage: cli_verify.sh path/to/shardload
 set -u
 SL=${1:?usage: cli_verify.sh SHARDLOAD}
@@ -28,7 +31,7 @@ for mode in "--io buffered" "--io direct" "--io auto"; do
         [ "$(echo "$out" | nums verified_bytes)" = "$total " ] || fail "$mode $eng: verified bytes: $out"
     done
 done
-"$SL" load "$CK" --tp 4 --pp 2 --verify --manifest "$T/MANIFEST" | grep -q "^verified the SHA-256 of $nfiles files" \
+"$SL" load "$CK" --tp 4 --pp 2 --verify --manifest "$T/MANIFEST" | grep -q "^verified $nfiles files ([0-9,]* bytes checked)" \
     || fail "text report"
 
 # 2. the Hugging Face cache: the blob names are the digests
@@ -77,8 +80,9 @@ one_line_error $? "$T/err" "snapshots/$C/.*: SHA-256 .* (its Hugging Face cache 
 # pre-sharded folder loads verified; a flipped byte in a rank file is caught
 "$SL" synth --config "$T/tiny.json" "$T/sy" --max-shard-size 600KB --write-manifest >/dev/null \
     || fail "synth --write-manifest"
-(cd "$T/sy" && sha256sum -c --quiet SHA256SUMS) || fail "synth's SHA256SUMS: sha256sum -c"
-[ "$(wc -l <"$T/sy/SHA256SUMS")" -eq "$(ls "$T/sy"/*.safetensors | wc -l)" ] || fail "synth's SHA256SUMS: lines"
+(cd "$T/sy" && sha256sum -c --quiet --strict SHA256SUMS) || fail "synth's SHA256SUMS: sha256sum -c"
+[ "$(grep -vc '^#' "$T/sy/SHA256SUMS")" -eq "$(ls "$T/sy"/*.safetensors | wc -l)" ] || fail "synth's SHA256SUMS: lines"
+[ "$(grep -c '^#xxh3-blocks ' "$T/sy/SHA256SUMS")" -eq "$(ls "$T/sy"/*.safetensors | wc -l)" ] || fail "synth's SHA256SUMS: block records"
 ls -a "$T/sy" | grep -q '\.tmp\.' && fail "synth --write-manifest left a temporary file"
 "$SL" reshard "$CK" "$T/rs" --tp 2 --write-manifest >/dev/null 2>"$T/err" || fail "reshard --write-manifest: $(cat "$T/err")"
 (cd "$T/rs" && sha256sum -c --quiet SHA256SUMS) || fail "reshard's SHA256SUMS: sha256sum -c"
@@ -86,10 +90,14 @@ out=$("$SL" load "$T/rs" --tp 2 --manifest "$T/rs/SHA256SUMS" --checksums --json
     || fail "pre-sharded, verified: $(cat "$T/err")"
 [ "$(echo "$out" | sums)" = "$ref" ] && [ "$(echo "$out" | nums verified_files)" = "2 " ] \
     || fail "pre-sharded, verified: $out"
+grep -v '^#' "$T/rs/SHA256SUMS" >"$T/rs-sha"
 flip "$T/rs/model-rank-1-part-0.safetensors" 9000
 "$SL" load "$T/rs" --tp 2 --manifest "$T/rs/SHA256SUMS" >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "model-rank-1-part-0.safetensors: bytes \[0, [0-9]*) (block 0) have XXH3 [0-9a-f]*, the manifest" \
+    || fail "pre-sharded, flipped (blocks): $(cat "$T/err")"
+"$SL" load "$T/rs" --tp 2 --manifest "$T/rs-sha" >/dev/null 2>"$T/err"
 one_line_error $? "$T/err" "model-rank-1-part-0.safetensors: SHA-256 .* (the manifest)" \
-    || fail "pre-sharded, flipped: $(cat "$T/err")"
+    || fail "pre-sharded, flipped (SHA-256): $(cat "$T/err")"
 "$SL" reshard "$CK" "$T/rs-mpi" --tp 2 --dist independent --write-manifest >/dev/null 2>"$T/err"
 [ $? -eq 2 ] && grep -q "write-manifest is for one process" "$T/err" || fail "--write-manifest under MPI: $(cat "$T/err")"
 
@@ -110,17 +118,77 @@ rc=$?
 one_line_error $rc "$T/err" "not a regular file" || fail "FIFO manifest: $(cat "$T/err")"
 "$SL" load --config "$T/tiny.json" --format dummy --verify >/dev/null 2>"$T/err"
 one_line_error $? "$T/err" "dummy weights read none" || fail "dummy: $(cat "$T/err")"
+# 5. blocks: a checkpoint of several 1 MiB blocks per file, a manifest from synth
+cat >"$T/mid.json" <<'JSON'
+{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":512,"intermediate_size":2048,
+ "num_attention_heads":8,"num_key_value_heads":2,"num_hidden_layers":2,"vocab_size":4000,
+ "torch_dtype":"bfloat16","tie_word_embeddings":false}
+JSON
+"$SL" synth --config "$T/mid.json" "$T/mid" --max-shard-size 6MB --write-manifest >/dev/null || fail "synth mid"
+MID="$T/mid"
+MAN="$MID/SHA256SUMS"
+mtotal=$(cat "$MID"/*.safetensors | wc -c)
+mfiles=$(ls "$MID"/*.safetensors | wc -l)
+mref=$("$SL" load "$MID" --tp 2 --checksums --json | sums)
+for mode in "--io buffered" "--io direct"; do
+    out=$("$SL" load "$MID" --tp 2 $mode --manifest "$MAN" --checksums --json --staging 4M 2>"$T/err") \
+        || { fail "blocks $mode: $(cat "$T/err")"; continue; }
+    [ "$(echo "$out" | sums)" = "$mref" ] || fail "blocks $mode: checksums differ"
+    [ "$(echo "$out" | nums verified_files)" = "$mfiles " ] || fail "blocks $mode: verified files: $out"
+    # one process, every device: each byte of each file is needed, and each read byte is checked
+    [ "$(echo "$out" | nums verified_bytes)" = "$mtotal " ] || fail "blocks $mode: verified bytes: $out"
+done
+"$SL" load "$MID" --tp 2 --manifest "$MAN" --staging 1M >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "the manifest's blocks (1048576 bytes) do not fit a read request" \
+    || fail "blocks, small staging: $(cat "$T/err")"
+f3=$(ls "$MID"/*.safetensors | sed -n 3p)
+n3=$(basename "$f3")
+s3=$(stat -c %s "$f3")
+rm -rf "$T/bad" && cp -r "$MID" "$T/bad"
+flip "$T/bad/$n3" $(( 2 * 1048576 + 5 ))
+"$SL" load "$T/bad" --tp 2 --manifest "$MAN" >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "bad/$n3: bytes \[2097152, 3145728) (block 2) have XXH3" || fail "blocks, flipped: $(cat "$T/err")"
+sed "s/^#xxh3-blocks $s3 /#xxh3-blocks $((s3 + 1)) /" "$MAN" >"$T/stale"
+"$SL" load "$MID" --tp 2 --manifest "$T/stale" >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "$n3: the manifest's blocks are of a file of $((s3 + 1)) bytes, it has $s3: the manifest is stale" \
+    || fail "stale manifest: $(cat "$T/err")"
+awk -v n="$n3" '/^#xxh3-blocks /{skip = ($NF == n)} skip && /^#/ {next} {print}' "$MAN" >"$T/part"
+"$SL" load "$MID" --tp 2 --manifest "$T/part" >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "$n3: the manifest has XXH3 blocks for other files" || fail "blocks for some files: $(cat "$T/err")"
+{ cat "$MAN"; echo "#b 0123456789abcdef"; } >"$T/extra"
+"$SL" load "$MID" --tp 2 --manifest "$T/extra" >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "line $(( $(wc -l <"$MAN") + 1 )): more block hashes than" || fail "extra hashes: $(cat "$T/err")"
+
+# 6. MPI: cooperative verifies by blocks (each rank the chunks it reads: the job checks each byte
+# it reads once), and refuses SHA-256 manifests; independent reads only what its devices need
 if command -v mpirun >/dev/null 2>&1; then
     export OMPI_MCA_btl=self,vader OMPI_MCA_plm_rsh_agent= OMPI_MCA_rmaps_base_oversubscribe=1
     MPIRUN=(env ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" timeout 60 mpirun
             --allow-run-as-root --oversubscribe -np 2)
     out=$("${MPIRUN[@]}" "$SL" load "$CK" --tp 2 --dist cooperative --manifest "$T/MANIFEST" 2>&1)
     if ! echo "$out" | grep -q "built without it"; then
-        echo "$out" | grep -q "^shardload: error: .*--verify is not supported with --dist cooperative" \
-            || fail "cooperative: $out"
+        echo "$out" | grep -q "^shardload: error: .*--verify with --dist cooperative needs a manifest with XXH3 blocks" \
+            || fail "cooperative, SHA-256: $out"
         out=$("${MPIRUN[@]}" "$SL" load "$CK" --tp 2 --dist independent --manifest "$T/MANIFEST" \
               --checksums --json 2>"$T/err") || fail "independent: $(cat "$T/err")"
         [ "$(echo "$out" | sums)" = "$ref" ] || fail "independent: checksums differ"
+        out=$("${MPIRUN[@]}" "$SL" load "$MID" --tp 2 --dist cooperative --manifest "$MAN" \
+              --checksums --json 2>"$T/err") || fail "cooperative, blocks: $(cat "$T/err")"
+        [ "$(echo "$out" | sums)" = "$mref" ] || fail "cooperative, blocks: checksums differ"
+        [ "$(echo "$out" | nums verified_files)" = "$mfiles " ] || fail "cooperative, blocks: files: $out"
+        # the ranks' reads are disjoint chunks of whole blocks: checked bytes = bytes read
+        [ "$(echo "$out" | nums verified_bytes)" = "$(echo "$out" | nums bytes_read | cut -d' ' -f1) " ] \
+            || fail "cooperative, blocks: verified bytes: $out"
+        "${MPIRUN[@]}" "$SL" load "$T/bad" --tp 2 --dist cooperative --manifest "$MAN" >"$T/out" 2>&1
+        grep -q "^shardload: error: rank [01]: .*bad/$n3: bytes \[2097152, 3145728) (block 2) have XXH3" "$T/out" \
+            || fail "cooperative, flipped: $(cat "$T/out")"
+        out=$("${MPIRUN[@]}" "$SL" load "$MID" --tp 2 --dist independent --manifest "$MAN" \
+              --checksums --json 2>"$T/err") || fail "independent, blocks: $(cat "$T/err")"
+        [ "$(echo "$out" | sums)" = "$mref" ] || fail "independent, blocks: checksums differ"
+        # rank 0 holds half of each tensor: it reads (and checks) less than the whole files
+        r0=$(echo "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["ranks"][0]["bytes_read"])')
+        [ "$r0" -lt "$mtotal" ] || fail "independent, blocks: rank 0 read $r0 of $mtotal"
+        [ "$(echo "$out" | nums verified_bytes)" = "$r0 " ] || fail "independent, blocks: verified: $out"
     fi
 fi
 

@@ -10,6 +10,8 @@
  *    range and at most 3 bytes past b;
  *  - direct reads (host devices) are exactly the operations that qualify by a brute-force check,
  *    cut into request-sized pieces carrying their destination, and sorted in with the others;
+ *  - --verify by blocks: chunks are whole blocks and exactly the needed blocks (small gaps
+ *    joined), headers of used files included;
  *  - the operation table is sorted, indexed per file and finds the operations that meet a chunk
  *    (rd_ops_between) as a scan of all of them does. */
 #include "expect.h"
@@ -476,9 +478,120 @@ static void test_random_whole(void)
     }
 }
 
+/* ---- verified blocks ------------------------------------------------------------------------- */
+
+/* The bytes a load verified by blocks must read, per byte of one file: the blocks holding a byte of
+ * some operation or of [0, head) (files some operation reads), gaps of at most merge_gap between
+ * such blocks joined. */
+static unsigned char *want_blocks(const tcase *t, int32_t f, uint64_t size, uint64_t bs,
+                                  uint64_t head, uint64_t gap)
+{
+    const uint64_t nb = size / bs + (size % bs != 0);
+    unsigned char *need = calloc(nb + 1, 1), *map = calloc(size + 1, 1);
+    int used = 0;
+    for (int32_t d = 0; d < t->p.n_devices; d++)
+        for (int64_t k = 0; k < t->dev[d].n_ops; k++) {
+            const sl_op *op = &t->ops[d][k];
+            if (!is_copy(op) || op->file != f)
+                continue;
+            used = 1;
+            for (uint64_t r = 0; r < op->rows; r++) {
+                const uint64_t a = op->src_offset + r * op->src_stride;
+                for (uint64_t b = a / bs; b * bs < a + op->row_elems * esize(op->src_dtype); b++)
+                    need[b] = 1;
+            }
+        }
+    for (uint64_t b = 0; used && b * bs < head; b++)
+        need[b] = 1;
+    int64_t last = -1;   /* the last needed block so far */
+    for (uint64_t b = 0; b < nb; b++) {
+        if (!need[b])
+            continue;
+        const uint64_t from = last >= 0 && b * bs - ((uint64_t)last + 1) * bs <= gap
+                                  ? ((uint64_t)last + 1) * bs : b * bs;
+        memset(map + from, 1, (size_t)(sl_min_u64(size, (b + 1) * bs) - from));
+        last = (int64_t)b;
+    }
+    free(need);
+    return map;
+}
+
+/* --verify with a block manifest: chunks are whole blocks (a and b on block boundaries, or b at
+ * the file's end), at most a request long, none direct; together they are exactly the needed
+ * blocks (operations' bytes and used files' headers) with small gaps joined, so a block no
+ * operation meets, far from the others, is not read; a block larger than the request is refused. */
+static void test_random_blocks(void)
+{
+    static const uint64_t blocks[] = {4096, 8192, 65536, (uint64_t)1 << 20};
+    for (int i = 0; i < 200; i++) {
+        tcase *t = calloc(1, sizeof *t);
+        random_plan(t, rnd(2));
+        unsigned char *host[MAX_DEVS] = {0};
+        for (int32_t d = 0; d < t->p.n_devices; d++)
+            host[d] = malloc(t->dev[d].bytes);
+        uint64_t bs[MAX_FILES + 1] = {0}, size[MAX_FILES + 1] = {0}, head[MAX_FILES + 1] = {0};
+        const uint64_t block = blocks[rnd(4)];
+        const uint64_t request = block * (1 + rnd(4)) + (rnd(2) ? 4096 : 0);
+        for (int64_t f = 0; f < t->n_files; f++) {
+            bs[f] = block;
+            size[f] = t->file_size[f] + 1 + rnd(3 * block);
+            head[f] = 1 + rnd(sl_max_u64(1, size[f] / 3));
+        }
+        sl_err err = {0};
+        rd_ops o;
+        rd_chunks cs;
+        const rd_chunk_opts co = {.request = request, .merge_gap = request / 16, .host = host,
+                                  .block = bs, .size = size, .head = head};
+        EXPECT(rd_ops_build(&t->p, t->n_files, &o, &err) == SL_OK &&
+                   rd_chunks_build(&o, &co, &cs, &err) == SL_OK, "plan: %s", sl_err_msg(&err));
+        for (int64_t k = 0; k < cs.n; k++) {
+            const rd_chunk *c = &cs.v[k];
+            EXPECT(!c->dst && c->a % block == 0 && (c->b % block == 0 || c->b == size[c->file]) &&
+                       c->b > c->a && c->b - c->a <= request && c->b <= size[c->file],
+                   "chunk %lld of file %d: [%llu, %llu)%s, block %llu, request %llu", (long long)k,
+                   c->file, (unsigned long long)c->a, (unsigned long long)c->b,
+                   c->dst ? " direct" : "", (unsigned long long)block, (unsigned long long)request);
+            EXPECT(k == 0 || cs.v[k - 1].file < c->file ||
+                       (cs.v[k - 1].file == c->file && cs.v[k - 1].b <= c->a), "chunk %lld out of order",
+                   (long long)k);
+        }
+        for (int32_t f = 0; f < t->n_files; f++) {
+            unsigned char *want = want_blocks(t, f, size[f], block, head[f], request / 16);
+            unsigned char *got = calloc(size[f] + 1, 1);
+            for (int64_t k = 0; k < cs.n; k++)
+                if (cs.v[k].file == f)
+                    memset(got + cs.v[k].a, 1, (size_t)(cs.v[k].b - cs.v[k].a));
+            uint64_t at = 0;
+            while (at < size[f] && got[at] == want[at])
+                at++;
+            EXPECT(at == size[f], "file %d (block %llu): byte %llu read %d, wanted %d", (int)f,
+                   (unsigned long long)block, (unsigned long long)at, at < size[f] ? got[at] : -1,
+                   at < size[f] ? want[at] : -1);
+            free(want);
+            free(got);
+        }
+        check_elements(&o, &cs);
+        rd_chunks_free(&cs);
+        /* a block over the request cannot be one chunk */
+        const rd_chunk_opts small = {.request = block / 2 < 4096 ? 4096 : block / 2,
+                                     .merge_gap = 256, .block = bs, .size = size, .head = head};
+        if (block > 4096)
+            EXPECT(rd_chunks_build(&o, &small, &cs, &err) == SL_E_INVALID_ARG,
+                   "block %llu over a request of %llu accepted", (unsigned long long)block,
+                   (unsigned long long)small.request);
+        rd_chunks_free(&cs);
+        rd_ops_free(&o);
+        sl_err_clear(&err);
+        for (int32_t d = 0; d < t->p.n_devices; d++)
+            free(host[d]);
+        free(t);
+    }
+}
+
 int main(void)
 {
     test_random_whole();
+    test_random_blocks();
     test_unaligned();
     test_gap();
     test_random_staged();
