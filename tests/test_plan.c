@@ -71,10 +71,12 @@ static void llama8b(void)
     sl_plan_free(p);
 }
 
+static char scratch[512];   /* the test's scratch directory (tu_tmpdir), not the current one */
+
 static const char *cfg_path(void)
 {
-    static char path[64];
-    snprintf(path, sizeof(path), "plan_cfg_%d.json", (int)getpid());
+    static char path[600];
+    snprintf(path, sizeof(path), "%s/config.json", scratch);
     return path;
 }
 
@@ -338,6 +340,7 @@ static void embedded_tables(void)
 
 int main(void)
 {
+    tu_tmpdir(scratch, sizeof scratch, "test_plan");
     dtype_keys();
     /* Without the configs every check below would fail on a NULL plan. */
     if (access(CONFIGS "/llama-3-8b.json", R_OK) != 0) {
@@ -351,7 +354,7 @@ int main(void)
     config_checks();
     rules_equivalence();
     embedded_tables();
-    remove(cfg_path());
+    tu_rm_rf(scratch);
     if (expect_failures)
         fprintf(stderr, "%d failure(s)\n", expect_failures);
     else
