@@ -656,6 +656,46 @@ def tile(w, N, i, dim):
     return out
 
 
+def spmd_dim(name, w):
+    """The dimension SHARDING.md's layout spmd tiles a checkpoint tensor along, None for whole."""
+    # 1-D, the replicated routers and DeepSeek's replicated q_a / kv_a projections
+    if w.ndim == 1 or name.endswith("gate.weight") or name.endswith("a_proj.weight") or \
+            name.endswith("kv_a_proj_with_mqa.weight"):
+        return None
+    dim1 = (name.endswith("o_proj.weight") or name.endswith("down_proj.weight")
+            or name.endswith(".w2.weight"))
+    return 1 if dim1 else 0
+
+
+def spmd_scale(cfg, ck, name, N, i):
+    """An FP8 scale in layout spmd (SHARDING-MOE-FP8.md): a block scale tiled by the blocks of its
+    weight's tile, a per-channel one with the weight's dim-0 tiles (whole for dim 1), a per-tensor
+    or input scale whole."""
+    kind, suffix, _, _, block = fp8_scheme(cfg["quantization_config"])
+    s = widened(ck[name][1])
+    if name.endswith(".input_scale") or kind == "tensor":
+        return s
+    wname = name[:-len(suffix)]
+    w = ck[wname][1]
+    dim = spmd_dim(wname, w)
+    if dim is None or (kind == "channel" and dim == 1):
+        return s
+    if kind == "channel":
+        return tile(s, N, i, 0)
+    b = block[dim]
+    c = cdiv(cdiv(w.shape[dim], N), b)   # the weight's tile in blocks
+    n = s.shape[dim]
+    lo, hi = min(i * c, n), min((i + 1) * c, n)
+    shape = list(s.shape)
+    shape[dim] = c
+    out = np.zeros(shape, dtype=np.float32)
+    if dim == 0:
+        out[:hi - lo] = s[lo:hi]
+    else:
+        out[:, :hi - lo] = s[:, lo:hi]
+    return out
+
+
 def expected_spmd(arch, cfg, ck, N, i):
     tied = cfg.get("tie_word_embeddings", False)
     out = {}
@@ -665,14 +705,11 @@ def expected_spmd(arch, cfg, ck, N, i):
             continue
         if name.startswith("model.layers.%d." % L):   # DeepSeek's MTP layer
             continue
-        # 1-D, the replicated routers and DeepSeek's replicated q_a / kv_a projections
-        if w.ndim == 1 or name.endswith("gate.weight") or name.endswith("a_proj.weight") or \
-                name.endswith("kv_a_proj_with_mqa.weight"):
-            out[name] = w
-        else:
-            dim1 = (name.endswith("o_proj.weight") or name.endswith("down_proj.weight")
-                    or name.endswith(".w2.weight"))
-            out[name] = tile(w, N, i, 1 if dim1 else 0)
+        if name.endswith("_scale") or name.endswith("_scale_inv"):
+            out[name] = spmd_scale(cfg, ck, name, N, i)
+            continue
+        dim = spmd_dim(name, w)
+        out[name] = w if dim is None else tile(w, N, i, dim)
     return out
 
 
@@ -833,6 +870,8 @@ def check_fp8(exe, tmp, rng, shuffle):
             except AssertionError as e:
                 print("FAIL:", e)
                 failed += 1
+        p_, f_ = check_fp8_spmd(exe, path, arch, c, ck, (1, 2))
+        passed, failed = passed + p_, failed + f_
     for (name, arch), cfg in FP8_MORE.items():
         path = os.path.join(tmp, name)
         os.mkdir(path)
@@ -857,6 +896,23 @@ def check_fp8(exe, tmp, rng, shuffle):
             except AssertionError as e:
                 print("FAIL: %s:" % name, e)
                 failed += 1
+        block = fp8_scheme(c["quantization_config"])[0] == "block"
+        p_, f_ = check_fp8_spmd(exe, path, arch, c, ck, (1, 2) if block else (1, 2, 4))
+        passed, failed = passed + p_, failed + f_
+    return passed, failed
+
+
+def check_fp8_spmd(exe, path, arch, cfg, ck, sizes):
+    """Layout spmd of an FP8 checkpoint, to bf16 and (N = 2) to f32: only unquantized tensors
+    change dtype."""
+    passed = failed = 0
+    for N, dst_dt in [(n, "BF16") for n in sizes] + [(2, "F32")]:
+        try:
+            check(exe, path, arch, cfg, ck, "spmd", N, 1, "BF16", dst_dt)
+            passed += 1
+        except AssertionError as e:
+            print("FAIL: %s spmd:" % os.path.basename(path), e)
+            failed += 1
     return passed, failed
 
 

@@ -3,7 +3,8 @@
  * Qwen3-30B-A3B-FP8 (weights F8_E4M3, scales F32 with their block shapes), vLLM's divisibility
  * errors, the block rows and columns each rank's scale copies, synth's FP8 checkpoints (finite e4m3
  * bytes, positive scales), and every FP8 error: E5M2 weights, a BF16 weight where FP8 is expected,
- * a missing scale, a fused layer quantized in part, ignored_layers, unsupported formats, spmd, and
+ * a missing scale, a fused layer quantized in part, ignored_layers, unsupported formats, layout
+ * spmd (tiles of whole blocks, scales tiled by the same blocks, else SL_E_DIVISIBILITY), and
  * a load (the engine writes one dtype per plan: FP8 plans are refused, not loaded wrongly).
  * Per-tensor and per-channel scales (fp8 without blocks, fbgemm_fp8, compressed-tensors): the
  * spec's shapes from the real Mixtral and Llama configs, synth's checkpoints ([] and [1] scalars,
@@ -267,8 +268,19 @@ static void synth_and_bind(void)
     }
     sl_model_free(m);
     sl_plan_free(p);
-    const sl_status st = build(ck, cfg, 2, 0, SL_LAYOUT_SPMD, &p);
-    tu_expect_plan_error("spmd", st, p, SL_E_UNSUPPORTED, "layout spmd of an FP8 checkpoint");
+    /* layout spmd: checkpoint names, FP8 tiles of whole blocks and their scales by the same
+     * blocks (down_proj's 256 columns in tiles of 128: one block column of its [2, 2] scale) */
+    EXPECT(build(ck, cfg, 2, 0, SL_LAYOUT_SPMD, &p) == SL_OK, "spmd: %s", sl_plan_errmsg(p));
+    EXPECT(is(p, 1, "model.layers.1.mlp.experts.2.down_proj.weight", SL_DTYPE_F8_E4M3, 256, 128, 0) &&
+               is(p, 1, "model.layers.1.mlp.experts.2.down_proj.weight_scale_inv", SL_DTYPE_F32, 2, 1, 0) &&
+               is(p, 1, "model.layers.1.mlp.experts.2.up_proj.weight_scale_inv", SL_DTYPE_F32, 1, 2, 0) &&
+               is(p, 1, "model.layers.0.self_attn.q_a_proj.weight_scale_inv", SL_DTYPE_F32, 2, 2, 0),
+           "spmd FP8 tiles and block scales");
+    sl_plan_free(p);
+    const sl_status st = build(ck, cfg, 4, 0, SL_LAYOUT_SPMD, &p);
+    tu_expect_plan_error("spmd N=4", st, p, SL_E_DIVISIBILITY, "parameter 'model.layers.{i}.self_attn."
+                         "o_proj.weight' (layout spmd, 4 devices): its tile of 64 columns is not a multiple "
+                         "of the weight quantization block_k = 128");
     sl_plan_free(p);
     sl_checkpoint_close(ck);
 }

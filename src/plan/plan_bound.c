@@ -38,7 +38,9 @@ static uint64_t tmpl_ops(const plan_ctx *c, const plan_tmpl *t)
     for (int32_t k = 0; k < t->n_rules; k++) {
         const sl_rule *r = &c->m->rules[t->rules[k]];
         ops = sat_add(ops, 2);
-        if (spmd && sl_plan_spmd_tile_dim(r) == 1 && r->shape[1] % (uint64_t)c->p->tp != 0)
+        /* a block scale's tile is its weight's in blocks: padded even when its own dim divides */
+        if (spmd && sl_plan_spmd_tile_dim(r) == 1 &&
+            (r->shape[1] % (uint64_t)c->p->tp != 0 || r->scale_kind == SL_SCALE_BLOCK))
             ops = sat_add(ops, r->shape[0]);
     }
     return ops;

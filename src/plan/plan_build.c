@@ -314,6 +314,16 @@ int sl_plan_spmd_tile_dim(const sl_rule *r)
     return r->shard == SL_SHARD_ROW ? 1 : 0;
 }
 
+uint64_t sl_plan_spmd_tile(const plan_ctx *c, const sl_rule *r, int dim, uint64_t N)
+{
+    if (r->scale_kind != SL_SCALE_BLOCK)
+        return (r->shape[dim] + N - 1) / N;
+    /* the blocks of the weight's tile: whole blocks when N > 1 (plan_mesh.c), all of them at N = 1 */
+    const uint64_t b = dim == 0 ? c->m->quant.bn : c->m->quant.bk;
+    const uint64_t t = (c->m->rules[r->scale_of].shape[dim] + N - 1) / N;
+    return (t + b - 1) / b;
+}
+
 static void spmd_rule_ops(param_ctx *pc, const sl_rule *r, const plan_src *s)
 {
     piece q = {0};
@@ -322,14 +332,13 @@ static void spmd_rule_ops(param_ctx *pc, const sl_rule *r, const plan_src *s)
     q.c1 = q.C;
     const int dim = sl_plan_spmd_tile_dim(r);
     const uint64_t i = (uint64_t)pc->rank, N = (uint64_t)pc->n;
+    const uint64_t t = dim >= 0 ? sl_plan_spmd_tile(pc->c, r, dim, N) : 0;
     if (dim == 0) {
-        const uint64_t t = (q.R + N - 1) / N;
         q.r0 = sl_min_u64(i * t, q.R);
         q.r1 = sl_min_u64((i + 1) * t, q.R);
         emit_copy(pc, s, &q);
         emit_zero(pc, (q.r1 - q.r0) * q.C, (t - (q.r1 - q.r0)) * q.C);
     } else if (dim == 1) {
-        const uint64_t t = (q.C + N - 1) / N;
         q.c0 = sl_min_u64(i * t, q.C);
         q.c1 = sl_min_u64((i + 1) * t, q.C);
         emit_copy(pc, s, &q);
@@ -352,7 +361,9 @@ static void param_shape(const param_ctx *pc, sl_plan_param_t *pp)
     if (pc->c->p->layout == SL_LAYOUT_SPMD) {
         const int dim = sl_plan_spmd_tile_dim(r0);
         if (dim >= 0)
-            pp->shape[dim] = (pp->shape[dim] + N - 1) / N;
+            pp->shape[dim] = sl_plan_spmd_tile(pc->c, r0, dim, N);
+        if (pc->c->m->quant.scalar && sl_arch_scale_scalar(r0))
+            pp->ndim = 0;   /* AutoFP8's 0-d scale keeps its rank */
         return;
     }
     if (r0->shard == SL_SHARD_ROW && r0->ndim == 2) {

@@ -367,6 +367,8 @@ static sl_status check_input_scales(plan_ctx *c)
 {
     scale_reader rd = {.fd = -1, .file = -1};
     sl_status st = SL_OK;
+    if (c->p->layout != SL_LAYOUT_TP)   /* spmd keeps each checkpoint tensor: nothing is shared */
+        return SL_OK;
     for (int32_t ri = 0; st == SL_OK && ri < c->m->n_rules; ri++) {
         if (sl_arch_input_scale_dup(&c->m->rules[ri]))
             st = check_input_rule(c, &rd, ri);

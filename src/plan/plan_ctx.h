@@ -56,6 +56,9 @@ const char *sl_plan_tmpl_name(const plan_ctx *c, const plan_tmpl *t, int64_t lay
 int sl_plan_tmpl_on_stage(const plan_ctx *c, const plan_tmpl *t, int32_t stage);
 /* plan_build.c: the dimension layout spmd tiles a rule's tensor along (0 or 1), -1 for whole. */
 int sl_plan_spmd_tile_dim(const sl_rule *r);
+/* plan_build.c: layout spmd's tile of rule r along dim over N devices: ceil(dim/N), and for a
+ * block scale the blocks its weight's tile covers. */
+uint64_t sl_plan_spmd_tile(const plan_ctx *c, const sl_rule *r, int dim, uint64_t N);
 /* plan_bound.c: refuses (SL_E_NOMEM, naming the config and the figures) a plan whose parameters,
  * operations and per-file totals would take more than SL_PLAN_MAX_BYTES, from the config and the
  * mesh alone, before anything is allocated for it. */

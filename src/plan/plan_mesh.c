@@ -144,6 +144,29 @@ static sl_status check_fp8(plan_ctx *c)
     return SL_OK;
 }
 
+/* Layout spmd: an FP8 weight's tile along its tiled dimension is whole blocks, so that its block
+ * scale tiles by the same blocks (SHARDING-MOE-FP8.md, "Layout spmd"). One device has one tile. */
+static sl_status check_fp8_spmd(plan_ctx *c)
+{
+    sl_plan *p = c->p;
+    const uint64_t N = (uint64_t)p->tp;
+    if (!c->m->quant.on || c->m->quant.scheme != SL_QUANT_BLOCK || N == 1)
+        return SL_OK;
+    for (int32_t i = 0; i < c->m->n_rules; i++) {
+        const sl_rule *r = &c->m->rules[i];
+        const int dim = sl_plan_spmd_tile_dim(r);
+        if (r->dtype != SL_DTYPE_F8_E4M3 || dim < 0 || !sl_arch_rule_used(c->m, i))
+            continue;
+        const uint64_t t = (r->shape[dim] + N - 1) / N, b = dim == 0 ? c->m->quant.bn : c->m->quant.bk;
+        SL_CHECK(t % b == 0, &p->err, SL_E_DIVISIBILITY, "parameter '%s' (layout spmd, %d devices): "
+                 "its tile of %llu %s is not a multiple of the weight quantization %s = %llu, so its "
+                 "block scale cannot be tiled by the same blocks", r->tensor, (int)N,
+                 (unsigned long long)t, dim == 0 ? "rows" : "columns", dim == 0 ? "block_n" : "block_k",
+                 (unsigned long long)b);
+    }
+    return SL_OK;
+}
+
 static sl_status check_mesh_impl(plan_ctx *c)
 {
     sl_plan *p = c->p;
@@ -156,10 +179,8 @@ static sl_status check_mesh_impl(plan_ctx *c)
     SL_CHECK(c->m->n_moe_layers == 0 || cfg->E >= p->tp, &p->err, SL_E_DIVISIBILITY,
              "Tensor parallel size %d is greater than the number of experts %lld", (int)p->tp,
              (long long)cfg->E);
-    SL_CHECK(!c->m->quant.on || p->layout == SL_LAYOUT_TP, &p->err, SL_E_UNSUPPORTED,
-             "layout spmd of an FP8 checkpoint is not supported yet (layout tp is)");
     if (p->layout != SL_LAYOUT_TP)
-        return SL_OK;
+        return check_fp8_spmd(c);
     /* heads first: they are what a user tunes tp by, and they imply o_proj's split. A rule with no
      * tensor for this config (the dense MLP of an all-MoE model) splits nothing. */
     for (int pass = 0; pass < 2; pass++) {
