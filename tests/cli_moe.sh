@@ -3,8 +3,8 @@
 # `plan --config` on the real Mixtral-8x7B, Qwen3-30B-A3B and DeepSeek-V3 configs gives the spec's worked
 # shapes; --rules with a copy of a built-in MoE table gives the built-in plan; `load --ep` equals
 # `reshard --ep` then loading the rank files; MPI (independent and cooperative) with --ep gives the
-# single-process checksums, cooperative reading each byte once; T > E and --ep with spmd fail with
-# one line. Usage: cli_moe.sh path/to/shardload. Exit 0 pass, 1 fail.
+# single-process checksums, cooperative reading each byte once; per-tensor and per-channel FP8
+# through reshard; T > E and --ep with spmd fail with one line. Usage: cli_moe.sh path/to/shardload. Exit 0 pass, 1 fail.
 set -u
 SL=${1:?usage: cli_moe.sh SHARDLOAD}
 . "$(dirname "$0")/lib.sh"
@@ -61,6 +61,28 @@ noep=$("$SL" load "$T/ck" --tp 4 --checksums --json)
 withep=$("$SL" load "$T/ck" --tp 4 --ep --checksums --json)
 [ "$(sums <<<"$noep")" != "$(sums <<<"$withep")" ] || fail "--ep changes the experts' placement"
 
+# 3b. per-tensor (compressed-tensors, static input scales) and per-channel (fbgemm) FP8 Mixtrals:
+# load equals reshard + a load of the rank files, whose 1-D [El] and [k] scales load back as written
+pt='{"quant_method":"compressed-tensors","format":"float-quantized","config_groups":{"g":{"targets":["Linear"],
+ "weights":{"num_bits":8,"type":"float","strategy":"tensor"},"input_activations":{"num_bits":8,"type":"float",
+ "strategy":"tensor","dynamic":false}}},"ignore":["lm_head"]}'
+for q in "$pt" '{"quant_method":"fbgemm_fp8","modules_to_not_convert":["lm_head"]}'; do
+    sed "s|\"torch_dtype\"|\"quantization_config\":$(tr -d '\n' <<<"$q"),\"torch_dtype\"|" "$T/mx.json" >"$T/mxq.json"
+    [ -d "$T/ckq" ] && mv "$T/ckq" "$T/ckpt"   # the per-tensor one, for MPI below
+    rm -rf "$T/ckq"
+    "$SL" synth --config "$T/mxq.json" "$T/ckq" --max-shard-size 64KB >/dev/null || { fail "synth $q"; continue; }
+    for mesh in "--tp 4 --ep" "--tp 2 --pp 2"; do
+        ref=$("$SL" load "$T/ckq" $mesh --checksums --json) || { fail "fp8 load $mesh"; continue; }
+        rm -rf "$T/rsq"
+        "$SL" reshard "$T/ckq" "$T/rsq" $mesh >/dev/null || { fail "fp8 reshard $mesh"; continue; }
+        got=$("$SL" load "$T/rsq" $mesh --checksums --json) || { fail "fp8 load resharded $mesh"; continue; }
+        [ "$(sums <<<"$ref")" = "$(sums <<<"$got")" ] || fail "fp8 $mesh: resharded files load to the same checksums"
+    done
+done
+out=$("$SL" plan --config "$T/mxq.json" --tp 2 --verbose) || fail "plan fbgemm"
+grep -q "model.layers.0.block_sparse_moe.experts.w13_weight_scale  *F32  *\[6, 128, 1\]" <<<"$out" ||
+    fail "fbgemm Mixtral T=2: w13_weight_scale [6, 128, 1]"
+
 # 4. MPI with --ep (skipped without mpirun or an MPI build)
 if command -v mpirun >/dev/null 2>&1; then
     export OMPI_MCA_btl=self,vader OMPI_MCA_plm_rsh_agent= OMPI_MCA_rmaps_base_oversubscribe=1
@@ -89,6 +111,14 @@ c = dict(o.FP8_ARCHS['deepseek_v3'], torch_dtype='bfloat16'); json.dump(c, open(
                 [ -n "$(sums <<<"$ref")" ] && [ "$(sums <<<"$ref")" = "$(sums <<<"$out")" ] \
                     || fail "fp8 MPI $dist $ep: checksums differ from one process"
             done
+        done
+        # per-tensor scales and static input scales ([El] per rank under EP) over the ranks
+        ref=$("$SL" load "$T/ckpt" --tp 2 --ep --checksums --json)
+        for dist in independent cooperative; do
+            out=$("${MPIRUN[@]}" -np 2 "$SL" load "$T/ckpt" --tp 2 --ep --dist $dist --checksums --json) ||
+                { fail "per-tensor fp8 mpirun $dist"; continue; }
+            [ -n "$(sums <<<"$ref")" ] && [ "$(sums <<<"$ref")" = "$(sums <<<"$out")" ] \
+                || fail "per-tensor fp8 MPI $dist: checksums differ from one process"
         done
     fi
 fi

@@ -124,13 +124,17 @@ static sl_status bind_param(ps_ctx *x, sl_plan_device *d, int64_t i, sl_op *op)
     sl_checkpoint_tensor(c->ck, ti, &t);
     SL_CHECK(shape_equal(&t, pp), &p->err, SL_E_SHAPE, "%s: tensor '%s' has a shape other than device %d's",
              sl_checkpoint_file_path(c->ck, t.file), name, d->index);
-    /* As for any checkpoint (plan_ckpt.c): floats convert, nothing else does (the plan's dtype is
-     * one of them). Before the size check, which means nothing for sub-byte dtypes. */
-    SL_CHECK(t.dtype == SL_DTYPE_F32 || t.dtype == SL_DTYPE_F16 || t.dtype == SL_DTYPE_BF16, &p->err,
-             SL_E_UNSUPPORTED, "%s: tensor '%s' has dtype %s, which cannot be converted to %s",
+    /* As for any checkpoint (plan_ckpt.c): floats convert, nothing else does; an FP8 weight is
+     * copied bit for bit, so it must be one (each parameter has its own dtype). Before the size
+     * check, which means nothing for sub-byte dtypes. */
+    const int fp8 = pp->dtype == SL_DTYPE_F8_E4M3;
+    SL_CHECK(fp8 ? t.dtype == SL_DTYPE_F8_E4M3
+                 : t.dtype == SL_DTYPE_F32 || t.dtype == SL_DTYPE_F16 || t.dtype == SL_DTYPE_BF16,
+             &p->err, SL_E_UNSUPPORTED, "%s: tensor '%s' has dtype %s, which cannot be %s %s",
              sl_checkpoint_file_path(c->ck, t.file), name,
-             sl_dtype_name(t.dtype) ? sl_dtype_name(t.dtype) : "?", sl_dtype_name(p->dtype));
-    const uint64_t elems = pp->nbytes / (sl_dtype_bits(p->dtype) / 8);
+             sl_dtype_name(t.dtype) ? sl_dtype_name(t.dtype) : "?", fp8 ? "copied bit for bit as" :
+             "converted to", sl_dtype_name(pp->dtype));
+    const uint64_t elems = pp->nbytes / (sl_dtype_bits(pp->dtype) / 8);
     SL_CHECK(t.nbytes == elems * (sl_dtype_bits(t.dtype) / 8), &p->err, SL_E_SHAPE,
              "%s: tensor '%s' holds %llu bytes, not %llu elements", sl_checkpoint_file_path(c->ck, t.file),
              name, (unsigned long long)t.nbytes, (unsigned long long)elems);
