@@ -60,3 +60,29 @@ def test_plan_fp8_from_config() -> None:
     assert (s.dtype, s.shape) == ("F32", (32, 32, 56))
     assert params["model.layers.3.mlp.gate.weight"].dtype == "BF16"
     assert p.devices[0].bytes == sum(q.nbytes for q in p.devices[0].params)
+
+
+@pytest.mark.parametrize("name", ["mixtral-ct", "qwen3_moe-ct"])
+def test_load_fp8_scales_are_the_oracle(tmp_path: Path, name: str) -> None:
+    """Per-tensor (compressed-tensors, static input scales: w13_weight_scale [El, 2], the input
+    scales [El]) and per-channel ([El, 2*Ip, 1]) FP8 MoE checkpoints: each rank's arrays under EP
+    are the oracle's byte for byte, FP8 weights as float8_e4m3fn and scales as float32."""
+    key = next(k for k in oracle_shards.FP8_MORE if k[0] == name)
+    arch = key[1]
+    cfg = dict(oracle_shards.FP8_MORE[key], torch_dtype="bfloat16")
+    ck_dir = tmp_path / name
+    ck_dir.mkdir()
+    (ck_dir / "config.json").write_text(json.dumps(cfg))
+    ck = oracle_shards.checkpoint_tensors(arch, cfg, "BF16", np.random.default_rng(9),
+                                          oracle_shards.FP8_MORE_SCALE_DT[name])
+    oracle_shards.write_checkpoint(str(ck_dir), ck, 2, random.Random(4))
+    T = 4
+    for r in range(T):
+        want = oracle_shards.expected_tp(arch, cfg, ck, T, 1, r, ep=True)
+        got = shardload.load(ck_dir, tp=T, ep=True, devices=[r]).numpy(r)
+        assert set(got) == set(want)
+        for pname, w in want.items():
+            g = got[pname]
+            assert g.shape == w.shape, pname
+            assert str(g.dtype) == {np.uint8: "float8_e4m3fn", np.float32: "float32"}.get(w.dtype.type, "bfloat16")
+            assert g.tobytes() == np.ascontiguousarray(w).tobytes(), f"rank {r}: {pname}"
