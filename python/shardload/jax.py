@@ -15,15 +15,21 @@ memory beyond the device arrays stays within the budget. A tensor larger than a 
 into pieces of whole boxes when its boxes split dimension 0 only (disjoint byte ranges); one split
 along another dimension stays one group (pieces would read its rows again), the one case over
 the budget. On CPU devices XLA adopts an aligned host buffer as the device buffer (no copy): there a
-group's buffers *are* device arrays, so groups are large (few C loads); every put is checked, and
-the first buffer JAX copies instead brings the bound back. A buffer is never reused: a CPU
-``device_put`` may alias it, and then it *is* the device array.
+group's buffers *are* device arrays, fresh for each group, so groups are large (few C loads); every
+put is checked, and the first buffer JAX copies instead brings the bound back. On devices that
+copy, the groups go through two slabs of the group bound, used in turn and reused once JAX has
+finished with the previous group loaded into that slab (its arrays are ready: the transfers are
+done), each DMA-mapped once (``client.dma_map``) where the backend implements it and unmapped when
+the load ends, failed or not (``dma=False`` or SHARDLOAD_JAX_DMA=0: plain host memory). A slab
+that a device adopted after all is never reused: it is that device's memory now.
 
 Each process loads its addressable devices only, reading only the bytes they need.
 """
 from __future__ import annotations
 
+import os
 import re
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -40,6 +46,8 @@ Box = tuple[str, int, tuple[int, ...], tuple[int, ...]]
 _ALIGN = 64  # bytes: XLA's CPU client adopts a host buffer this aligned instead of copying it
 _ENGINE_PART = 8  # the engine's staging is staging // _ENGINE_PART
 _ADOPTED_GROUP = 1 << 30  # bytes of boxes per C load when the devices adopt the buffers
+_DMA_ENV = "SHARDLOAD_JAX_DMA"  # "0": never dma_map the slabs
+_PAGE = 4096  # slabs are page aligned, whole pages (what cudaHostRegister pins)
 
 
 def _default_specs(ck: Checkpoint, mesh: Any, config: Any, dtype: Any) -> dict[str, Any]:
@@ -123,8 +131,14 @@ def _boxes(name: str, shape: tuple[int, ...], sharding: Any,
     return sorted(out, key=lambda x: x[1][1])
 
 
+def _padded(nbytes: int) -> int:
+    """A box's room in a slab: boxes start 64-byte aligned."""
+    return -(-nbytes // _ALIGN) * _ALIGN
+
+
 def _box_bytes(box: Box, itemsize: int) -> int:
-    return int(np.prod(box[3], dtype=np.int64)) * itemsize
+    """A box's bytes, as room in a slab."""
+    return _padded(int(np.prod(box[3], dtype=np.int64)) * itemsize)
 
 
 Group = list[tuple[Tensor, list[tuple[Any, Box]]]]
@@ -201,38 +215,136 @@ def _host_buffer(shape: tuple[int, ...], dtype: Any, nbytes: int) -> np.ndarray:
     return out
 
 
-def _dest_table(plan: Plan, devs: list[int],
+def _slab(nbytes: int) -> np.ndarray:
+    """A slab: uninitialized host bytes, page aligned (so 64-byte aligned too)."""
+    raw = np.empty(nbytes + _PAGE, np.uint8)
+    off = -raw.ctypes.data % _PAGE
+    out: np.ndarray = raw[off:off + nbytes]
+    return out
+
+
+def _clients(devices: Iterable[Any]) -> list[Any]:
+    """The distinct JAX clients of the devices (the objects with dma_map / dma_unmap)."""
+    out: dict[int, Any] = {}
+    for d in devices:
+        c = getattr(d, "client", None)
+        if c is not None:
+            out.setdefault(id(c), c)
+    return list(out.values())
+
+
+class _Staging:
+    """The host buffers groups are loaded into. Slot None: fresh buffers per box (devices that
+    adopt them make them their device arrays, so they are never reused). Slot 0 or 1: a slab of
+    `size` bytes per group in flight, allocated once and reused; load waits for the arrays of the
+    group last loaded into a slab before loading into it again. A slab is DMA-mapped on the
+    devices' clients when it is allocated, where they implement client.dma_map (the first
+    refusal, e.g. UNIMPLEMENTED on CPU, stops the tries), and unmapped by close(). A group
+    larger than a slab (one box over the group bound) gets fresh plain buffers: mapping memory
+    used once costs more than the copy it saves; a slab a device adopted is retired (it is that
+    device's memory now)."""
+
+    def __init__(self, clients: list[Any], size: int, dma: bool) -> None:
+        self.clients, self.size = clients, -(-size // _PAGE) * _PAGE
+        self.slabs: list[np.ndarray | None] = [None, None]
+        self.mapped: list[tuple[Any, int]] = []
+        self.dma = "unused: no group went through a slab" if dma else "off"
+        self.refused = not dma
+        self.counts = {"slabs": 0, "reused": 0, "retired": 0, "oversize_groups": 0,
+                       "slab_bytes": 0, "dma_mapped_bytes": 0}
+
+    def take(self, slot: int | None, params: list[Any]) -> list[np.ndarray]:
+        """A buffer for each parameter (plan Params), in order."""
+        over = slot is not None and sum(_padded(p.nbytes) for p in params) > self.size
+        if slot is None or over:
+            self.counts["oversize_groups"] += over
+            return [_host_buffer(p.shape, numpy_dtype(p.dtype), p.nbytes) for p in params]
+        slab = self.slabs[slot]
+        if slab is None:
+            slab = self.slabs[slot] = _slab(self.size)
+            self.counts["slabs"] += 1
+            self.counts["slab_bytes"] += self.size
+            self._map(slab)
+        else:
+            self.counts["reused"] += 1
+        out, off = [], 0
+        for p in params:
+            out.append(slab[off:off + p.nbytes].view(numpy_dtype(p.dtype)).reshape(p.shape))
+            off += _padded(p.nbytes)
+        return out
+
+    def _map(self, slab: np.ndarray) -> None:
+        if self.refused:
+            return
+        for c in self.clients:
+            try:
+                c.dma_map(slab.ctypes.data, slab.nbytes)
+            except Exception as e:  # noqa: BLE001 - the backend's refusal: plain slabs from now on
+                self.refused, self.dma = True, f"{type(e).__name__}: {e}"[:300]
+                return
+            self.mapped.append((c, slab.ctypes.data))
+        self.counts["dma_mapped_bytes"] += slab.nbytes
+        self.dma = "mapped"
+
+    def retire(self, slot: int) -> None:
+        if self.slabs[slot] is not None:
+            self.slabs[slot] = None
+            self.counts["retired"] += 1
+
+    def close(self) -> BaseException | None:
+        """Unmaps every mapped slab (all tried); the first error."""
+        err = None
+        for c, addr in self.mapped:
+            try:
+                c.dma_unmap(addr)
+            except Exception as e:  # noqa: BLE001 - reported once all are unmapped
+                err = err or e
+        self.mapped, self.slabs = [], [None, None]
+        return err
+
+    def report(self) -> dict[str, Any]:
+        c = self.counts
+        kind = ("dma-mapped" if c["slab_bytes"] and c["dma_mapped_bytes"] == c["slab_bytes"]
+                else "partly dma-mapped" if c["dma_mapped_bytes"] else "plain")
+        return {"staging": kind, "dma": self.dma, **c}
+
+
+def _dest_table(plan: Plan, devs: list[int], staging: _Staging, slot: int | None,
                 bufs: dict[tuple[int, int], np.ndarray]) -> tuple[Any, list[Any]]:
-    """param_dest for the devices of a group: a fresh host buffer per box (never reused: a CPU
-    device_put may alias it)."""
+    """param_dest for the devices of a group: a buffer per box, from `staging`."""
     import ctypes
     table = (ctypes.POINTER(ctypes.c_void_p) * len(plan.devices))()
+    params = [(d, i, p) for d in devs for i, p in enumerate(plan.devices[d].params)]
+    for (d, i, _), buf in zip(params, staging.take(slot, [p for _, _, p in params])):
+        bufs[(d, i)] = buf
     rows = []
     for d in devs:
-        ptrs = []
-        for i, p in enumerate(plan.devices[d].params):
-            bufs[(d, i)] = buf = _host_buffer(p.shape, numpy_dtype(p.dtype), p.nbytes)
-            ptrs.append(buf.ctypes.data if p.nbytes else None)
+        ptrs = [bufs[(d, i)].ctypes.data if p.nbytes else None
+                for i, p in enumerate(plan.devices[d].params)]
         rows.append((ctypes.c_void_p * max(len(ptrs), 1))(*ptrs))
         table[d] = ctypes.cast(rows[-1], ctypes.POINTER(ctypes.c_void_p))
     return table, rows
 
 
 def _fill_group(ck: Checkpoint, group: Group, n_devices: int, dtype: Any, opts: dict[str, Any],
-                progress: "_Progress") -> list[tuple[Any, str, np.ndarray]]:
-    """Plans one group's boxes and loads them into fresh host buffers: (device, tensor name,
-    buffer) per box, in the group's order. Runs on the loader thread (ctypes releases the GIL
-    for the C load), while the caller hands the previous group to JAX."""
+                progress: "_Progress", staging: _Staging,
+                slot: int | None) -> tuple[list[tuple[Any, str, np.ndarray]], float]:
+    """Plans one group's boxes and loads them into host buffers from `staging`: (device, tensor
+    name, buffer) per box, in the group's order, and the C load's seconds. Runs on the loader
+    thread (ctypes releases the GIL for the C load), while the caller hands the previous group to
+    JAX."""
     plan = Plan.from_boxes(ck, [b for _, bs in group for _, b in bs], n_devices, dtype)
     try:
         devs = sorted({b[1] for _, bs in group for _, b in bs})
         bufs: dict[tuple[int, int], np.ndarray] = {}
-        table, rows = _dest_table(plan, devs, bufs)
+        table, rows = _dest_table(plan, devs, staging, slot, bufs)
         o = _load_opts("cpu", opts["io"], opts["staging"], opts["threads"], False, 1234)
         keep: list[Any] = [rows]
         _set_list(o, keep, "devices", "n_devices", devs)
         o.param_dest, o.n_param_dest = table, len(plan.devices)
+        t0 = time.perf_counter()
         _run(ck, plan, o, progress.group(plan.read_bytes or 0))
+        seconds = time.perf_counter() - t0
         progress.next(plan.read_bytes or 0)
     finally:
         plan.close()
@@ -242,21 +354,31 @@ def _fill_group(ck: Checkpoint, group: Group, n_devices: int, dtype: Any, opts: 
         for dev, (name, d, _, _) in bs:
             out.append((dev, name, bufs[(d, nth[d])]))
             nth[d] += 1
-    return out
+    return out, seconds
+
+
+def _aliases(a: Any, buf: np.ndarray) -> bool:
+    """Whether the device array is the host buffer itself (adopted, not copied)."""
+    try:
+        return bool(a.unsafe_buffer_pointer() == buf.ctypes.data)
+    except Exception:  # noqa: BLE001 - no address to compare: memory of its own
+        return False
 
 
 def _put_group(boxes: list[tuple[Any, str, np.ndarray]],
-               shards: dict[str, list[Any]]) -> tuple[list[Any], int]:
-    """Hands a group's buffers to their devices (one batched device_put): the arrays, and the
-    bytes JAX copied rather than adopted (0 when every buffer became its device array)."""
+               shards: dict[str, list[Any]]) -> tuple[list[Any], int, int]:
+    """Hands a group's buffers to their devices (one batched device_put): the arrays, the bytes
+    JAX copied and the bytes it adopted (the buffer became the device array)."""
     import jax
     arrays = jax.device_put([b for _, _, b in boxes], [dev for dev, _, _ in boxes])
-    copied = 0
+    copied = adopted = 0
     for (_, name, buf), a in zip(boxes, arrays):
         shards.setdefault(name, []).append(a)
-        if buf.nbytes and a.unsafe_buffer_pointer() != buf.ctypes.data:
+        if buf.nbytes and _aliases(a, buf):
+            adopted += buf.nbytes
+        else:
             copied += buf.nbytes
-    return arrays, copied
+    return arrays, copied, adopted
 
 
 class _Progress:
@@ -317,54 +439,156 @@ def _adopts(devices: Iterable[Any]) -> bool:
     return bool(jax.device_put(buf, devs[0]).unsafe_buffer_pointer() == buf.ctypes.data)
 
 
+def _use_dma(dma: bool | None) -> bool:
+    if dma is not None and not isinstance(dma, bool):
+        raise TypeError(f"dma must be None or a bool, got {type(dma).__name__}")
+    return dma if dma is not None else os.environ.get(_DMA_ENV, "1") != "0"
+
+
 def load(path: Any, mesh: Any, shardings: ShardingSpec = None, *, dtype: Any = None,
          staging: int = 64 << 20, io: str = "auto", threads: int = 0,
          progress: Callable[[int, int], None] | None | bool = None,
-         config: Any = None) -> dict[str, Any]:
+         config: Any = None, dma: bool | None = None,
+         stats: dict[str, Any] | None = None) -> dict[str, Any]:
     """The checkpoint's tensors as global jax.Arrays of their logical shapes, sharded as asked
     (default: the spmd rule on the mesh's last axis), each addressable device holding exactly
-    its index. Host memory beyond the device arrays stays within `staging`."""
+    its index. Host memory beyond the device arrays stays within `staging`.
+
+    On devices that copy, the host buffers are DMA-mapped (client.dma_map) where the backend
+    implements it; dma=False, or SHARDLOAD_JAX_DMA=0 when dma is None, keeps them plain. A dict
+    passed as `stats` is filled with what the load did: "staging" ("dma-mapped" or "plain"),
+    "dma" (mapped, off, unused, or the backend's refusal), groups, slabs, reused, copied and
+    adopted bytes, seconds."""
     import jax
     if isinstance(staging, bool) or not isinstance(staging, int) or staging < (2 << 20):
         raise ValueError("staging must be an int of at least 2 MiB")
+    if stats is not None and not isinstance(stats, dict):
+        raise TypeError(f"stats must be None or a dict, got {type(stats).__name__}")
+    use_dma = _use_dma(dma)
+    t_start = time.perf_counter()
     index = _local_devices(mesh)
     with Checkpoint(path) as ck:
         specs, items = _items(ck, mesh, shardings, config, dtype, index)
         shapes = {t.name: t.shape for t, _ in items}
         whole = Plan.from_boxes(ck, [b for _, bs in items for _, b in bs], len(index), dtype)
         total = whole.read_bytes or 0  # also checks every box before a byte is read
+        boxes_bytes = sum(_padded(p.nbytes) for d in whole.devices for p in d.params)
         whole.close()
         # An eighth of the budget is the engine's staging (populated afresh by each C load: a
         # small one costs less set-up and read no slower here); the rest holds the boxes of two
         # groups, one being loaded while the other goes to JAX. Unless the devices adopt the
         # buffers: then a group's buffers are its device arrays, not host memory beyond them,
-        # and groups are large (each C load costs ~7 ms of set-up whatever its size).
+        # and groups are large (fresh buffers are first touched by each C load).
         engine = max(staging // _ENGINE_PART, 1 << 20)
         bounded = (staging - engine) // 2
-        state = {"budget": _ADOPTED_GROUP if _adopts(index) else bounded}
+        adopting = _adopts(index)
+        state = {"budget": _ADOPTED_GROUP if adopting else bounded, "adopting": adopting}
         opts = {"io": io, "staging": engine, "threads": threads}
         prog = _Progress(progress, total)
+        pool = _Staging(_clients(index), min(bounded, boxes_bytes), use_dma)
         groups = _groups(items, lambda: state["budget"], dtype)
         shards: dict[str, list[Any]] = {}
         sent: list[Any] = []  # the arrays of the group handed to JAX last
-        with ThreadPoolExecutor(1, thread_name_prefix="shardload.jax") as ex:
-            group = next(groups, None)
-            ahead = ex.submit(_fill_group, ck, group, len(index), dtype, opts, prog) if group else None
-            while ahead is not None:
-                boxes = ahead.result()
-                # The previous group's transfers are done (JAX holds a host buffer until its
-                # transfer completes), so two groups at most are alive: this one and the next.
-                for a in sent:
-                    a.block_until_ready()
+        count = {"groups": 0, "copied_bytes": 0, "adopted_bytes": 0}
+        secs = {"c_load_seconds": 0.0, "put_seconds": 0.0}
+
+        def submit(ex: ThreadPoolExecutor, group: Group) -> Any:
+            slot = None if state["adopting"] else count["groups"] % 2
+            count["groups"] += 1
+            return ex.submit(_fill_group, ck, group, len(index), dtype, opts, prog, pool, slot), slot
+        try:
+            with ThreadPoolExecutor(1, thread_name_prefix="shardload.jax") as ex:
                 group = next(groups, None)
-                ahead = (ex.submit(_fill_group, ck, group, len(index), dtype, opts, prog)
-                         if group else None)
-                sent, copied = _put_group(boxes, shards)
-                del boxes
-                if copied:  # not adopted: the buffers are host memory after all
-                    state["budget"] = bounded
-    return {n: jax.make_array_from_single_device_arrays(shapes[n], specs[n], shards[n])
-            for n in specs}
+                ahead = submit(ex, group) if group else None
+                while ahead is not None:
+                    boxes, c_seconds = ahead[0].result()
+                    slot = ahead[1]
+                    secs["c_load_seconds"] += c_seconds
+                    t0 = time.perf_counter()
+                    # The previous group's transfers are done (JAX holds a host buffer until
+                    # its transfer completes), so two groups at most are alive, this one and
+                    # the next, and the slab the next one is loaded into is free again.
+                    for a in sent:
+                        a.block_until_ready()
+                    group = next(groups, None)
+                    ahead = submit(ex, group) if group else None
+                    sent, copied, adopted = _put_group(boxes, shards)
+                    secs["put_seconds"] += time.perf_counter() - t0
+                    del boxes
+                    count["copied_bytes"] += copied
+                    count["adopted_bytes"] += adopted
+                    if adopted and slot is not None:
+                        pool.retire(slot)  # that slab is device memory now
+                    if copied:  # not adopted: the buffers are host memory after all
+                        state["budget"], state["adopting"] = bounded, False
+        finally:
+            for xs in shards.values():  # no transfer still reads a slab being unmapped
+                for a in xs:
+                    try:
+                        a.block_until_ready()
+                    except Exception:  # noqa: BLE001 - the load's own error is the one raised
+                        pass
+            err = pool.close()
+    if err is not None:
+        raise err
+    out = {n: jax.make_array_from_single_device_arrays(shapes[n], specs[n], shards[n])
+           for n in specs}
+    if stats is not None:
+        stats.update(pool.report(), **count, read_bytes=total, **secs,
+                     seconds=time.perf_counter() - t_start)
+    return out
 
 
-__all__ = ["load", "plan"]
+class _Devices:
+    """The devices of some shardings in id order: what load needs of a mesh when every tensor's
+    Sharding is given."""
+
+    def __init__(self, shardings: Iterable[Any]) -> None:
+        devs = sorted({d for s in shardings for d in s.device_set}, key=lambda d: d.id)
+        self.devices = np.empty(len(devs), dtype=object)
+        self.devices[:] = devs
+
+
+def load_into(path: Any, arrays: Mapping[str, Any], *, donate: bool = False,
+              staging: int = 64 << 20, io: str = "auto", threads: int = 0,
+              progress: Callable[[int, int], None] | None | bool = None,
+              dma: bool | None = None) -> dict[str, Any]:
+    """The checkpoint's tensors named in `arrays` (name -> jax.Array or jax.ShapeDtypeStruct
+    with a sharding), each loaded with that array's sharding, shape and dtype (bf16, f16 and
+    f32 converted on the way). JAX arrays are immutable, so these are new arrays, returned:
+    nothing is written into the given ones. donate=True deletes the given jax.Arrays before the
+    load (after every name, shape and dtype is checked), so that their device memory is free
+    for the new ones; they are gone if the load then fails."""
+    import jax
+    if not isinstance(arrays, Mapping):
+        raise TypeError(f"arrays must be a mapping name -> jax.Array, got {type(arrays).__name__}")
+    by_dtype: dict[Any, dict[str, Any]] = {}
+    with Checkpoint(path) as ck:
+        tensors = {t.name: t for t in ck.tensors}
+        for name, a in arrays.items():
+            t = tensors.get(name)
+            if t is None:
+                raise KeyError(f"arrays names '{name}', which is not in the checkpoint")
+            if tuple(a.shape) != t.shape:
+                raise ValueError(f"tensor '{name}': shape {tuple(a.shape)}, the checkpoint has "
+                                 f"{t.shape}")
+            if getattr(a, "sharding", None) is None:
+                raise ValueError(f"tensor '{name}': the array has no sharding")
+            dt = np.dtype(a.dtype)
+            target = dt.name if dt.name in ("bfloat16", "float16", "float32") else None
+            if target is None and dt != numpy_dtype(t.dtype):
+                raise ValueError(f"tensor '{name}': dtype {dt}, the checkpoint has {t.dtype} "
+                                 "(conversions go to bf16, f16 or f32 only)")
+            by_dtype.setdefault(target, {})[name] = a.sharding
+    if donate:
+        for a in arrays.values():
+            if isinstance(a, jax.Array):
+                a.delete()
+    out: dict[str, Any] = {}
+    for target, specs in by_dtype.items():
+        out.update(load(path, _Devices(specs.values()), specs, dtype=target, staging=staging,
+                        io=io, threads=threads, progress=progress, dma=dma))
+    return {name: out[name] for name in arrays}
+
+
+__all__ = ["load", "load_into", "plan"]

@@ -149,15 +149,19 @@ def _group_bytes(group: list) -> int:
 
 def test_buffers_never_reused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Bounded groups (as on devices that copy) and a tiny budget: dozens of groups, two in
-    flight, each into fresh buffers. A CPU device_put adopts its buffer, so a reused buffer
-    would change arrays made earlier; they are all still exact."""
+    flight, through slabs. A CPU device_put adopts its buffer, so a reused slab would change
+    arrays made earlier: each slab is retired once adopted, and the arrays are all exact."""
     path, want = make_big_ckpt(tmp_path / "r")
     monkeypatch.setattr(sj, "_adopts", lambda devices: False)
     fills: list = []
     _spy(monkeypatch, "_fill_group", fills)
-    arrays = sj.load(path, mesh_1d(), staging=2 << 20)
+    stats: dict = {}
+    arrays = sj.load(path, mesh_1d(), staging=2 << 20, stats=stats)
     assert len(fills) >= 5
     check_shards(arrays, want)
+    # each slab was adopted by the CPU devices (64-byte aligned), so none was loaded into again
+    assert stats["reused"] == 0 and stats["retired"] == stats["slabs"] >= 5, stats
+    assert stats["copied_bytes"] == 0 and stats["staging"] == "plain"
 
 
 def test_cpu_devices_adopt_the_buffers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -189,6 +193,7 @@ def test_copied_buffers_bound_the_groups(tmp_path: Path, monkeypatch: pytest.Mon
         live.append((weakref.ref(raw), nbytes))
         return buf
     monkeypatch.setattr(sj, "_host_buffer", misaligned)
+    monkeypatch.setattr(sj, "_slab", lambda nbytes: misaligned((nbytes,), np.uint8, nbytes))
     monkeypatch.setattr(sj, "_adopts", lambda devices: True)  # as if the probe had said so
     monkeypatch.setattr(sj, "_ADOPTED_GROUP", 1 << 20)
     fills: list = []
@@ -210,7 +215,175 @@ def test_copied_buffers_bound_the_groups(tmp_path: Path, monkeypatch: pytest.Mon
     assert all(n <= bound for n in sizes[2:]), sizes  # the 2 MiB lm_head too, in pieces
     assert sum("lm_head.weight" in [t.name for t, _ in g] for g in fills) >= 2
     assert len(fills) > 4
-    assert peak[0] <= max(a + b for a, b in zip(sizes, sizes[1:])), (peak[0], sizes)
+    # two groups' buffers at most: fresh ones before the fallback, slabs of the bound after
+    pairs = [a + b for a, b in zip(sizes, sizes[1:])]
+    assert peak[0] <= max(pairs[0], sizes[1] + bound, 2 * bound), (peak[0], sizes)
+
+
+def _misaligned(shape: tuple, dtype: object, nbytes: int) -> np.ndarray:
+    """A host buffer 16 bytes off XLA's 64-byte alignment: a CPU device_put copies it (as a
+    GPU or TPU transfer does) instead of adopting it."""
+    raw = np.empty(nbytes + 128, np.uint8)
+    off = -raw.ctypes.data % 64 + 16
+    return raw[off:off + nbytes].view(dtype).reshape(shape)
+
+
+class _Watched:
+    """An array of a put, as load sees it: notes that load waited for it."""
+
+    def __init__(self, a: object) -> None:
+        self.a, self.waited = a, False
+
+    def block_until_ready(self) -> object:
+        self.waited = True
+        return self.a.block_until_ready()  # type: ignore[attr-defined]
+
+
+def _as_copying_devices(monkeypatch: pytest.MonkeyPatch) -> list:
+    """The CPU devices made to copy every put; returns (buffer address, array) of every box
+    handed to JAX, and checks, whenever a group is about to be loaded into a slab again, that
+    load waited for every array put from that slab (a CPU copy is often done by then anyway:
+    is_ready() alone would not notice a missing wait)."""
+    monkeypatch.setattr(sj, "_host_buffer", _misaligned)
+    monkeypatch.setattr(sj, "_slab", lambda nbytes: _misaligned((nbytes,), np.uint8, nbytes))
+    monkeypatch.setattr(sj, "_adopts", lambda devices: False)
+    put: list = []
+    put_group, take = sj._put_group, sj._Staging.take
+
+    def spy_put(boxes: list, shards: dict) -> tuple:
+        arrays, copied, adopted = put_group(boxes, shards)
+        watched = [_Watched(a) for a in arrays]
+        put.extend((buf.ctypes.data, w) for (_, _, buf), w in zip(boxes, watched))
+        return watched, copied, adopted
+
+    def spy_take(self: object, slot: object, params: list) -> list:
+        slab = self.slabs[slot] if slot is not None else None  # type: ignore[attr-defined]
+        if slab is not None:
+            lo, hi = slab.ctypes.data, slab.ctypes.data + slab.nbytes
+            assert all(w.waited for addr, w in list(put) if lo <= addr < hi)
+        return take(self, slot, params)  # type: ignore[arg-type]
+    monkeypatch.setattr(sj, "_put_group", spy_put)
+    monkeypatch.setattr(sj._Staging, "take", spy_take)
+    return put
+
+
+class FakeClient:
+    """A JAX client whose dma_map works (as a GPU's, cudaHostRegister): records the calls."""
+
+    def __init__(self, unmap_error: Exception | None = None) -> None:
+        self.maps: list[tuple[int, int]] = []
+        self.unmaps: list[int] = []
+        self.unmap_error = unmap_error
+
+    def dma_map(self, address: int, size: int) -> None:
+        self.maps.append((address, size))
+
+    def dma_unmap(self, address: int) -> None:
+        self.unmaps.append(address)
+        if self.unmap_error is not None:
+            raise self.unmap_error
+
+
+def test_copying_devices_reuse_two_slabs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On devices that copy, the groups go through two slabs, reused once the arrays put from
+    them are ready; the CPU client refuses dma_map (UNIMPLEMENTED), so they are plain host
+    memory, and the stats say so. Every shard is exact after the reuse."""
+    path, want = make_big_ckpt(tmp_path / "s")
+    put = _as_copying_devices(monkeypatch)
+    stats: dict = {}
+    arrays = sj.load(path, mesh_1d(), staging=2 << 20, stats=stats)
+    check_shards(arrays, want)
+    assert stats["staging"] == "plain" and "UNIMPLEMENTED" in stats["dma"], stats
+    assert stats["slabs"] == 2 and stats["reused"] >= 5 and stats["retired"] == 0, stats
+    assert stats["slab_bytes"] == 2 * ((2 << 20) - (1 << 20)) // 2 and stats["dma_mapped_bytes"] == 0
+    assert stats["adopted_bytes"] == 0 and stats["copied_bytes"] == sum(w.a.nbytes for _, w in put)
+    assert stats["groups"] == stats["reused"] + stats["slabs"] + stats["oversize_groups"]
+
+
+def test_dma_mapped_slabs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the client implements dma_map, each slab is mapped once, when allocated, and
+    unmapped when the load ends; the shards are the same bytes as with plain slabs."""
+    path, want = make_big_ckpt(tmp_path / "d")
+    _as_copying_devices(monkeypatch)
+    fake = FakeClient()
+    monkeypatch.setattr(sj, "_clients", lambda devices: [fake])
+    stats: dict = {}
+    arrays = sj.load(path, mesh_1d(), staging=2 << 20, stats=stats)
+    check_shards(arrays, want)
+    assert stats["staging"] == "dma-mapped" and stats["dma"] == "mapped", stats
+    assert stats["reused"] >= 5 and stats["dma_mapped_bytes"] == stats["slab_bytes"]
+    assert len(fake.maps) == 2 and {n for _, n in fake.maps} == {(2 << 20) // 4}
+    assert sorted(fake.unmaps) == sorted(a for a, _ in fake.maps)
+
+
+def test_dma_turned_off_and_unmapped_on_failure(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """dma=False, or SHARDLOAD_JAX_DMA=0, never maps; a load that fails after mapping unmaps
+    every slab before its error is raised; an unmap error is raised once all are unmapped."""
+    path, want = make_big_ckpt(tmp_path / "o")
+    _as_copying_devices(monkeypatch)
+    fake = FakeClient()
+    monkeypatch.setattr(sj, "_clients", lambda devices: [fake])
+    stats: dict = {}
+    check_shards(sj.load(path, mesh_1d(), staging=2 << 20, dma=False, stats=stats), want)
+    assert stats["staging"] == "plain" and stats["dma"] == "off" and stats["reused"] >= 5
+    monkeypatch.setenv("SHARDLOAD_JAX_DMA", "0")
+    sj.load(path, mesh_1d(), staging=2 << 20, stats=stats)
+    assert stats["dma"] == "off" and fake.maps == []
+    monkeypatch.delenv("SHARDLOAD_JAX_DMA")
+
+    def stop(done: int, total: int) -> None:
+        if done > total // 2:
+            raise RuntimeError("stop here")
+    with pytest.raises(RuntimeError, match="stop here"):
+        sj.load(path, mesh_1d(), staging=2 << 20, progress=stop)
+    assert len(fake.maps) == 2 and sorted(fake.unmaps) == sorted(a for a, _ in fake.maps)
+    bad = FakeClient(RuntimeError("unmap failed"))
+    monkeypatch.setattr(sj, "_clients", lambda devices: [bad])
+    with pytest.raises(RuntimeError, match="unmap failed"):
+        sj.load(path, mesh_1d(), staging=2 << 20)
+    assert len(bad.unmaps) == 2
+    with pytest.raises(TypeError, match="dma must be None or a bool"):
+        sj.load(path, mesh_1d(), dma="yes")  # type: ignore[arg-type]
+
+
+def test_cpu_stats(tmp_path: Path) -> None:
+    """On CPU devices the buffers are adopted: no slab, no dma_map tried, no byte copied."""
+    path, _ = make_ckpt(tmp_path / "t", "llama")
+    stats: dict = {}
+    arrays = sj.load(path, mesh_2d(), stats=stats)
+    held = sum(s.data.nbytes for a in arrays.values() for s in a.addressable_shards)
+    assert stats["staging"] == "plain" and stats["dma"].startswith("unused"), stats
+    assert stats["slabs"] == 0 and stats["copied_bytes"] == 0 and stats["adopted_bytes"] == held
+    assert stats["read_bytes"] == sj.plan(path, mesh_2d()).read_bytes and stats["groups"] == 1
+
+
+def test_load_into(tmp_path: Path) -> None:
+    """load_into takes each array's sharding, shape and dtype (converted on the way) and returns
+    new arrays (JAX arrays are immutable); donate=True deletes the given ones first."""
+    import jax.numpy as jnp
+    path, want = make_ckpt(tmp_path / "i", "llama")
+    mesh = mesh_2d()
+    q, o = "model.layers.0.self_attn.q_proj.weight", "model.layers.1.mlp.down_proj.weight"
+    rows, cols = NamedSharding(mesh, P("model", None)), NamedSharding(mesh, P("data", "model"))
+    given = {q: jnp.zeros(want[q].shape, jnp.float32, device=rows),
+             o: jax.ShapeDtypeStruct(want[o].shape, jnp.bfloat16, sharding=cols)}
+    out = sj.load_into(path, given)
+    assert list(out) == [q, o] and out[q].sharding == rows and out[o].sharding == cols
+    assert out[q].dtype == jnp.float32 and out[o].dtype == jnp.bfloat16
+    check_shards({q: out[q]}, want, "F32")
+    check_shards({o: out[o]}, want)
+    assert not given[q].is_deleted() and not np.asarray(given[q]).any()
+    sj.load_into(path, given, donate=True)
+    assert given[q].is_deleted()
+    with pytest.raises(ValueError, match=f"tensor '{q}': shape"):
+        sj.load_into(path, {q: jax.ShapeDtypeStruct((2, 2), jnp.bfloat16, sharding=rows)})
+    with pytest.raises(KeyError, match="'nope', which is not in the checkpoint"):
+        sj.load_into(path, {"nope": given[o]})
+    with pytest.raises(ValueError, match="no sharding"):
+        sj.load_into(path, {o: jax.ShapeDtypeStruct(want[o].shape, jnp.bfloat16)})
+    with pytest.raises(ValueError, match="dtype int8"):
+        sj.load_into(path, {o: jax.ShapeDtypeStruct(want[o].shape, jnp.int8, sharding=cols)})
 
 
 def test_pieces_of_a_large_tensor() -> None:
