@@ -73,7 +73,9 @@ static void load_help(FILE *out)
             "                  \"peak_rss_bytes\",\"io\",\"engine\",\"staging_peak\",\"verified_files\",\n"
             "                  \"verified_bytes\",\"devices\":[{\"index\",\"allocated_bytes\",\n"
             "                  \"params\":[{\"name\",\"xxh3\"}]}]} (params only with --checksums;\n"
-            "                  cuda adds \"gpu\",\"mem_free_before\",\"mem_free_after\" per device)\n"
+            "                  cuda adds \"gpu\",\"mem_free_before\",\"mem_free_after\" per device;\n"
+            "                  pjrt adds the mem_free pair where its plugin reports memory, and\n"
+            "                  \"staging_memory\": \"dma-mapped\" or \"plain (why)\")\n"
             "  --config FILE   the model's config.json; default PATH's directory/config.json\n"
             "  --rules FILE    rule table for the architecture instead of the built-in one\n"
             "  --dist S        under mpirun (docs/mpi.md): cooperative (default: each byte read by\n"
@@ -171,11 +173,20 @@ static int load_print_checksums(const sl_plan *p, const sl_model *m, int32_t d, 
     return CLI_EXIT_OK;
 }
 
-/* Device free memory around the allocation: only backends that report it (cuda). */
+/* How the staging reached the device (pjrt), and device free memory around the allocation: only
+ * backends that report them (cuda, pjrt). */
 static void load_print_mem(const sl_model *m, int32_t d, int json)
 {
     uint64_t before = 0, after = 0;
     char b1[32], b2[32], b3[32];
+    const char *staging = sl_model_device_staging(m, d); /* pjrt: dma-mapped or plain */
+    if (staging && json) {
+        printf(",\"staging_memory\":");
+        cli_json_str(stdout, staging);
+    } else if (staging) {
+        char sb[CLI_TEXT_NAME];
+        printf("device %d: staging %s\n", (int)d, cli_text(staging, sb, sizeof sb));
+    }
     if (sl_model_device_mem(m, d, &before, &after) != SL_OK)
         return;
     /* -1: not a CUDA GPU (pjrt reports memory per PJRT device, which the model does not number) */

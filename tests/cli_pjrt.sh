@@ -4,7 +4,8 @@
 # event gives wrong bytes and a counted violation): (1) checksums, read back through
 # PJRT_Buffer_ToHostBuffer, equal the cpu backend's for tp, pp, spmd, f32 targets, small staging
 # (parameters assembled and streamed) and dummy weights, allocations equal the plan's, and nothing
-# is left in the plugin; (2) memory statistics where the plugin has them; (3) a missing plugin, a
+# is left in the plugin; (2) memory statistics where the plugin has them; (2b) the staging block
+# DMA-mapped where the plugin can, plain where it cannot or the map fails; (3) a missing plugin, a
 # library that is not one, a 0.56 or too old table, and no --pjrt-plugin are exit 1 with one line
 # saying which; (4) a failing call (FAKE_PJRT_FAIL=NAME:N) is exit 1 with one line naming the
 # device, the parameter and the call, and leaves nothing allocated.
@@ -21,7 +22,7 @@ fake() { rm -f "$T/log"; FAKE_PJRT_LOG="$T/log" "$SL" "$@"; }
 counter() { tr ' ' '\n' <"$T/log" | sed -n "s/^$1=\(.*\)/\1/p"; }
 check_clean() {
     [ -s "$T/log" ] || { fail "$1: no stand-in log"; return; }
-    for k in violations live_error live_event live_client live_buffer live_tm queued; do
+    for k in violations live_error live_event live_client live_buffer live_tm live_dma queued; do
         [ "$(counter $k)" = 0 ] || fail "$1: $k=$(counter $k) ($(cat "$T/log"))"
     done
 }
@@ -71,6 +72,26 @@ echo "$out" | grep -q "^device 1: free memory .* bytes (.* used)" || fail "stats
 echo "$out" | grep -q "GPU -1" && fail "stats text names GPU -1: $out"
 fake load "$CK" --tp 2 --device pjrt --pjrt-plugin "$FAKE" --json | grep -q mem_free_before \
     && fail "no stats: memory figures reported"
+
+# 2b. the staging block: DMA-mapped once per client where the plugin's DmaMap works (every mapped
+# range unmapped at the end), plain where it is missing (FAKE_PJRT_DMA=0), UNIMPLEMENTED (3, as on
+# XLA's CPU plugins) or fails (2: a clean fallback, with the reason); the same bytes each way
+ref=$("$SL" load "$CK" --tp 4 --checksums --json | sums)
+for m in "1:dma-mapped" "0:plain (the plugin has no PJRT_Client_DmaMap)" \
+         "3:plain (PJRT_Client_DmaMap is UNIMPLEMENTED" "2:plain: PJRT_Client_DmaMap failed: fake_pjrt: "; do
+    out=$(FAKE_PJRT_DMA=${m%%:*} fake load "$CK" --tp 4 --device pjrt --pjrt-plugin "$FAKE" --checksums \
+          --json 2>"$T/err") || { fail "dma ${m%%:*}: $(cat "$T/err")"; continue; }
+    [ "$(echo "$out" | sums)" = "$ref" ] || fail "dma ${m%%:*}: checksums differ from cpu"
+    n=$(echo "$out" | grep -oF "\"staging_memory\":\"${m#*:}" | wc -l)
+    [ "$n" = 4 ] || fail "dma ${m%%:*}: $n of 4 devices say '${m#*:}': $out"
+    want=$([ "${m%%:*}" = 1 ] && echo 1 || echo 0)
+    [ "$(counter dma_maps)" = "$want" ] && [ "$(counter dma_unmaps)" = "$want" ] \
+        || fail "dma ${m%%:*}: $(cat "$T/log")"
+    check_clean "dma ${m%%:*}"
+done
+fake load "$CK" --tp 2 --device pjrt --pjrt-plugin "$FAKE" | grep -q "^device 1: staging dma-mapped$" \
+    || fail "text output lacks the staging line"
+"$SL" load "$CK" --tp 2 --json | grep -q staging_memory && fail "cpu reports a staging_memory"
 
 # 3. plugins that cannot be used
 "$SL" load "$CK" --device pjrt >/dev/null 2>"$T/err"

@@ -5,7 +5,10 @@
 # For each plugin found: checksums read back through the plugin equal the cpu backend's for tp 8
 # and spmd 8 on a mesh of 8 CPU PJRT devices (the client is made with cpu_device_count 8), bf16
 # and f32 targets, pp, small staging budgets (parameters assembled and streamed through the
-# transfer manager) and dummy weights; allocations equal the plan's; stderr stays empty.
+# transfer manager) and dummy weights; allocations equal the plan's; stderr stays empty. A wide
+# vocabulary gives parameters over the 4 MiB a checksum reads at a time, read back in parts
+# (Buffer_CopyRawToHost where the plugin has it: both CPU plugins do). Each device says how its
+# staging reached the plugin: both CPU plugins answer DmaMap with UNIMPLEMENTED, so "plain (...)".
 # Skipped (77) when no plugin is found: SL_PJRT_PLUGIN=path overrides the search.
 # Usage: cli_pjrt_real.sh path/to/shardload
 set -u
@@ -32,6 +35,10 @@ tiny_config "$T/tiny.json"
 "$SL" synth --config "$T/tiny.json" "$T/ck" --max-shard-size 600KB >/dev/null 2>"$T/err" \
     || { echo "FAIL: synth: $(cat "$T/err")" >&2; exit 1; }
 CK="$T/ck"
+sed 's/"vocab_size":1001/"vocab_size":20001/; s/"num_hidden_layers":2/"num_hidden_layers":1/' \
+    "$T/tiny.json" >"$T/wide.json"
+"$SL" synth --config "$T/wide.json" "$T/wide" >/dev/null 2>"$T/err" \
+    || { echo "FAIL: synth wide: $(cat "$T/err")" >&2; exit 1; }
 plan_bytes() { "$SL" plan "$CK" $(echo "$@" | sed 's/--staging [^ ]*//') --json | grep -o '"bytes":[0-9]*,"params"' | grep -o '[0-9]*' | tr '\n' ' '; }
 
 for plugin in "${plugins[@]}"; do
@@ -46,6 +53,16 @@ for plugin in "${plugins[@]}"; do
         [ "$(echo "$out" | nums allocated_bytes)" = "$(plan_bytes $args)" ] || fail "$name $args: allocated != plan"
         [ -s "$T/err" ] && fail "$name $args: stderr: $(head -c 300 "$T/err")"
     done
+    for args in "--tp 1" "--tp 2 --dtype f32" "--tp 1 --staging 1M"; do   # 10-20 MB embeddings
+        ref=$("$SL" load "$T/wide" $args --checksums --json | sums)
+        out=$("$SL" load "$T/wide" $args --device pjrt --pjrt-plugin "$plugin" --checksums --json 2>"$T/err") \
+            || { fail "$name wide $args: $(head -c 600 "$T/err")"; continue; }
+        [ -n "$ref" ] && [ "$(echo "$out" | sums)" = "$ref" ] || fail "$name wide $args: checksums differ from cpu"
+        how=$(echo "$out" | grep -o '"staging_memory":"[^"]*"' | sort -u)
+        [[ $how == '"staging_memory":"dma-mapped"' || $how == '"staging_memory":"plain'* ]] \
+            || fail "$name wide $args: staging_memory '$how'"
+    done
+    echo "cli_pjrt_real: $name: staging ${how#*:}"
     ref=$("$SL" load --format dummy --config "$T/tiny.json" --tp 4 --checksums --json | sums)
     out=$("$SL" load --format dummy --config "$T/tiny.json" --tp 4 --device pjrt --pjrt-plugin "$plugin" \
           --checksums --json 2>"$T/err") || fail "$name dummy: $(head -c 600 "$T/err")"

@@ -18,10 +18,16 @@
  * takes cpu_device_count (default 4 devices), cuda preallocate and allocator (2 devices), tpu none
  * (4 devices); any other key is INVALID_ARGUMENT), FAKE_PJRT_STATS=1 (MemoryStats implemented,
  * bytes_limit 1 GiB; else UNIMPLEMENTED, as on XLA's CPU plugin), FAKE_PJRT_TILED=1 (buffers
- * report a tiled layout, as on TPU), FAKE_PJRT_MINOR / FAKE_PJRT_MAJOR / FAKE_PJRT_STRUCT_SIZE
- * (what the table reports; default 0.104 with the table through slot 104).
+ * report a tiled layout, as on TPU, and CopyRawToHost returns their raw bytes in another order),
+ * FAKE_PJRT_RAW=0 (Buffer_CopyRawToHost is UNIMPLEMENTED; default 1: partial reads, delayed like
+ * ToHostBuffer), FAKE_PJRT_DMA=0|1|2|3 (Client_DmaMap/DmaUnmap missing from the table, working
+ * (default: one registration per host range, as cudaHostRegister; a range mapped twice, unmapped
+ * when not mapped, or still mapped when its client goes, is a violation; live ones are counted),
+ * failing with INTERNAL, or UNIMPLEMENTED as on XLA's CPU plugins), FAKE_PJRT_MINOR /
+ * FAKE_PJRT_MAJOR / FAKE_PJRT_STRUCT_SIZE (what the table reports; default 0.104 with the table
+ * through slot 111).
  * Fault injection: FAKE_PJRT_FAIL=N fails the N-th fallible call (every call but the Error_*
- * ones and the destroys) once with INTERNAL; FAKE_PJRT_FAIL=NAME:N the N-th call of PJRT_NAME.
+ * ones, the destroys and DmaUnmap) once with INTERNAL; FAKE_PJRT_FAIL=NAME:N the N-th call of PJRT_NAME.
  * The message has a second line, which the backend must keep on one.
  * At exit the counters are appended to $FAKE_PJRT_LOG as one line of key=value pairs. Tests in
  * one process use fake_pjrt_set() and fake_pjrt_get() instead of the environment. */
@@ -61,12 +67,14 @@ struct PJRT_Device {
     PJRT_DeviceDescription desc;
     PJRT_Memory mem;
 };
+#define FP_MAX_MAPS 16
 struct PJRT_Client {
     fp_obj h;
     int n_devices;
     PJRT_Device dev[FP_MAX_DEVICES];
     PJRT_Device *list[FP_MAX_DEVICES];
     long live_buffers;
+    struct { const unsigned char *p; size_t n; } maps[FP_MAX_MAPS]; /* DmaMap'd ranges */
 };
 struct PJRT_Buffer {
     fp_obj h;
@@ -96,8 +104,9 @@ typedef struct fp_job {
     const unsigned char *src;    /* h2d: host source */
     int64_t strides[PJ_MAX_DIMS_FAKE];
     int strided;
-    size_t off, n;               /* h2d into buf->data + off; d2h: n bytes */
+    size_t off, n;               /* h2d into buf->data + off; d2h: n bytes from buf->data + off */
     unsigned char *dst;          /* d2h */
+    int scramble;                /* d2h: raw bytes of a tiled layout, not in row-major order */
     uint64_t hash;               /* h2d: of the source at the call */
 } fp_job;
 
@@ -111,11 +120,14 @@ static struct {
     int initialized, configured;
     int kind;                    /* 0 cpu, 1 cuda, 2 tpu */
     int stats, tiled;
+    int raw;                     /* CopyRawToHost: 1 implemented, 0 UNIMPLEMENTED */
+    int dma;                     /* DmaMap/DmaUnmap: 0 missing, 1 work, 2 fail, 3 UNIMPLEMENTED */
+    long dma_maps, dma_unmaps, dma_live;
     long delay_us;
     long fail_at, fail_nth;
     char fail_name[64];
     long counts[FP_KINDS];       /* live objects */
-    long calls, injected, violations, bfhb, bfhb_strided, transfers, tohost, creates;
+    long calls, injected, violations, bfhb, bfhb_strided, transfers, tohost, creates, raw_reads;
     int client_opts;             /* option set of the last client made: 1 cpu, 2 cuda, 3 none */
     char first_violation[256];
     char injected_name[64];      /* the call that failed last on purpose */
@@ -193,6 +205,8 @@ static void fp_configure(void)
     g.kind = kind && !strcmp(kind, "cuda") ? 1 : kind && !strcmp(kind, "tpu") ? 2 : 0;
     g.stats = (int)fp_env("FAKE_PJRT_STATS", 0);
     g.tiled = (int)fp_env("FAKE_PJRT_TILED", 0);
+    g.raw = (int)fp_env("FAKE_PJRT_RAW", 1);
+    g.dma = (int)fp_env("FAKE_PJRT_DMA", 1);
     g.delay_us = fp_env("FAKE_PJRT_DELAY_US", 200);
     const char *fail = getenv("FAKE_PJRT_FAIL");
     if (fail && strchr(fail, ':')) {
@@ -294,7 +308,9 @@ static uint64_t fp_gather(const fp_job *j, unsigned char *dst)
 static void fp_run(fp_job *j)
 {
     if (j->dst) {
-        memcpy(j->dst, j->buf->data, j->n);
+        memcpy(j->dst, j->buf->data + j->off, j->n);
+        for (size_t i = 0; j->scramble && i < j->n; i++)
+            j->dst[i] ^= 0x5a;
         g.tohost++;
     } else {
         if (fp_gather(j, NULL) != j->hash)
@@ -521,6 +537,9 @@ static PJRT_Error *fp_Client_Destroy(PJRT_Client_Destroy_Args *a)
     } else {
         if (a->client->live_buffers)
             fp_violation("%s", "a client destroyed before its buffers");
+        for (int i = 0; i < FP_MAX_MAPS; i++)
+            if (a->client->maps[i].p)
+                fp_violation("%s", "a client destroyed with host memory still DMA-mapped");
         fp_kill(a->client);
     }
     pthread_mutex_unlock(&g.mu);
@@ -806,6 +825,32 @@ static PJRT_Error *fp_Buffer_ToHostBuffer(PJRT_Buffer_ToHostBuffer_Args *a)
     return NULL;
 }
 
+/* Raw on-device bytes [offset, offset + transfer_size), delayed like ToHostBuffer. With a tiled
+ * layout (FAKE_PJRT_TILED) they come back in another order than row-major, as a TPU's tiles do, so
+ * a backend that reads them as logical bytes gets wrong ones. */
+static PJRT_Error *fp_Buffer_CopyRawToHost(PJRT_Buffer_CopyRawToHost_Args *a)
+{
+    FP_BUFFER_ARG("Buffer_CopyRawToHost", PJRT_Buffer_CopyRawToHost_Args, event, buffer);
+    PJRT_Buffer *b = a->buffer;
+    if (!g.raw)
+        FP_FAIL(PJRT_Error_Code_UNIMPLEMENTED, "fake_pjrt: %s", "CopyRawToHost not implemented");
+    if (b->incomplete)
+        FP_FAIL(PJRT_Error_Code_FAILED_PRECONDITION, "fake_pjrt: %s", "buffer never completed");
+    if (!a->dst || a->offset < 0 || a->transfer_size < 0 ||
+        (uint64_t)a->offset + (uint64_t)a->transfer_size > b->bytes)
+        FP_FAIL(PJRT_Error_Code_INVALID_ARGUMENT, "fake_pjrt: %s", "CopyRawToHost out of range");
+    fp_job *j = fp_job_new();
+    j->buf = b;
+    j->dst = a->dst;
+    j->off = (size_t)a->offset;
+    j->n = (size_t)a->transfer_size;
+    j->scramble = g.tiled;
+    a->event = fp_queue(j);
+    g.raw_reads++;
+    pthread_mutex_unlock(&g.mu);
+    return NULL;
+}
+
 /* ---- the async host-to-device transfer manager ------------------------------------------------ */
 
 static PJRT_Error *fp_CreateBuffersForAsyncHostToDevice(
@@ -904,6 +949,61 @@ static PJRT_Error *fp_TM_Destroy(PJRT_AsyncHostToDeviceTransferManager_Destroy_A
     return NULL;
 }
 
+/* ---- DMA mapping -------------------------------------------------------------------------------- */
+
+/* As cudaHostRegister: one registration per host range; mapping memory that is already mapped,
+ * and unmapping what is not, are errors (and violations: the backend maps its staging once). */
+static PJRT_Error *fp_Client_DmaMap(PJRT_Client_DmaMap_Args *a)
+{
+    pthread_mutex_lock(&g.mu);
+    FP_ENTER("Client_DmaMap", PJRT_Client_DmaMap_Args, size);
+    PJRT_Client *c = a->client;
+    if (!fp_live(c, FP_CLIENT) || !a->data || !a->size)
+        FP_FAIL(PJRT_Error_Code_INVALID_ARGUMENT, "fake_pjrt: %s", "DmaMap: client, data or size");
+    if (g.dma == 2)
+        FP_FAIL(PJRT_Error_Code_INTERNAL, "fake_pjrt: %s", "cudaHostRegister failed (FAKE_PJRT_DMA=2)");
+    if (g.dma == 3)
+        FP_FAIL(PJRT_Error_Code_UNIMPLEMENTED, "fake_pjrt: %s", "DmaMap not implemented");
+    const unsigned char *p = a->data;
+    int slot = -1;
+    for (int i = 0; i < FP_MAX_MAPS; i++) {
+        if (c->maps[i].p && p < c->maps[i].p + c->maps[i].n && c->maps[i].p < p + a->size) {
+            fp_violation("%s", "DmaMap of host memory that is already mapped");
+            FP_FAIL(PJRT_Error_Code_FAILED_PRECONDITION, "fake_pjrt: %s", "already mapped");
+        }
+        slot = slot < 0 && !c->maps[i].p ? i : slot;
+    }
+    if (slot < 0)
+        FP_FAIL(PJRT_Error_Code_RESOURCE_EXHAUSTED, "fake_pjrt: %s", "too many mapped ranges");
+    c->maps[slot].p = p;
+    c->maps[slot].n = a->size;
+    g.dma_maps++;
+    g.dma_live++;
+    pthread_mutex_unlock(&g.mu);
+    return NULL;
+}
+
+/* Never fails on purpose (like the destroys): an unmap that fails leaves nothing to do. */
+static PJRT_Error *fp_Client_DmaUnmap(PJRT_Client_DmaUnmap_Args *a)
+{
+    pthread_mutex_lock(&g.mu);
+    PJRT_Client *c = a->client;
+    int found = 0;
+    for (int i = 0; fp_live(c, FP_CLIENT) && i < FP_MAX_MAPS && !found; i++)
+        if (c->maps[i].p && c->maps[i].p == a->data) {
+            c->maps[i].p = NULL;
+            found = 1;
+        }
+    if (!found) {
+        fp_violation("%s", "DmaUnmap of host memory that is not mapped (or a dead client)");
+        FP_FAIL(PJRT_Error_Code_INVALID_ARGUMENT, "fake_pjrt: %s", "not mapped");
+    }
+    g.dma_unmaps++;
+    g.dma_live--;
+    pthread_mutex_unlock(&g.mu);
+    return NULL;
+}
+
 /* ---- the table -------------------------------------------------------------------------------- */
 
 static void fp_fill_table(void)
@@ -936,10 +1036,13 @@ static void fp_fill_table(void)
     g_api.Buffer_GetMemoryLayout = fp_Buffer_GetMemoryLayout;
     g_api.Buffer_OnDeviceSizeInBytes = fp_Buffer_OnDeviceSizeInBytes;
     g_api.Buffer_ToHostBuffer = fp_Buffer_ToHostBuffer;
+    g_api.Buffer_CopyRawToHost = fp_Buffer_CopyRawToHost;
     g_api.AsyncHostToDeviceTransferManager_Destroy = fp_TM_Destroy;
     g_api.AsyncHostToDeviceTransferManager_TransferData = fp_TM_TransferData;
     g_api.Client_CreateBuffersForAsyncHostToDevice = fp_CreateBuffersForAsyncHostToDevice;
     g_api.AsyncHostToDeviceTransferManager_RetrieveBuffer = fp_TM_RetrieveBuffer;
+    g_api.Client_DmaMap = g.dma ? fp_Client_DmaMap : NULL;
+    g_api.Client_DmaUnmap = g.dma ? fp_Client_DmaUnmap : NULL;
 }
 
 FP_EXPORT const PJRT_Api *GetPjrtApi(void);
@@ -954,7 +1057,8 @@ FP_EXPORT const PJRT_Api *GetPjrtApi(void)
 /* ---- controls for tests in one process -------------------------------------------------------- */
 
 /* Counters: "calls", "injected", "violations", "live_<kind>", "bfhb", "bfhb_strided",
- * "transfers", "tohost", "client_opts"; -1 for another key. */
+ * "transfers", "tohost", "client_opts", "raw_reads", "dma_maps", "dma_unmaps", "live_dma"; -1 for
+ * another key. */
 FP_EXPORT long long fake_pjrt_get(const char *key);
 FP_EXPORT long long fake_pjrt_get(const char *key)
 {
@@ -965,7 +1069,9 @@ FP_EXPORT long long fake_pjrt_get(const char *key)
         {"live_error", g.counts[FP_ERROR]}, {"live_event", g.counts[FP_EVENT]},
         {"live_client", g.counts[FP_CLIENT]}, {"live_buffer", g.counts[FP_BUFFER]},
         {"live_tm", g.counts[FP_TM]}, {"bfhb", g.bfhb}, {"bfhb_strided", g.bfhb_strided},
-        {"transfers", g.transfers}, {"tohost", g.tohost}, {"client_opts", g.client_opts}};
+        {"transfers", g.transfers}, {"tohost", g.tohost}, {"client_opts", g.client_opts},
+        {"raw_reads", g.raw_reads}, {"dma_maps", g.dma_maps}, {"dma_unmaps", g.dma_unmaps},
+        {"live_dma", g.dma_live}};
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++)
         if (!strcmp(key, c[i].k))
             v = c[i].v;
@@ -974,7 +1080,7 @@ FP_EXPORT long long fake_pjrt_get(const char *key)
 }
 
 /* Settings: "fail_at" (the N-th fallible call from now fails; 0: none), "kind" (0 cpu, 1 cuda,
- * 2 tpu), "stats", "tiled", "delay_us", "minor", "major", "struct_size", "null_slot" (slot k of
+ * 2 tpu), "stats", "tiled", "raw", "dma", "delay_us", "minor", "major", "struct_size", "null_slot" (slot k of
  * the table becomes NULL), "restore" (the table as built), "reset" (counters to 0). */
 FP_EXPORT void fake_pjrt_set(const char *key, long long v);
 FP_EXPORT void fake_pjrt_set(const char *key, long long v)
@@ -989,6 +1095,12 @@ FP_EXPORT void fake_pjrt_set(const char *key, long long v)
         g.stats = (int)v;
     } else if (!strcmp(key, "tiled")) {
         g.tiled = (int)v;
+    } else if (!strcmp(key, "raw")) {
+        g.raw = (int)v;
+    } else if (!strcmp(key, "dma")) {
+        g.dma = (int)v;
+        g_api.Client_DmaMap = g.dma ? fp_Client_DmaMap : NULL;
+        g_api.Client_DmaUnmap = g.dma ? fp_Client_DmaUnmap : NULL;
     } else if (!strcmp(key, "delay_us")) {
         g.delay_us = (long)v;
     } else if (!strcmp(key, "minor")) {
@@ -1003,6 +1115,7 @@ FP_EXPORT void fake_pjrt_set(const char *key, long long v)
         fp_fill_table();
     } else if (!strcmp(key, "reset")) {
         g.calls = g.injected = g.violations = g.bfhb = g.bfhb_strided = g.transfers = g.tohost = 0;
+        g.raw_reads = g.dma_maps = g.dma_unmaps = 0;
         g.fail_at = 0;
         g.fail_name[0] = '\0';
         g.injected_name[0] = '\0';
@@ -1051,9 +1164,11 @@ __attribute__((destructor)) static void fp_exit(void)
         fprintf(f, "calls=%ld injected=%ld violations=%ld", g.calls, g.injected, g.violations);
         for (int k = 0; k < FP_KINDS; k++)
             fprintf(f, " live_%s=%ld", fp_kind_names[k], g.counts[k]);
-        fprintf(f, " bfhb=%ld bfhb_strided=%ld transfers=%ld tohost=%ld client_opts=%d "
-                "queued=%d first_violation=%s\n", g.bfhb, g.bfhb_strided, g.transfers, g.tohost,
-                g.client_opts, g.head != NULL, g.violations ? g.first_violation : "none");
+        fprintf(f, " bfhb=%ld bfhb_strided=%ld transfers=%ld tohost=%ld raw_reads=%ld "
+                "dma_maps=%ld dma_unmaps=%ld live_dma=%ld client_opts=%d queued=%d "
+                "first_violation=%s\n", g.bfhb, g.bfhb_strided, g.transfers, g.tohost,
+                g.raw_reads, g.dma_maps, g.dma_unmaps, g.dma_live, g.client_opts, g.head != NULL,
+                g.violations ? g.first_violation : "none");
         fclose(f);
     }
     pthread_mutex_unlock(&g.mu);

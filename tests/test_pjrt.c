@@ -5,7 +5,10 @@
  * dtype and shape whose sizes add up to the plan's; a client the caller owns is used and left
  * alive; every call the load makes, failed once, fails the load with one line naming it and
  * leaves nothing allocated; old, 0.56 and short tables are refused, missing optional parts
- * (transfer manager, memory statistics, dense layouts) fall back; the stand-in is shown to catch
+ * (transfer manager, memory statistics, dense layouts) fall back; partial reads come straight
+ * from the buffer (CopyRawToHost) where the plugin has it and the layout is dense, whole
+ * parameters otherwise; the staging block is DMA-mapped once per client where DmaMap works, plain
+ * where it is missing, UNIMPLEMENTED or fails, and always unmapped; the stand-in is shown to catch
  * a host buffer reused before its event. */
 #include "shardload.h"
 
@@ -153,7 +156,7 @@ static size_t param_total(const sl_plan *p)
 static void expect_clean(const char *what)
 {
     static const char *const keys[] = {"live_buffer", "live_event", "live_error", "live_tm",
-                                       "live_client", "violations"};
+                                       "live_client", "live_dma", "violations"};
     for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
         EXPECT(fk_get(keys[k]) == 0, "%s: %s = %lld", what, keys[k], fk_get(keys[k]));
 }
@@ -310,11 +313,12 @@ static void test_given_client(void)
 /* ---- faults --------------------------------------------------------------------------------- */
 
 /* Calls whose failure the backend survives on purpose: a readiness poll (it then waits), the
- * memory statistics (reported as unknown) and the layout query (no streaming). */
+ * memory statistics (reported as unknown), the layout query (no streaming, no raw reads) and the
+ * DMA map of the staging block (plain memory then). */
 static int tolerated(const char *call)
 {
     return !strcmp(call, "Event_IsReady") || !strcmp(call, "Device_MemoryStats") ||
-           !strcmp(call, "Buffer_GetMemoryLayout");
+           !strcmp(call, "Buffer_GetMemoryLayout") || !strcmp(call, "Client_DmaMap");
 }
 
 /* Every entry point the stand-in can fail (the Error_* ones and the destroys cannot). */
@@ -323,19 +327,25 @@ static const char *const fallible[] = {
     "Client_BufferFromHostBuffer", "Event_IsReady", "Event_Await", "Device_DefaultMemory",
     "Client_CreateBuffersForAsyncHostToDevice", "AsyncHostToDeviceTransferManager_RetrieveBuffer",
     "Buffer_GetMemoryLayout", "AsyncHostToDeviceTransferManager_TransferData",
-    "Buffer_ToHostBuffer"};
+    "Buffer_ToHostBuffer", "Client_DmaMap", "Buffer_CopyRawToHost"};
 
-/* A load and the read-back of every parameter: the first failure's status and message. */
+/* A load, the read-back of every parameter and a partial read of each device's first one: the
+ * first failure's status and message. */
 static sl_status fault_run(const run *r, const sl_plan *p, const sl_load_opts *lo, char *msg,
                            size_t len)
 {
     sl_model *m = NULL;
+    unsigned char part[64];
     sl_status st = load(r, p, lo, &m);
-    for (int32_t d = 0; st == SL_OK && d < sl_plan_device_count(p); d++)
+    for (int32_t d = 0; st == SL_OK && d < sl_plan_device_count(p); d++) {
         for (int64_t i = 0; st == SL_OK && i < sl_plan_param_count(p, d); i++) {
             uint64_t x;
             st = sl_model_param_xxh3(m, d, i, &x);
         }
+        sl_param_info pi;
+        if (st == SL_OK && sl_plan_param(p, d, 0, &pi) == SL_OK && pi.nbytes > sizeof part)
+            st = sl_model_read_param(m, d, 0, 1, part, sizeof part);
+    }
     snprintf(msg, len, "%s", st == SL_OK ? "" : sl_model_errmsg(m));
     sl_model_free(m);
     return st;
@@ -580,6 +590,173 @@ static void test_stand_in_is_strict(void)
     expect_clean("stand-in");
 }
 
+/* ---- partial read-back: Buffer_CopyRawToHost, and its fallbacks ------------------------------ */
+
+/* Reads a middle third of every parameter of every device of m and compares it with the cpu
+ * model's bytes; the number of partial reads made. */
+static long long read_thirds(const sl_plan *p, const sl_model *m, const sl_model *mc,
+                             const char *what)
+{
+    long long n = 0;
+    for (int32_t d = 0; d < sl_plan_device_count(p); d++)
+        for (int64_t i = 0; i < sl_plan_param_count(p, d); i++) {
+            sl_param_info pi;
+            sl_plan_param(p, d, i, &pi);
+            const uint64_t off = pi.nbytes / 3, len = pi.nbytes / 3 + 1;
+            if (pi.nbytes < 3)
+                continue;
+            unsigned char *buf = malloc((size_t)len);
+            const unsigned char *want = sl_model_param_host_ptr(mc, d, i);
+            const sl_status st = sl_model_read_param(m, d, i, off, buf, len);
+            EXPECT(st == SL_OK && want && !memcmp(buf, want + off, (size_t)len),
+                   "%s: device %d '%s' bytes [%llu, +%llu): %s", what, d, pi.name,
+                   (unsigned long long)off, (unsigned long long)len,
+                   st == SL_OK ? "differ" : sl_model_errmsg(m));
+            free(buf);
+            n++;
+        }
+    return n;
+}
+
+/* Partial reads of a pjrt model after the stand-in is set with key = v: the same bytes as cpu,
+ * with want_raw CopyRawToHost calls (-1: one per partial read) and the rest by whole parameters. */
+static void check_partial(const char *key, long long v, long long want_raw)
+{
+    const run r = {key, 2, 1, SL_LAYOUT_TP, -1, 0, 0};
+    sl_plan *p = plan_of(&r);
+    sl_load_opts cpu = opts_of(&r, "cpu"), pj = opts_of(&r, "pjrt");
+    sl_model *mc = NULL, *mp = NULL;
+    if (key)
+        fk_set(key, v);
+    EXPECT(sl_load(g_ck, p, &cpu, &mc) == SL_OK && sl_load(g_ck, p, &pj, &mp) == SL_OK,
+           "%s: load: %s", key ? key : "raw", sl_model_errmsg(mp));
+    fk_set("reset", 0);
+    const long long n = read_thirds(p, mp, mc, key ? key : "raw");
+    const long long raw = fk_count("Buffer_CopyRawToHost"), whole = fk_count("Buffer_ToHostBuffer");
+    EXPECT(raw == (want_raw < 0 ? n : want_raw) && (want_raw < 0 ? whole == 0 : whole >= n - raw),
+           "%s %lld: %lld partial reads, %lld CopyRawToHost, %lld ToHostBuffer", key ? key : "raw",
+           v, n, raw, whole);
+    sl_model_free(mc);
+    sl_model_free(mp);
+    sl_plan_free(p);
+    fk_set("restore", 0);
+    fk_set("raw", 1);
+    fk_set("tiled", 0);
+    expect_clean(key ? key : "raw");
+}
+
+/* A failed CopyRawToHost (the call, or its event) fails the read with one line naming the device,
+ * the parameter and the call. */
+static void check_partial_fault(const char *call)
+{
+    const run r = {"raw fault", 2, 1, SL_LAYOUT_TP, -1, 0, 0};
+    sl_plan *p = plan_of(&r);
+    sl_load_opts pj = opts_of(&r, "pjrt");
+    sl_model *m = NULL;
+    unsigned char buf[16];
+    sl_param_info pi;
+    EXPECT(sl_load(g_ck, p, &pj, &m) == SL_OK, "raw fault: %s", sl_model_errmsg(m));
+    sl_plan_param(p, 1, 0, &pi);
+    fk_set("reset", 0);
+    fk_fail(call, 1);
+    const sl_status st = sl_model_read_param(m, 1, 0, 3, buf, sizeof buf);
+    char want[300];
+    snprintf(want, sizeof want, "pjrt device 1: PJRT_Buffer_CopyRawToHost for parameter '%s' "
+             "failed: fake_pjrt: injected failure of PJRT_%s", pi.name, call);
+    EXPECT(st == SL_E_DEVICE && !strncmp(sl_model_errmsg(m), want, strlen(want)) &&
+               !strchr(sl_model_errmsg(m), '\n'), "%s: %d '%s'", call, st, sl_model_errmsg(m));
+    fk_set("reset", 0);
+    EXPECT(sl_model_read_param(m, 1, 0, 3, buf, sizeof buf) == SL_OK,
+           "the next read works again: %s", sl_model_errmsg(m));
+    sl_model_free(m);
+    sl_plan_free(p);
+    expect_clean(call);
+}
+
+static void test_partial_reads(void)
+{
+    check_partial(NULL, 0, -1);           /* each partial read is one CopyRawToHost */
+    check_partial("null_slot", 100, 0);   /* a plugin without the slot: whole parameters */
+    check_partial("raw", 0, 2);           /* UNIMPLEMENTED: asked once per device, then whole */
+    check_partial("tiled", 1, 0);         /* raw bytes of a tiled layout are not row-major */
+    check_partial_fault("Buffer_CopyRawToHost");
+    check_partial_fault("Event_Await");
+}
+
+/* ---- DMA-mapped staging ------------------------------------------------------------------------ */
+
+/* A load with the stand-in's DmaMap in mode dma (0 missing, 1 works, 2 fails, 3 UNIMPLEMENTED):
+ * checksums equal cpu's, every device says how its staging went (starting with want), the
+ * staging block was mapped want_maps times (once per client, not per device) and every mapped
+ * range was unmapped. */
+static void check_dma(long long dma, long long minor, const char *want, long long want_maps)
+{
+    const run r = {"dma", 4, 1, SL_LAYOUT_TP, -1, 0, 0};
+    sl_plan *p = plan_of(&r);
+    sl_load_opts cpu = opts_of(&r, "cpu"), pj = opts_of(&r, "pjrt");
+    sl_model *mc = NULL, *mp = NULL;
+    fk_set("dma", dma);
+    if (minor)
+        fk_set("minor", minor);
+    fk_set("reset", 0);
+    EXPECT(sl_load(g_ck, p, &cpu, &mc) == SL_OK && sl_load(g_ck, p, &pj, &mp) == SL_OK,
+           "dma %lld: %s", dma, sl_model_errmsg(mp));
+    for (int32_t d = 0; d < 4; d++) {
+        const char *how = sl_model_device_staging(mp, d);
+        EXPECT(how && !strncmp(how, want, strlen(want)) && !strchr(how, '\n'),
+               "dma %lld device %d: staging '%s', want '%s'", dma, d, how ? how : "(null)", want);
+    }
+    EXPECT(fk_get("dma_maps") == want_maps && fk_get("dma_unmaps") == want_maps &&
+               fk_get("live_dma") == 0 && fk_count("Client_DmaMap") == (dma >= 1 && !minor),
+           "dma %lld: %lld maps, %lld unmaps, %lld live, %lld calls", dma, fk_get("dma_maps"),
+           fk_get("dma_unmaps"), fk_get("live_dma"), fk_count("Client_DmaMap"));
+    uint64_t *a = checksums(p, mc, "dma cpu"), *b = checksums(p, mp, "dma pjrt");
+    EXPECT(a && b && !memcmp(a, b, param_total(p) * sizeof *a), "dma %lld: checksums differ", dma);
+    EXPECT(!sl_model_device_staging(mc, 0) && !sl_model_device_staging(mp, 4),
+           "cpu, out of range: no staging figure");
+    free(a);
+    free(b);
+    sl_model_free(mc);
+    sl_model_free(mp);
+    sl_plan_free(p);
+    fk_set("restore", 0);
+    fk_set("dma", 1);
+    expect_clean("dma");
+}
+
+static void test_dma(void)
+{
+    check_dma(1, 0, "dma-mapped", 1);
+    check_dma(0, 0, "plain (the plugin has no PJRT_Client_DmaMap)", 0);
+    check_dma(1, 66, "plain (the plugin has no PJRT_Client_DmaMap)", 0); /* before 0.67 */
+    check_dma(3, 0, "plain (PJRT_Client_DmaMap is UNIMPLEMENTED", 0);
+    /* a failed map is a clean fallback: plain memory, the reason on every device, one call */
+    check_dma(2, 0, "plain: PJRT_Client_DmaMap failed: fake_pjrt: cudaHostRegister failed", 0);
+    /* a failed load after the map unmaps it (expect_clean: live_dma 0) */
+    const run r = {"dma fault", 2, 1, SL_LAYOUT_TP, -1, 0, 0};
+    sl_plan *p = plan_of(&r);
+    sl_load_opts pj = opts_of(&r, "pjrt");
+    sl_model *m = NULL;
+    fk_set("reset", 0);
+    fk_fail("Client_BufferFromHostBuffer", 5);
+    EXPECT(sl_load(g_ck, p, &pj, &m) == SL_E_DEVICE && fk_get("dma_maps") == 1 &&
+               fk_get("dma_unmaps") == 1, "dma fault: %lld maps, %lld unmaps: %s",
+           fk_get("dma_maps"), fk_get("dma_unmaps"), sl_model_errmsg(m));
+    sl_model_free(m);
+    /* dummy weights have no staging block */
+    const run rd = {"dma dummy", 2, 1, SL_LAYOUT_TP, -1, 0, 1};
+    sl_plan *pd = plan_of(&rd);
+    sl_load_opts od = opts_of(&rd, "pjrt");
+    fk_set("reset", 0);
+    EXPECT(sl_load(NULL, pd, &od, &m) == SL_OK && fk_get("dma_maps") == 0,
+           "dummy: %s", sl_model_errmsg(m));
+    sl_model_free(m);
+    sl_plan_free(pd);
+    sl_plan_free(p);
+    fk_set("reset", 0);
+    expect_clean("dma fault");
+}
+
 static void cleanup(void)
 {
     sl_checkpoint_close(g_ck);
@@ -596,6 +773,8 @@ int main(void)
     test_versions();
     test_stats();
     test_errors();
+    test_partial_reads();
+    test_dma();
     test_faults();
     test_stand_in_is_strict();
     cleanup();

@@ -11,7 +11,8 @@
  * the plugin after they return (their events are pending); mark() files the pending events under
  * a tag, wait_mark() and fence() wait for them, so the engine refills a slot only after the
  * plugin is done with it. Host memory of the backend itself: the assembly blocks, within the
- * bound `cap` (a share of the staging budget), and during read-back a copy of one parameter. */
+ * bound `cap` (a share of the staging budget), and during read-back a copy of one parameter where
+ * the plugin cannot copy part of a buffer (CopyRawToHost). */
 #include "device/dev_pjrt.h"
 
 #include "common/sl_bytes.h"
@@ -128,8 +129,10 @@ static sl_status pjrt_wait_mark(void *ctx, unsigned tag, sl_err *err)
     return st;
 }
 
-/* Nothing to register: the plugin stages (or DMA-maps) host memory itself. Recorded so that
- * writes from the range may complete after they return. */
+/* The staging block: DMA-mapped in the client where the plugin can (once per client, whatever
+ * the number of its mesh devices; on CUDA the transfers from it then need no staging copy in the
+ * plugin), else plain memory, which the plugin stages itself; a map that fails is not an error
+ * (pj_client_dma_map). Recorded so that writes from the range may complete after they return. */
 static sl_status pjrt_pin(void *ctx, void *ptr, size_t len, sl_err *err)
 {
     pjrt_dev *d = ctx;
@@ -138,23 +141,35 @@ static sl_status pjrt_pin(void *ctx, void *ptr, size_t len, sl_err *err)
     if (!d->pin_ptr && ptr && len) {
         d->pin_ptr = ptr;
         d->pin_len = len;
+        if (d->client)
+            d->dma = pj_client_dma_map(d->client, ptr, len, d->staging_mem, sizeof d->staging_mem);
+        else
+            snprintf(d->staging_mem, sizeof d->staging_mem, "plain (pinned before the layout)");
     }
     pthread_mutex_unlock(&d->lock);
     return SL_OK;
 }
 
+/* Caller holds the lock: every copy from the range is waited for before it is unmapped. */
+static void pj_unpin_locked(pjrt_dev *d)
+{
+    sl_err ignored = {0};
+    (void)pj_fence_locked(d, &ignored);
+    sl_err_clear(&ignored);
+    if (d->client)
+        pj_client_dma_unmap(d->client, d->pin_ptr);
+    d->dma = 0;
+    d->pin_ptr = NULL;
+    d->pin_len = 0;
+}
+
 static void pjrt_unpin(void *ctx, void *ptr)
 {
     pjrt_dev *d = ctx;
-    sl_err ignored = {0};
     pthread_mutex_lock(&d->lock);
-    if (ptr && d->pin_ptr == ptr) {
-        (void)pj_fence_locked(d, &ignored);
-        d->pin_ptr = NULL;
-        d->pin_len = 0;
-    }
+    if (ptr && d->pin_ptr == ptr)
+        pj_unpin_locked(d);
     pthread_mutex_unlock(&d->lock);
-    sl_err_clear(&ignored);
 }
 
 static uint64_t pjrt_allocated(const void *ctx)
@@ -181,6 +196,8 @@ static void *pjrt_handle(const void *ctx, sl_device_handle_kind what, int64_t i)
         return d->client ? d->client->client : NULL;
     case SL_DEVICE_HANDLE_API:
         return (void *)(uintptr_t)d->api; /* handed out as const void * by the model */
+    case SL_DEVICE_HANDLE_STAGING:
+        return d->staging_mem[0] ? (void *)(uintptr_t)d->staging_mem : NULL; /* const char * */
     }
     return NULL;
 }
@@ -270,6 +287,7 @@ static sl_status pjrt_layout(void *ctx, const sl_device_layout *l, sl_err *err)
     SL_TRY(pj_client_acquire(d->api, d->given, mesh, &d->client, err));
     d->device = d->client->devices[(size_t)d->index % d->client->n_devices];
     d->streaming = pj_api_has_streaming(d->api);
+    d->raw = pj_api_has_raw_read(d->api);
     d->stats = pj_device_free_bytes(d->api, d->device, &d->free_before) == 0;
     d->free_after = d->free_before;
     d->cap = sl_max_u64(d->staging / (uint64_t)(mesh > 0 ? mesh : 1), PJ_MIN_CAP);
@@ -310,6 +328,8 @@ static void pjrt_free(void *ctx)
     if (!d)
         return;
     if (d->api) {
+        if (d->pin_ptr) /* freed without its unpin: the range is still mapped */
+            pj_unpin_locked(d);
         (void)pj_fence_locked(d, &ignored);
         (void)pj_reap(d, 1, &ignored);
         for (int64_t i = 0; i < d->n_params; i++) {

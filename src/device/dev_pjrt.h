@@ -17,7 +17,12 @@
  *   streamed   a parameter that does not fit in the bound goes through the async host-to-device
  *              transfer manager (one per parameter, when the plugin has one and its buffer's layout
  *              is dense row-major): each write is one TransferData at its offset, its event
- *              handled like a direct one's. */
+ *              handled like a direct one's.
+ * The engine's staging block is DMA-mapped in the client (PJRT_Client_DmaMap) at its pin where the
+ * plugin implements it, once per client, and unmapped at its unpin or the device's free; plain
+ * memory otherwise (pj_client_dma_map). Reads of part of a parameter come straight from its buffer
+ * with PJRT_Buffer_CopyRawToHost where the plugin has it and the layout is dense row-major, else
+ * through a whole-parameter copy (ToHostBuffer), as whole reads always do. */
 #ifndef SL_DEV_PJRT_H
 #define SL_DEV_PJRT_H
 
@@ -43,6 +48,8 @@ typedef struct pj_param {
     unsigned char *host;         /* assembling: the block */
     PJRT_AsyncHostToDeviceTransferManager *tm; /* streaming */
     PJRT_Buffer *buf;            /* streaming (retrieved up front) and done */
+    int raw;                     /* partial reads: 0 not asked yet, 1 its layout is dense row-major
+                                    (CopyRawToHost gives its bytes), -1 not */
 } pj_param;
 
 /* An assembly block whose buffer is made: freed once the plugin is done reading it. */
@@ -76,10 +83,13 @@ typedef struct pjrt_dev {
     PJRT_AsyncHostToDeviceTransferManager **tms; /* finished, destroyed when the device is done */
     size_t n_tms, cap_tms;
     int streaming;               /* the transfer manager is usable */
+    int raw;                     /* Buffer_CopyRawToHost is usable (present, not UNIMPLEMENTED) */
     pj_events pending;           /* copies from pinned memory since the last mark */
     pj_events marks[SL_DEVICE_MAX_MARKS];
     const unsigned char *pin_ptr;
     size_t pin_len;
+    int dma;                     /* pin_ptr's range is DmaMap'd in the client (pj_client_dma_map) */
+    char staging_mem[256];       /* "dma-mapped" or "plain (why)" once pinned; "" before */
     int stats;                   /* MemoryStats gave a free figure before the first buffer */
     uint64_t free_before, free_after;
     int64_t cached;              /* parameter whose copy is in cache, or -1 */

@@ -299,6 +299,32 @@ typedef struct PJRT_Buffer_ToHostBuffer_Args {
     PJRT_Event *event;          /* out */
 } PJRT_Buffer_ToHostBuffer_Args;
 
+/* Bytes [offset, offset + transfer_size) of the buffer's on-device representation: the logical
+ * row-major bytes only where the layout is dense row-major without tiles (not TPU's). */
+typedef struct PJRT_Buffer_CopyRawToHost_Args {
+    PJRT_ARGS_HEAD;
+    PJRT_Buffer *buffer;
+    void *dst;
+    int64_t offset;
+    int64_t transfer_size;
+    PJRT_Event *event;          /* out */
+} PJRT_Buffer_CopyRawToHost_Args;
+
+/* Registers host memory with the client (on CUDA, cudaHostRegister) so that transfers from it
+ * are DMA'd directly instead of through the plugin's own staging; undone by DmaUnmap. */
+typedef struct PJRT_Client_DmaMap_Args {
+    PJRT_ARGS_HEAD;
+    PJRT_Client *client;
+    void *data;
+    size_t size;
+} PJRT_Client_DmaMap_Args;
+
+typedef struct PJRT_Client_DmaUnmap_Args {
+    PJRT_ARGS_HEAD;
+    PJRT_Client *client;
+    void *data;
+} PJRT_Client_DmaUnmap_Args;
+
 typedef struct PJRT_ShapeSpec {
     PJRT_ARGS_HEAD;
     const int64_t *dims;
@@ -392,7 +418,8 @@ typedef struct PJRT_Api {
     PJ_RSV(81); PJ_RSV(82); PJ_RSV(83); PJ_RSV(84); PJ_RSV(85);
     PJ_RSV(86); PJ_RSV(87); PJ_RSV(88); PJ_RSV(89); PJ_RSV(90);
     PJ_RSV(91); PJ_RSV(92); PJ_RSV(93); PJ_RSV(94); PJ_RSV(95);
-    PJ_RSV(96); PJ_RSV(97); PJ_RSV(98); PJ_RSV(99); PJ_RSV(100);
+    PJ_RSV(96); PJ_RSV(97); PJ_RSV(98); PJ_RSV(99);
+    PJ_SLOT(Buffer_CopyRawToHost, PJRT_Buffer_CopyRawToHost_Args);          /* 100 (0.57) */
     PJ_SLOT(AsyncHostToDeviceTransferManager_Destroy,
             PJRT_AsyncHostToDeviceTransferManager_Destroy_Args);            /* 101 (0.60) */
     PJ_SLOT(AsyncHostToDeviceTransferManager_TransferData,
@@ -401,6 +428,9 @@ typedef struct PJRT_Api {
             PJRT_Client_CreateBuffersForAsyncHostToDevice_Args);            /* 103 (0.60) */
     PJ_SLOT(AsyncHostToDeviceTransferManager_RetrieveBuffer,
             PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer_Args);     /* 104 (0.62) */
+    PJ_RSV(105); PJ_RSV(106); PJ_RSV(107); PJ_RSV(108); PJ_RSV(109);
+    PJ_SLOT(Client_DmaMap, PJRT_Client_DmaMap_Args);                        /* 110 (0.67) */
+    PJ_SLOT(Client_DmaUnmap, PJRT_Client_DmaUnmap_Args);                    /* 111 (0.67) */
 } PJRT_Api;
 
 #undef PJ_SLOT

@@ -52,8 +52,13 @@ PJ_AT_SLOT(Buffer_ToHostBuffer, 70);
 PJ_AT_SLOT(AsyncHostToDeviceTransferManager_Destroy, 101);
 PJ_AT_SLOT(AsyncHostToDeviceTransferManager_TransferData, 102);
 PJ_AT_SLOT(Client_CreateBuffersForAsyncHostToDevice, 103);
+PJ_AT_SLOT(Buffer_CopyRawToHost, 100);
 PJ_AT_SLOT(AsyncHostToDeviceTransferManager_RetrieveBuffer, 104);
-_Static_assert(sizeof(PJRT_Api) == PJ_SLOT_OFFSET(105), "the table ends after slot 104");
+PJ_AT_SLOT(Client_DmaMap, 110);
+PJ_AT_SLOT(Client_DmaUnmap, 111);
+/* 936 bytes: PJRT_Api_STRUCT_SIZE at 0.67, the table through DmaUnmap (notes Appendix A) */
+_Static_assert(sizeof(PJRT_Api) == PJ_SLOT_OFFSET(112) && sizeof(PJRT_Api) == 936,
+               "the table ends after slot 111");
 
 PJ_AT(PJRT_Error_Destroy_Args, error, 16);
 PJ_SIZE(PJRT_Error_Destroy_Args, error, 24);
@@ -196,6 +201,20 @@ _Static_assert(sizeof(PJRT_Buffer_MemoryLayout) == 80, "PJRT_Buffer_MemoryLayout
 PJ_AT(PJRT_Buffer_GetMemoryLayout_Args, buffer, 16);
 PJ_AT(PJRT_Buffer_GetMemoryLayout_Args, layout, 24);
 PJ_SIZE(PJRT_Buffer_GetMemoryLayout_Args, layout, 104);
+
+PJ_AT(PJRT_Buffer_CopyRawToHost_Args, buffer, 16);
+PJ_AT(PJRT_Buffer_CopyRawToHost_Args, dst, 24);
+PJ_AT(PJRT_Buffer_CopyRawToHost_Args, offset, 32);
+PJ_AT(PJRT_Buffer_CopyRawToHost_Args, transfer_size, 40);
+PJ_AT(PJRT_Buffer_CopyRawToHost_Args, event, 48);
+PJ_SIZE(PJRT_Buffer_CopyRawToHost_Args, event, 56);
+PJ_AT(PJRT_Client_DmaMap_Args, client, 16);
+PJ_AT(PJRT_Client_DmaMap_Args, data, 24);
+PJ_AT(PJRT_Client_DmaMap_Args, size, 32);
+PJ_SIZE(PJRT_Client_DmaMap_Args, size, 40);
+PJ_AT(PJRT_Client_DmaUnmap_Args, client, 16);
+PJ_AT(PJRT_Client_DmaUnmap_Args, data, 24);
+PJ_SIZE(PJRT_Client_DmaUnmap_Args, data, 32);
 
 PJ_AT(PJRT_ShapeSpec, dims, 16);
 PJ_AT(PJRT_ShapeSpec, num_dims, 24);

@@ -82,8 +82,8 @@ void pj_event_destroy(const PJRT_Api *api, PJRT_Event *ev)
     }
 }
 
-sl_status pj_event_finish(const PJRT_Api *api, PJRT_Event *ev, sl_err *err, const char *context,
-                          const char *call)
+sl_status pj_event_finish_code(const PJRT_Api *api, PJRT_Event *ev, int *code, sl_err *err,
+                               const char *context, const char *call)
 {
     if (!ev)
         return SL_OK;
@@ -91,7 +91,13 @@ sl_status pj_event_finish(const PJRT_Api *api, PJRT_Event *ev, sl_err *err, cons
     a.event = ev;
     PJRT_Error *e = api->Event_Await(&a);
     pj_event_destroy(api, ev);
-    return e ? pj_fail(api, e, NULL, err, context, call) : SL_OK;
+    return e ? pj_fail(api, e, code, err, context, call) : SL_OK;
+}
+
+sl_status pj_event_finish(const PJRT_Api *api, PJRT_Event *ev, sl_err *err, const char *context,
+                          const char *call)
+{
+    return pj_event_finish_code(api, ev, NULL, err, context, call);
 }
 
 int pj_event_ready(const PJRT_Api *api, PJRT_Event *ev)
@@ -210,6 +216,11 @@ int pj_api_has_streaming(const PJRT_Api *api)
            pj_has_slot(api, AsyncHostToDeviceTransferManager_RetrieveBuffer) &&
            pj_has_slot(api, AsyncHostToDeviceTransferManager_Destroy) &&
            pj_has_slot(api, Device_DefaultMemory) && pj_has_slot(api, Buffer_GetMemoryLayout);
+}
+
+int pj_api_has_raw_read(const PJRT_Api *api)
+{
+    return pj_has_slot(api, Buffer_CopyRawToHost) && pj_has_slot(api, Buffer_GetMemoryLayout);
 }
 
 /* Caller holds g_pj.lock. */
@@ -439,6 +450,89 @@ void pj_client_release(pj_client *c)
     if (c->owned)
         pj_client_destroy(c->api, c->client);
     free(c);
+}
+
+/* ---- DMA mapping ---------------------------------------------------------------------------- */
+
+static int pj_api_has_dma(const PJRT_Api *api)
+{
+    return api->pjrt_api_version.minor_version >= PJ_DMA_MINOR && pj_has_slot(api, Client_DmaMap) &&
+           pj_has_slot(api, Client_DmaUnmap);
+}
+
+/* Caller holds g_pj.lock. The entry of ptr in c, or a free one (refs 0), or NULL. */
+static pj_dma *pj_dma_find(pj_client *c, const void *ptr)
+{
+    pj_dma *free_one = NULL;
+    for (int i = 0; i < PJ_MAX_DMA; i++) {
+        if (c->dma[i].refs && c->dma[i].ptr == ptr)
+            return &c->dma[i];
+        if (!c->dma[i].refs && !free_one)
+            free_one = &c->dma[i];
+    }
+    return free_one;
+}
+
+/* Caller holds g_pj.lock. The first pin of [ptr, ptr + len) in c: 1 mapped, 0 plain (why in how). */
+static int pj_dma_first(pj_client *c, const void *ptr, size_t len, char *how, size_t how_len)
+{
+    if (!pj_api_has_dma(c->api)) {
+        snprintf(how, how_len, "plain (the plugin has no PJRT_Client_DmaMap)");
+        return 0;
+    }
+    PJRT_Client_DmaMap_Args a = PJ_ARGS(PJRT_Client_DmaMap_Args, size);
+    a.client = c->client;
+    a.data = (void *)(uintptr_t)ptr; /* the plugin registers it; it writes nothing there */
+    a.size = len;
+    PJRT_Error *e = c->api->Client_DmaMap(&a);
+    if (!e) {
+        snprintf(how, how_len, "dma-mapped");
+        return 1;
+    }
+    sl_err why = {0};
+    int code = -1;
+    (void)pj_fail(c->api, e, &code, &why, "plain", "PJRT_Client_DmaMap");
+    if (code == PJRT_Error_Code_UNIMPLEMENTED)
+        snprintf(how, how_len, "plain (PJRT_Client_DmaMap is UNIMPLEMENTED in this plugin)");
+    else /* "plain: PJRT_Client_DmaMap failed: <message> (<code>)" */
+        snprintf(how, how_len, "%s", sl_err_msg(&why));
+    sl_err_clear(&why);
+    return 0;
+}
+
+int pj_client_dma_map(pj_client *c, const void *ptr, size_t len, char *how, size_t how_len)
+{
+    pthread_mutex_lock(&g_pj.lock);
+    pj_dma *m = pj_dma_find(c, ptr);
+    int mapped = 0;
+    if (!m) {
+        snprintf(how, how_len, "plain (more than %d host ranges pinned in one client)", PJ_MAX_DMA);
+    } else if (m->refs) { /* another mesh device of c pinned it: the same outcome */
+        m->refs++;
+        mapped = m->mapped;
+        snprintf(how, how_len, "%s", m->how);
+    } else {
+        *m = (pj_dma){.ptr = ptr, .len = len, .refs = 1};
+        mapped = m->mapped = pj_dma_first(c, ptr, len, m->how, sizeof m->how);
+        snprintf(how, how_len, "%s", m->how);
+    }
+    pthread_mutex_unlock(&g_pj.lock);
+    return mapped;
+}
+
+void pj_client_dma_unmap(pj_client *c, const void *ptr)
+{
+    pthread_mutex_lock(&g_pj.lock);
+    pj_dma *m = pj_dma_find(c, ptr);
+    if (m && m->refs && --m->refs == 0 && m->mapped) {
+        PJRT_Client_DmaUnmap_Args a = PJ_ARGS(PJRT_Client_DmaUnmap_Args, data);
+        a.client = c->client;
+        a.data = (void *)(uintptr_t)ptr;
+        pj_drop(c->api, c->api->Client_DmaUnmap(&a)); /* nothing else to undo if it fails */
+    }
+    if (m && !m->refs)
+        *m = (pj_dma){0};
+    pthread_mutex_unlock(&g_pj.lock);
 }
 
 /* ---- memory statistics ---------------------------------------------------------------------- */

@@ -19,6 +19,9 @@
 #define PJ_MIN_MINOR 57
 /* The transfer manager's slots (101-104) appeared in 0.60 and 0.62. */
 #define PJ_TM_MINOR 62
+/* Client_DmaMap and Client_DmaUnmap (slots 110, 111) appeared in 0.67. */
+#define PJ_DMA_MINOR 67
+#define PJ_MAX_DMA 8
 
 /* dlopens the plugin at path (RTLD_NOW | RTLD_LOCAL, never closed: unloading tears down a plugin's
  * static registries) and returns its table, checked with pj_api_check and initialized with
@@ -30,6 +33,9 @@ sl_status pj_plugin_load(const char *path, const PJRT_Api **api, sl_err *err);
 sl_status pj_api_check(const PJRT_Api *api, const char *what, sl_err *err);
 /* 1 when the table has the async host-to-device transfer manager (0.62, slots 101-104). */
 int pj_api_has_streaming(const PJRT_Api *api);
+/* 1 when the table has Buffer_CopyRawToHost (slot 100 since 0.57) and the layout query that says
+ * whether a buffer's raw bytes are its row-major bytes. */
+int pj_api_has_raw_read(const PJRT_Api *api);
 
 /* ---- errors --------------------------------------------------------------------------------- */
 
@@ -47,6 +53,9 @@ void pj_drop(const PJRT_Api *api, PJRT_Error *e);
  * parameter 'p'"). NULL is SL_OK. */
 sl_status pj_event_finish(const PJRT_Api *api, PJRT_Event *ev, sl_err *err, const char *context,
                           const char *call);
+/* The same, with the PJRT error code of a failed event in *code (may be NULL). */
+sl_status pj_event_finish_code(const PJRT_Api *api, PJRT_Event *ev, int *code, sl_err *err,
+                               const char *context, const char *call);
 /* 1 when ev has fired (or cannot tell: IsReady failed, so waiting is the safe choice). */
 int pj_event_ready(const PJRT_Api *api, PJRT_Event *ev);
 void pj_event_destroy(const PJRT_Api *api, PJRT_Event *ev);
@@ -74,6 +83,15 @@ void pj_events_free(const PJRT_Api *api, pj_events *l);
 
 /* ---- the client ----------------------------------------------------------------------------- */
 
+/* A host range given to PJRT_Client_DmaMap, once per client however many of its mesh devices
+ * pin it (refs); mapped 0: no map (none in the plugin, or it failed), plain memory. */
+typedef struct pj_dma {
+    const void *ptr;
+    size_t len;
+    int refs, mapped;
+    char how[256];               /* what every device that pins it reports */
+} pj_dma;
+
 /* One client per plugin table, shared by the mesh devices that use it and destroyed with the last
  * of them (refs), unless the caller owns it (sl_load_opts.pjrt_client). */
 typedef struct pj_client {
@@ -84,6 +102,7 @@ typedef struct pj_client {
     PJRT_Device *const *devices;        /* addressable devices, owned by the client */
     size_t n_devices;
     char platform[32];                  /* "cpu", "cuda", "tpu", ... */
+    pj_dma dma[PJ_MAX_DMA];             /* under the process lock */
 } pj_client;
 
 /* The client of api: `given` when not NULL, else the one live client made for api, else a new one
@@ -93,6 +112,19 @@ typedef struct pj_client {
 sl_status pj_client_acquire(const PJRT_Api *api, PJRT_Client *given, int32_t cpu_devices,
                             pj_client **out, sl_err *err);
 void pj_client_release(pj_client *c);
+
+/* Host memory handed to the client's runtime for DMA (on CUDA: cudaHostRegister), so that
+ * BufferFromHostBuffer and TransferData from it need no staging copy in the plugin. Maps
+ * [ptr, ptr + len) with PJRT_Client_DmaMap at its first pin in c and counts the others; returns 1
+ * when it is mapped. 0: plain host memory, which works the same, only slower on GPUs, with the
+ * reason in how[len]: the plugin has no DmaMap (slots missing, before 0.67, or UNIMPLEMENTED, as on
+ * XLA's CPU plugin), or the call failed (its one-line message). A failed map is not an error of
+ * the load: the transfers are correct either way, and a GPU process whose limits or other users
+ * refuse the registration (cudaErrorHostMemoryAlreadyRegistered, RLIMIT_MEMLOCK) still loads. */
+int pj_client_dma_map(pj_client *c, const void *ptr, size_t len, char *how, size_t how_len);
+/* Drops one pin of the range at ptr; the last one of a mapped range calls PJRT_Client_DmaUnmap.
+ * The caller has waited for every transfer from the range. */
+void pj_client_dma_unmap(pj_client *c, const void *ptr);
 
 /* ---- memory statistics ---------------------------------------------------------------------- */
 

@@ -457,12 +457,52 @@ static sl_status pj_to_host(pjrt_dev *d, const pj_param *p, void *dst, sl_err *e
     return pj_finish_param(d, p, a.event, "PJRT_Buffer_ToHostBuffer", err);
 }
 
-/* Part of p: through a copy of the whole parameter, kept while the reads walk through it (the
- * checksums read 4 MiB at a time) and dropped after its last byte. */
+/* Bytes [rel, rel + n) of p straight from its buffer with Buffer_CopyRawToHost, which copies the
+ * on-device bytes: p's logical bytes only when its layout is dense row-major (asked once per
+ * parameter; a failed query counts as not dense). *done 0 with SL_OK: not possible here, read the
+ * whole parameter instead; that includes a plugin whose CopyRawToHost says UNIMPLEMENTED (the call
+ * is optional), which this device then stops asking. Any other failure fails the read. */
+static sl_status pj_read_raw(pjrt_dev *d, pj_param *p, uint64_t rel, unsigned char *dst,
+                             uint64_t n, int *done, sl_err *err)
+{
+    *done = 0;
+    if (d->raw && !p->raw)
+        p->raw = pj_dense(d, p) ? 1 : -1;
+    if (!d->raw || p->raw < 0)
+        return SL_OK;
+    const char *call = "PJRT_Buffer_CopyRawToHost";
+    char what[SL_TEXT_NAME + 96];
+    PJRT_Buffer_CopyRawToHost_Args a = PJ_ARGS(PJRT_Buffer_CopyRawToHost_Args, event);
+    a.buffer = p->buf;
+    a.dst = dst;
+    a.offset = (int64_t)rel;       /* rel + n <= p->nbytes, which pj_take_param bounded */
+    a.transfer_size = (int64_t)n;
+    PJRT_Error *e = d->api->Buffer_CopyRawToHost(&a);
+    int code = -1;
+    sl_err mine = {0};
+    pj_call(p, call, what, sizeof what);
+    const sl_status st = e ? pj_fail(d->api, e, &code, &mine, d->ctx, what)
+                           : pj_event_finish_code(d->api, a.event, &code, &mine, d->ctx, what);
+    *done = st == SL_OK;
+    if (st != SL_OK && code == PJRT_Error_Code_UNIMPLEMENTED)
+        d->raw = 0;
+    else if (st != SL_OK)
+        sl_err_copy(err, &mine);
+    sl_err_clear(&mine);
+    return d->raw ? st : SL_OK;
+}
+
+/* Part of p: straight from the buffer where the plugin can (pj_read_raw), else through a copy of
+ * the whole parameter, kept while the reads walk through it (the checksums read 4 MiB at a time)
+ * and dropped after its last byte. */
 static sl_status pj_read_part(pjrt_dev *d, pj_param *p, uint64_t rel, unsigned char *dst,
                               uint64_t n, sl_err *err)
 {
     const int64_t i = p - d->params;
+    int done = 0;
+    SL_TRY(pj_read_raw(d, p, rel, dst, n, &done, err));
+    if (done)
+        return SL_OK;
     if (d->cached != i) {
         free(d->cache);
         d->cached = -1;

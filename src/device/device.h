@@ -63,7 +63,9 @@ typedef struct sl_device_layout {
 typedef enum sl_device_handle_kind {
     SL_DEVICE_HANDLE_PARAM = 0,     /* parameter i's buffer (pjrt: PJRT_Buffer *) */
     SL_DEVICE_HANDLE_CLIENT = 1,    /* the runtime's client (pjrt: PJRT_Client *) */
-    SL_DEVICE_HANDLE_API = 2        /* the runtime's entry points (pjrt: const PJRT_Api *) */
+    SL_DEVICE_HANDLE_API = 2,       /* the runtime's entry points (pjrt: const PJRT_Api *) */
+    SL_DEVICE_HANDLE_STAGING = 3    /* how the staging block was handed to the runtime (pjrt: const
+                                       char *, "dma-mapped" or "plain (why)"); NULL: not said */
 } sl_device_handle_kind;
 
 typedef struct sl_device_ops {

@@ -1,5 +1,6 @@
 /* model_pjrt.c - the sl_model getters of the pjrt backend: the PJRT objects a C engine passes to
- * PJRT_LoadedExecutable_Execute (docs/design.md "The pjrt backend"). */
+ * PJRT_LoadedExecutable_Execute (docs/design.md "The pjrt backend"), and how its staging memory
+ * reached the plugin. */
 #include "load/engine.h"
 
 #include <stddef.h>
@@ -27,4 +28,10 @@ const void *sl_model_pjrt_api(const sl_model *m, int32_t dev)
 {
     const sl_device *d = model_dev(m, dev);
     return d ? sl_device_handle(d, SL_DEVICE_HANDLE_API, 0) : NULL;
+}
+
+const char *sl_model_device_staging(const sl_model *m, int32_t dev)
+{
+    const sl_device *d = model_dev(m, dev);
+    return d ? sl_device_handle(d, SL_DEVICE_HANDLE_STAGING, 0) : NULL;
 }
