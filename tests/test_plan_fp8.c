@@ -517,6 +517,23 @@ static void synth_scales(void)
         sl_plan *p = NULL;
         EXPECT(ck && build(ck, cfg, 2, 1, SL_LAYOUT_TP, &p) == SL_OK, "synth %zu plans: %s", i, sl_plan_errmsg(p));
         sl_plan_free(p);
+        /* the checkpoint's scheme against another config's: the unclaimed scales say which */
+        if (i == 0) {
+            const sl_status st = build(ck, small_ds("blk.json", NULL), 2, 0, SL_LAYOUT_TP, &p);
+            tu_expect_plan_error("per-tensor checkpoint, block config", st, p, SL_E_UNCLAIMED,
+                                 "(FP8 scales the config does not imply: its quantization_config gives "
+                                 "block scales named <x>.weight_scale_inv and no input scales)");
+            sl_plan_free(p);
+            json_t *root = json_load_file(cfg, 0, NULL);
+            json_object_del(root, "quantization_config");
+            EXPECT(root && json_dump_file(root, cfg, 0) == 0, "config without quantization_config");
+            json_decref(root);
+            const sl_status st2 = build(ck, cfg, 2, 0, SL_LAYOUT_TP, &p);
+            tu_expect_plan_error("FP8 checkpoint, config without quantization_config", st2, p, SL_E_UNSUPPORTED,
+                                 "has dtype F8_E4M3, which cannot be converted to BF16 (an FP8 "
+                                 "checkpoint: the config has no quantization_config)");
+            sl_plan_free(p);
+        }
         sl_checkpoint_close(ck);
     }
 }

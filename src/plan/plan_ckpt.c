@@ -149,10 +149,12 @@ static sl_status check_dtype(plan_ctx *c, const sl_tensor_info *ti, const sl_arc
     char nb[SL_TEXT_NAME];
     if (mt->dtype == SL_DTYPE_F8_E4M3)
         return check_fp8_dtype(c, ti);
+    const int f8 = ti->dtype == SL_DTYPE_F8_E4M3 || ti->dtype == SL_DTYPE_F8_E5M2;
     SL_CHECK(ti->dtype == c->p->dtype || float_dtype(ti->dtype), &c->p->err, SL_E_UNSUPPORTED,
-             "%s: checkpoint tensor '%s' has dtype %s, which cannot be converted to %s",
+             "%s: checkpoint tensor '%s' has dtype %s, which cannot be converted to %s%s",
              tensor_file(c, ti), sl_text_name(ti->name, nb, sizeof nb), sl_dtype_name(ti->dtype) ? sl_dtype_name(ti->dtype) : "?",
-             sl_dtype_name(c->p->dtype));
+             sl_dtype_name(c->p->dtype), !f8 ? "" : c->m->quant.on ? " (the config's quantization_config "
+             "keeps this tensor unquantized)" : " (an FP8 checkpoint: the config has no quantization_config)");
     return SL_OK;
 }
 
@@ -164,11 +166,37 @@ static sl_status check_dtype(plan_ctx *c, const sl_tensor_info *ti, const sl_arc
 typedef struct unclaimed {
     sl_strbuf list;
     int64_t n;
+    int scales;       /* some look like FP8 scales: the config's scheme is then worth saying */
 } unclaimed;
+
+static int scale_like(const char *name)
+{
+    static const char *const ends[] = {".weight_scale", ".weight_scale_inv", ".input_scale"};
+    const size_t n = strlen(name);
+    for (size_t i = 0; i < sizeof ends / sizeof ends[0]; i++) {
+        const size_t k = strlen(ends[i]);
+        if (n > k && strcmp(name + n - k, ends[i]) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* Scales no rule claims mean the checkpoint's FP8 scheme is not the one the config describes. */
+static const char *scale_hint(const plan_ctx *c, char *buf, size_t len)
+{
+    static const char *const kind[] = {"block", "per-tensor", "per-channel"};
+    if (!c->m->quant.on)
+        return " (FP8 scales, but the config has no quantization_config)";
+    snprintf(buf, len, " (FP8 scales the config does not imply: its quantization_config gives %s "
+             "scales named <x>.weight%s%s)", kind[c->m->quant.scheme], c->m->quant.scale_suffix,
+             c->m->quant.input_static ? " and static <x>.input_scale" : " and no input scales");
+    return buf;
+}
 
 static void unclaimed_add(plan_ctx *c, unclaimed *u, const sl_tensor_info *ti)
 {
     char nb[SL_TEXT_NAME];
+    u->scales |= scale_like(ti->name);
     if (u->n++ < UNCLAIMED_LISTED)
         sl_strbuf_printf(&u->list, "%s'%s' (%s)", u->n > 1 ? ", " : "", sl_text_name(ti->name, nb, sizeof nb),
                          tensor_file(c, ti));
@@ -176,16 +204,17 @@ static void unclaimed_add(plan_ctx *c, unclaimed *u, const sl_tensor_info *ti)
 
 static sl_status unclaimed_report(plan_ctx *c, unclaimed *u)
 {
-    char ab[SL_TEXT_NAME];
+    char ab[SL_TEXT_NAME], hb[256];
     const char *arch = sl_text_name(c->m->cfg.architecture, ab, sizeof ab);
+    const char *hint = u->scales ? scale_hint(c, hb, sizeof hb) : "";
     sl_status st = SL_OK;
     if (u->n == 1)
         st = sl_err_set(&c->p->err, SL_E_UNCLAIMED, "checkpoint tensor %s is not claimed by any "
-                        "rule of the %s table", sl_strbuf_str(&u->list), arch);
+                        "rule of the %s table%s", sl_strbuf_str(&u->list), arch, hint);
     else if (u->n > 1)
         st = sl_err_set(&c->p->err, SL_E_UNCLAIMED, "%lld checkpoint tensors are not claimed by any "
-                        "rule of the %s table: %s%s", (long long)u->n, arch,
-                        sl_strbuf_str(&u->list), u->n > UNCLAIMED_LISTED ? ", ..." : "");
+                        "rule of the %s table: %s%s%s", (long long)u->n, arch,
+                        sl_strbuf_str(&u->list), u->n > UNCLAIMED_LISTED ? ", ..." : "", hint);
     return st;
 }
 
