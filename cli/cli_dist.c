@@ -124,11 +124,12 @@ static void dist_print_json(const sl_plan *p, const sl_model *m, const sl_dist_o
     const dist_totals t = dist_sum(m);
     printf("{\"seconds\":%.6f,\"bytes_read\":%" PRIu64 ",\"gbps\":%.3f,\"io\":\"%s\",\"engine\":"
            "\"%s\",\"staging_peak\":%" PRIu64 ",\"dist\":\"%s\",\"read_bytes_needed\":%" PRIu64
-           ",\"read_amplification\":%.4f,\"bytes_exchanged\":%" PRIu64 ",\"devices\":[%s],"
-           "\"ranks\":[",
+           ",\"read_amplification\":%.4f,\"bytes_exchanged\":%" PRIu64 ",\"verified_files\":%"
+           PRId64 ",\"verified_bytes\":%" PRIu64 ",\"devices\":[%s],\"ranks\":[",
            s.seconds, t.read, s.seconds > 0 ? (double)t.read / s.seconds / 1e9 : 0.0, s.io,
            s.engine, t.staging_max, dist_name(d), sl_plan_read_bytes(p),
-           dist_ratio(t.read, sl_plan_read_bytes(p)), t.sent, devices);
+           dist_ratio(t.read, sl_plan_read_bytes(p)), t.sent, s.verified_files, s.verified_bytes,
+           devices);
     sl_rank_stats r;
     for (int32_t i = 0; sl_model_rank_stats(m, i, &r) == SL_OK; i++) {
         printf("%s{\"rank\":%d,\"devices\":[", i ? "," : "", (int)r.rank);
@@ -162,6 +163,9 @@ static void dist_print_text(const sl_plan *p, const sl_model *m, const sl_dist_o
                cli_commas(r.bytes_received, b3, sizeof b3));
     printf("staging peak per rank %s bytes (io %s, engine %s)\n",
            cli_commas(t.staging_max, b1, sizeof b1), s.io, s.engine);
+    if (s.verified_files > 0)   /* --verify; independent: rank 0's, cooperative: the job's */
+        printf("verified %" PRId64 " files (%s bytes checked)\n", s.verified_files,
+               cli_commas(s.verified_bytes, b1, sizeof b1));
     fputs(devices, stdout);
 }
 
