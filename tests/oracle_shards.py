@@ -11,8 +11,8 @@ the files `shardload reshard` writes, read back with this file's own reader. Blo
 (DeepSeek with F32 scales, Qwen3-MoE with BF16 ones): FP8 bytes bit for bit, scales sliced in
 blocks and widened, through load and reshard. Per-tensor and per-channel FP8 (AutoFP8 0-d
 scales with static input scales on Llama, compressed-tensors [1] scales on Mixtral with E % 4 != 0,
-fbgemm [out, 1] on Qwen2, compressed-tensors channels on Qwen3-MoE, compressed-tensors blocks on
-DeepSeek): T 1/2/4, P 1/2, with and without EP, load and reshard. Nothing here
+fbgemm [out, 1] on Qwen2 and DeepSeek-V3's MLA, AutoFP8 static on DeepSeek-V2 (q_lora_rank null),
+compressed-tensors channels on Qwen3-MoE, compressed-tensors blocks on DeepSeek): T 1/2/4, P 1/2, with and without EP, load and reshard. Nothing here
 uses shardload's code: the reference is numpy and the text of the spec.
 
 usage: oracle_shards.py path/to/shardload
@@ -221,6 +221,12 @@ FP8_MORE = {
                                           input_activations={"num_bits": 8, "type": "float",
                                                              "strategy": "token", "dynamic": True})},
         "ignore": ["lm_head"] + ["model.layers.%d.self_attn.o_proj" % i for i in range(3)]}),
+    # MLA's replicated layers: fused_qkv_a_proj's per-channel scales concatenated (fbgemm), and with
+    # q_lora_rank null kv_a_proj_with_mqa's per-tensor and input scales whole (AutoFP8 static)
+    ("deepseek_v3-fbgemm", "deepseek_v3"): dict(MOE_ARCHS["deepseek_v3"], quantization_config={
+        "quant_method": "fbgemm_fp8", "modules_to_not_convert": ["lm_head"]}),
+    ("deepseek_v2-pt", "deepseek_v2"): dict(MOE_ARCHS["deepseek_v2"], quantization_config={
+        "quant_method": "fp8", "activation_scheme": "static"}),
     # compressed-tensors blocks: DeepSeek's FP8 shapes, scales named weight_scale
     ("deepseek_v3-ctblock", "deepseek_v3"): dict(FP8_ARCHS["deepseek_v3"], quantization_config={
         "quant_method": "compressed-tensors", "format": "float-quantized",
@@ -230,7 +236,8 @@ FP8_MORE = {
                                "dynamic": True})}}),
 }
 FP8_MORE_SCALE_DT = {"llama-pt": "F32", "mixtral-ct": "BF16", "qwen2-fbgemm": "F32",
-                     "qwen3_moe-ct": "BF16", "deepseek_v3-ctblock": "F32"}
+                     "qwen3_moe-ct": "BF16", "deepseek_v3-fbgemm": "BF16", "deepseek_v2-pt": "F32",
+                     "deepseek_v3-ctblock": "F32"}
 
 
 def fp8_scheme(q):
