@@ -4,10 +4,12 @@ device="cuda") against the cpu backend (checksums), torch() views on the right G
 library's pointers, load_into an engine's own CUDA tensors, and their times. Runs the package from
 the source tree (PYTHONPATH=python, SHARDLOAD_LIBRARY=the build's libshardload.so): nothing to
 install on the GPU machine. Also shardload.jax onto the GPUs (JAX's CUDA plugin) against its CPU
-result and the tpu-inference way (safe_open + device_put per tensor). Prints one JSON line
+result, with its slabs DMA-mapped (client.dma_map) and plain, and the tpu-inference way (safe_open +
+device_put per tensor). Knobs: GPU_JAX_LAYERS (default 8), GPU_JAX_REPS (default 2). Prints one JSON line
 {"python": {...}}; the torch and JAX parts are reported as skipped where torch has no CUDA or JAX
 no GPU (the dry run on the host-memory stand-in)."""
 import json
+import os
 import sys
 import time
 
@@ -45,29 +47,60 @@ def torch_checks(ck, m, r):
     r["load_into_bytes"] = stats["devices"][0]["allocated_bytes"]
 
 
+JAX_LAYERS = int(os.environ.get("GPU_JAX_LAYERS", "8"))   # the embedding and this many layers
+JAX_STAGING = 512 << 20   # for the dma / plain pair: slabs of 224 MiB hold Llama-3-8B's largest box
+JAX_REPS = int(os.environ.get("GPU_JAX_REPS", "2"))
+
+
 def jax_checks(ck, r):
     """shardload.jax onto the GPUs (one mesh axis over them) for the embedding and the first
-    layers, checked against the same load onto JAX's CPU device, timed against the
-    tpu-inference way (safe_open, then device_put(x, NamedSharding) per tensor)."""
+    JAX_LAYERS layers, each load checked against the same load onto JAX's CPU device: with the
+    default settings (jax_load_s), then with JAX_STAGING of staging with its two slabs DMA-mapped
+    (client.dma_map, jax_dma_load_s) and plain (dma=False, jax_plain_load_s), interleaved, best of
+    JAX_REPS; timed against the tpu-inference way (safe_open, then device_put(x, NamedSharding)
+    per tensor). At the default 64 MiB staging most of Llama-3-8B's boxes on one GPU are larger
+    than a slab (fresh plain buffers): the pair with 512 MiB is where dma_map can show."""
     import jax
     import numpy as np
     import shardload.jax as sj
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
     gpus = jax.devices("gpu")
+    layers = tuple(f"model.layers.{i}." for i in range(JAX_LAYERS))
     names = [t.name for t in shardload.open(ck).tensors
-             if t.name.startswith(("model.embed_tokens", "model.layers.0.", "model.layers.1."))]
+             if t.name.startswith(("model.embed_tokens",) + layers)]
     mesh = Mesh(np.array(gpus), ("model",))
     specs = {n: NamedSharding(mesh, P("model") if n.endswith("proj.weight") or "embed" in n else P())
              for n in names}
-    arrays, r["jax_load_s"] = timed(lambda: jax.block_until_ready(sj.load(ck, mesh, specs)))
-    r["jax_bytes"] = sum(a.nbytes for a in arrays.values())
     cpu = Mesh(np.array(jax.devices("cpu")[:1]), ("model",))
-    ref = sj.load(ck, cpu, {n: NamedSharding(cpu, P()) for n in names})
-    r["jax_equal_cpu"] = all(np.array_equal(np.asarray(arrays[n]).view(np.uint8),
-                                            np.asarray(ref[n]).view(np.uint8)) for n in names)
-    r["jax_on_gpus"] = all(s.device.platform == "gpu" for a in arrays.values()
-                           for s in a.addressable_shards)
-    del arrays, ref
+    ref = {n: np.asarray(a) for n, a in sj.load(ck, cpu, {n: NamedSharding(cpu, P()) for n in names}).items()}
+    jax.block_until_ready(jax.device_put(np.ones(1 << 20, np.uint8), gpus[0]))  # the first put's set-up
+    equal = []
+
+    def run(**kw):
+        st = {}
+        arrays, s = timed(lambda: jax.block_until_ready(sj.load(ck, mesh, specs, stats=st, **kw)))
+        equal.append(all(np.array_equal(np.asarray(arrays[n]).view(np.uint8), ref[n].view(np.uint8))
+                         for n in names))
+        on = all(sh.device.platform == "gpu" for a in arrays.values() for sh in a.addressable_shards)
+        nbytes = sum(a.nbytes for a in arrays.values())
+        del arrays
+        keep = ("staging", "dma", "groups", "slabs", "reused", "oversize_groups", "copied_bytes",
+                "c_load_seconds", "put_seconds")
+        return s, {k: st[k] for k in keep}, on, nbytes
+    r["jax_load_s"], r["jax_stats"], r["jax_on_gpus"], r["jax_bytes"] = run()
+    r["jax_staging"], r["jax_dma"] = r["jax_stats"]["staging"], r["jax_stats"]["dma"]
+    times = {"dma": [], "plain": []}
+    for _ in range(JAX_REPS):
+        for kind in times:
+            s, st, on, _ = run(staging=JAX_STAGING, dma=kind == "dma")
+            times[kind].append(s)
+            r[f"jax_{kind}_stats"] = st
+            r["jax_on_gpus"] &= on
+    r["jax_pair_staging"] = JAX_STAGING
+    r["jax_dma_load_s"], r["jax_plain_load_s"] = min(times["dma"]), min(times["plain"])
+    r["jax_dma_load_all_s"], r["jax_plain_load_all_s"] = times["dma"], times["plain"]
+    r["jax_equal_cpu"] = all(equal)   # every load above: default, dma-mapped and plain
+    del ref
     from safetensors import safe_open
 
     def peer():
