@@ -480,6 +480,16 @@ static void scalar_channel_figures(void)
                is(p, 5, "lm_head.weight", SL_DTYPE_BF16, 16032, 4096, 0),
            "Llama-3-8B fbgemm T=8: channel scales [768|4096|3584|4096, 1], no input scales");
     sl_plan_free(p);
+    /* compressed-tensors channels with static per-tensor inputs (dense layers allow it) */
+    ll = config_with(CONFIGS "/llama-3-8b.json", "ll-ct.json", "{\"quant_method\":\"compressed-tensors\","
+                     "\"config_groups\":{\"g\":{\"weights\":{\"num_bits\":8,\"type\":\"float\",\"strategy\":"
+                     "\"channel\"},\"input_activations\":{\"dynamic\":false,\"strategy\":\"tensor\"}}}}");
+    EXPECT(build(NULL, ll, 4, 0, SL_LAYOUT_TP, &p) == SL_OK, "%s", sl_plan_errmsg(p));
+    EXPECT(is(p, 2, "model.layers.3.self_attn.qkv_proj.weight_scale", SL_DTYPE_F32, 1536, 1, 0) &&
+               is1(p, 2, "model.layers.3.self_attn.qkv_proj.input_scale", 3) &&
+               is1(p, 2, "model.layers.3.mlp.down_proj.input_scale", 1),
+           "Llama-3-8B CT channel + static inputs T=4: qkv scale [1536, 1], input scales [3] and [1]");
+    sl_plan_free(p);
 }
 
 /* Synth writes AutoFP8's scalars 0-d and compressed-tensors' [1], w3's input scale equal to w1's

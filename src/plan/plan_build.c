@@ -264,7 +264,7 @@ static void piece_to_blocks(const plan_ctx *c, const sl_rule *scale, piece *q)
  * planner checked the two equal). */
 static void tp_scalar_ops(param_ctx *pc, const sl_rule *r, const plan_src *s, uint64_t dst_row)
 {
-    if (r->scale_kind == SL_SCALE_INPUT && sl_arch_input_scale_dup(r))
+    if (sl_arch_input_scale_dup(r))
         return;
     const piece q = {.R = 1, .C = 1, .r1 = 1, .c1 = 1, .dst_row = dst_row};
     emit_copy(pc, s, &q);
