@@ -400,6 +400,21 @@ static void config_errors(void)
          "\"type\":\"float\",\"strategy\":\"tensor\"},\"input_activations\":{\"dynamic\":false,"
          "\"strategy\":\"token\"}}}}", "static input activations with strategy 'token'", SL_E_UNSUPPORTED},
         {"{\"quant_method\":\"compressed-tensors\",\"config_groups\":{\"g\":{\"weights\":{\"num_bits\":8,"
+         "\"type\":\"float\",\"strategy\":\"block\",\"block_structure\":[128,128]},\"input_activations\":"
+         "{\"dynamic\":false,\"strategy\":\"tensor\"}}}}", "The block-wise quantization only supports dynamic "
+         "activation scheme", SL_E_UNSUPPORTED},
+        {"{\"quant_method\":\"compressed-tensors\",\"config_groups\":{\"g\":{\"weights\":{\"num_bits\":8,"
+         "\"type\":\"float\",\"strategy\":\"block\",\"block_structure\":[128]}}}}",
+         "'block_structure' is not [bn, bk]", SL_E_CONFIG},
+        {"{\"quant_method\":\"compressed-tensors\"}", "(compressed-tensors) has no \"config_groups\"", SL_E_CONFIG},
+        {"{\"quant_method\":\"compressed-tensors\",\"format\":\"pack-quantized\",\"config_groups\":{}}",
+         "format 'pack-quantized' is not supported (only float-quantized FP8)", SL_E_UNSUPPORTED},
+        {"{\"quant_method\":\"compressed-tensors\",\"config_groups\":{\"g\":{\"targets\":[\"Linear\"]}}}",
+         "a config group without \"weights\" is not an FP8 scheme", SL_E_UNSUPPORTED},
+        {"{\"quant_method\":\"compressed-tensors\",\"config_groups\":{\"g\":{\"weights\":{\"num_bits\":8,"
+         "\"type\":\"float\",\"strategy\":\"tensor\"},\"input_activations\":{\"strategy\":\"tensor\"}}}}",
+         "\"input_activations\" needs \"dynamic\" true or false", SL_E_CONFIG},
+        {"{\"quant_method\":\"compressed-tensors\",\"config_groups\":{\"g\":{\"weights\":{\"num_bits\":8,"
          "\"type\":\"float\",\"strategy\":\"channel\"},\"input_activations\":{\"dynamic\":false,"
          "\"strategy\":\"tensor\"}}}}", "parameter 'model.layers.{i}.mlp.experts.w13_weight': For FP8 Fused "
          "MoE layer, we require either per tensor or channelwise, dynamic per token quantization.",
@@ -626,6 +641,29 @@ static void scale_errors(void)
     }
 }
 
+/* A table whose param does not end in "weight" gives its input scale no name. */
+static void input_scale_name(void)
+{
+    char rules[300], cfg[300];
+    snprintf(rules, sizeof rules, "%s/odd-rules.json", dir);
+    snprintf(cfg, sizeof cfg, "%s/odd.json", dir);
+    tu_write_text(rules, "{\"rules\": [{\"tensor\": \"model.layers.{i}.mlp.down_proj.weight\", \"shape\": "
+                         "[\"H\", \"I\"], \"shard\": \"row\", \"param\": \"model.layers.{i}.mlp.down\"}]}");
+    tu_write_text(cfg, "{\"architectures\":[\"OddForCausalLM\"],\"hidden_size\":64,\"intermediate_size\":128,"
+                       "\"num_attention_heads\":4,\"num_hidden_layers\":1,\"vocab_size\":64,"
+                       "\"torch_dtype\":\"bfloat16\",\"quantization_config\":{\"quant_method\":\"fp8\","
+                       "\"activation_scheme\":\"static\"}}");
+    sl_plan_opts o;
+    sl_plan_opts_init(&o);
+    o.config_path = cfg;
+    o.rules_path = rules;
+    sl_plan *p = NULL;
+    const sl_status st = sl_plan_build(NULL, &o, &p);
+    tu_expect_plan_error("input scale of an odd param", st, p, SL_E_CONFIG, "param 'model.layers.{i}.mlp.down' "
+                         "does not end in \"weight\", so its input_scale has no name");
+    sl_plan_free(p);
+}
+
 int main(void)
 {
     tu_tmpdir(dir, sizeof dir, "test_plan_fp8");
@@ -636,6 +674,7 @@ int main(void)
     scalar_channel_figures();
     synth_scales();
     scale_errors();
+    input_scale_name();
     tu_rm_rf(dir);
     if (expect_failures)
         fprintf(stderr, "%d failure(s)\n", expect_failures);
