@@ -5,8 +5,10 @@
 # throughput from the page cache (default settings and a small sweep of engine, staging and request
 # size) and from disk, device memory deltas, host peak RSS, pinned host-to-device bandwidth,
 # safetensors.torch.load_file(device="cuda"), PyTorch's whole-tensor-then-narrow-and-copy per rank,
-# and what the copy engine gives 1-D copies and narrow 2-D rows (bench/gpu_copy.c), and the Python
-# package on the GPU (bench/gpu_python.py: cuda views, load_into CUDA tensors). Writes the
+# and what the copy engine gives 1-D copies and narrow 2-D rows (bench/gpu_copy.c), the Python
+# package on the GPU (bench/gpu_python.py: cuda views, load_into CUDA tensors), and the pjrt backend
+# on JAX's CUDA plugin (jax_plugins/xla_cuda*/xla_cuda_plugin.so in python3's site-packages; TP 1
+# and 8 onto the GPU, checksums against cpu and cuda, time, memory deltas). Writes the
 # "GPU" section (bench/gpu_report.py) to bench/gpu.md and $OUT (or $GPU_WORK), and puts it into
 # bench/RESULTS.md in place of the previous one (make bench keeps it).
 #
@@ -22,7 +24,9 @@
 #        dir), GPU_REPS (runs per measured setting, best kept; default 2), GPU_SL (an already
 #        built shardload: no build; tests/cli_gpu_check_dry.sh uses it), GPU_COPY_MIB (bytes per
 #        bench/gpu_copy.c measurement, default 1024), GPU_BUDGET_S (seconds after which the
-#        remaining sections are skipped and the report written; default 450).
+#        remaining sections are skipped and the report written; default 450), GPU_PJRT_PLUGIN (the
+#        PJRT plugin for the pjrt section instead of JAX's CUDA plugin found in site-packages; a
+#        dry run uses the tests' stand-in tests/libfake_pjrt.so, as a CUDA plugin, unless set).
 set -u -o pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CONFIG=${GPU_CONFIG:-$ROOT/tests/configs/llama-3-8b.json}
@@ -157,6 +161,10 @@ check() {
     shift 2
     cpu=$(timeout 300 "$SL" load "$CK" "$@" --checksums --json 2>"$WORK/err") || { bad "cpu load $label: $(cat "$WORK/err")"; return; }
     cuda=$(timeout 300 "$SL" load "$CK" "$@" --device cuda --checksums --json 2>"$WORK/err") || { bad "cuda load $label: $(cat "$WORK/err")"; return; }
+    # kept for the pjrt section, which compares with both on the same TP
+    echo "$cpu" | sums >"$WORK/sums.$label.cpu"
+    echo "$cuda" | sums >"$WORK/sums.$label.cuda"
+    echo "$cuda" | sed 's/,"params":\[[^]]*\]//g' >"$WORK/load.$label.cuda.json"
     n=$(echo "$cpu" | grep -o '"xxh3"' | wc -l)
     [ "$n" -gt 0 ] && [ "$(echo "$cpu" | sums)" = "$(echo "$cuda" | sums)" ] && ok=yes || { ok=no; bad "$label: cuda checksums differ from cpu"; }
     plan=$("$SL" plan "$CK" "$@" --json | grep -o '"bytes":[0-9]*,"params"' | grep -o '[0-9]*' | tr '\n' ' ')
@@ -189,6 +197,92 @@ elif ! late "python api"; then
         grep -q '"load_into_equal": false\|"views_zero_copy": false\|"views_on_gpu": false\|"jax_equal_cpu": false\|"jax_on_gpus": false' <<<"$out" &&
             bad "python: views or load_into wrong: $out"
     fi
+fi
+
+# ---- 4c. the pjrt backend on JAX's CUDA plugin --------------------------------------------------------
+# The plugin is found without importing jax (its import would make a client of its own): a
+# jax_plugins/xla_cuda*/xla_cuda_plugin.so on python3's path. Mesh device d goes onto PJRT device
+# d % count, so TP 8 puts all 8 on one GPU; the backend makes the CUDA client with preallocate
+# false (allocator bfc), so the memory statistics show the buffers. Checksums are compared with the
+# cpu and cuda loads of section 4 (same TP), speed with that cuda load.
+find_pjrt_plugin() {
+    "$PY" - <<'PYEOF'
+import glob, os, sys
+for d in sys.path:
+    for f in sorted(glob.glob(os.path.join(d or ".", "jax_plugins", "xla_cuda*", "xla_cuda_plugin.so"))):
+        print(os.path.abspath(f)); sys.exit(0)
+PYEOF
+}
+# PJRT version and table size of a plugin, read from GetPjrtApi's table (offsets 0, 32, 36) without
+# initializing it.
+pjrt_version() {
+    "$PY" - "$1" <<'PYEOF' 2>/dev/null || echo "?"
+import ctypes, sys
+lib = ctypes.CDLL(sys.argv[1], mode=getattr(ctypes, "RTLD_LOCAL", 0))
+lib.GetPjrtApi.restype = ctypes.c_void_p
+api = lib.GetPjrtApi()
+size = ctypes.c_size_t.from_address(api).value
+major, minor = ctypes.c_int.from_address(api + 32).value, ctypes.c_int.from_address(api + 36).value
+print(f"{major}.{minor}, table {size} bytes")
+PYEOF
+}
+# pjrt_check LABEL PLUGIN -- ARGS: one pjrt load with checksums, against section 4's cpu and cuda.
+pjrt_check() {
+    local label=$1 plugin=$2 out ok_cpu ok_cuda n plan before after p d mb ma total cu staging v
+    shift 3
+    out=$(timeout 300 env $PJRT_ENV "$SL" load "$CK" "$@" --device pjrt --pjrt-plugin "$plugin" --checksums \
+          --json 2>"$WORK/err")
+    if [ $? != 0 ] && [ -z "$PJRT_ENV" ] && grep -q "cannot load plugin" "$WORK/err"; then
+        # the plugin's CUDA libraries from the nvidia-* wheels, as JAX preloads them (notes section 9)
+        local libs
+        libs=$(ls -d "$(dirname "$(dirname "$(dirname "$plugin")")")"/nvidia/*/lib "$(dirname "$(dirname "$(dirname "$plugin")")")"/nvidia/*/*/lib 2>/dev/null | paste -sd:)
+        say "pjrt: $(head -c 300 "$WORK/err"); retrying with LD_LIBRARY_PATH=$libs"
+        PJRT_ENV="LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+        record "{\"pjrt_finding\":$(jstr "dlopen needed LD_LIBRARY_PATH=$libs: $(head -c 300 "$WORK/err")")}"
+        out=$(timeout 300 env $PJRT_ENV "$SL" load "$CK" "$@" --device pjrt --pjrt-plugin "$plugin" --checksums \
+              --json 2>"$WORK/err")
+    fi
+    [ -n "$out" ] || { bad "pjrt load $label: $(head -c 600 "$WORK/err")"; return; }
+    n=$(echo "$out" | grep -o '"xxh3"' | wc -l)
+    ok_cpu=no ok_cuda=no
+    [ -f "$WORK/sums.$label.cpu" ] || ok_cpu="not run"
+    [ -f "$WORK/sums.$label.cuda" ] || ok_cuda="not run"
+    [ "$n" -gt 0 ] && [ "$(echo "$out" | sums)" = "$(cat "$WORK/sums.$label.cpu" 2>/dev/null)" ] && ok_cpu=yes
+    [ "$n" -gt 0 ] && [ "$(echo "$out" | sums)" = "$(cat "$WORK/sums.$label.cuda" 2>/dev/null)" ] && ok_cuda=yes
+    [ "$ok_cpu" = yes ] || bad "pjrt $label: checksums differ from cpu ($ok_cpu)"
+    [ "$ok_cuda" = yes ] || [ "$ok_cuda" = "not run" ] || bad "pjrt $label: checksums differ from cuda"
+    out=$(echo "$out" | sed 's/,"params":\[[^]]*\]//g')
+    plan=$("$SL" plan "$CK" "$@" --json | grep -o '"bytes":[0-9]*,"params"' | grep -o '[0-9]*' | tr '\n' ' ')
+    [ "$(echo "$out" | nums allocated_bytes)" = "$plan" ] || bad "pjrt $label: allocated != plan '$plan'"
+    # every mesh device may share one GPU: the delta that counts is the GPU's, across the load
+    before=($(echo "$out" | nums mem_free_before)) after=($(echo "$out" | nums mem_free_after))
+    p=($plan) total=0 mb="" ma=""
+    for ((d = 0; d < ${#p[@]}; d++)); do total=$((total + p[d])); done
+    for v in "${before[@]}"; do [ -z "$mb" ] || [ "$v" -gt "$mb" ] && mb=$v; done
+    for v in "${after[@]}"; do [ -z "$ma" ] || [ "$v" -lt "$ma" ] && ma=$v; done
+    cu=$(cat "$WORK/load.$label.cuda.json" 2>/dev/null || echo '{}')
+    staging=$(echo "$out" | grep -o '"staging_memory":"[^"]*' | head -1 | cut -d'"' -f4-)
+    record "{\"pjrt\":\"$label\",\"params\":$n,\"equal_cpu\":\"$ok_cpu\",\"equal_cuda\":\"$ok_cuda\",\"plan_bytes\":$total,\"mem_delta\":$([ -n "$mb" ] && [ -n "$ma" ] && echo $((mb - ma)) || echo null),\"staging\":$(jstr "$staging"),\"out\":$out,\"cuda\":$cu}"
+    say "pjrt $label: $n checksums = cpu: $ok_cpu, = cuda: $ok_cuda; $(echo "$out" | grep -o '"gbps_after_setup":[0-9.]*') (cuda $(echo "$cu" | grep -o '"gbps_after_setup":[0-9.]*' | cut -d: -f2)); memory delta $([ -n "$mb" ] && [ -n "$ma" ] && echo $((mb - ma)) || echo n/a) of $total plan bytes; staging ${staging:-n/a}"
+}
+PJRT_ENV=
+PJRT=${GPU_PJRT_PLUGIN:-}
+if [ -z "$PJRT" ] && [ "${GPU_FAKE:-0}" = 1 ]; then   # the dry run: the stand-in, as a CUDA plugin with statistics
+    PJRT=$(dirname "$SL")/tests/libfake_pjrt.so
+    export FAKE_PJRT_KIND=cuda FAKE_PJRT_STATS=1 FAKE_PJRT_GPUS=1   # one GPU, as on the machine lent
+fi
+[ -n "$PJRT" ] || PJRT=$(find_pjrt_plugin)
+if [ -z "$PJRT" ] || [ ! -f "$PJRT" ]; then
+    why="no jax_plugins/xla_cuda*/xla_cuda_plugin.so on the path of $PY (pip install jax[cuda13]), or GPU_PJRT_PLUGIN ${PJRT:+$PJRT }missing"
+    say "pjrt: skipped: $why"
+    record "{\"pjrt_skipped\":$(jstr "$why")}"
+elif ! late "pjrt (tp1, tp8)"; then
+    ver=$(pjrt_version "$PJRT")
+    say "pjrt: plugin $PJRT (PJRT $ver); exports $(nm -D --defined-only "$PJRT" 2>/dev/null | grep -o ' GetPjrtApi[@A-Za-z0-9_.]*$' | tr -d ' ' | paste -sd, | grep . || echo 'no GetPjrtApi'); $(readelf -d "$PJRT" 2>/dev/null | grep -i 'path' | tr -s ' ' | head -2 | tr '\n' ' ')"
+    record "{\"pjrt_plugin\":$(jstr "$PJRT"),\"pjrt_version\":$(jstr "$ver")}"
+    warm
+    pjrt_check tp1 "$PJRT" -- --tp 1
+    late "pjrt tp8" || pjrt_check tp8 "$PJRT" -- --tp 8
 fi
 
 # ---- 5. shardload throughput from the page cache ------------------------------------------------------

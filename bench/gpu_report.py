@@ -68,6 +68,40 @@ def python_line(p):
     return line + ".\n"
 
 
+def pjrt_lines(rows):
+    """The pjrt backend on JAX's CUDA plugin (gpu_check.sh section 4c), or why it was skipped."""
+    skipped = next((r["pjrt_skipped"] for r in rows if "pjrt_skipped" in r), None)
+    if skipped:
+        return [f"PJRT backend (`--device pjrt`): skipped: {skipped}.\n"]
+    plugin = next((r for r in rows if "pjrt_plugin" in r), None)
+    runs = [r for r in rows if "pjrt" in r]
+    if not plugin and not runs:
+        return []
+    name = os.path.basename(plugin["pjrt_plugin"]) if plugin else "?"
+    ver = plugin.get("pjrt_version", "?") if plugin else "?"
+    out = [f"PJRT backend (`--device pjrt --pjrt-plugin {name}`, PJRT {ver}; mesh device d on PJRT "
+           "device d % count, so TP 8 shares the one GPU; client made with preallocate false): "
+           "checksums read back through the plugin, against the cpu and cuda loads of the same TP; "
+           "speed after device setup against that cuda load; GPU memory delta from "
+           "PJRT_Device_MemoryStats (largest free before, smallest after, over the mesh devices).\n"]
+    for r in rows:
+        if "pjrt_finding" in r:
+            out.append(f"Finding: {r['pjrt_finding']}\n")
+    if runs:
+        out += ["| run | parameters | checksums = cpu | = cuda | GB/s after setup | cuda GB/s after "
+                "setup | pjrt / cuda | setup s | GPU memory delta : plan bytes | staging |",
+                "|---|---|---|---|---|---|---|---|---|---|"]
+        for r in runs:
+            o, c = r["out"], r.get("cuda") or {}
+            delta = "n/a" if r.get("mem_delta") is None else f"{r['mem_delta']}:{r['plan_bytes']}"
+            out.append(f"| pjrt {r['pjrt']} | {r['params']} | {r['equal_cpu']} | {r['equal_cuda']} | "
+                       f"{o['gbps_after_setup']:.2f} | {fmt(c.get('gbps_after_setup'))} | "
+                       f"{fmt(ratio(o['gbps_after_setup'], c.get('gbps_after_setup')))} | "
+                       f"{o['setup_seconds']:.2f} | {delta} | {r.get('staging') or 'n/a'} |")
+        out.append("")
+    return out
+
+
 def main():
     rows = load(sys.argv[1])
     fails = int(sys.argv[2]) if len(sys.argv) > 2 else 0
@@ -96,6 +130,7 @@ def main():
     py = next((r["python"] for r in rows if "python" in r), None)
     if py:
         out.append(python_line(py))
+    out += pjrt_lines(rows)
     best = best_runs(rows)
     if best:
         out += ["Throughput: checkpoint bytes read / time. `whole load` is sl_load from the call to the "

@@ -15,7 +15,8 @@
  * - Objects are counted: at exit the live buffers, events, errors, clients and transfer managers
  *   must be 0 (a client destroyed before its buffers is a violation).
  * Modes: FAKE_PJRT_KIND=cpu|cuda|tpu (the create options it accepts, as those plugins do: cpu
- * takes cpu_device_count (default 4 devices), cuda preallocate and allocator (2 devices), tpu none
+ * takes cpu_device_count (default 4 devices), cuda preallocate and allocator (FAKE_PJRT_GPUS devices,
+ * default 2), tpu none
  * (4 devices); any other key is INVALID_ARGUMENT), FAKE_PJRT_STATS=1 (MemoryStats implemented,
  * bytes_limit 1 GiB; else UNIMPLEMENTED, as on XLA's CPU plugin), FAKE_PJRT_TILED=1 (buffers
  * report a tiled layout, as on TPU, and CopyRawToHost returns their raw bytes in another order),
@@ -122,6 +123,7 @@ static struct {
     int stats, tiled;
     int raw;                     /* CopyRawToHost: 1 implemented, 0 UNIMPLEMENTED */
     int dma;                     /* DmaMap/DmaUnmap: 0 missing, 1 work, 2 fail, 3 UNIMPLEMENTED */
+    int cuda_devices;            /* devices of a cuda client */
     long dma_maps, dma_unmaps, dma_live;
     long delay_us;
     long fail_at, fail_nth;
@@ -207,6 +209,7 @@ static void fp_configure(void)
     g.tiled = (int)fp_env("FAKE_PJRT_TILED", 0);
     g.raw = (int)fp_env("FAKE_PJRT_RAW", 1);
     g.dma = (int)fp_env("FAKE_PJRT_DMA", 1);
+    g.cuda_devices = (int)fp_env("FAKE_PJRT_GPUS", 2);
     g.delay_us = fp_env("FAKE_PJRT_DELAY_US", 200);
     const char *fail = getenv("FAKE_PJRT_FAIL");
     if (fail && strchr(fail, ':')) {
@@ -488,7 +491,7 @@ static PJRT_Error *fp_options(const PJRT_Client_Create_Args *a, int *n_devices)
                                           {"preallocate", "allocator"}, {NULL, NULL}};
     static const int types[3][2] = {{PJRT_NamedValue_kInt64, -1},
                                     {PJRT_NamedValue_kBool, PJRT_NamedValue_kString}, {-1, -1}};
-    *n_devices = g.kind == 1 ? 2 : 4;
+    *n_devices = g.kind == 1 ? g.cuda_devices : 4;
     for (size_t i = 0; i < a->num_options; i++) {
         const PJRT_NamedValue *nv = &a->create_options[i];
         char name[64];
