@@ -123,6 +123,10 @@ static sl_status rd_complete(rd_ctx *x, rd_slot *s, int *resubmitted)
     if (*resubmitted)
         return SL_OK;
     const rd_chunk *c = &x->chunks.v[s->chunk];
+    /* By blocks the hash needs no order: it runs while the chunk is scattered (both only read
+     * the slot), and the slot comes back through rd_verify_done once both are done. */
+    if (x->verify && rd_verify_by_blocks(x->verify))
+        rd_verify_push(x->verify, c->file, c->a, c->b, c->dst ? c->dst : s->buf + (c->a - s->req.off), s);
     if (!c->dst)
         SL_TRY(rd_scatter_chunk(x, c, s->buf + (c->a - s->req.off)));
     if (x->use_marks && x->in_flight)
@@ -161,17 +165,14 @@ static void rd_give(rd_free_list *f, rd_slot *s)
 }
 
 /* --verify: a completed (and scattered) slot goes to the hashing threads and is reused once
- * hashed. By blocks each chunk is whole blocks and goes at once. Whole files: it waits until every
+ * hashed. By blocks each chunk is whole blocks and went as soon as it was read. Whole files: it waits until every
  * chunk before it went, so that each file is hashed front to back whatever order the reads
  * complete in; the chunk to hand over next is always being read (chunks are submitted in order),
  * so waiting never stalls the loop. */
 static void rd_verify_hand(rd_ctx *x, rd_slot *s)
 {
-    if (rd_verify_by_blocks(x->verify)) {
-        const rd_chunk *c = &x->chunks.v[s->chunk];
-        rd_verify_push(x->verify, c->file, c->a, c->b, c->dst ? c->dst : s->buf + (c->a - s->req.off), s);
+    if (rd_verify_by_blocks(x->verify))   /* already pushed by rd_complete */
         return;
-    }
     s->held = 1;
     for (int found = 1; found;) {
         found = 0;
