@@ -92,7 +92,7 @@ int cli_ckpt_path(const char *arg, char *buf, size_t n, const char **path);
 #define CLI_REMOTE_OPTIONS                                                                        \
     "--s3-endpoint", "--s3-region", "--s3-profile", "--s3-path-style", "--s3-virtual-host",      \
         "--remote-connections", "--remote-range", "--remote-retries", "--remote-backoff-ms",     \
-        "--remote-timeout-ms"
+        "--remote-timeout-ms", "--ca-bundle"
 
 #define CLI_REMOTE_HELP                                                                           \
     "  --s3-endpoint URL   S3-compatible endpoint (default $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL,\n" \
@@ -101,7 +101,9 @@ int cli_ckpt_path(const char *arg, char *buf, size_t n, const char **path);
     "  --s3-region R, --s3-profile NAME   default $AWS_REGION, $AWS_PROFILE or 'default'\n"       \
     "  --s3-path-style, --s3-virtual-host  addressing (default path-style with an endpoint)\n"    \
     "  --remote-connections N  ranged GETs in flight (16); --remote-range SIZE per GET (8M)\n"   \
-    "  --remote-retries N (5), --remote-backoff-ms MS (200), --remote-timeout-ms MS (30000)\n"
+    "  --remote-retries N (5), --remote-backoff-ms MS (200), --remote-timeout-ms MS (30000)\n"   \
+    "  --ca-bundle FILE    https: trust these CAs (PEM) instead of the system's (default\n"          \
+    "                  $AWS_CA_BUNDLE for s3://, else $CURL_CA_BUNDLE)\n"
 
 /* A flag of CLI_REMOTE_OPTIONS: 1 when s is one (applied to o). */
 int cli_remote_flag(cli_opts *o, const char *s);
