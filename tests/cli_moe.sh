@@ -79,6 +79,14 @@ for q in "$pt" '{"quant_method":"fbgemm_fp8","modules_to_not_convert":["lm_head"
         [ "$(sums <<<"$ref")" = "$(sums <<<"$got")" ] || fail "fp8 $mesh: resharded files load to the same checksums"
     done
 done
+# a parameter of its own dtype in a bf16 plan (DeepSeek's F32 e_score_correction_bias) loads back
+# from the rank files too
+python3 -c "import json, sys; sys.path.insert(0, '$(dirname "$0")'); import oracle_shards as o
+json.dump(dict(o.MOE_ARCHS['deepseek_v3'], torch_dtype='bfloat16'), open('$T/ds.json', 'w'))" &&
+    "$SL" synth --config "$T/ds.json" "$T/ds" >/dev/null && "$SL" reshard "$T/ds" "$T/ds-rs" --tp 2 >/dev/null ||
+    fail "deepseek synth + reshard"
+[ "$(sums <<<"$("$SL" load "$T/ds" --tp 2 --checksums --json)")" = \
+  "$(sums <<<"$("$SL" load "$T/ds-rs" --tp 2 --checksums --json)")" ] || fail "deepseek rank files load as the checkpoint"
 out=$("$SL" plan --config "$T/mxq.json" --tp 2 --verbose) || fail "plan fbgemm"
 grep -q "model.layers.0.block_sparse_moe.experts.w13_weight_scale  *F32  *\[6, 128, 1\]" <<<"$out" ||
     fail "fbgemm Mixtral T=2: w13_weight_scale [6, 128, 1]"
