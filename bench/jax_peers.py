@@ -15,6 +15,15 @@ as root). On CPU the devices' memory is host memory, so "beyond" is peak RSS min
 devices hold minus an idle process with the same imports.
 
 Knobs: BENCH_ROUNDS (default 3).
+
+Two measurements of the path for devices that copy (GPU, TPU), on CPU, outside make bench:
+  jax_peers.py --group-cost CKPT   one C load of a ~28 MiB group (the bound at 64 MiB staging)
+                                   into fresh host buffers vs into buffers already touched (the
+                                   slabs), engine staging 1 and 8 MiB: ms and minor page faults
+  jax_peers.py --copying CKPT      shardload.jax.load with every CPU device_put made to copy
+                                   (buffers 16 bytes off XLA's alignment), dma=None vs dma=False,
+                                   each run a fresh process: seconds and the load's stats
+Each prints JSON lines, BENCH_ROUNDS rounds (default 3), with the load average.
 """
 import json
 import os
@@ -70,6 +79,73 @@ print(json.dumps({"seconds": sec, "held": held, "peak_rss": peak, "idle_rss": id
 CONTENDERS = ["shardload.jax", "device_put", "orbax"]
 
 
+GROUP_COST = r"""
+import ctypes, json, os, resource, sys, time
+import numpy as np
+from shardload.checkpoint import Checkpoint
+from shardload.plan import Plan
+from shardload.model import _load_opts, _run, _set_list
+ck, rounds = Checkpoint(sys.argv[1]), int(sys.argv[2])
+boxes, n = [], 0
+for t in ck.tensors:
+    nb = int(np.prod(t.shape)) * 2
+    if len(t.shape) == 2 and "embed" not in t.name and n + nb <= 28 << 20:
+        boxes.append((t.name, 0, (0, 0), tuple(t.shape)))
+        n += nb
+plan = Plan.from_boxes(ck, boxes, 1, None)
+def load(bufs, staging):
+    row = (ctypes.c_void_p * len(bufs))(*[b.ctypes.data for b in bufs])
+    table = (ctypes.POINTER(ctypes.c_void_p) * 1)(ctypes.cast(row, ctypes.POINTER(ctypes.c_void_p)))
+    o = _load_opts("cpu", "auto", staging, 0, False, 1234)
+    _set_list(o, [row], "devices", "n_devices", [0])
+    o.param_dest, o.n_param_dest = table, 1
+    f, t = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.perf_counter()
+    _run(ck, plan, o, False)
+    return time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f
+fresh = lambda: [np.empty(p.nbytes, np.uint8) for p in plan.devices[0].params]
+kept = fresh()
+load(kept, 1 << 20)
+for r in range(rounds):
+    for staging in (1 << 20, 8 << 20):
+        for kind in ("fresh", "reused"):
+            s, faults = load(fresh() if kind == "fresh" else kept, staging)
+            print(json.dumps({"round": r, "group_bytes": n, "engine_staging": staging, "dest": kind,
+                              "ms": 1e3 * s, "minor_faults": faults, "loadavg": os.getloadavg()[0]}))
+"""
+
+COPYING = r"""
+import json, os, sys, time
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+import jax, numpy as np
+from jax.sharding import Mesh
+import shardload.jax as sj
+def misaligned(shape, dtype, nbytes):
+    raw = np.empty(nbytes + 128, np.uint8)
+    off = -raw.ctypes.data % 64 + 16
+    return raw[off:off + nbytes].view(dtype).reshape(shape)
+sj._host_buffer, sj._adopts = misaligned, lambda devices: False
+sj._slab = lambda nbytes: misaligned((nbytes,), np.uint8, nbytes)
+mesh = Mesh(np.array(jax.devices()[:8]), ("model",))
+jax.block_until_ready(jax.device_put(np.ones(1 << 20, np.uint8), jax.devices()[0]))
+st, t = {}, time.perf_counter()
+jax.block_until_ready(sj.load(sys.argv[1], mesh, dma=None if sys.argv[2] == "auto" else False, stats=st))
+print(json.dumps({"dma_arg": sys.argv[2], "wall_seconds": time.perf_counter() - t, **st}))
+"""
+
+
+def side_measure(mode, ck):
+    for r in range(ROUNDS):
+        if mode == "--group-cost":
+            if r == 0:
+                subprocess.run([sys.executable, "-c", GROUP_COST, ck, str(ROUNDS)], check=True)
+            continue
+        for dma in ("auto", "off"):
+            p = subprocess.run([sys.executable, "-c", COPYING, ck, dma], capture_output=True,
+                               text=True, check=True)
+            row = json.loads(p.stdout.strip().splitlines()[-1])
+            print(json.dumps({"round": r, "loadavg": os.getloadavg()[0], **row}), flush=True)
+
+
 def files_of(ck):
     return [os.path.join(ck, f) for f in sorted(os.listdir(ck)) if f.endswith(".safetensors")]
 
@@ -100,6 +176,8 @@ def run(ck, how):
 
 
 def main():
+    if sys.argv[1] in ("--group-cost", "--copying"):
+        return side_measure(sys.argv[1], sys.argv[2])
     ck, out_jsonl, out_md = sys.argv[1:4]
     rows = []
     broken = {}
