@@ -387,11 +387,15 @@ typedef struct sl_load_opts {
                                      default 200 */
     int32_t remote_timeout_ms;    /* connect timeout; a GET with no byte for this long is retried;
                                      default 30000 */
-    /* 1: verify every checkpoint file's SHA-256 while its bytes stream through staging (so every
-     * byte of every file is read, headers and unloaded tensors too) against manifest_path (a
-     * sha256sum file; files matched by name) or, in a Hugging Face cache, the blob each file links
-     * to. No digest known for a file: SL_E_INVALID_ARG before reading; a mismatch: SL_E_INTEGRITY
-     * naming the file, and nothing stays allocated. One process only (not sl_load_dist). */
+    /* 1: verify the bytes while they stream through staging. When manifest_path has XXH3 blocks
+     * for every file (sl_write_manifest's), the blocks the load reads (reads are widened to whole
+     * 1 MiB blocks, headers' blocks included; sl_load_dist too, each rank its own reads); else
+     * every checkpoint file's SHA-256 (every byte of every file is read, headers and unloaded
+     * tensors too) against manifest_path (a sha256sum file; files matched by name) or, in a
+     * Hugging Face cache, the blob each file links to (not under --dist cooperative). No digest
+     * known for a file: SL_E_INVALID_ARG before reading; a manifest whose size for a file is not
+     * its size: SL_E_INTEGRITY before reading; a mismatch: SL_E_INTEGRITY naming the file (and the
+     * byte range, by blocks), and nothing stays allocated. docs/engine.md, Pipeline, step 7. */
     int32_t verify;
     const char *manifest_path;
     /* https (docs/remote.md), given to sl_checkpoint_open_opts with the s3_ fields: the PEM file of
@@ -430,7 +434,8 @@ typedef struct sl_load_stats {
     const char *io;             /* "direct", "buffered", "mixed", "none" (dummy) */
     const char *engine;         /* "io_uring", "pread" */
     uint64_t staging_peak;      /* host staging bytes in use at the worst moment */
-    int64_t verified_files;     /* opts.verify: files whose SHA-256 matched, and their bytes */
+    int64_t verified_files;     /* opts.verify: files whose bytes were checked (SHA-256: whole;
+                                   blocks: the blocks read), and the bytes hashed and equal */
     uint64_t verified_bytes;
 } sl_load_stats;
 
@@ -557,7 +562,9 @@ sl_status sl_synth(const char *config_path, const char *rules_path, const char *
 /* Writes dir/name (NULL: "SHA256SUMS"), a sha256sum file of the checkpoint files a load of dir
  * reads (dir is opened as by sl_checkpoint_open, with its errors), so that a folder synth or
  * reshard wrote can be loaded with opts.verify and manifest_path later (`sha256sum -c` reads it
- * too). Each file is read once; the manifest appears under its name only when whole. */
+ * too). Comment lines after each file's line hold the XXH3-64 of each 1 MiB block, with which a
+ * load checks only what it reads (docs/engine.md). Each file is read once; the manifest appears
+ * under its name only when whole. */
 sl_status sl_write_manifest(const char *dir, const char *name, char *err, size_t errlen);
 
 /* ---- cancelling --------------------------------------------------------------------------------- */
