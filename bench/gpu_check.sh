@@ -258,8 +258,8 @@ pjrt_check() {
     before=($(echo "$out" | nums mem_free_before)) after=($(echo "$out" | nums mem_free_after))
     p=($plan) total=0 mb="" ma=""
     for ((d = 0; d < ${#p[@]}; d++)); do total=$((total + p[d])); done
-    for v in "${before[@]}"; do [ -z "$mb" ] || [ "$v" -gt "$mb" ] && mb=$v; done
-    for v in "${after[@]}"; do [ -z "$ma" ] || [ "$v" -lt "$ma" ] && ma=$v; done
+    for v in ${before[@]+"${before[@]}"}; do [ -z "$mb" ] || [ "$v" -gt "$mb" ] && mb=$v; done
+    for v in ${after[@]+"${after[@]}"}; do [ -z "$ma" ] || [ "$v" -lt "$ma" ] && ma=$v; done
     cu=$(cat "$WORK/load.$label.cuda.json" 2>/dev/null || echo '{}')
     staging=$(echo "$out" | grep -o '"staging_memory":"[^"]*' | head -1 | cut -d'"' -f4-)
     record "{\"pjrt\":\"$label\",\"params\":$n,\"equal_cpu\":\"$ok_cpu\",\"equal_cuda\":\"$ok_cuda\",\"plan_bytes\":$total,\"mem_delta\":$([ -n "$mb" ] && [ -n "$ma" ] && echo $((mb - ma)) || echo null),\"staging\":$(jstr "$staging"),\"out\":$out,\"cuda\":$cu}"
