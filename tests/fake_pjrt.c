@@ -955,7 +955,8 @@ static PJRT_Error *fp_TM_Destroy(PJRT_AsyncHostToDeviceTransferManager_Destroy_A
 /* ---- DMA mapping -------------------------------------------------------------------------------- */
 
 /* As cudaHostRegister: one registration per host range; mapping memory that is already mapped,
- * and unmapping what is not, are errors (and violations: the backend maps its staging once). */
+ * and unmapping what is not, are errors (and violations: the backend maps its staging once);
+ * unmapping a range that a queued copy still reads is a violation. */
 static PJRT_Error *fp_Client_DmaMap(PJRT_Client_DmaMap_Args *a)
 {
     pthread_mutex_lock(&g.mu);
@@ -994,6 +995,10 @@ static PJRT_Error *fp_Client_DmaUnmap(PJRT_Client_DmaUnmap_Args *a)
     int found = 0;
     for (int i = 0; fp_live(c, FP_CLIENT) && i < FP_MAX_MAPS && !found; i++)
         if (c->maps[i].p && c->maps[i].p == a->data) {
+            /* a copy still queued from the range would read memory the runtime let go of */
+            for (const fp_job *j = g.head; j; j = j->next)
+                if (!j->dst && j->src >= c->maps[i].p && j->src < c->maps[i].p + c->maps[i].n)
+                    fp_violation("%s", "DmaUnmap while a copy from the range is in flight");
             c->maps[i].p = NULL;
             found = 1;
         }
