@@ -8,6 +8,17 @@
 #include "io/http.h"
 
 #include <xxhash.h>
+/* Debian's x86 libxxhash chooses SSE2, AVX2 or AVX-512 at run time in XXH3_64bits_dispatch: the
+ * same hash, about twice as fast here (21-23 GB/s of CPU time against 7-13 for XXH3_64bits). */
+#if defined(__x86_64__) && defined(__has_include)
+#if __has_include(<xxh_x86dispatch.h>)
+#include <xxh_x86dispatch.h>
+#define RD_XXH3 XXH3_64bits_dispatch
+#endif
+#endif
+#ifndef RD_XXH3
+#define RD_XXH3 XXH3_64bits
+#endif
 
 #include <errno.h>
 #include <limits.h>
@@ -416,6 +427,11 @@ sl_status rd_verify_new(const sl_load_file *files, int64_t n, const char *manife
     return SL_OK;
 }
 
+uint64_t rd_block_hash(const void *data, size_t n)
+{
+    return RD_XXH3(data, n);
+}
+
 int rd_verify_by_blocks(const rd_verify *v)
 {
     return v->by_blocks;
@@ -448,7 +464,7 @@ static sl_status rd_verify_blocks(rd_verify *v, int64_t f, uint64_t a, uint64_t 
                           vf->path, (unsigned long long)a, (unsigned long long)b);
     for (uint64_t off = a; off < b; off += bs) {
         const uint64_t len = b - off < bs ? b - off : bs, k = off / bs;
-        const uint64_t got = XXH3_64bits(data + (off - a), (size_t)len);
+        const uint64_t got = rd_block_hash(data + (off - a), (size_t)len);
         if (got != vf->blocks[k])
             return sl_err_set(err, SL_E_INTEGRITY,
                               "%s: bytes [%llu, %llu) (block %llu) have XXH3 %016llx, the "

@@ -32,6 +32,7 @@
 #include "common/sl_err.h"
 #include "load/engine.h"
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* 1 MiB: the least read request the engine chooses by itself is 4 MiB (so chunks hold whole
@@ -50,6 +51,9 @@
     "for load --manifest"
 
 typedef struct rd_verify rd_verify;
+
+/* The XXH3-64 of one block (what the manifest's '#b' lines hold). */
+uint64_t rd_block_hash(const void *data, size_t n);
 
 /* What each of the n files must be: its blocks when the manifest has blocks for every file, else
  * its SHA-256 (SL_E_INVALID_ARG, naming the file, when none is known; SL_E_UNSUPPORTED without

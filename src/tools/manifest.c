@@ -20,8 +20,6 @@
 #include "load/read_verify.h"
 #include "shardload.h"
 
-#include <xxhash.h>
-
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,7 +49,7 @@ static void mf_blocks(const unsigned char *buf, size_t n, uint64_t off, mf_diges
 {
     for (size_t k = 0; k < n; k += RD_BLOCK_BYTES) {
         const size_t len = n - k < RD_BLOCK_BYTES ? n - k : RD_BLOCK_BYTES;
-        d->blocks[(off + k) / RD_BLOCK_BYTES] = XXH3_64bits(buf + k, len);
+        d->blocks[(off + k) / RD_BLOCK_BYTES] = rd_block_hash(buf + k, len);
     }
 }
 
