@@ -561,6 +561,7 @@ static void test_stand_in_is_strict(void)
     ba.host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableUntilTransferCompletes;
     ba.device = ad.addressable_devices[0];
     fk_set("reset", 0);
+    fk_set("delay_us", 200000); /* the reuse below lands before the copy even on a busy machine */
     fprintf(stderr, "test_pjrt: the stand-in's next two VIOLATION lines are expected (a reused "
             "host buffer, a short struct_size)\n");
     EXPECT(!fk_api->Client_BufferFromHostBuffer(&ba), "buffer");
@@ -568,6 +569,7 @@ static void test_stand_in_is_strict(void)
     PJRT_Event_Await_Args ea = PJ_ARGS(PJRT_Event_Await_Args, event);
     ea.event = ba.done_with_host_buffer;
     EXPECT(!fk_api->Event_Await(&ea), "await");
+    fk_set("delay_us", 200);
     EXPECT(fk_get("violations") == 1, "the stand-in missed a reused host buffer");
     PJRT_Event_Destroy_Args ed = PJ_ARGS(PJRT_Event_Destroy_Args, event);
     ed.event = ba.done_with_host_buffer;
