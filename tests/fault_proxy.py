@@ -3,7 +3,8 @@
 breaks chosen responses the way networks and object stores do.
 
 Usage: fault_proxy.py UPSTREAM_PORT PORTFILE --fault KIND [--every N] [--after N] [--count N]
-                      [--min-bytes B] [--stall S] [--replace FILE | --replace-cmd CMD] [--log FILE]
+                      [--min-bytes B] [--stall S] [--stall-bytes B] [--replace FILE | --replace-cmd CMD]
+                      [--log FILE]
 
 Only GETs whose Range asks for at least --min-bytes (default 8192: the loader's data ranges, not
 its 8-byte and header probes) are candidates; the i-th candidate (from 1) is broken when i > after
@@ -12,7 +13,9 @@ and (i - after) % every == 0, at most --count times (0: no limit). KIND:
   truncate  half the body, then a clean close (the Content-Length is not met)
   503       a 503 Service Unavailable instead of the response (--every 1 --count 3: a burst)
   429       a 429 Too Many Requests with Retry-After: 1
-  stall     half the body, then nothing for --stall seconds (default 5), then the rest
+  stall     half the body (--stall-bytes B: B bytes of it, 0 for none), then nothing for --stall
+            seconds (default 5), then the rest; logged when the stall starts, with the bytes sent
+            before it
   flip      the whole body, one byte of it (the middle one) flipped: bytes the store did not hold
             (its stored checksum still the original's), which only --verify can catch
   replace   after the --after-th candidate, FILE is rewritten in place (same size, every byte
@@ -111,13 +114,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
         half = len(body) // 2
         if fault == "flip" and body:
             body = body[:half] + bytes([body[half] ^ 0x01]) + body[half + 1:]
-        if fault in ("reset", "truncate", "stall") and half > 0:
+        if fault == "stall" and body:
+            n = half if A.stall_bytes < 0 else min(A.stall_bytes, len(body))
+            self.wfile.write(body[:n])
+            self.wfile.flush()
+            self._log(r.status, n, fault)   # now: the test may be over before the stall is
+            time.sleep(A.stall)
+            self.wfile.write(body[n:])
+            return None
+        if fault in ("reset", "truncate") and half > 0:
             self.wfile.write(body[:half])
             self.wfile.flush()
-            if fault == "stall":
-                time.sleep(A.stall)
-                self.wfile.write(body[half:])
-                return self._log(r.status, len(body), fault)
             if fault == "reset":
                 self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             self.close_connection = True
@@ -145,6 +152,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
 class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # socketserver's backlog of 5 drops the SYNs of a loader's 16 connections made at once when the
+    # accepting thread is slow (a loaded machine): a 1 s retransmit, a spurious connect timeout
+    request_queue_size = 128
 
     def handle_error(self, request, client_address):
         pass   # the connections it resets on purpose
@@ -162,6 +172,7 @@ def main():
     p.add_argument("--count", type=int, default=0)
     p.add_argument("--min-bytes", type=int, default=8192)
     p.add_argument("--stall", type=float, default=5.0)
+    p.add_argument("--stall-bytes", type=int, default=-1)
     p.add_argument("--replace")
     p.add_argument("--replace-cmd")
     p.add_argument("--log")

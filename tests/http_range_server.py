@@ -100,6 +100,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
 class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # socketserver's backlog of 5 drops the SYNs of a loader's 16 connections made at once when the
+    # accepting thread is slow (a loaded machine): a 1 s retransmit, a spurious connect timeout
+    request_queue_size = 128
 
     def handle_error(self, request, client_address):
         pass   # a client that stopped reading (a load that failed on purpose) is no error here
