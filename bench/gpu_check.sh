@@ -25,8 +25,8 @@
 #        built shardload: no build; tests/cli_gpu_check_dry.sh uses it), GPU_COPY_MIB (bytes per
 #        bench/gpu_copy.c measurement, default 1024), GPU_BUDGET_S (seconds after which the
 #        remaining sections are skipped and the report written; default 450), GPU_PJRT_PLUGIN (the
-#        PJRT plugin for the pjrt section instead of JAX's CUDA plugin found in site-packages; a
-#        dry run uses the tests' stand-in tests/libfake_pjrt.so, as a CUDA plugin, unless set).
+#        PJRT plugin for the pjrt section instead of JAX's CUDA plugin found on python3's path; a
+#        dry run where neither is uses the tests' stand-in tests/libfake_pjrt.so, as a CUDA plugin).
 set -u -o pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CONFIG=${GPU_CONFIG:-$ROOT/tests/configs/llama-3-8b.json}
@@ -232,15 +232,19 @@ pjrt_check() {
     shift 3
     out=$(timeout 300 env $PJRT_ENV "$SL" load "$CK" "$@" --device pjrt --pjrt-plugin "$plugin" --checksums \
           --json 2>"$WORK/err")
-    if [ $? != 0 ] && [ -z "$PJRT_ENV" ] && grep -q "cannot load plugin" "$WORK/err"; then
-        # the plugin's CUDA libraries from the nvidia-* wheels, as JAX preloads them (notes section 9)
-        local libs
-        libs=$(ls -d "$(dirname "$(dirname "$(dirname "$plugin")")")"/nvidia/*/lib "$(dirname "$(dirname "$(dirname "$plugin")")")"/nvidia/*/*/lib 2>/dev/null | paste -sd:)
+    local rc=$? libs site
+    # the plugin's CUDA libraries from the nvidia-* wheels, as JAX preloads them (notes section 9):
+    # a failed dlopen (libcudart.so.13 not found) or client (the libraries XLA loads at run time)
+    site=$(dirname "$(dirname "$(dirname "$plugin")")")
+    libs=$(ls -d "$site"/nvidia/*/lib "$site"/nvidia/*/*/lib 2>/dev/null | paste -sd:)
+    if [ "$rc" != 0 ] && [ -z "$PJRT_ENV" ] && [ -n "$libs" ]; then
         say "pjrt: $(head -c 300 "$WORK/err"); retrying with LD_LIBRARY_PATH=$libs"
         PJRT_ENV="LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-        record "{\"pjrt_finding\":$(jstr "dlopen needed LD_LIBRARY_PATH=$libs: $(head -c 300 "$WORK/err")")}"
+        local first
+        first=$(head -c 300 "$WORK/err")
         out=$(timeout 300 env $PJRT_ENV "$SL" load "$CK" "$@" --device pjrt --pjrt-plugin "$plugin" --checksums \
               --json 2>"$WORK/err")
+        record "{\"pjrt_finding\":$(jstr "without the nvidia-* wheels' libraries: $first; with LD_LIBRARY_PATH=$libs: $([ -n "$out" ] && echo loaded || head -c 300 "$WORK/err")")}"
     fi
     [ -n "$out" ] || { bad "pjrt load $label: $(head -c 600 "$WORK/err")"; return; }
     n=$(echo "$out" | grep -o '"xxh3"' | wc -l)
@@ -267,11 +271,11 @@ pjrt_check() {
 }
 PJRT_ENV=
 PJRT=${GPU_PJRT_PLUGIN:-}
-if [ -z "$PJRT" ] && [ "${GPU_FAKE:-0}" = 1 ]; then   # the dry run: the stand-in, as a CUDA plugin with statistics
-    PJRT=$(dirname "$SL")/tests/libfake_pjrt.so
+[ -n "$PJRT" ] || PJRT=$(find_pjrt_plugin)
+if [ "${GPU_FAKE:-0}" = 1 ]; then   # the dry run: the stand-in (unless found or given), as a CUDA plugin
+    [ -n "$PJRT" ] || PJRT=$(dirname "$SL")/tests/libfake_pjrt.so
     export FAKE_PJRT_KIND=cuda FAKE_PJRT_STATS=1 FAKE_PJRT_GPUS=1   # one GPU, as on the machine lent
 fi
-[ -n "$PJRT" ] || PJRT=$(find_pjrt_plugin)
 if [ -z "$PJRT" ] || [ ! -f "$PJRT" ]; then
     why="no jax_plugins/xla_cuda*/xla_cuda_plugin.so on the path of $PY (pip install jax[cuda13]), or GPU_PJRT_PLUGIN ${PJRT:+$PJRT }missing"
     say "pjrt: skipped: $why"

@@ -17,9 +17,13 @@ tiny_config "$T/tiny.json"
 printf '# Results\n\n## Earlier section\n\nkept\n' >"$T/RESULTS.md"
 md=$T/work/gpu.md
 real=$(ls "$ROOT"/.venv/lib/python3*/site-packages/xla_plugins/xla_cpu_pjrt/xla_cpu_pjrt.so 2>/dev/null | head -1)
+# run 1 finds "JAX's CUDA plugin" (the stand-in, copied where JAX's wheel puts it) on python3's path
+mkdir -p "$T/site/jax_plugins/xla_cuda13"
+cp "$(dirname "$SL")/tests/libfake_pjrt.so" "$T/site/jax_plugins/xla_cuda13/xla_cuda_plugin.so"
 for i in 1 2; do
     plugin=
     [ "$i" = 2 ] && plugin=$real
+    PYTHONPATH="$T/site" \
     GPU_FAKE=1 GPU_REPS=1 GPU_SL="$SL" GPU_CONFIG="$T/tiny.json" GPU_WORK="$T/work" GPU_PJRT_PLUGIN="$plugin" \
         GPU_RESULTS="$T/RESULTS.md" PY=/usr/bin/python3 OUT= bash "$ROOT/bench/gpu_check.sh" \
         >"$T/out" 2>"$T/err" || fail "run $i: $(tail -5 "$T/err")"
@@ -29,6 +33,8 @@ for i in 1 2; do
             || fail "run $i: no pjrt $tp row: $(grep -i pjrt "$md")"
     done
     if [ -z "$plugin" ]; then
+        grep -q "^PJRT backend (\`--device pjrt --pjrt-plugin xla_cuda_plugin.so\`" "$md" \
+            || fail "the plugin on python3's path was not found: $(grep -i pjrt "$md")"
         # one stand-in GPU holds all 8 mesh devices: its free memory drops by the plan's bytes
         grep -Eq "^\| pjrt tp8 .* \| ([0-9]+):\1 \| dma-mapped \|$" "$md" || fail "stand-in: $(grep -i pjrt "$md")"
     else
