@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TypeVar
+from concurrent.futures import Future, wait
+from typing import Any, TypeVar
 
 from . import _native as N
 
@@ -49,8 +50,8 @@ def call(fn: Callable[[], T]) -> T:
         finally:
             done.set()
 
-    threading.Thread(target=work, name="shardload-call", daemon=True).start()
-    try:
+    try:   # start() too: the call may already be running when a signal lands in start()
+        threading.Thread(target=work, name="shardload-call", daemon=True).start()
         while not done.wait(_POLL_S):
             pass
     except BaseException:
@@ -71,3 +72,18 @@ def _wait_through_signals(done: threading.Event) -> None:
             done.wait(_POLL_S)
         except KeyboardInterrupt:
             continue
+
+
+def stop(pending: Future[Any] | None) -> None:
+    """After a KeyboardInterrupt on the thread that waits for `pending` (a C call on a worker, as
+    shardload.jax's loader thread runs): asks it to stop, waits until it has, withdraws the
+    request. The caller then re-raises."""
+    N.lib.sl_cancel()
+    try:
+        while pending is not None and not pending.done():
+            try:
+                wait([pending], timeout=_POLL_S)
+            except KeyboardInterrupt:
+                continue
+    finally:
+        N.lib.sl_cancel_clear()

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _interrupt
 from ._dtypes import NAMES, numpy_dtype, target_value
 from .checkpoint import Checkpoint, Tensor
 from .model import _load_opts, _run, _set_list
@@ -500,27 +501,31 @@ def load(path: Any, mesh: Any, shardings: ShardingSpec = None, *, dtype: Any = N
             with ThreadPoolExecutor(1, thread_name_prefix="shardload.jax") as ex:
                 group = next(groups, None)
                 ahead = submit(ex, group) if group else None
-                while ahead is not None:
-                    boxes, c_seconds = ahead[0].result()
-                    slot = ahead[1]
-                    secs["c_load_seconds"] += c_seconds
-                    t0 = time.perf_counter()
-                    # The previous group's transfers are done (JAX holds a host buffer until
-                    # its transfer completes), so two groups at most are alive, this one and
-                    # the next, and the slab the next one is loaded into is free again.
-                    for a in sent:
-                        a.block_until_ready()
-                    group = next(groups, None)
-                    ahead = submit(ex, group) if group else None
-                    sent, copied, adopted = _put_group(boxes, shards)
-                    secs["put_seconds"] += time.perf_counter() - t0
-                    del boxes
-                    count["copied_bytes"] += copied
-                    count["adopted_bytes"] += adopted
-                    if adopted and slot is not None:
-                        pool.retire(slot)  # that slab is device memory now
-                    if copied:  # not adopted: the buffers are host memory after all
-                        state["budget"], state["adopting"] = bounded, False
+                try:
+                    while ahead is not None:
+                        boxes, c_seconds = ahead[0].result()
+                        slot = ahead[1]
+                        secs["c_load_seconds"] += c_seconds
+                        t0 = time.perf_counter()
+                        # The previous group's transfers are done (JAX holds a host buffer until
+                        # its transfer completes), so two groups at most are alive, this one and
+                        # the next, and the slab the next one is loaded into is free again.
+                        for a in sent:
+                            a.block_until_ready()
+                        group = next(groups, None)
+                        ahead = submit(ex, group) if group else None
+                        sent, copied, adopted = _put_group(boxes, shards)
+                        secs["put_seconds"] += time.perf_counter() - t0
+                        del boxes
+                        count["copied_bytes"] += copied
+                        count["adopted_bytes"] += adopted
+                        if adopted and slot is not None:
+                            pool.retire(slot)  # that slab is device memory now
+                        if copied:  # not adopted: the buffers are host memory after all
+                            state["budget"], state["adopting"] = bounded, False
+                except KeyboardInterrupt:   # Ctrl-C: the C load of the next group stops too
+                    _interrupt.stop(ahead[0] if ahead else None)
+                    raise
         finally:
             for xs in shards.values():  # no transfer still reads a slab being unmapped
                 for a in xs:

@@ -93,3 +93,18 @@ def test_cancel_from_another_thread_raises_cancelled(tiny_ckpt: Path) -> None:
         shardload.clear_cancel()                         # ... until withdrawn
     with shardload.load(tiny_ckpt, tp=1, staging=STAGING) as m:
         assert m.stats["bytes_read"] > 0
+
+
+def test_ctrl_c_stops_a_jax_load_inside_the_c_call(tiny_ckpt: Path) -> None:
+    jax = pytest.importorskip("jax")
+    import numpy as np
+    from jax.sharding import Mesh
+
+    import shardload.jax as sjax
+    mesh = Mesh(np.array(jax.devices()[:1]), ("model",))   # vocab 1001 splits no further
+    stop = _Interrupter()
+    with pytest.raises(KeyboardInterrupt):
+        sjax.load(tiny_ckpt, mesh, staging=4 << 20, progress=stop)
+    done, total = stop.calls[-1]
+    assert total > 0 and done < total, f"the load ran to the end ({done} of {total} bytes)"
+    assert sjax.load(tiny_ckpt, mesh, staging=4 << 20)   # the request was withdrawn
