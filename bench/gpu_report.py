@@ -68,7 +68,7 @@ def python_line(p):
     return line + ".\n"
 
 
-def pjrt_lines(rows):
+def pjrt_lines(rows, h2d):
     """The pjrt backend on JAX's CUDA plugin (gpu_check.sh section 4c), or why it was skipped."""
     skipped = next((r["pjrt_skipped"] for r in rows if "pjrt_skipped" in r), None)
     if skipped:
@@ -82,21 +82,24 @@ def pjrt_lines(rows):
     out = [f"PJRT backend (`--device pjrt --pjrt-plugin {name}`, PJRT {ver}; mesh device d on PJRT "
            "device d % count, so TP 8 shares the one GPU; client made with preallocate false): "
            "checksums read back through the plugin, against the cpu and cuda loads of the same TP; "
-           "speed after device setup against that cuda load; GPU memory delta from "
+           "speed after device setup against that cuda load and against pinned host-to-device "
+           "bandwidth (torch, section 6; n/a without it); GPU memory delta from "
            "PJRT_Device_MemoryStats (largest free before, smallest after, over the mesh devices).\n"]
     for r in rows:
         if "pjrt_finding" in r:
             out.append(f"Finding: {r['pjrt_finding']}\n")
     if runs:
-        out += ["| run | parameters | checksums = cpu | = cuda | GB/s after setup | cuda GB/s after "
-                "setup | pjrt / cuda | setup s | GPU memory delta : plan bytes | staging |",
-                "|---|---|---|---|---|---|---|---|---|---|"]
+        out += ["| run | parameters | checksums = cpu | = cuda | GB/s after setup | cuda GB/s "
+                "after setup | pjrt / cuda | pjrt / pinned H2D | setup s | GPU memory delta : plan "
+                "bytes | staging |",
+                "|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in runs:
             o, c = r["out"], r.get("cuda") or {}
             delta = "n/a" if r.get("mem_delta") is None else f"{r['mem_delta']}:{r['plan_bytes']}"
             out.append(f"| pjrt {r['pjrt']} | {r['params']} | {r['equal_cpu']} | {r['equal_cuda']} | "
                        f"{o['gbps_after_setup']:.2f} | {fmt(c.get('gbps_after_setup'))} | "
                        f"{fmt(ratio(o['gbps_after_setup'], c.get('gbps_after_setup')))} | "
+                       f"{fmt(ratio(o['gbps_after_setup'], h2d))} | "
                        f"{o['setup_seconds']:.2f} | {delta} | {r.get('staging') or 'n/a'} |")
         out.append("")
     return out
@@ -130,7 +133,8 @@ def main():
     py = next((r["python"] for r in rows if "python" in r), None)
     if py:
         out.append(python_line(py))
-    out += pjrt_lines(rows)
+    h2d_row = next((r for r in rows if "h2d_pinned_gbps" in r), {})
+    out += pjrt_lines(rows, h2d_row.get("h2d_pinned_gbps"))
     best = best_runs(rows)
     if best:
         out += ["Throughput: checkpoint bytes read / time. `whole load` is sl_load from the call to the "

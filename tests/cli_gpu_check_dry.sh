@@ -29,7 +29,7 @@ for i in 1 2; do
         >"$T/out" 2>"$T/err" || fail "run $i: $(tail -5 "$T/err")"
     [ -f "$md" ] || fail "no report"
     for tp in tp1 tp8; do   # checksums = cpu and = cuda, a speed, a memory delta where the plugin has one
-        grep -Eq "^\| pjrt $tp \| [1-9][0-9]* \| yes \| yes \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| " "$md" \
+        grep -Eq "^\| pjrt $tp \| [1-9][0-9]* \| yes \| yes \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| n/a \| [0-9.]+ \| " "$md" \
             || fail "run $i: no pjrt $tp row: $(grep -i pjrt "$md")"
     done
     if [ -z "$plugin" ]; then
