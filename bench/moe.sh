@@ -12,7 +12,8 @@
 # Knobs: BENCH_MOE_LAYERS_BF16 (3), BENCH_MOE_LAYERS_FP8 (6) (BENCH_MOE_LAYERS sets both),
 # BENCH_MOE_EXPERTS (64), BENCH_MOE_VOCAB (32768): the default is a 2.19 GB bf16 / 2.20 GB FP8 pair
 # (FP8 experts are half the bytes, so twice the layers for the same size; issue 16 asks >= 2 GB of
-# each); BENCH_MOE_LAYERS=12 makes them about 8.0 GB / 4.1 GB.
+# each), 12 minutes for 3 rounds on the 2-core VM shared at load average 9-11 (the 2.2 GB / 1.2 GB
+# pair before took about 4 at load 1.5-4); BENCH_MOE_LAYERS=12 makes them about 8.0 GB / 4.1 GB.
 # BENCH_MOE_ROUNDS (3), BENCH_MOE_TP (4), BENCH_DIR (bench/work), SL_CLI (build/shardload),
 # VENV (.venv; BENCH_MOE_PYENV=0 uses it as it is instead of running scripts/pyenv.sh),
 # BENCH_MOE_NOTE (a sentence for the report, e.g. what else ran on the machine).
