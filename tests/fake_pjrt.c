@@ -969,9 +969,11 @@ static PJRT_Error *fp_Client_DmaMap(PJRT_Client_DmaMap_Args *a)
     if (g.dma == 3)
         FP_FAIL(PJRT_Error_Code_UNIMPLEMENTED, "fake_pjrt: %s", "DmaMap not implemented");
     const unsigned char *p = a->data;
+    const uintptr_t lo = (uintptr_t)p, hi = lo + a->size;
     int slot = -1;
     for (int i = 0; i < FP_MAX_MAPS; i++) {
-        if (c->maps[i].p && p < c->maps[i].p + c->maps[i].n && c->maps[i].p < p + a->size) {
+        const uintptr_t mlo = (uintptr_t)c->maps[i].p, mhi = mlo + c->maps[i].n;
+        if (c->maps[i].p && lo < mhi && mlo < hi) {
             fp_violation("%s", "DmaMap of host memory that is already mapped");
             FP_FAIL(PJRT_Error_Code_FAILED_PRECONDITION, "fake_pjrt: %s", "already mapped");
         }
@@ -996,8 +998,9 @@ static PJRT_Error *fp_Client_DmaUnmap(PJRT_Client_DmaUnmap_Args *a)
     for (int i = 0; fp_live(c, FP_CLIENT) && i < FP_MAX_MAPS && !found; i++)
         if (c->maps[i].p && c->maps[i].p == a->data) {
             /* a copy still queued from the range would read memory the runtime let go of */
+            const uintptr_t mlo = (uintptr_t)c->maps[i].p, mhi = mlo + c->maps[i].n;
             for (const fp_job *j = g.head; j; j = j->next)
-                if (!j->dst && j->src >= c->maps[i].p && j->src < c->maps[i].p + c->maps[i].n)
+                if (!j->dst && (uintptr_t)j->src >= mlo && (uintptr_t)j->src < mhi)
                     fp_violation("%s", "DmaUnmap while a copy from the range is in flight");
             c->maps[i].p = NULL;
             found = 1;

@@ -466,8 +466,8 @@ static sl_status pj_read_raw(pjrt_dev *d, pj_param *p, uint64_t rel, unsigned ch
                              uint64_t n, int *done, sl_err *err)
 {
     *done = 0;
-    if (d->raw && !p->raw)
-        p->raw = pj_dense(d, p) ? 1 : -1;
+    if (d->raw && !p->raw) /* offsets travel as int64_t */
+        p->raw = p->nbytes <= (uint64_t)INT64_MAX && pj_dense(d, p) ? 1 : -1;
     if (!d->raw || p->raw < 0)
         return SL_OK;
     const char *call = "PJRT_Buffer_CopyRawToHost";
@@ -475,7 +475,7 @@ static sl_status pj_read_raw(pjrt_dev *d, pj_param *p, uint64_t rel, unsigned ch
     PJRT_Buffer_CopyRawToHost_Args a = PJ_ARGS(PJRT_Buffer_CopyRawToHost_Args, event);
     a.buffer = p->buf;
     a.dst = dst;
-    a.offset = (int64_t)rel;       /* rel + n <= p->nbytes, which pj_take_param bounded */
+    a.offset = (int64_t)rel;       /* rel + n <= p->nbytes <= INT64_MAX (above) */
     a.transfer_size = (int64_t)n;
     PJRT_Error *e = d->api->Buffer_CopyRawToHost(&a);
     int code = -1;
