@@ -2,7 +2,8 @@
  * paths are URLs; the request URL of s3://bucket/key path-style under an endpoint, virtual-host on
  * AWS (path-style for a dotted bucket), as asked for; keys percent-encoded as SigV4's canonical URI
  * has them; names for messages without user:password@; joining; defaults and the checks of
- * sl_http_cfg_init (a malformed endpoint, half a key pair, an unknown addressing). */
+ * sl_http_cfg_init (a malformed endpoint, half a key pair, an unknown addressing, an unreadable CA
+ * bundle). */
 #include "io/http.h"
 #include "expect.h"
 
@@ -101,6 +102,16 @@ int main(void)
     o.s3_access_key = NULL;
     o.s3_addressing = 3;
     cfg_fails(&o, "s3_addressing 3");
+    o.s3_addressing = 0;
+    o.ca_bundle = "/nonexistent/ca.pem";   /* refused before any request, naming the file */
+    cfg_fails(&o, "CA bundle '/nonexistent/ca.pem': cannot read it: No such file or directory");
+    o.ca_bundle = "/dev/null";             /* readable: its CAs are curl's business */
+    sl_http_cfg cc;
+    sl_err ce = {0};
+    EXPECT(sl_http_cfg_init(&cc, &o, &ce) == SL_OK && cc.tune.ca_bundle && !strcmp(cc.tune.ca_bundle, "/dev/null") &&
+               cc.tune.ca_bundle == cc.ca_bundle, "ca_bundle kept for the transfers: %s", sl_err_msg(&ce));
+    sl_http_cfg_free(&cc);
+    sl_err_clear(&ce);
 
     char *j = sl_http_join("s3://b/p//", "/x.safetensors");
     EXPECT(j && !strcmp(j, "s3://b/p/x.safetensors"), "join: %s", j ? j : "(null)");
