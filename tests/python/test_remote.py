@@ -2,7 +2,8 @@
 take http:// and s3:// URLs, the S3 settings found as the CLI finds them (AWS_* variables, a
 profile of the shared credentials file, s3_endpoint=/s3_profile=); the loaded bytes equal the local
 load's; a 404 or a refused signature raises the family's exception naming the URL; https with the
-CA from CURL_CA_BUNDLE loads the same bytes, and an untrusted certificate raises naming the URL.
+CA from CURL_CA_BUNDLE loads the same bytes, and an untrusted certificate raises naming the URL;
+verify=True from S3 uses the store's SHA-256 of objects put with ChecksumAlgorithm SHA256.
 The servers (tests/http_range_server.py, also with --tls and a CA made by the openssl CLI, moto's
 S3 server with its SigV4 checks on) run on loopback, started here."""
 from __future__ import annotations
@@ -131,6 +132,7 @@ def moto(tiny_ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     setup = [sys.executable, str(TESTS / "s3_setup.py"), endpoint]
     subprocess.run(setup + ["user", str(tmp / "keys")], check=True)
     subprocess.run(setup + ["upload", "models", "tiny", str(tiny_ckpt)], check=True)
+    subprocess.run(setup + ["upload-sha256", "models", "tinysha", str(tiny_ckpt)], check=True)
     subprocess.run(setup + ["auth", "0"], check=True)
     key, secret = (tmp / "keys").read_text().split()
     yield endpoint, key, secret
@@ -160,3 +162,22 @@ def test_s3_env_and_profile(moto: tuple[str, str, str], tiny_ckpt: Path, tmp_pat
     ck = shardload.open("s3://models/tiny/", s3_endpoint=endpoint, s3_profile="loader")
     assert len(ck.files) == len(shardload.open(tiny_ckpt).files)
     ck.close()
+
+
+def test_s3_verify_by_the_store(moto: tuple[str, str, str], tiny_ckpt: Path, tmp_path: Path,  # noqa: F811
+                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """verify=True without a manifest: the store's SHA-256 of objects put with ChecksumAlgorithm
+    SHA256; objects put without it have none (a LoadError naming the object)."""
+    endpoint, key, secret = moto
+    for v in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL_S3"):
+        monkeypatch.delenv(v, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    m = shardload.load("s3://models/tinysha/", tp=2, verify=True)
+    assert m.stats["verified_files"] == len(shardload.open(tiny_ckpt).files)
+    assert _sums(m) == _sums(shardload.load(tiny_ckpt, tp=2))
+    with pytest.raises(shardload.Error, match="s3://models/tiny/model-.*: --verify knows no SHA-256"):
+        shardload.load("s3://models/tiny/", tp=2, verify=True)
