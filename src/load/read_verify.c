@@ -1,8 +1,9 @@
-/* read_verify.c - what each file must be (the manifest's blocks, or a SHA-256 from the manifest
- * or the Hugging Face cache), the hashing threads and the final comparison (read_verify.h). */
+/* read_verify.c - what each file must be (the manifest's blocks, read by read_manifest.c, or a
+ * SHA-256 from the manifest, the Hugging Face cache or the store), the hashing threads and the
+ * final comparison (read_verify.h). */
 #include "load/read_verify.h"
+#include "load/read_manifest.h"
 
-#include "common/sl_file.h"
 #include "common/sl_sha256.h"
 #include "common/sl_text.h"
 #include "io/http.h"
@@ -23,27 +24,9 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#define RD_MANIFEST_MAX ((size_t)64 << 20)
-
-typedef struct rd_vfile {
-    const char *path;
-    uint64_t size;
-    char want[SL_SHA256_HEX];
-    const char *source;  /* where want comes from, for the message */
-    sl_sha256 *h;
-    uint64_t next;       /* bytes hashed so far: [0, next) */
-    /* by blocks: the manifest's record of the file */
-    uint64_t block, header_end;
-    uint64_t *blocks;    /* n_blocks XXH3-64, block 0 first */
-    uint64_t n_blocks;
-    uint64_t checked;    /* bytes hashed and found equal (under rd_verify.mu while threads run) */
-} rd_vfile;
 
 typedef struct rd_vjob {
     int64_t f;
@@ -67,14 +50,7 @@ typedef struct rd_vworker {
 struct rd_verify {
     rd_vfile *v;
     int64_t n;
-    char *manifest;      /* the manifest's path, for messages */
     int by_blocks;
-    /* the manifest's block record being read: its file (NULL when it names none of ours) and how
-     * many of its hashes came so far */
-    rd_vfile *rec;
-    uint64_t rec_have;
-    int rec_open;
-    int64_t rec_line;
     unsigned rr;         /* by blocks: the worker the next chunk goes to */
     /* the hashing threads: jobs queued per thread in order, tags of hashed ones back */
     rd_vworker w[RD_VERIFY_THREADS];
@@ -86,12 +62,6 @@ struct rd_verify {
     unsigned cap, dhead, dcount, out;   /* out: queued or being hashed */
     sl_err herr;         /* the threads' first failure */
 };
-
-static const char *rd_base(const char *path)
-{
-    const char *s = strrchr(path, '/');
-    return s ? s + 1 : path;
-}
 
 /* A Hugging Face cache snapshot links each file to blobs/<sha256>. */
 static int rd_blob_digest(rd_vfile *f)
@@ -105,216 +75,6 @@ static int rd_blob_digest(rd_vfile *f)
     memcpy(f->want, b, SL_SHA256_HEX);
     f->source = "its Hugging Face cache blob name";
     return 1;
-}
-
-static rd_vfile *rd_find(rd_verify *v, const char *name, size_t nlen)
-{
-    for (size_t k = nlen; k > 0; k--)
-        if (name[k - 1] == '/') {
-            name += k, nlen -= k;
-            break;
-        }
-    for (int64_t i = 0; i < v->n; i++) {
-        const char *b = rd_base(v->v[i].path);
-        if (strlen(b) == nlen && memcmp(b, name, nlen) == 0)
-            return &v->v[i];
-    }
-    return NULL;
-}
-
-#define RD_LINE_ERR(v, lineno, err, ...)                                                          \
-    rd_line_err((v), (lineno), (err), SL_E_INVALID_ARG, __VA_ARGS__)
-
-static sl_status rd_line_err(const rd_verify *v, int64_t lineno, sl_err *err, sl_status st,
-                             const char *fmt, ...) SL_PRINTF(5, 6);
-
-/* A manifest line that is not what it should be: "MANIFEST: line N: what". */
-static sl_status rd_line_err(const rd_verify *v, int64_t lineno, sl_err *err, sl_status st,
-                             const char *fmt, ...)
-{
-    char nb[SL_TEXT_NAME], what[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
-    va_end(ap);
-    return sl_err_set(err, st, "%s: line %lld: %s", sl_text_name(v->manifest, nb, sizeof nb),
-                      (long long)lineno, what);
-}
-
-/* sha256sum's line: "<64 hex> <space or *><name>" (its text and binary forms). */
-static sl_status rd_sha_line(rd_verify *v, const char *line, size_t len, int64_t lineno,
-                             sl_err *err)
-{
-    char nb[SL_TEXT_NAME];
-    if (len < 2 * SL_SHA256_LEN + 2 || !sl_sha256_is_hex(line, 2 * SL_SHA256_LEN) ||
-        line[2 * SL_SHA256_LEN] != ' ')
-        return sl_err_set(err, SL_E_INVALID_ARG,
-                          "%s: line %lld is not '<sha256>  <file>' (sha256sum's format)",
-                          sl_text_name(v->manifest, nb, sizeof nb), (long long)lineno);
-    const char *name = line + 2 * SL_SHA256_LEN + 1;
-    size_t nlen = len - 2 * SL_SHA256_LEN - 1;
-    if (nlen && (*name == ' ' || *name == '*'))
-        name++, nlen--;
-    rd_vfile *f = rd_find(v, name, nlen);
-    if (!f)
-        return SL_OK;
-    if (f->source && strncmp(f->want, line, 2 * SL_SHA256_LEN) != 0)
-        return sl_err_set(err, SL_E_INVALID_ARG, "%s: two different SHA-256 for %s",
-                          sl_text_name(v->manifest, nb, sizeof nb), rd_base(f->path));
-    memcpy(f->want, line, 2 * SL_SHA256_LEN);
-    f->want[2 * SL_SHA256_LEN] = '\0';
-    f->source = "the manifest";
-    return SL_OK;
-}
-
-/* A decimal field and the one space after it; 0 when it is not one (or overflows). */
-static int rd_u64_field(const char **p, const char *end, uint64_t *out)
-{
-    uint64_t x = 0;
-    const char *s = *p;
-    for (; s < end && *s >= '0' && *s <= '9'; s++) {
-        if (x > (UINT64_MAX - (uint64_t)(*s - '0')) / 10)
-            return 0;
-        x = x * 10 + (uint64_t)(*s - '0');
-    }
-    if (s == *p || s >= end || *s != ' ')
-        return 0;
-    *p = s + 1;
-    *out = x;
-    return 1;
-}
-
-static int rd_hex16(const char *s, uint64_t *out)
-{
-    uint64_t x = 0;
-    for (int i = 0; i < 16; i++) {
-        const char c = s[i];
-        const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                    : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-        if (d < 0)
-            return 0;
-        x = x << 4 | (uint64_t)d;
-    }
-    *out = x;
-    return 1;
-}
-
-/* The record before must have had all its hashes. */
-static sl_status rd_record_close(rd_verify *v, sl_err *err)
-{
-    const rd_vfile *f = v->rec;
-    const int open = v->rec_open;
-    v->rec = NULL;
-    v->rec_open = 0;
-    if (open && f && v->rec_have != f->n_blocks)
-        return RD_LINE_ERR(v, v->rec_line, err, "%s: %llu of its %llu block hashes follow",
-                           rd_base(f->path), (unsigned long long)v->rec_have,
-                           (unsigned long long)f->n_blocks);
-    return SL_OK;
-}
-
-/* "#xxh3-blocks SIZE HEADER_END BLOCK NAME". A file of another size: the manifest is stale. */
-static sl_status rd_block_record(rd_verify *v, const char *line, size_t len, int64_t lineno,
-                                 sl_err *err)
-{
-    char nb[SL_TEXT_NAME];
-    const char *p = line + strlen(RD_BLOCK_TAG " "), *end = line + len;
-    uint64_t size = 0, head = 0, block = 0;
-    if (!rd_u64_field(&p, end, &size) || !rd_u64_field(&p, end, &head) ||
-        !rd_u64_field(&p, end, &block) || p == end)
-        return RD_LINE_ERR(v, lineno, err, "not '%s SIZE HEADER_END BLOCK NAME'", RD_BLOCK_TAG);
-    if (block < RD_BLOCK_MIN || block > RD_BLOCK_MAX || (block & (block - 1)) || head > size)
-        return RD_LINE_ERR(v, lineno, err, "block size %llu (a power of two from %llu to %llu) "
-                           "or header end %llu (at most the size, %llu) out of range",
-                           (unsigned long long)block, (unsigned long long)RD_BLOCK_MIN,
-                           (unsigned long long)RD_BLOCK_MAX, (unsigned long long)head,
-                           (unsigned long long)size);
-    rd_vfile *f = rd_find(v, p, (size_t)(end - p));
-    v->rec = f;
-    v->rec_open = 1;
-    v->rec_have = 0;
-    v->rec_line = lineno;
-    if (!f)   /* a file this load does not have: its hashes are skipped */
-        return SL_OK;
-    if (f->blocks)
-        return RD_LINE_ERR(v, lineno, err, "a second block record for %s", rd_base(f->path));
-    if (size != f->size)
-        return sl_err_set(err, SL_E_INTEGRITY,
-                          "%s: the manifest's blocks are of a file of %llu bytes, it has %llu: the "
-                          "manifest is stale (write it again) or the file is not the one expected",
-                          sl_text_name(f->path, nb, sizeof nb), (unsigned long long)size,
-                          (unsigned long long)f->size);
-    /* size is the file's, so the allocation is bounded by what is on disk */
-    f->n_blocks = size / block + (size % block != 0);
-    f->blocks = calloc((size_t)f->n_blocks + 1, sizeof *f->blocks);
-    if (!f->blocks)
-        return sl_err_set(err, SL_E_NOMEM, "out of memory");
-    f->block = block;
-    f->header_end = head;
-    return SL_OK;
-}
-
-/* "#b HEX16 HEX16 ...": the next hashes of the record above. */
-static sl_status rd_block_hashes(rd_verify *v, const char *line, size_t len, int64_t lineno,
-                                 sl_err *err)
-{
-    if (!v->rec_open)
-        return RD_LINE_ERR(v, lineno, err, "block hashes without a '%s' line before", RD_BLOCK_TAG);
-    rd_vfile *f = v->rec;
-    for (size_t i = strlen(RD_BLOCK_LINE); i < len; i += 17) {
-        uint64_t h = 0;
-        if (line[i] != ' ' || len - i < 17 || !rd_hex16(line + i + 1, &h))
-            return RD_LINE_ERR(v, lineno, err, "not '%s' and 16-digit hex hashes", RD_BLOCK_LINE);
-        if (f && v->rec_have >= f->n_blocks)
-            return RD_LINE_ERR(v, lineno, err, "more block hashes than %s has blocks (%llu)",
-                               rd_base(f->path), (unsigned long long)f->n_blocks);
-        if (f)
-            f->blocks[v->rec_have] = h;
-        v->rec_have++;
-    }
-    return SL_OK;
-}
-
-static int rd_starts(const char *line, size_t len, const char *prefix)
-{
-    const size_t n = strlen(prefix);
-    return len >= n && memcmp(line, prefix, n) == 0;
-}
-
-/* One manifest line: a block record, its hashes, another comment, or sha256sum's line. */
-static sl_status rd_manifest_line(rd_verify *v, const char *line, size_t len, int64_t lineno,
-                                  sl_err *err)
-{
-    if (rd_starts(line, len, RD_BLOCK_LINE " "))
-        return rd_block_hashes(v, line, len, lineno, err);
-    SL_TRY(rd_record_close(v, err));
-    if (rd_starts(line, len, RD_BLOCK_TAG " "))
-        return rd_block_record(v, line, len, lineno, err);
-    if (len == 0 || line[0] == '#')   /* sha256sum -c skips comments too */
-        return SL_OK;
-    return rd_sha_line(v, line, len, lineno, err);
-}
-
-static sl_status rd_manifest_read(rd_verify *v, const char *path, sl_err *err)
-{
-    if (!(v->manifest = strdup(path)))
-        return sl_err_set(err, SL_E_NOMEM, "out of memory");
-    char *text = NULL;
-    size_t len = 0;
-    SL_TRY(sl_file_read_all(path, RD_MANIFEST_MAX, SL_E_INVALID_ARG, err, &text, &len));
-    sl_status st = SL_OK;
-    int64_t lineno = 0;
-    for (size_t i = 0; i < len && st == SL_OK;) {
-        const char *nl = memchr(text + i, '\n', len - i);
-        const size_t end = nl ? (size_t)(nl - text) : len;
-        size_t l = end - i;
-        if (l && text[i + l - 1] == '\r')
-            l--;
-        st = rd_manifest_line(v, text + i, l, ++lineno, err);
-        i = end + 1;
-    }
-    free(text);
-    return st == SL_OK ? rd_record_close(v, err) : st;
 }
 
 /* The SHA-256 file f must have: the manifest's (read before), else its Hugging Face cache blob
@@ -412,7 +172,7 @@ sl_status rd_verify_new(const sl_load_file *files, int64_t n, const char *manife
         v->v[i].path = files[i].path;
         v->v[i].size = files[i].size;
     }
-    sl_status st = manifest ? rd_manifest_read(v, manifest, err) : SL_OK;
+    sl_status st = manifest ? rd_manifest_read(v->v, n, manifest, err) : SL_OK;
     if (st == SL_OK)
         st = rd_store_digests(v, files, err);
     if (st == SL_OK)
@@ -666,6 +426,5 @@ void rd_verify_free(rd_verify *v)
         free(v->v[i].blocks);
     }
     free(v->v);
-    free(v->manifest);
     free(v);
 }

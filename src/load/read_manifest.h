@@ -1,0 +1,36 @@
+/* read_manifest.h - reading --verify's manifest (read_manifest.c): what each checkpoint file must
+ * be, from a sha256sum file with or without the block lines whose layout read_verify.h gives. */
+#ifndef SL_READ_MANIFEST_H
+#define SL_READ_MANIFEST_H
+
+#include "common/sl_err.h"
+#include "common/sl_sha256.h"
+
+#include <stdint.h>
+
+/* One checkpoint file as --verify sees it: what it must be (the manifest's, rd_manifest_read, or
+ * another digest source, read_verify.c) and the state of its hashing (read_verify.c). */
+typedef struct rd_vfile {
+    const char *path;
+    uint64_t size;
+    char want[SL_SHA256_HEX];
+    const char *source;  /* where want comes from, for the message */
+    sl_sha256 *h;
+    uint64_t next;       /* bytes hashed so far: [0, next) */
+    /* by blocks: the manifest's record of the file */
+    uint64_t block, header_end;
+    uint64_t *blocks;    /* n_blocks XXH3-64, block 0 first */
+    uint64_t n_blocks;
+    uint64_t checked;    /* bytes hashed and found equal (under rd_verify.mu while threads run) */
+} rd_vfile;
+
+/* Reads the manifest at path into v[0..n), whose path and size are set: want and source from
+ * sha256sum lines, block, header_end, blocks and n_blocks from block records (files matched by
+ * their last path component, records of other files skipped). A malformed line is
+ * SL_E_INVALID_ARG naming its number; a record whose size is not the file's SL_E_INTEGRITY (the
+ * manifest is stale). */
+sl_status rd_manifest_read(rd_vfile *v, int64_t n, const char *path, sl_err *err);
+/* The last path component of path. */
+const char *rd_base(const char *path);
+
+#endif /* SL_READ_MANIFEST_H */
