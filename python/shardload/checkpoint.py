@@ -5,6 +5,8 @@ import ctypes
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,18 +55,20 @@ class Checkpoint:
 
     Holds the C handle until close() (or garbage collection); plan() and load() reuse it.
     path may be an http(s):// or s3:// URL (docs/remote.md): S3 settings come from the AWS
-    environment and files, or s3_endpoint= and s3_profile= (the CLI's --s3-endpoint and
-    --s3-profile).
+    environment and files, or s3_endpoint=, s3_profile= and ca_bundle= (the CLI's
+    --s3-endpoint, --s3-profile and --ca-bundle). load(), plan(), reshard() and shardload.jax
+    take an open Checkpoint in place of a path, with the settings it was opened with.
     """
 
     def __init__(self, path: Any, *, s3_endpoint: str | None = None,
-                 s3_profile: str | None = None) -> None:
+                 s3_profile: str | None = None, ca_bundle: Any = None) -> None:
         self._h = ctypes.c_void_p()
         self._tmp: str | None = None
         raw = _resolve(path)
         self.remote = _remote.is_url(raw)
         if self.remote:
-            opts = _remote.open_opts(raw, s3_endpoint, s3_profile)
+            bundle = os.fsdecode(N.fspath(ca_bundle)) if ca_bundle is not None else None
+            opts = _remote.open_opts(raw, s3_endpoint, s3_profile, bundle)
             st = N.lib.sl_checkpoint_open_opts(raw, ctypes.byref(opts), ctypes.byref(self._h))
         else:
             st = N.lib.sl_checkpoint_open(raw, ctypes.byref(self._h))
@@ -145,10 +149,22 @@ class Checkpoint:
 
 
 def open(path: Any, *, s3_endpoint: str | None = None,  # noqa: A001 - the API's name
-         s3_profile: str | None = None) -> Checkpoint:
+         s3_profile: str | None = None, ca_bundle: Any = None) -> Checkpoint:
     """Opens and validates a checkpoint (a .safetensors file, a directory, or an http(s):// or
-    s3:// URL: docs/remote.md)."""
-    return Checkpoint(path, s3_endpoint=s3_endpoint, s3_profile=s3_profile)
+    s3:// URL: docs/remote.md; ca_bundle: a PEM file of the CAs to trust for https)."""
+    return Checkpoint(path, s3_endpoint=s3_endpoint, s3_profile=s3_profile, ca_bundle=ca_bundle)
+
+
+@contextmanager
+def opened(path: Any) -> Iterator[Checkpoint]:
+    """path as an open Checkpoint: one the caller opened is used as it is and stays open (its
+    remote settings with it); a path is opened here and closed after."""
+    if isinstance(path, Checkpoint):
+        path.handle   # a closed one is refused here, by name, not as a NULL in C
+        yield path
+        return
+    with Checkpoint(path) as ck:
+        yield ck
 
 
 def inspect(path: Any) -> dict[str, Any]:

@@ -38,7 +38,7 @@ import numpy as np
 
 from . import _interrupt
 from ._dtypes import NAMES, numpy_dtype, target_value
-from .checkpoint import Checkpoint, Tensor
+from .checkpoint import Checkpoint, Tensor, opened
 from .model import _load_opts, _run, _set_list
 from .plan import Plan
 
@@ -423,7 +423,7 @@ def plan(path: Any, mesh: Any, shardings: ShardingSpec = None, *, dtype: Any = N
          config: Any = None) -> Plan:
     """What each of this process's mesh devices would hold (the C planner's plan of the boxes):
     plan(...).devices[i] is mesh.devices.flat's i-th local device. Reads no data."""
-    with Checkpoint(path) as ck:
+    with opened(path) as ck:
         index = _local_devices(mesh)
         _, items = _items(ck, mesh, shardings, config, dtype, index)
         return Plan.from_boxes(ck, [b for _, bs in items for _, b in bs], len(index), dtype)
@@ -468,7 +468,7 @@ def load(path: Any, mesh: Any, shardings: ShardingSpec = None, *, dtype: Any = N
     use_dma = _use_dma(dma)
     t_start = time.perf_counter()
     index = _local_devices(mesh)
-    with Checkpoint(path) as ck:
+    with opened(path) as ck:
         specs, items = _items(ck, mesh, shardings, config, dtype, index)
         shapes = {t.name: t.shape for t, _ in items}
         whole = Plan.from_boxes(ck, [b for _, bs in items for _, b in bs], len(index), dtype)
@@ -568,7 +568,7 @@ def load_into(path: Any, arrays: Mapping[str, Any], *, donate: bool = False,
     if not isinstance(arrays, Mapping):
         raise TypeError(f"arrays must be a mapping name -> jax.Array, got {type(arrays).__name__}")
     by_dtype: dict[Any, dict[str, Any]] = {}
-    with Checkpoint(path) as ck:
+    with opened(path) as ck:
         tensors = {t.name: t for t in ck.tensors}
         for name, a in arrays.items():
             t = tensors.get(name)

@@ -13,7 +13,7 @@ import numpy as np
 from . import _dlpack, _interrupt
 from . import _native as N
 from ._dtypes import element_shape, numpy_dtype, raw_numpy_dtype, torch_dtype
-from .checkpoint import Checkpoint
+from .checkpoint import Checkpoint, opened
 from .errors import DeviceError, UnsupportedError
 from .plan import Param, Plan
 
@@ -307,14 +307,14 @@ def load(path: Any = None, *, tp: int = 1, pp: int = 1, ep: bool = False, layout
     _set_verify(o, keep, verify, manifest)
     if path is None and not dummy:
         raise ValueError("load needs a checkpoint path (or dummy=True with config=)")
-    ck = Checkpoint(path) if path is not None else None
-    try:
+    if path is None:
+        plan = Plan(None, config=config, tp=tp, pp=pp, ep=ep, layout=layout, dtype=dtype,
+                    rules=rules)
+        return Model(_run(None, plan, o, progress), plan, device)
+    with opened(path) as ck:
         plan = Plan(ck, config=config, tp=tp, pp=pp, ep=ep, layout=layout, dtype=dtype,
                     rules=rules)
         return Model(_run(ck, plan, o, progress), plan, device)
-    finally:
-        if ck is not None:
-            ck.close()
 
 
 def _tensor_ptr(name: str, t: Any, p: Param) -> tuple[int, str]:
@@ -382,7 +382,7 @@ def load_into(path: Any, tensors: Mapping[str, Any], *, tp: int = 1, pp: int = 1
     o = _load_opts("cpu", io, staging, threads, False, 1234)
     keep: list[Any] = []
     _set_verify(o, keep, verify, manifest)
-    with Checkpoint(path) as ck:
+    with opened(path) as ck:
         plan = Plan(ck, config=config, tp=tp, pp=pp, ep=ep, layout=layout, dtype=dtype,
                     rules=rules)
         if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < len(plan.devices):

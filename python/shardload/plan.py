@@ -7,7 +7,7 @@ from typing import Any
 
 from . import _native as N
 from ._dtypes import NAMES, target_value
-from .checkpoint import Checkpoint
+from .checkpoint import Checkpoint, opened
 
 _LAYOUTS = {"tp": 0, "spmd": 1}
 _LAYOUT_NAMES = {0: "tp", 1: "spmd", 2: "boxes"}
@@ -151,6 +151,6 @@ def plan(path: Any = None, *, config: Any = None, tp: int = 1, pp: int = 1, ep: 
     if path is None:
         return Plan(None, config=config, tp=tp, pp=pp, ep=ep, layout=layout, dtype=dtype,
                     rules=rules)
-    with Checkpoint(path) as ck:
+    with opened(path) as ck:
         return Plan(ck, config=config, tp=tp, pp=pp, ep=ep, layout=layout, dtype=dtype,
                     rules=rules)

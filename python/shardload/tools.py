@@ -8,7 +8,7 @@ from typing import Any
 from . import _interrupt
 from . import _native as N
 from ._dtypes import target_value
-from .checkpoint import Checkpoint
+from .checkpoint import opened
 from .model import _load_opts
 from .plan import Plan
 
@@ -30,7 +30,7 @@ def reshard(path: Any, out: Any, *, tp: int = 1, pp: int = 1, layout: str = "tp"
     """Writes per-device pre-sharded files (model-rank-{d}-part-{p}.safetensors) into out."""
     o = _load_opts("cpu", io, staging, threads, False, 1234)
     err = ctypes.create_string_buffer(_ERRLEN)
-    with Checkpoint(path) as ck:
+    with opened(path) as ck:
         plan = Plan(ck, config=config, tp=tp, pp=pp, layout=layout, dtype=dtype, rules=rules)
         part = _size("max_part_size", max_part_size)
         st = _interrupt.call(lambda: N.lib.sl_reshard(ck.handle, plan.handle, ctypes.byref(o),

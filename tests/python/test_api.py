@@ -35,6 +35,18 @@ def test_open(tiny_ckpt: Path) -> None:
         _ = ck.handle
 
 
+def test_an_open_checkpoint_in_place_of_a_path(tiny_ckpt: Path, tmp_path: Path) -> None:
+    ck = shardload.open(tiny_ckpt)
+    with shardload.load(ck, tp=2) as m, shardload.load(tiny_ckpt, tp=2) as want:
+        assert m.checksums(1) == want.checksums(1)
+    assert shardload.plan(ck, tp=4).total_bytes == shardload.plan(tiny_ckpt, tp=4).total_bytes
+    shardload.reshard(ck, tmp_path / "r", tp=2)
+    assert len(ck.tensors) > 0 and ck.handle   # used, not closed: the caller's to close
+    ck.close()
+    with pytest.raises(ValueError, match="checkpoint is closed"):
+        shardload.load(ck, tp=2)
+
+
 def test_inspect_matches_cli(tiny_ckpt: Path, cli: str) -> None:
     want = json.loads(subprocess.run([cli, "inspect", str(tiny_ckpt), "--json"], check=True,
                                      capture_output=True, text=True).stdout)

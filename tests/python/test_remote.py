@@ -83,6 +83,9 @@ def test_https(https: tuple[str, Path], tiny_ckpt: Path, monkeypatch: pytest.Mon
     monkeypatch.delenv("CURL_CA_BUNDLE", raising=False)
     with pytest.raises(shardload.Error, match=f"{url}/ck/model.safetensors.index.json: TLS certificate not trusted"):
         shardload.open(f"{url}/ck/")
+    with shardload.open(f"{url}/ck/", ca_bundle=ca) as ck:   # the CLI's --ca-bundle
+        assert _sums(shardload.load(ck, tp=2)) == _sums(shardload.load(tiny_ckpt, tp=2))
+        assert shardload.plan(ck, tp=2).total_bytes > 0   # ck stays open for the next call
     monkeypatch.setenv("CURL_CA_BUNDLE", str(ca))
     assert _sums(shardload.load(f"{url}/ck/", tp=2)) == _sums(shardload.load(tiny_ckpt, tp=2))
 
