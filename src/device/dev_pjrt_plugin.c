@@ -473,7 +473,8 @@ static pj_dma *pj_dma_find(pj_client *c, const void *ptr)
     return free_one;
 }
 
-/* Caller holds g_pj.lock. The first pin of [ptr, ptr + len) in c: 1 mapped, 0 plain (why in how). */
+/* Caller holds g_pj.lock. The first pin of [ptr, ptr + len) in c: 1 mapped, 0 plain (the reason
+ * in how). */
 static int pj_dma_first(pj_client *c, const void *ptr, size_t len, char *how, size_t how_len)
 {
     if (!pj_api_has_dma(c->api)) {
