@@ -15,6 +15,11 @@ set -u
 SL=${1:?usage: cli_pjrt_real.sh SHARDLOAD}
 . "$(dirname "$0")/lib.sh"
 SRC=${SL_SRC:-$(cd "$(dirname "$0")/.." && pwd)}
+# Under ASan (make test-asan) LeakSanitizer stops every thread at exit to scan them; with the
+# plugin's thread pools its tracer crashed ("Tracer caught signal 11") in 2 of 9 runs of the wide
+# loads. Leak checks stay on for the stand-in plugin (cli_pjrt, test_pjrt); memory errors and
+# UBSan stay on here.
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 
 plugins=()
 if [ -n "${SL_PJRT_PLUGIN:-}" ]; then
