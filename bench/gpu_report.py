@@ -64,7 +64,13 @@ def python_line(p):
         line += (f"; `shardload.jax.load` onto the GPUs ({p['jax_bytes'] / 1e9:.2f} GB) "
                  f"{p['jax_load_s']:.2f} s, equal to its CPU result: {yn[p['jax_equal_cpu']]}, "
                  f"on GPUs: {yn[p['jax_on_gpus']]}; safe_open + device_put per tensor "
-                 f"{p['jax_peer_device_put_s']:.2f} s ({fmt(ratio(p['jax_peer_device_put_s'], p['jax_load_s']))}x)")
+                 f"{p['jax_peer_device_put_s']:.2f} s ({fmt(ratio(p['jax_peer_device_put_s'], p['jax_load_s']))}x)"
+                 f"; staging {p.get('jax_staging', '?')} ({p.get('jax_dma', '?')})")
+    if "jax_dma_load_s" in p:
+        line += (f"; with {p['jax_pair_staging'] >> 20} MiB staging, slabs DMA-mapped "
+                 f"{p['jax_dma_load_s']:.2f} s (staging {p.get('jax_dma_stats', {}).get('staging', '?')}) "
+                 f"vs plain (dma=False) {p['jax_plain_load_s']:.2f} s "
+                 f"({fmt(ratio(p['jax_plain_load_s'], p['jax_dma_load_s']))}x)")
     return line + ".\n"
 
 

@@ -70,7 +70,7 @@ extern "C" {
     /* loading */                                                                                  \
     X(SL_E_CHANGED, 50, "a file changed since its open (size, inode, mtime, short read, FIFO)")    \
     X(SL_E_DEVICE, 51, "device backend failure")                                                   \
-    X(SL_E_INTEGRITY, 52, "a file's bytes differ from its known SHA-256 (--verify)")
+    X(SL_E_INTEGRITY, 52, "a file's bytes differ from their SHA-256 or XXH3 blocks (--verify)")
 
 #define SL_STATUS_ENUM_(name, value, meaning) name = value,
 typedef enum sl_status { SL_STATUS_LIST(SL_STATUS_ENUM_) } sl_status;
