@@ -27,12 +27,17 @@ sl_status sl_arch_config_sym(sl_err *err, const json_t *root, const char *key, i
  * read against the config. Called before the rules are parsed. */
 sl_status sl_arch_table_extras(sl_err *err, sl_arch *m, const json_t *table, const json_t *cfg);
 
-/* arch_quant.c: the config's quantization_config into m->quant (SL_E_UNSUPPORTED for FP8 formats
- * other than block-scaled "fp8"). */
+/* arch_quant.c: the config's quantization_config into m->quant (fp8 with blocks or per-tensor
+ * scales, fbgemm_fp8, compressed-tensors float 8-bit; SL_E_UNSUPPORTED, or SL_E_CONFIG, for what
+ * it cannot plan). */
 sl_status sl_arch_quant_parse(sl_err *err, sl_arch *m, const json_t *cfg);
+/* arch_tensors.c: m->tensors, every checkpoint tensor the rules imply, and the layers' index. */
+sl_status sl_arch_tensors_build(sl_err *err, sl_arch *m);
+/* arch_tensors.c: SL_E_CONFIG when the config implies more parameters than any real model. */
+sl_status sl_arch_check_size(sl_err *err, const sl_arch *m);
 
-/* arch_quant.c: marks the quantized linear rules F8_E4M3 and appends a block-scale rule for each
- * (m->rules has room for cap rules). Before the rules are grouped. */
+/* arch_quant.c: marks the quantized linear rules F8_E4M3 and appends their scale rules (weight
+ * and input scales; m->rules has room for cap rules). Before the rules are grouped. */
 sl_status sl_arch_quant_rules(sl_err *err, sl_arch *m, int32_t cap);
 
 /* arch_moe.c: index of table symbol s[0, n) in c, or -1. */

@@ -13,105 +13,6 @@
 
 #define SL_PLAN_MAX_DEVICES 65536
 
-/* ---- pipeline stages (vLLM get_pp_indices) ----------------------------------------------------- */
-
-/* Each stage gets L/P layers; the remainder adds one to stages P-2, P-3, ... (the last stage also
- * holds the norm and lm_head, so it is spared). */
-static sl_status stages_split(plan_ctx *c)
-{
-    const int64_t L = c->m->cfg.L, P = c->p->pp;
-    int64_t *n = sl_arena_alloc(&c->p->arena, (size_t)(P + 1) * sizeof(int64_t) * 2);
-    SL_CHECK(n != NULL, &c->p->err, SL_E_NOMEM, "out of memory");
-    int64_t *count = n + P + 1;
-    for (int64_t s = 0; s < P; s++)
-        count[s] = L / P;
-    for (int64_t i = 2; i < L % P + 2; i++)
-        count[P - i]++;
-    n[0] = 0;
-    for (int64_t s = 0; s < P; s++)
-        n[s + 1] = n[s] + count[s];
-    c->stage_start = n;
-    return SL_OK;
-}
-
-/* ---- parameter templates and names ------------------------------------------------------------ */
-
-static void tmpl_from_rule(plan_tmpl *t, const sl_rule *r, const char *param)
-{
-    t->param = param;
-    t->place = r->place;
-    t->tied_also_last = r->tied_also_last;
-    t->tied_skip = r->tied_skip;
-    t->expert = r->expert;
-    t->dtype = r->dtype;
-}
-
-/* Layout spmd keeps one parameter per expert, under the checkpoint name. */
-static int64_t tmpl_names_per_layer(const plan_ctx *c, const plan_tmpl *t)
-{
-    return t->expert && c->p->layout == SL_LAYOUT_SPMD ? c->m->cfg.E : 1;
-}
-
-static sl_status tmpl_names(plan_ctx *c, plan_tmpl *t)
-{
-    const int64_t n = t->place == SL_PLACE_LAYER ? c->m->cfg.L : 1, ne = tmpl_names_per_layer(c, t);
-    t->names = sl_arena_alloc(&c->p->arena, (size_t)(n * ne) * sizeof(*t->names) + 1);
-    SL_CHECK(t->names != NULL, &c->p->err, SL_E_NOMEM, "out of memory");
-    for (int64_t l = 0; l < n; l++) {
-        for (int64_t e = 0; e < ne; e++) {
-            /* copied even without {i}: the plan outlives the architecture description; layers
-             * the template skips (dense MLP rules at MoE layers) get a name all the same */
-            t->names[l * ne + e] = sl_arch_name_format(&c->p->arena, t->param, l, e);
-            SL_CHECK(t->names[l * ne + e] != NULL, &c->p->err, SL_E_NOMEM, "out of memory");
-        }
-    }
-    return SL_OK;
-}
-
-const char *sl_plan_tmpl_name(const plan_ctx *c, const plan_tmpl *t, int64_t layer, int64_t e)
-{
-    const int64_t ne = tmpl_names_per_layer(c, t);
-    return t->names[(layer < 0 ? 0 : layer) * ne + (ne > 1 ? e : 0)];
-}
-
-void sl_plan_expert_range(const plan_ctx *c, int32_t rank, int64_t *first, int64_t *count)
-{
-    const int64_t E = c->m->cfg.E, T = c->p->tp;
-    if (!c->p->ep) {
-        *first = 0;
-        *count = E;
-        return;
-    }
-    /* vLLM since fe56180c7f90 (2025-07-24): the first E % T ranks take one more */
-    const int64_t base = E / T, rem = E % T;
-    *first = rank * base + (rank < rem ? rank : rem);
-    *count = base + (rank < rem ? 1 : 0);
-}
-
-static sl_status tmpl_build(plan_ctx *c)
-{
-    const sl_arch *m = c->m;
-    const int spmd = c->p->layout == SL_LAYOUT_SPMD;
-    c->n_tmpl = spmd ? m->n_rules : m->n_groups;
-    c->tmpl = sl_arena_alloc(&c->p->arena, (size_t)c->n_tmpl * sizeof(*c->tmpl));
-    SL_CHECK(c->tmpl != NULL, &c->p->err, SL_E_NOMEM, "out of memory");
-    for (int32_t i = 0; i < c->n_tmpl; i++) {
-        plan_tmpl *t = &c->tmpl[i];
-        memset(t, 0, sizeof(*t));
-        if (spmd) {
-            t->n_rules = 1;
-            t->rules[0] = i;
-            tmpl_from_rule(t, &m->rules[i], m->rules[i].tensor);
-        } else {
-            t->n_rules = m->groups[i].n_rules;
-            memcpy(t->rules, m->groups[i].rules, sizeof(t->rules));
-            tmpl_from_rule(t, &m->rules[t->rules[0]], m->rules[t->rules[0]].param);
-        }
-        SL_TRY(tmpl_names(c, t));
-    }
-    return SL_OK;
-}
-
 /* ---- shard math ------------------------------------------------------------------------------- */
 
 /* One rectangle of a source tensor viewed as [R, C] (1-D: [R, 1]) placed at row dst_row of a
@@ -476,17 +377,6 @@ static sl_status param_emit(param_ctx *pc)
 
 /* ---- devices ---------------------------------------------------------------------------------- */
 
-int sl_plan_tmpl_on_stage(const plan_ctx *c, const plan_tmpl *t, int32_t stage)
-{
-    const int tied = c->m->cfg.tied;
-    const int32_t last = c->p->pp - 1;
-    if (tied && t->tied_skip)
-        return 0;
-    if (t->place == SL_PLACE_FIRST)
-        return stage == 0 || (stage == last && tied && t->tied_also_last);
-    return t->place == SL_PLACE_LAST && stage == last;
-}
-
 static sl_status device_walk(plan_ctx *c, sl_plan_device *d)
 {
     param_ctx pc = {.c = c, .dev = d, .rank = d->tp_rank, .n = c->p->tp};
@@ -505,7 +395,7 @@ static sl_status device_walk(plan_ctx *c, sl_plan_device *d)
                                              : !sl_plan_tmpl_on_stage(c, pc.t, d->pp_rank)))
                     continue;
                 /* layout spmd: one parameter per expert; layout tp stacks them in one */
-                const int64_t ne = tmpl_names_per_layer(c, pc.t);
+                const int64_t ne = sl_plan_tmpl_per_layer(c, pc.t);
                 for (pc.expert = 0; pc.expert < ne; pc.expert++)
                     SL_TRY(param_emit(&pc));
             }
@@ -632,11 +522,11 @@ static sl_status plan_build_impl(sl_plan *p, const sl_checkpoint *ck, const sl_p
     if (st == SL_OK)
         st = sl_plan_check_mesh(&c);
     if (st == SL_OK)
-        st = stages_split(&c);
+        st = sl_plan_stages_split(&c);
     if (st == SL_OK)
         st = sources_init(&c);
     if (st == SL_OK)
-        st = tmpl_build(&c);
+        st = sl_plan_tmpl_build(&c);
     if (st == SL_OK)
         st = sl_plan_check_size(&c);
     const int presharded = ck != NULL && sl_checkpoint_file_rank(ck, 0) >= 0;

@@ -46,12 +46,19 @@ typedef struct plan_ctx {
 sl_status sl_plan_check_mesh(plan_ctx *c);
 /* plan_mesh.c: vocab size padded to a multiple of 64 (vLLM's VocabParallelEmbedding). */
 uint64_t sl_plan_vocab_padded(uint64_t v);
-/* plan_build.c: the routed experts tp rank `rank` holds, [*first, *first + *count): all of them
+/* plan_tmpl.c: each pipeline stage's first layer, c->stage_start[0..pp] (vLLM get_pp_indices). */
+sl_status sl_plan_stages_split(plan_ctx *c);
+/* plan_tmpl.c: c->tmpl, the parameter templates and their names. */
+sl_status sl_plan_tmpl_build(plan_ctx *c);
+/* plan_tmpl.c: the routed experts tp rank `rank` holds, [*first, *first + *count): all of them
  * without EP, else vLLM's contiguous ranges (the first E % T ranks one more). */
 void sl_plan_expert_range(const plan_ctx *c, int32_t rank, int64_t *first, int64_t *count);
-/* plan_build.c: the name of template t's parameter at a layer (and expert, for spmd experts). */
+/* plan_tmpl.c: the parameters template t has per layer: E for experts under layout spmd (one per
+ * expert, under the checkpoint names), else 1. */
+int64_t sl_plan_tmpl_per_layer(const plan_ctx *c, const plan_tmpl *t);
+/* plan_tmpl.c: the name of template t's parameter at a layer (and expert, for spmd experts). */
 const char *sl_plan_tmpl_name(const plan_ctx *c, const plan_tmpl *t, int64_t layer, int64_t e);
-/* plan_build.c: whether a template placed first or last has a parameter on pipeline stage
+/* plan_tmpl.c: whether a template placed first or last has a parameter on pipeline stage
  * `stage` (ties included). Per-layer templates are on every stage, for the stage's layers. */
 int sl_plan_tmpl_on_stage(const plan_ctx *c, const plan_tmpl *t, int32_t stage);
 /* plan_build.c: the dimension layout spmd tiles a rule's tensor along (0 or 1), -1 for whole. */
