@@ -175,6 +175,9 @@ class Model:
             gpu = N.lib.sl_model_device_gpu(h, k)
             if gpu >= 0:
                 entry["gpu"] = gpu
+            staging = N.lib.sl_model_device_staging(h, k)
+            if staging is not None:   # pjrt: "dma-mapped" or "plain (why)"
+                entry["staging"] = N.text(staging)
             devs.append(entry)
         return {"seconds": s.seconds, "setup_seconds": s.setup_seconds,
                 "bytes_read": s.bytes_read,
