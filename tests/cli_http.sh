@@ -11,10 +11,7 @@ SL=${1:?usage: cli_http.sh SHARDLOAD}
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/remote_lib.sh"
 
-W="$T/www"
-mkdir -p "$W"
-tiny_config "$T/tiny.json"
-"$SL" synth --config "$T/tiny.json" "$W/ck" --max-shard-size 600KB >/dev/null || { fail "synth"; finish; }
+www_ckpt
 "$SL" synth --config "$T/tiny.json" "$W/one" --seed 9 >/dev/null || { fail "synth one"; finish; }
 cp -r "$W/ck" "$W/denied"
 cp -r "$W/ck" "$W/noconfig" && rm "$W/noconfig/config.json"

@@ -14,10 +14,7 @@ SL=${1:?usage: cli_http_faults.sh SHARDLOAD}
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/remote_lib.sh"
 
-W="$T/www"
-mkdir -p "$W"
-tiny_config "$T/tiny.json"
-"$SL" synth --config "$T/tiny.json" "$W/ck" --max-shard-size 600KB >/dev/null || { fail "synth"; finish; }
+www_ckpt
 start_http "$W"
 UP=$(port_of "$HTTP")
 ref=$("$SL" load "$W/ck" --tp 4 --checksums --json | sums)

@@ -12,10 +12,7 @@ SL=${1:?usage: cli_https.sh SHARDLOAD}
 . "$(dirname "$0")/remote_lib.sh"
 unset CURL_CA_BUNDLE AWS_CA_BUNDLE SSL_CERT_FILE SSL_CERT_DIR
 
-W="$T/www"
-mkdir -p "$W"
-tiny_config "$T/tiny.json"
-"$SL" synth --config "$T/tiny.json" "$W/ck" --max-shard-size 600KB >/dev/null || { fail "synth"; finish; }
+www_ckpt
 "$SL" synth --config "$T/tiny.json" "$W/one" --seed 3 >/dev/null || { fail "synth one"; finish; }
 make_certs "$T/pki"
 start_https "$W" "$T/pki"

@@ -14,10 +14,7 @@ SL=${1:?usage: cli_verify_remote.sh SHARDLOAD}
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/remote_lib.sh"
 
-W="$T/www"
-mkdir -p "$W"
-tiny_config "$T/tiny.json"
-"$SL" synth --config "$T/tiny.json" "$W/ck" --max-shard-size 600KB >/dev/null || { fail "synth"; finish; }
+www_ckpt
 probe=$("$SL" load "$W/ck" --verify 2>&1)
 if echo "$probe" | grep -q "has no SHA-256"; then echo "skip: built without libcrypto" >&2; exit 77; fi
 (cd "$W/ck" && sha256sum -- *.safetensors >"$T/MANIFEST")

@@ -13,6 +13,8 @@
 #   start_moto                    moto_server from .venv: sets S3E (its URL); exit 77 without moto
 #   port_of URL                   the port of a loopback URL
 #   wait_file FILE                until FILE exists (10 s at most)
+#   www_ckpt                      W=$T/www holding W/ck: lib.sh's tiny config ($T/tiny.json) in
+#                                 600 KB shards, the checkpoint the servers serve
 TESTS_DIR=$(cd "$(dirname "$0")" && pwd)
 SRC_DIR=$(cd "$TESTS_DIR/.." && pwd)
 SERVERS=()
@@ -26,6 +28,12 @@ wait_file() {
     return 1
 }
 port_of() { echo "${1##*:}"; }
+www_ckpt() {
+    W="$T/www"
+    mkdir -p "$W"
+    tiny_config "$T/tiny.json"
+    "$SL" synth --config "$T/tiny.json" "$W/ck" --max-shard-size 600KB >/dev/null || { fail "synth"; finish; }
+}
 command -v python3 >/dev/null 2>&1 || { echo "skip: no python3 for the loopback servers" >&2; exit 77; }
 start_http() {
     local root=$1; shift
