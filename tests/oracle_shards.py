@@ -859,54 +859,47 @@ def check_fp8(exe, tmp, rng, shuffle):
     unquantized tensors converted to the target, through load and reshard."""
     passed = failed = 0
     for arch, cfg in FP8_ARCHS.items():
-        path = os.path.join(tmp, arch + "-fp8")
-        os.mkdir(path)
-        c = dict(cfg, torch_dtype="bfloat16")
-        with open(os.path.join(path, "config.json"), "w") as f:
-            json.dump(c, f)
-        ck = checkpoint_tensors(arch, c, "BF16", rng)
-        write_checkpoint(path, ck, 3, shuffle)
         cases = [(T, P, ep, "BF16") for T in (1, 2) for P in (1, 2) for ep in (False, True)]
         cases += [(2, 1, False, "F32"), (4, 1, True, "BF16")] if arch == "qwen3_moe" else [(2, 1, True, "F32")]
-        for T, P, ep, dst_dt in cases:
-            try:
-                check(exe, path, arch, c, ck, "tp", T, P, "BF16", dst_dt, ep)
-                if dst_dt == "BF16":
-                    check_reshard(exe, path, arch, c, ck, T, P, ep, tmp)
-                passed += 1
-            except AssertionError as e:
-                print("FAIL:", e)
-                failed += 1
-        p_, f_ = check_fp8_spmd(exe, path, arch, c, ck, (1, 2))
+        p_, f_ = check_fp8_checkpoint(exe, tmp, arch + "-fp8", arch, cfg, None, cases, (1, 2), rng, shuffle)
         passed, failed = passed + p_, failed + f_
     for (name, arch), cfg in FP8_MORE.items():
-        path = os.path.join(tmp, name)
-        os.mkdir(path)
-        c = dict(cfg, torch_dtype="bfloat16")
-        with open(os.path.join(path, "config.json"), "w") as f:
-            json.dump(c, f)
-        ck = checkpoint_tensors(arch, c, "BF16", rng, FP8_MORE_SCALE_DT[name])
-        write_checkpoint(path, ck, 3, shuffle)
         moe = arch in MOE_ARCHS
-        if fp8_scheme(c["quantization_config"])[0] == "block":   # T = 4 splits o_proj below a block
+        block = fp8_scheme(cfg["quantization_config"])[0] == "block"
+        if block:   # T = 4 splits o_proj below a block
             cases = [(T, P, ep, "BF16") for T in (1, 2) for P in (1, 2) for ep in (False, True)]
         else:
             cases = [(T, P, ep, "BF16") for T in (1, 2, 4) for P in (1, 2) for ep in (False, True)
                      if moe or not ep]
         cases.append((2, 1, moe, "F32"))
-        for T, P, ep, dst_dt in cases:
-            try:
-                check(exe, path, arch, c, ck, "tp", T, P, "BF16", dst_dt, ep)
-                if dst_dt == "BF16":
-                    check_reshard(exe, path, arch, c, ck, T, P, ep, tmp)
-                passed += 1
-            except AssertionError as e:
-                print("FAIL: %s:" % name, e)
-                failed += 1
-        block = fp8_scheme(c["quantization_config"])[0] == "block"
-        p_, f_ = check_fp8_spmd(exe, path, arch, c, ck, (1, 2) if block else (1, 2, 4))
+        p_, f_ = check_fp8_checkpoint(exe, tmp, name, arch, cfg, FP8_MORE_SCALE_DT[name], cases,
+                                      (1, 2) if block else (1, 2, 4), rng, shuffle)
         passed, failed = passed + p_, failed + f_
     return passed, failed
+
+
+def check_fp8_checkpoint(exe, tmp, name, arch, cfg, scale_dt, cases, spmd_sizes, rng, shuffle):
+    """One FP8 checkpoint of cfg written into tmp/name (scales in scale_dt), checked for every
+    (T, P, ep, target) case through load (and reshard, for BF16), then as spmd tiles."""
+    passed = failed = 0
+    path = os.path.join(tmp, name)
+    os.mkdir(path)
+    c = dict(cfg, torch_dtype="bfloat16")
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(c, f)
+    ck = checkpoint_tensors(arch, c, "BF16", rng, scale_dt)
+    write_checkpoint(path, ck, 3, shuffle)
+    for T, P, ep, dst_dt in cases:
+        try:
+            check(exe, path, arch, c, ck, "tp", T, P, "BF16", dst_dt, ep)
+            if dst_dt == "BF16":
+                check_reshard(exe, path, arch, c, ck, T, P, ep, tmp)
+            passed += 1
+        except AssertionError as e:
+            print("FAIL: %s:" % name, e)
+            failed += 1
+    p_, f_ = check_fp8_spmd(exe, path, arch, c, ck, spmd_sizes)
+    return passed + p_, failed + f_
 
 
 def check_fp8_spmd(exe, path, arch, cfg, ck, sizes):
