@@ -317,6 +317,20 @@ static void check_case(tcase *t, uint64_t request, const unsigned char *host_dev
 
 /* ---- cases ----------------------------------------------------------------------------------- */
 
+/* A host buffer for every device of t (where the test needs no device left out). */
+static void hosts_alloc(const tcase *t, unsigned char **host)
+{
+    for (int32_t d = 0; d < t->p.n_devices; d++)
+        host[d] = malloc(t->dev[d].bytes);
+}
+
+static void case_free(tcase *t, unsigned char **host)
+{
+    for (int32_t d = 0; d < t->p.n_devices; d++)
+        free(host[d]);
+    free(t);
+}
+
 static const uint64_t requests[] = {4096, 8192, 3 * 4096, 65536, (uint64_t)1 << 20};
 
 static void test_random_staged(void)
@@ -343,9 +357,7 @@ static void test_random_direct(void)
         }
         file_direct[rnd(MAX_FILES)] = rnd(3) == 0;
         check_case(t, requests[2 + rnd(3)], host_devs, host, file_direct);
-        for (int32_t d = 0; d < t->p.n_devices; d++)
-            free(host[d]);
-        free(t);
+        case_free(t, host);
     }
 }
 
@@ -420,8 +432,7 @@ static void test_random_whole(void)
         tcase *t = calloc(1, sizeof *t);
         random_plan(t, rnd(2));
         unsigned char *host[MAX_DEVS] = {0};
-        for (int32_t d = 0; d < t->p.n_devices; d++)
-            host[d] = malloc(t->dev[d].bytes);
+        hosts_alloc(t, host);
         uint64_t whole[MAX_FILES + 1] = {0};
         for (int64_t f = 0; f < t->n_files; f++)
             whole[f] = t->file_size[f] + 1 + rnd(10000);   /* bytes past the last tensor too */
@@ -472,9 +483,7 @@ static void test_random_whole(void)
         rd_chunks_free(&cs);
         rd_ops_free(&o);
         sl_err_clear(&err);
-        for (int32_t d = 0; d < t->p.n_devices; d++)
-            free(host[d]);
-        free(t);
+        case_free(t, host);
     }
 }
 
@@ -527,8 +536,7 @@ static void test_random_blocks(void)
         tcase *t = calloc(1, sizeof *t);
         random_plan(t, rnd(2));
         unsigned char *host[MAX_DEVS] = {0};
-        for (int32_t d = 0; d < t->p.n_devices; d++)
-            host[d] = malloc(t->dev[d].bytes);
+        hosts_alloc(t, host);
         uint64_t bs[MAX_FILES + 1] = {0}, size[MAX_FILES + 1] = {0}, head[MAX_FILES + 1] = {0};
         const uint64_t block = blocks[rnd(4)];
         const uint64_t request = block * (1 + rnd(4)) + (rnd(2) ? 4096 : 0);
@@ -582,9 +590,7 @@ static void test_random_blocks(void)
         rd_chunks_free(&cs);
         rd_ops_free(&o);
         sl_err_clear(&err);
-        for (int32_t d = 0; d < t->p.n_devices; d++)
-            free(host[d]);
-        free(t);
+        case_free(t, host);
     }
 }
 
