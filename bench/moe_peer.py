@@ -34,17 +34,9 @@ import sys
 import time
 from collections import defaultdict
 
+from python_peers import ckpt_files  # the checkpoint's files (bench/, this script's folder)
+
 IDX = tuple  # an index: ints (select) and (start, stop) pairs (narrow), one per leading dim
-
-
-def ckpt_files(ck: str) -> list[str]:
-    idx = os.path.join(ck, "model.safetensors.index.json")
-    if os.path.exists(idx):
-        with open(idx) as f:
-            names = sorted(set(json.load(f)["weight_map"].values()))
-    else:
-        names = sorted(x for x in os.listdir(ck) if x.endswith(".safetensors"))
-    return [os.path.join(ck, n) for n in names]
 
 
 def ckpt_tensors(ck: str) -> dict[str, tuple[str, list[int], int]]:
