@@ -143,16 +143,23 @@ def moto(tiny_ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     p.wait()
 
 
-def test_s3_env_and_profile(moto: tuple[str, str, str], tiny_ckpt: Path, tmp_path: Path,  # noqa: F811
-                            monkeypatch: pytest.MonkeyPatch) -> None:
-    endpoint, key, secret = moto
+def _s3_env(monkeypatch: pytest.MonkeyPatch, endpoint: str, key: str, secret: str,
+            credentials: Path) -> None:
+    """Only these S3 settings in the environment: moto's endpoint and keys, no profile, no
+    config file, credentials (a profile file the test may write) at the given path."""
     for v in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL_S3"):
         monkeypatch.delenv(v, raising=False)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(credentials.parent / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(credentials))
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", key)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
     monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+
+
+def test_s3_env_and_profile(moto: tuple[str, str, str], tiny_ckpt: Path, tmp_path: Path,  # noqa: F811
+                            monkeypatch: pytest.MonkeyPatch) -> None:
+    endpoint, key, secret = moto
+    _s3_env(monkeypatch, endpoint, key, secret, tmp_path / "credentials")
     ref = _sums(shardload.load(tiny_ckpt, tp=2))
     assert _sums(shardload.load("s3://models/tiny/", tp=2)) == ref
     (tmp_path / "credentials").write_text(f"[loader]\naws_access_key_id = {key}\naws_secret_access_key = {secret}\n")
@@ -172,13 +179,7 @@ def test_s3_verify_by_the_store(moto: tuple[str, str, str], tiny_ckpt: Path, tmp
     """verify=True without a manifest: the store's SHA-256 of objects put with ChecksumAlgorithm
     SHA256; objects put without it have none (a LoadError naming the object)."""
     endpoint, key, secret = moto
-    for v in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL_S3"):
-        monkeypatch.delenv(v, raising=False)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", key)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
-    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    _s3_env(monkeypatch, endpoint, key, secret, tmp_path / "none")
     m = shardload.load("s3://models/tinysha/", tp=2, verify=True)
     assert m.stats["verified_files"] == len(shardload.open(tiny_ckpt).files)
     assert _sums(m) == _sums(shardload.load(tiny_ckpt, tp=2))
