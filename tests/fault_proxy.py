@@ -100,17 +100,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if fault in ("503", "429"):
             extra = [("Retry-After", "1")] if fault == "429" else []
             return self._log(int(fault), self._plain(int(fault), extra), fault)
-        up = http.client.HTTPConnection("127.0.0.1", A.upstream, timeout=60)
-        hdrs = {k: v for k, v in self.headers.items() if k.lower() not in ("connection", "keep-alive")}
-        up.request("GET", self.path, headers=hdrs)
-        r = up.getresponse()
-        body = r.read()
-        up.close()
-        self.send_response(r.status)
-        for k, v in r.getheaders():
-            if k.lower() not in ("connection", "keep-alive", "transfer-encoding", "date", "server"):
-                self.send_header(k, v)
-        self.end_headers()
+        status, body = self._forward("GET")
         half = len(body) // 2
         if fault == "flip" and body:
             body = body[:half] + bytes([body[half] ^ 0x01]) + body[half + 1:]
@@ -118,7 +108,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             n = half if A.stall_bytes < 0 else min(A.stall_bytes, len(body))
             self.wfile.write(body[:n])
             self.wfile.flush()
-            self._log(r.status, n, fault)   # now: the test may be over before the stall is
+            self._log(status, n, fault)   # now: the test may be over before the stall is
             time.sleep(A.stall)
             self.wfile.write(body[n:])
             return None
@@ -128,25 +118,31 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if fault == "reset":
                 self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             self.close_connection = True
-            self._log(r.status, half, fault)
+            self._log(status, half, fault)
             self.connection.close()
             return None
         self.wfile.write(body)
-        return self._log(r.status, len(body), fault)
+        return self._log(status, len(body), fault)
 
     def do_HEAD(self):
+        status, _ = self._forward("HEAD")
+        self._log(status, 0, None)
+
+    def _forward(self, method):
+        """The request sent on upstream; its status line and headers passed back here. Returns
+        the status and the body, which the caller writes (or damages)."""
         up = http.client.HTTPConnection("127.0.0.1", A.upstream, timeout=60)
         hdrs = {k: v for k, v in self.headers.items() if k.lower() not in ("connection", "keep-alive")}
-        up.request("HEAD", self.path, headers=hdrs)
+        up.request(method, self.path, headers=hdrs)
         r = up.getresponse()
-        r.read()
+        body = r.read()
         up.close()
         self.send_response(r.status)
         for k, v in r.getheaders():
             if k.lower() not in ("connection", "keep-alive", "transfer-encoding", "date", "server"):
                 self.send_header(k, v)
         self.end_headers()
-        self._log(r.status, 0, None)
+        return r.status, body
 
 
 class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
