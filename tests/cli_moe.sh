@@ -39,12 +39,18 @@ cat >"$T/mx.json" <<JSON
  "num_local_experts":6,"torch_dtype":"bfloat16"}
 JSON
 "$SL" synth --config "$T/mx.json" "$T/ck" --max-shard-size 64KB >/dev/null || { fail "synth"; finish; }
+# resharded CK (into OUT) loads to CK's checksums on the same mesh: roundtrip LABEL CK OUT MESH...
+roundtrip() {
+    local label=$1 ck=$2 out=$3 ref got
+    shift 3
+    ref=$("$SL" load "$ck" "$@" --checksums --json) || { fail "${label}load $*"; return; }
+    rm -rf "$out"
+    "$SL" reshard "$ck" "$out" "$@" >/dev/null || { fail "${label}reshard $*"; return; }
+    got=$("$SL" load "$out" "$@" --checksums --json) || { fail "${label}load resharded $*"; return; }
+    [ "$(sums <<<"$ref")" = "$(sums <<<"$got")" ] || fail "${label}$*: resharded files load to the same checksums"
+}
 for mesh in "--tp 4 --ep" "--tp 2 --pp 2 --ep" "--tp 2"; do
-    ref=$("$SL" load "$T/ck" $mesh --checksums --json) || { fail "load $mesh"; continue; }
-    rm -rf "$T/rs"
-    "$SL" reshard "$T/ck" "$T/rs" $mesh >/dev/null || { fail "reshard $mesh"; continue; }
-    got=$("$SL" load "$T/rs" $mesh --checksums --json) || { fail "load resharded $mesh"; continue; }
-    [ "$(sums <<<"$ref")" = "$(sums <<<"$got")" ] || fail "$mesh: resharded files load to the same checksums"
+    roundtrip "" "$T/ck" "$T/rs" $mesh
 done
 # rank files say whether they hold EP's experts: loading them the other way is one line, not a
 # shape error deep inside
@@ -72,21 +78,15 @@ for q in "$pt" '{"quant_method":"fbgemm_fp8","modules_to_not_convert":["lm_head"
     rm -rf "$T/ckq"
     "$SL" synth --config "$T/mxq.json" "$T/ckq" --max-shard-size 64KB >/dev/null || { fail "synth $q"; continue; }
     for mesh in "--tp 4 --ep" "--tp 2 --pp 2"; do
-        ref=$("$SL" load "$T/ckq" $mesh --checksums --json) || { fail "fp8 load $mesh"; continue; }
-        rm -rf "$T/rsq"
-        "$SL" reshard "$T/ckq" "$T/rsq" $mesh >/dev/null || { fail "fp8 reshard $mesh"; continue; }
-        got=$("$SL" load "$T/rsq" $mesh --checksums --json) || { fail "fp8 load resharded $mesh"; continue; }
-        [ "$(sums <<<"$ref")" = "$(sums <<<"$got")" ] || fail "fp8 $mesh: resharded files load to the same checksums"
+        roundtrip "fp8 " "$T/ckq" "$T/rsq" $mesh
     done
 done
 # a parameter of its own dtype in a bf16 plan (DeepSeek's F32 e_score_correction_bias) loads back
 # from the rank files too
 python3 -c "import json, sys; sys.path.insert(0, '$(dirname "$0")'); import oracle_shards as o
 json.dump(dict(o.MOE_ARCHS['deepseek_v3'], torch_dtype='bfloat16'), open('$T/ds.json', 'w'))" &&
-    "$SL" synth --config "$T/ds.json" "$T/ds" >/dev/null && "$SL" reshard "$T/ds" "$T/ds-rs" --tp 2 >/dev/null ||
-    fail "deepseek synth + reshard"
-[ "$(sums <<<"$("$SL" load "$T/ds" --tp 2 --checksums --json)")" = \
-  "$(sums <<<"$("$SL" load "$T/ds-rs" --tp 2 --checksums --json)")" ] || fail "deepseek rank files load as the checkpoint"
+    "$SL" synth --config "$T/ds.json" "$T/ds" >/dev/null || fail "deepseek synth"
+roundtrip "deepseek " "$T/ds" "$T/ds-rs" --tp 2
 out=$("$SL" plan --config "$T/mxq.json" --tp 2 --verbose) || fail "plan fbgemm"
 grep -q "model.layers.0.block_sparse_moe.experts.w13_weight_scale  *F32  *\[6, 128, 1\]" <<<"$out" ||
     fail "fbgemm Mixtral T=2: w13_weight_scale [6, 128, 1]"
