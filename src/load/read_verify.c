@@ -79,9 +79,8 @@ static int rd_blob_digest(rd_vfile *f)
 
 /* The SHA-256 file f must have: the manifest's (read before), else its Hugging Face cache blob
  * name. 0 when none is known. */
-static int rd_want_sha256(rd_verify *v, rd_vfile *f)
+static int rd_want_sha256(rd_vfile *f)
 {
-    (void)v;
     if (f->source)
         return 1;
     return rd_blob_digest(f);
@@ -115,7 +114,7 @@ static sl_status rd_want_all_sha256(rd_verify *v, const char *manifest, sl_err *
                           manifest ? "the manifest has no XXH3 blocks" : "no manifest was given");
     for (int64_t i = 0; i < v->n; i++) {
         rd_vfile *f = &v->v[i];
-        if (!rd_want_sha256(v, f))
+        if (!rd_want_sha256(f))
             return sl_err_set(err, SL_E_INVALID_ARG,
                               "%s: --verify knows no SHA-256 for it (not a Hugging Face cache "
                               "blob%s)", sl_text_name(f->path, nb, sizeof nb),
@@ -128,7 +127,8 @@ static sl_status rd_want_all_sha256(rd_verify *v, const char *manifest, sl_err *
 
 /* The store's own SHA-256 of remote files (S3's x-amz-checksum-sha256, one HEAD each, all at
  * once), after the manifest's: the digest of a file the manifest does not name, and a check of one
- * it does (they differ: the manifest or the object is not the one expected). */
+ * it does (they differ: the manifest or the object is not the one expected). Asked by blocks too:
+ * there it is that whole-object check, which the blocks a load reads cannot make. */
 static sl_status rd_store_digests(rd_verify *v, const sl_load_file *files, sl_err *err)
 {
     char nb[SL_TEXT_NAME];
