@@ -36,48 +36,31 @@ def call(fn: Callable[[], T]) -> T:
     """fn() (one C call), stopped by Ctrl-C as described above."""
     if threading.current_thread() is not threading.main_thread():
         return fn()   # signals reach the main thread only: nothing to wait for here
-    box: list[T] = []
-    failure: list[BaseException] = []
-    # An Event, not Thread.join: a KeyboardInterrupt inside join can leave the thread looking
+    # A Future, not Thread.join: a KeyboardInterrupt inside join can leave the thread looking
     # finished while it runs on (CPython gh-90882), and the cancel would be withdrawn too early.
-    done = threading.Event()
+    pending: Future[T] = Future()
 
     def work() -> None:
         try:
-            box.append(fn())
+            pending.set_result(fn())
         except BaseException as e:  # noqa: BLE001 - re-raised on the calling thread
-            failure.append(e)
-        finally:
-            done.set()
+            pending.set_exception(e)
 
     try:   # start() too: the call may already be running when a signal lands in start()
         threading.Thread(target=work, name="shardload-call", daemon=True).start()
-        while not done.wait(_POLL_S):
-            pass
+        while not pending.done():
+            wait([pending], timeout=_POLL_S)
     except BaseException:
-        N.lib.sl_cancel()
-        _wait_through_signals(done)   # stops within one read request, files cleaned up
-        N.lib.sl_cancel_clear()
+        stop(pending)   # stops within one read request, files cleaned up
         raise
-    if failure:
-        raise failure[0]
-    return box[0]
-
-
-def _wait_through_signals(done: threading.Event) -> None:
-    """Waits for a cancelled call; a second Ctrl-C must not leave it running with the cancel
-    request withdrawn, and the wait is one read request or one file write at most."""
-    while not done.is_set():
-        try:
-            done.wait(_POLL_S)
-        except KeyboardInterrupt:
-            continue
+    return pending.result()
 
 
 def stop(pending: Future[Any] | None) -> None:
-    """After a KeyboardInterrupt on the thread that waits for `pending` (a C call on a worker, as
-    shardload.jax's loader thread runs): asks it to stop, waits until it has, withdraws the
-    request. The caller then re-raises."""
+    """After a KeyboardInterrupt on the thread that waits for `pending` (a C call on a worker: call
+    above, shardload.jax's loader thread): asks it to stop, waits until it has (a second Ctrl-C
+    must not leave it running with the request withdrawn; the wait is one read request or one
+    file write at most), withdraws the request. The caller then re-raises."""
     N.lib.sl_cancel()
     try:
         while pending is not None and not pending.done():
