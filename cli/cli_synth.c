@@ -20,8 +20,8 @@ static void synth_help(FILE *out)
             "  --seed S               random seed (default 1234); same seed, same bytes\n"
             "  --max-shard-size SIZE  largest shard, e.g. 5GB, 512MiB (default 5GB)\n"
             "  --rules FILE           rule table for an architecture that is not built in\n"
-            "  --write-manifest       also write OUTDIR/SHA256SUMS (sha256sum format), for\n"
-            "                         `load --manifest` (--verify) later\n"
+            "  --write-manifest       also write OUTDIR/SHA256SUMS (sha256sum format, with XXH3 lines\n"
+            "                         of 1 MiB blocks), for `load --manifest` (--verify) later\n"
             "  -h, --help             this text\n");
 }
 
