@@ -53,7 +53,8 @@ def synth(config: Any, out: Any, *, dtype: Any = None, seed: int = 1234,
 
 def write_manifest(folder: Any, name: str | None = None) -> str:
     """Writes folder/name (default SHA256SUMS), a sha256sum file of the checkpoint files a load
-    of folder reads, for load(..., manifest=) later; returns its path."""
+    of folder reads, with XXH3 lines of 1 MiB blocks (a load checks the blocks it reads), for
+    load(..., manifest=) later; returns its path."""
     if name is not None and not isinstance(name, str):
         raise TypeError(f"name must be a str, got {type(name).__name__}")
     err = ctypes.create_string_buffer(_ERRLEN)
