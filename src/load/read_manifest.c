@@ -14,6 +14,8 @@
 #include <string.h>
 
 #define RD_MANIFEST_MAX ((size_t)64 << 20)
+/* A block hash on a '#b' line: a space and 16 hex digits. */
+#define RD_HASH_CHARS 17
 
 /* The manifest being read: the files it may name, and the block record being read (its file,
  * NULL when it names none of ours, and how many of its hashes came so far). */
@@ -21,6 +23,7 @@ typedef struct rd_mparse {
     rd_vfile *v;
     int64_t n;
     const char *manifest;    /* its path, for messages */
+    const char *text_end;    /* the end of its text: a record's hashes must fit before it */
     rd_vfile *rec;
     uint64_t rec_have;
     int rec_open;
@@ -170,11 +173,20 @@ static sl_status rd_block_record(rd_mparse *v, const char *line, size_t len, int
                           "manifest is stale (write it again) or the file is not the one expected",
                           sl_text_name(f->path, nb, sizeof nb), (unsigned long long)size,
                           (unsigned long long)f->size);
-    /* size is the file's, so the allocation is bounded by what is on disk */
-    f->n_blocks = size / block + (size % block != 0);
-    f->blocks = calloc((size_t)f->n_blocks + 1, sizeof *f->blocks);
+    /* Each hash takes 17 bytes of the '#b' lines after this one: a record of more blocks than the
+     * rest of the manifest can hold is refused before its array is allocated (a 60-byte line
+     * naming a 1 TiB file with 4 KiB blocks would otherwise ask for 2 GiB). */
+    const uint64_t n_blocks = size / block + (size % block != 0);
+    const size_t room = (size_t)(v->text_end - (line + len)) / RD_HASH_CHARS;
+    if (n_blocks > room)
+        return RD_LINE_ERR(v, lineno, err, "%s: %llu blocks of %llu bytes, but the rest of the "
+                           "manifest holds at most %zu block hashes", rd_base(f->path),
+                           (unsigned long long)n_blocks, (unsigned long long)block, room);
+    f->blocks = calloc((size_t)n_blocks + 1, sizeof *f->blocks);
     if (!f->blocks)
-        return sl_err_set(err, SL_E_NOMEM, "out of memory");
+        return RD_LINE_ERR(v, lineno, err, "%s: out of memory for %llu block hashes",
+                           rd_base(f->path), (unsigned long long)n_blocks);
+    f->n_blocks = n_blocks;
     f->block = block;
     f->header_end = head;
     return SL_OK;
@@ -187,9 +199,9 @@ static sl_status rd_block_hashes(rd_mparse *v, const char *line, size_t len, int
     if (!v->rec_open)
         return RD_LINE_ERR(v, lineno, err, "block hashes without a '%s' line before", RD_BLOCK_TAG);
     rd_vfile *f = v->rec;
-    for (size_t i = strlen(RD_BLOCK_LINE); i < len; i += 17) {
+    for (size_t i = strlen(RD_BLOCK_LINE); i < len; i += RD_HASH_CHARS) {
         uint64_t h = 0;
-        if (line[i] != ' ' || len - i < 17 || !rd_hex16(line + i + 1, &h))
+        if (line[i] != ' ' || len - i < RD_HASH_CHARS || !rd_hex16(line + i + 1, &h))
             return RD_LINE_ERR(v, lineno, err, "not '%s' and 16-digit hex hashes", RD_BLOCK_LINE);
         if (f && v->rec_have >= f->n_blocks)
             return RD_LINE_ERR(v, lineno, err, "more block hashes than %s has blocks (%llu)",
@@ -221,12 +233,10 @@ static sl_status rd_manifest_line(rd_mparse *v, const char *line, size_t len, in
     return rd_sha_line(v, line, len, lineno, err);
 }
 
-sl_status rd_manifest_read(rd_vfile *files, int64_t n, const char *path, sl_err *err)
+sl_status rd_manifest_parse(rd_vfile *files, int64_t n, const char *path, const char *text,
+                            size_t len, sl_err *err)
 {
-    rd_mparse parse = {.v = files, .n = n, .manifest = path}, *v = &parse;
-    char *text = NULL;
-    size_t len = 0;
-    SL_TRY(sl_file_read_all(path, RD_MANIFEST_MAX, SL_E_INVALID_ARG, err, &text, &len));
+    rd_mparse parse = {.v = files, .n = n, .manifest = path, .text_end = text + len}, *v = &parse;
     sl_status st = SL_OK;
     int64_t lineno = 0;
     for (size_t i = 0; i < len && st == SL_OK;) {
@@ -238,6 +248,15 @@ sl_status rd_manifest_read(rd_vfile *files, int64_t n, const char *path, sl_err 
         st = rd_manifest_line(v, text + i, l, ++lineno, err);
         i = end + 1;
     }
-    free(text);
     return st == SL_OK ? rd_record_close(v, err) : st;
+}
+
+sl_status rd_manifest_read(rd_vfile *files, int64_t n, const char *path, sl_err *err)
+{
+    char *text = NULL;
+    size_t len = 0;
+    SL_TRY(sl_file_read_all(path, RD_MANIFEST_MAX, SL_E_INVALID_ARG, err, &text, &len));
+    const sl_status st = rd_manifest_parse(files, n, path, text, len, err);
+    free(text);
+    return st;
 }

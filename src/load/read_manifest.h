@@ -30,6 +30,10 @@ typedef struct rd_vfile {
  * SL_E_INVALID_ARG naming its number; a record whose size is not the file's SL_E_INTEGRITY (the
  * manifest is stale). */
 sl_status rd_manifest_read(rd_vfile *v, int64_t n, const char *path, sl_err *err);
+/* rd_manifest_read on the manifest's text [text, text + len) (no NUL needed), named path in
+ * messages (fuzz/fuzz_manifest.c). The caller frees each v[i].blocks, also on failure. */
+sl_status rd_manifest_parse(rd_vfile *v, int64_t n, const char *path, const char *text, size_t len,
+                            sl_err *err);
 /* The last path component of path. */
 const char *rd_base(const char *path);
 
