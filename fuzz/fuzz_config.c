@@ -1,0 +1,97 @@
+/* fuzz_config.c - a plan built from a config.json alone (sl_plan_build with no checkpoint, the
+ * public entry `shardload plan --config` takes) on arbitrary bytes: the config parser, the
+ * built-in rule tables instantiated with its sizes (MoE, FP8 quantization_config), and the
+ * planner on three meshes. The bytes go to a config.json in a private temporary directory, as
+ * the library reads configs from files only. A failure is a status with a message, and an
+ * SL_E_CONFIG names the file; a plan packs each device's parameters with no gaps. */
+#include "shardload.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static char fz_dir[64], fz_path[96];
+
+static void fz_cleanup(void)
+{
+    unlink(fz_path);
+    rmdir(fz_dir);
+}
+
+static const char *fz_write(const uint8_t *data, size_t size)
+{
+    if (!fz_path[0]) {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(fz_dir, sizeof fz_dir, "%s/fuzz_config.XXXXXX", tmp && strlen(tmp) < 40 ? tmp : "/tmp");
+        if (!mkdtemp(fz_dir))
+            abort();
+        snprintf(fz_path, sizeof fz_path, "%s/config.json", fz_dir);
+        atexit(fz_cleanup);
+    }
+    const int fd = open(fz_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0 || (size && write(fd, data, size) != (ssize_t)size) || close(fd) != 0)
+        abort();
+    return fz_path;
+}
+
+static void check_plan(const sl_plan *p)
+{
+    uint64_t total = 0;
+    for (int32_t d = 0; d < sl_plan_device_count(p); d++) {
+        uint64_t off = 0;
+        for (int64_t i = 0; i < sl_plan_param_count(p, d); i++) {
+            sl_param_info pi;
+            if (sl_plan_param(p, d, i, &pi) != SL_OK || pi.offset != off || pi.name == NULL)
+                abort();
+            off += pi.nbytes;
+        }
+        if (off != sl_plan_device_bytes(p, d))
+            abort();
+        total += off;
+    }
+    if (total != sl_plan_total_bytes(p))
+        abort();
+}
+
+static int fz_status_known(sl_status st)
+{
+    return st == SL_E_CONFIG || st == SL_E_UNSUPPORTED || st == SL_E_NOMEM || st == SL_E_DIVISIBILITY ||
+           st == SL_E_INVALID_ARG || st == SL_E_SHAPE || st == SL_E_OVERFLOW;
+}
+
+/* One plan; 1 when it was built. */
+static int fz_plan(const char *path, int32_t tp, int32_t pp, sl_layout layout, int32_t ep)
+{
+    sl_plan_opts o;
+    sl_plan *p = NULL;
+    sl_plan_opts_init(&o);
+    o.config_path = path;
+    o.tp = tp;
+    o.pp = pp;
+    o.layout = layout;
+    o.ep = ep;
+    o.dtype = SL_DTYPE_BF16;
+    const sl_status st = sl_plan_build(NULL, &o, &p);
+    const char *msg = p ? sl_plan_errmsg(p) : "";
+    if (st == SL_OK)
+        check_plan(p);
+    else if (!fz_status_known(st) || !msg || !msg[0] ||
+             (st == SL_E_CONFIG && strncmp(msg, path, strlen(path)) != 0))
+        abort();   /* every failure is a documented status with a message; a config's names the file */
+    sl_plan_free(p);
+    return st == SL_OK;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    const char *path = fz_write(data, size);
+    if (fz_plan(path, 1, 1, SL_LAYOUT_TP, 0)) {
+        fz_plan(path, 2, 2, SL_LAYOUT_TP, 1);
+        fz_plan(path, 4, 1, SL_LAYOUT_SPMD, 0);
+    }
+    return 0;
+}
