@@ -141,6 +141,13 @@ done
 "$SL" load "$MID" --tp 2 --manifest "$MAN" --staging 1M >/dev/null 2>"$T/err"
 one_line_error $? "$T/err" "the manifest's blocks (1048576 bytes) do not fit a read request" \
     || fail "blocks, small staging: $(cat "$T/err")"
+# the budget the message asks for is enough (and --request too small is named as such)
+need=$(grep -o 'give --staging of at least [0-9]* MiB' "$T/err" | grep -o '[0-9]*')
+[ -n "$need" ] && out=$("$SL" load "$MID" --tp 2 --manifest "$MAN" --staging "${need}MiB" --checksums --json \
+    2>"$T/err") && [ "$(echo "$out" | sums)" = "$mref" ] || fail "blocks, suggested staging '$need': $(cat "$T/err")"
+"$SL" load "$MID" --tp 2 --manifest "$MAN" --request 512KiB >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "do not fit a read request of 524288 bytes: give --request of at least 1048576" \
+    || fail "blocks, small request: $(cat "$T/err")"
 f3=$(ls "$MID"/*.safetensors | sed -n 3p)
 n3=$(basename "$f3")
 s3=$(stat -c %s "$f3")
@@ -176,6 +183,13 @@ if command -v mpirun >/dev/null 2>&1; then
               --checksums --json 2>"$T/err") || fail "cooperative, blocks: $(cat "$T/err")"
         [ "$(echo "$out" | sums)" = "$mref" ] || fail "cooperative, blocks: checksums differ"
         [ "$(echo "$out" | nums verified_files)" = "$mfiles " ] || fail "cooperative, blocks: files: $out"
+        # each rank's budget is cut into a slot per rank and one more: the message says what holds
+        "${MPIRUN[@]}" "$SL" load "$MID" --tp 2 --dist cooperative --manifest "$MAN" --staging 2MiB >"$T/out" 2>&1
+        need=$(grep -o 'two read and the rest received from other ranks): give --staging of at least [0-9]* MiB' \
+               "$T/out" | head -1 | grep -o '[0-9]* MiB' | grep -o '[0-9]*')
+        [ -n "$need" ] && out=$("${MPIRUN[@]}" "$SL" load "$MID" --tp 2 --dist cooperative --manifest "$MAN" \
+            --staging "${need}MiB" --checksums --json 2>"$T/err") && [ "$(echo "$out" | sums)" = "$mref" ] \
+            || fail "cooperative, blocks, suggested staging '$need': $(cat "$T/out" "$T/err")"
         # the ranks' reads are disjoint chunks of whole blocks: checked bytes = bytes read
         [ "$(echo "$out" | nums verified_bytes)" = "$(echo "$out" | nums bytes_read | cut -d' ' -f1) " ] \
             || fail "cooperative, blocks: verified bytes: $out"

@@ -6,10 +6,14 @@
  *   the devices (or the ring as given) -> padding zeroed -> chunks -> slots fitted to the chunks
  *   -> conversion helpers -> staging (pinned) -> the read engine. */
 #include "load/read_ctx.h"
+#include "load/read_step.h"
 
 #include <assert.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "common/sl_bytes.h"
 
 static sl_status rd_host_ptrs(rd_ctx *x)
 {
@@ -44,6 +48,40 @@ static sl_status rd_verify_chunk_opts(const rd_ctx *x, rd_chunk_opts *co, uint64
         co->whole = v;
     }
     return SL_OK;
+}
+
+/* By blocks each chunk is whole blocks, hashed on its own, so one read request must hold the
+ * largest block. Said here, with the budget that would do, rather than by the chunk planner: here
+ * the slots are known. A budget shared by fixed slots (the stepwise path: 2 read, the rest
+ * received from other ranks) needs a block in each, plus at most RD_RING_MAX of ring. */
+static sl_status rd_check_blocks(const rd_ctx *x, const rd_config *c)
+{
+    uint64_t block = 0;
+    for (int64_t f = 0; f < x->files.n; f++)
+        block = sl_max_u64(block, rd_verify_block_bytes(x->verify, f));
+    if (block <= x->request)
+        return SL_OK;
+    const uint64_t mib = (uint64_t)1 << 20, slot = block + RD_SLOT_SLACK;
+    if (x->o->request_bytes && x->o->request_bytes < block && !c->slot_bytes)
+        return sl_err_set(x->err, SL_E_INVALID_ARG, "--verify: the manifest's blocks (%llu bytes) "
+                          "do not fit a read request of %llu bytes: give --request of at least "
+                          "%llu bytes", (unsigned long long)block,
+                          (unsigned long long)x->request, (unsigned long long)block);
+    const unsigned shares = c->slot_bytes ? x->n_slots + x->extra_slots : 2;
+    uint64_t need = sl_align_up(slot * shares + x->bounce_bytes, mib);
+    /* fixed slots: what the budget keeps for the ring first (sl_rd_ring_budget, at most 4 MiB) */
+    while (c->slot_bytes && need - sl_rd_ring_budget(need) < slot * shares)
+        need += mib;
+    SL_CHECK(!c->slot_bytes || slot * shares <= INT_MAX, x->err, SL_E_INVALID_ARG, "--verify: the "
+             "manifest's blocks (%llu bytes) do not fit: %u slots of one block each exceed the "
+             "2 GiB one exchange can address; use fewer ranks, or --dist independent",
+             (unsigned long long)block, shares);
+    return sl_err_set(x->err, SL_E_INVALID_ARG, "--verify: the manifest's blocks (%llu bytes) do "
+                      "not fit a read request of %llu bytes (the staging budget is cut into %u "
+                      "slots%s): give --staging of at least %llu MiB",
+                      (unsigned long long)block, (unsigned long long)x->request, shares,
+                      c->slot_bytes ? ", two read and the rest received from other ranks" : "",
+                      (unsigned long long)(need / mib));
 }
 
 /* The chunk planner's inputs, taken from the opened files and the devices. */
@@ -139,6 +177,8 @@ sl_status rd_setup(rd_ctx *x, const rd_config *c)
     else
         rd_plan_ring(x, c->ring_bytes);
     SL_TRY(sl_load_zero_pads(x->p, x->devs, x->local, 0, x->err));      /* local devices only */
+    if (x->verify && rd_verify_by_blocks(x->verify))
+        SL_TRY(rd_check_blocks(x, c));
     SL_TRY(rd_plan_chunks(x));
     x->planned = 1;
     if (x->chunks.n == 0)
