@@ -7,7 +7,8 @@ install on the GPU machine. Also shardload.jax onto the GPUs (JAX's CUDA plugin)
 result, with its slabs DMA-mapped (client.dma_map) and plain, and the tpu-inference way (safe_open +
 device_put per tensor). Knobs: GPU_JAX_LAYERS (default 8), GPU_JAX_REPS (default 2). Prints one JSON line
 {"python": {...}}; the torch and JAX parts are reported as skipped where torch has no CUDA or JAX
-no GPU (the dry run on the host-memory stand-in)."""
+no GPU (the dry run on the host-memory stand-in). GPU_JAX_PLATFORM=cpu runs the JAX part on JAX's CPU
+devices instead (tests/python/test_gpu_scripts.py)."""
 import json
 import os
 import sys
@@ -50,6 +51,8 @@ def torch_checks(ck, m, r):
 JAX_LAYERS = int(os.environ.get("GPU_JAX_LAYERS", "8"))   # the embedding and this many layers
 JAX_STAGING = 512 << 20   # for the dma / plain pair: slabs of 224 MiB hold Llama-3-8B's largest box
 JAX_REPS = int(os.environ.get("GPU_JAX_REPS", "2"))
+# "cpu": the JAX part on JAX's CPU devices, for the dry run (tests/python/test_gpu_python.py)
+JAX_PLATFORM = os.environ.get("GPU_JAX_PLATFORM", "gpu")
 
 
 def jax_checks(ck, r):
@@ -64,7 +67,7 @@ def jax_checks(ck, r):
     import numpy as np
     import shardload.jax as sj
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-    gpus = jax.devices("gpu")
+    gpus = jax.devices(JAX_PLATFORM)
     layers = tuple(f"model.layers.{i}." for i in range(JAX_LAYERS))
     names = [t.name for t in shardload.open(ck).tensors
              if t.name.startswith(("model.embed_tokens",) + layers)]
@@ -81,7 +84,7 @@ def jax_checks(ck, r):
         arrays, s = timed(lambda: jax.block_until_ready(sj.load(ck, mesh, specs, stats=st, **kw)))
         equal.append(all(np.array_equal(np.asarray(arrays[n]).view(np.uint8), ref[n].view(np.uint8))
                          for n in names))
-        on = all(sh.device.platform == "gpu" for a in arrays.values() for sh in a.addressable_shards)
+        on = all(sh.device.platform == JAX_PLATFORM for a in arrays.values() for sh in a.addressable_shards)
         nbytes = sum(a.nbytes for a in arrays.values())
         del arrays
         keep = ("staging", "dma", "groups", "slabs", "reused", "oversize_groups", "copied_bytes",
@@ -135,7 +138,7 @@ def main():
         torch_checks(ck, m, r)
     try:
         import jax
-        if not jax.devices("gpu"):
+        if not jax.devices(JAX_PLATFORM):
             raise RuntimeError("no GPU devices")
     except Exception as e:  # noqa: BLE001 - no JAX or no CUDA plugin: reported, not a failure
         r["jax_skipped"] = str(e)[:200]

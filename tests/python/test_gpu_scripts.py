@@ -1,0 +1,49 @@
+"""bench/gpu_python.py, the Python part of bench/gpu_check.sh, run through here on the CUDA stand-in
+and with its JAX part on JAX's CPU devices (GPU_JAX_PLATFORM=cpu), and its JSON rendered by
+bench/gpu_report.py: a GPU machine is lent for minutes, so a mistake in the script's own code (an
+API it calls wrongly, a key the report expects) must show here, not there."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import shardload
+from sl_fixtures import TESTS, TINY, fake_cudart, write_config  # noqa: F401 - fixtures
+
+BENCH = TESTS.parent / "bench"
+
+
+def _report_module():
+    spec = importlib.util.spec_from_file_location("gpu_report", BENCH / "gpu_report.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_gpu_python_dry_run(tmp_path: Path, fake_cudart: str) -> None:
+    # a vocabulary 8 devices divide: the script shards the embedding over every device, as JAX
+    # allows for Llama-3-8B's 128,256 rows on up to 8 GPUs
+    ck = tmp_path / "ck"
+    shardload.synth(write_config(tmp_path / "config.json", dict(TINY, vocab_size=1024)), ck)
+    env = dict(os.environ, SL_CUDART=fake_cudart, FAKE_CUDA_GPUS="1", FAKE_CUDA_MEM=str(1 << 30),
+               GPU_JAX_PLATFORM="cpu", GPU_JAX_LAYERS="1", GPU_JAX_REPS="1",
+               XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    out = subprocess.run([sys.executable, str(BENCH / "gpu_python.py"), str(ck)], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    p = json.loads(out.stdout.strip().splitlines()[-1])["python"]
+    assert p["checksums_equal"] is True
+    # the JAX part ran (not skipped) and every load equals the CPU one, on the platform asked for
+    assert "jax_skipped" not in p, p.get("jax_skipped")
+    assert p["jax_equal_cpu"] is True and p["jax_on_gpus"] is True
+    assert p["jax_bytes"] > 0 and p["jax_pair_staging"] == 512 << 20
+    assert p["jax_plain_stats"]["dma"] == "off"
+    line = _report_module().python_line(p)
+    assert "cuda checksums = cpu: yes" in line
+    assert "`shardload.jax.load` onto the GPUs" in line and "equal to its CPU result: yes" in line
+    assert "slabs DMA-mapped" in line and "vs plain (dma=False)" in line
