@@ -12,9 +12,10 @@
 # "GPU" section (bench/gpu_report.py) to bench/gpu.md and $OUT (or $GPU_WORK), and puts it into
 # bench/RESULTS.md in place of the previous one (make bench keeps it).
 #
-# Needs: cmake, a C compiler, jansson and xxhash (liburing optional) either installed or extracted
-# into .devdeps by scripts/devdeps.sh (for machines where nothing can be installed; should the
-# build still fail, a binary built elsewhere from the same tree in .devbuild/shardload is used), an NVIDIA
+# Needs: a C compiler (and cmake; without it, or should its build fail, scripts/cc_build.sh builds
+# with the compiler alone), jansson and xxhash (liburing optional) either installed or extracted
+# into .devdeps by scripts/devdeps.sh (for machines where nothing can be installed; should both
+# builds fail, the binary and library built elsewhere from the same tree in .devbuild/), an NVIDIA
 # driver and libcudart (found by shardload at run time, or searched here; SL_CUDART to pick one).
 # The PyTorch parts need torch and safetensors in python3 and are reported as skipped without them.
 #
@@ -94,11 +95,17 @@ if [ -n "${GPU_SL:-}" ]; then true; else build; fi
 case $? in
 0) ;;
 *) cp "$WORK/cmake.log" "$WORK/build.log" "$OUTD/" 2>/dev/null
-   why="$(tail -3 "$WORK/cmake.log" | tr '\n' ' ') $(grep -m3 -i error "$WORK/build.log" 2>/dev/null | tr '\n' ' ')"
-   # A binary built elsewhere from the same tree (see the header) beats no run at all.
-   [ -x "$ROOT/.devbuild/shardload" ] || die "build failed: $why"
-   say "build failed here ($why); using .devbuild/shardload, built elsewhere from this tree"
-   SL=$ROOT/.devbuild/shardload ;;
+   why=$(echo "$(tail -3 "$WORK/cmake.log") $(grep -m3 -i error "$WORK/build.log" 2>/dev/null)" | tr -s '\n ' '  ' | sed 's/ $//')
+   # Without cmake (or with one that fails): the compiler alone (scripts/cc_build.sh), then a
+   # binary built elsewhere from the same tree (see the header): either beats no run at all.
+   if bash "$ROOT/scripts/cc_build.sh" "$BUILD" >"$WORK/cc_build.log" 2>&1; then
+       say "cmake build failed ($why); built with scripts/cc_build.sh: $(tail -1 "$WORK/cc_build.log")"
+   else
+       cp "$WORK/cc_build.log" "$OUTD/" 2>/dev/null
+       [ -x "$ROOT/.devbuild/shardload" ] || die "build failed: $why; cc_build: $(tail -2 "$WORK/cc_build.log" | tr '\n' ' ')"
+       say "build failed here ($why; cc_build: $(tail -1 "$WORK/cc_build.log")); using .devbuild, built elsewhere from this tree"
+       SL=$ROOT/.devbuild/shardload
+   fi ;;
 esac
 say "built $SL ($(grep -o 'SL_HAVE_URING:[A-Z]*=[A-Z]*' "$BUILD/CMakeCache.txt" 2>/dev/null || echo io_uring ?))"
 
