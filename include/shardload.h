@@ -149,6 +149,10 @@ sl_status sl_checkpoint_open_opts(const char *path, const struct sl_load_opts *o
  * SL_E_INVALID_ARG for a local checkpoint. A one-line message goes to err (errlen bytes). */
 sl_status sl_checkpoint_fetch(const sl_checkpoint *ck, const char *name, const char *dest, char *err,
                               size_t errlen);
+/* n bytes at offset of file `file` into buf (local pread or ranged GET, the checkpoint's settings);
+ * SL_E_INVALID_ARG past the file's end, SL_E_CHANGED if it changed since the open; message to err. */
+sl_status sl_checkpoint_read(const sl_checkpoint *ck, int64_t file, uint64_t offset, void *buf, size_t n,
+                             char *err, size_t errlen);
 void sl_checkpoint_close(sl_checkpoint *ck);
 const char *sl_checkpoint_errmsg(const sl_checkpoint *ck);
 /* What an open found odd but not wrong, e.g. an index whose metadata.total_size does not match
