@@ -3,8 +3,9 @@
 # ETags and keep-alive (tests/http_range_server.py), started and stopped here. A directory URL with
 # an index and a single .safetensors URL load equal to the same files loaded from disk, byte for
 # byte, for several meshes, range sizes and connection counts, through the same bounded staging;
-# each object byte is fetched once; 403, 404, a refused connection, a missing index or config are
-# one line naming the URL, never a password given in it.
+# each object byte is fetched once; a static-FP8 MoE checkpoint (expert input scales compared at
+# plan time) loads equal to the local one, and unequal scales fail as locally; 403, 404, a refused
+# connection, a missing index or config are one line naming the URL, never a password given in it.
 # Usage: cli_http.sh path/to/shardload
 set -u
 SL=${1:?usage: cli_http.sh SHARDLOAD}
@@ -17,6 +18,30 @@ cp -r "$W/ck" "$W/denied"
 cp -r "$W/ck" "$W/noconfig" && rm "$W/noconfig/config.json"
 cp -r "$W/ck" "$W/hole" && rm "$W/hole/model-00003-of-00006.safetensors"
 mkdir "$W/noindex" && cp "$W/ck"/model-0000[1-6]-of-00006.safetensors "$W/ck/config.json" "$W/noindex/"
+# a Mixtral with AutoFP8 static activation scales (per-expert input scales, which the planner
+# reads: w1's and w3's must be equal) in several files, and a copy where one expert's w3 input
+# scale is twice its w1's
+cat >"$T/mxs.json" <<'JSON'
+{"architectures":["MixtralForCausalLM"],"hidden_size":64,"intermediate_size":128,
+ "num_attention_heads":4,"num_key_value_heads":2,"num_hidden_layers":2,"vocab_size":130,
+ "num_local_experts":6,"torch_dtype":"bfloat16",
+ "quantization_config":{"quant_method":"fp8","activation_scheme":"static"}}
+JSON
+"$SL" synth --config "$T/mxs.json" "$W/fp8" --max-shard-size 64KB >/dev/null || fail "synth static fp8"
+cp -r "$W/fp8" "$W/fp8bad"
+BAD=model.layers.1.block_sparse_moe.experts.2
+python3 - "$W/fp8bad" "$BAD.w3.input_scale" <<'PY' || fail "fp8bad: w3's input scale not rewritten"
+import json, os, struct, sys
+d, name = sys.argv[1:]
+path = os.path.join(d, json.load(open(os.path.join(d, "model.safetensors.index.json")))["weight_map"][name])
+with open(path, "r+b") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    at = 8 + n + json.loads(f.read(n))[name]["data_offsets"][0]
+    f.seek(at)
+    v = struct.unpack("<f", f.read(4))[0]
+    f.seek(at)
+    f.write(struct.pack("<f", 2 * v))
+PY
 start_http "$W" --log "$T/http.log" --deny denied
 L=(timeout 60 "$SL" load)
 
@@ -62,7 +87,30 @@ for f in "$T"/rs_local/*; do
     cmp -s "$f" "$T/rs_http/$(basename "$f")" || fail "reshard http: $(basename "$f") differs"
 done
 
-# 2. one-line errors naming the URL
+# 2. a static-FP8 MoE checkpoint: the planner reads each expert's w1 and w3 input scales from the
+# server (a few ranged GETs, at most one per file here: synth writes a file's F32 scalars
+# together) and the load equals the local one; unequal scales fail as locally, naming both
+# tensors (and the URL for the folder)
+for mesh in "--tp 2" "--tp 4 --ep"; do
+    ref=$("$SL" load "$W/fp8" $mesh --checksums --json | sums)
+    [ -n "$ref" ] || { fail "static fp8 local $mesh"; continue; }
+    [ "$("${L[@]}" "$HTTP/fp8/" $mesh --checksums --json 2>"$T/err" | sums)" = "$ref" ] ||
+        fail "static fp8 over http $mesh: checksums differ: $(cat "$T/err")"
+done
+: >"$T/http.log"
+"$SL" plan "$HTTP/fp8/" --tp 2 >/dev/null 2>"$T/err" || fail "static fp8 plan over http: $(cat "$T/err")"
+files=$(ls "$W/fp8"/*.safetensors | wc -l)
+gets=$(awk '$2 == 206 && $4 != "-" && $4 > 8' "$T/http.log" | wc -l)
+[ "$gets" -ge 1 ] && [ "$gets" -le "$files" ] || fail "static fp8 plan: $gets scale GETs for $files files"
+"$SL" load "$W/fp8bad" --tp 2 >/dev/null 2>"$T/lerr"
+one_line_error $? "$T/lerr" "input_scales of w1 and w3 of a layer must be equal: checkpoint tensors '$BAD.w1.input_scale' (F32 0x[0-9a-f]*) and '$BAD.w3.input_scale' (F32 0x[0-9a-f]*) differ" ||
+    fail "static fp8 unequal scales, local: $(cat "$T/lerr")"
+"${L[@]}" "$HTTP/fp8bad/" --tp 2 >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "$HTTP/fp8bad: input_scales of w1 and w3" &&
+    [ "$(cat "$T/err")" = "$(sed "s|$W/fp8bad|$HTTP/fp8bad|" "$T/lerr")" ] ||
+    fail "static fp8 unequal scales over http: '$(cat "$T/err")', locally '$(cat "$T/lerr")'"
+
+# 3. one-line errors naming the URL
 "${L[@]}" "$HTTP/hole/" --tp 2 >/dev/null 2>"$T/err"
 one_line_error $? "$T/err" "$HTTP/hole/model-00003-of-00006.safetensors: not found (HTTP 404)" || fail "404: $(cat "$T/err")"
 "${L[@]}" "$HTTP/denied/" --tp 2 >/dev/null 2>"$T/err"

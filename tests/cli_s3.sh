@@ -2,9 +2,10 @@
 # cli_s3.sh - checkpoints in S3 (issue 17 items 1, 2, 5), from moto's S3 server on loopback (moto
 # [server] in .venv, python/requirements-test.txt), started and stopped here, with its IAM checks
 # on: every request must carry a SigV4 signature of an existing access key. s3://bucket/prefix/
-# with an index, a prefix without one (ListObjectsV2) and one object load equal to the local files,
-# byte for byte, path-style and virtual-host; credentials from the environment, from a
-# ~/.aws/credentials profile (AWS_PROFILE or --s3-profile), temporary ones with a session token;
+# with an index, a prefix without one (ListObjectsV2), one object and a static-FP8 MoE checkpoint
+# (expert input scales read at plan time) load equal to the local files, byte for byte, path-style
+# and virtual-host; credentials from the environment, from a ~/.aws/credentials profile
+# (AWS_PROFILE or --s3-profile), temporary ones with a session token;
 # the endpoint from --s3-endpoint or AWS_ENDPOINT_URL; resets, 503s and truncated bodies through
 # tests/fault_proxy.py are survived; a wrong secret, an unknown key, no key, a temporary key
 # without its token, a missing prefix, bucket or object, and an object replaced mid-load fail in
@@ -21,6 +22,15 @@ tiny_config "$T/tiny.json"
 "$SL" synth --config "$T/tiny.json" "$T/ck" --max-shard-size 600KB >/dev/null || { fail "synth"; finish; }
 "$SL" synth --config "$T/tiny.json" "$T/one" --seed 5 >/dev/null || { fail "synth one"; finish; }
 mkdir "$T/noindex" && cp "$T/ck"/model-0000[1-6]-of-00006.safetensors "$T/ck/config.json" "$T/noindex/"
+# a Mixtral with AutoFP8 static activation scales: the planner reads each expert's w1 and w3
+# input scales (signed ranged GETs)
+cat >"$T/mxs.json" <<'JSON'
+{"architectures":["MixtralForCausalLM"],"hidden_size":64,"intermediate_size":128,
+ "num_attention_heads":4,"num_key_value_heads":2,"num_hidden_layers":2,"vocab_size":130,
+ "num_local_experts":6,"torch_dtype":"bfloat16",
+ "quantization_config":{"quant_method":"fp8","activation_scheme":"static"}}
+JSON
+"$SL" synth --config "$T/mxs.json" "$T/fp8" --max-shard-size 64KB >/dev/null || { fail "synth static fp8"; finish; }
 # a copy with one byte flipped near the end of shard 2's data (for --verify)
 cp -r "$T/ck" "$T/corrupt"
 f2="$T/corrupt/model-00002-of-00006.safetensors"
@@ -29,7 +39,7 @@ printf '\x5a' | dd of="$f2" bs=1 seek=$((sz - 3)) conv=notrunc status=none
 (cd "$T/ck" && sha256sum ./*.safetensors | sed 's|  \./|  |') >"$T/manifest"
 s3 user "$T/keys" && s3 upload models tinyllama "$T/ck" && s3 upload models flat "$T/noindex" &&
     s3 upload models single "$T/one" && s3 upload models "my dir" "$T/ck" && s3 upload models replaced "$T/ck" &&
-    s3 upload models corrupt "$T/corrupt" ||
+    s3 upload models corrupt "$T/corrupt" && s3 upload models fp8static "$T/fp8" ||
     { fail "moto set-up"; finish; }
 s3 role "$T/rkeys" || { fail "moto role"; finish; }
 s3 auth 0 || { fail "moto auth"; finish; }
@@ -52,6 +62,8 @@ ref2=$("$SL" load "$T/ck" --tp 2 --pp 2 --checksums --json | sums)
     fail "s3 key with a space: $(cat "$T/err")"
 [ "$("${L[@]}" s3://models/single/model.safetensors --tp 2 --checksums --json 2>"$T/err" | sums)" = \
   "$("$SL" load "$T/one" --tp 2 --checksums --json | sums)" ] || fail "s3 single object: $(cat "$T/err")"
+[ "$("${L[@]}" s3://models/fp8static/ --tp 4 --ep --checksums --json 2>"$T/err" | sums)" = \
+  "$("$SL" load "$T/fp8" --tp 4 --ep --checksums --json | sums)" ] || fail "s3 static fp8 MoE: $(cat "$T/err")"
 # virtual-host addressing (BUCKET.localhost: curl resolves *.localhost to the loopback itself)
 VH=(timeout 60 "$SL" load --s3-endpoint "http://localhost:$(port_of "$S3E")" --s3-virtual-host --tp 4 --checksums --json)
 [ "$("${VH[@]}" s3://models/tinyllama/ 2>"$T/err" | sums)" = "$ref4" ] || fail "virtual-host: $(cat "$T/err")"

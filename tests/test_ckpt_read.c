@@ -2,7 +2,8 @@
  * through the planner): the bytes of a tensor and of the whole file as written; a range past the
  * end, one whose end overflows, a file index out of range and NULL arguments refused with
  * SL_E_INVALID_ARG and a message naming the file; a file rewritten, cut or removed since the open
- * is SL_E_CHANGED / SL_E_NOT_FOUND, never other bytes. Exit 0 pass, 1 fail. */
+ * is SL_E_CHANGED / SL_E_NOT_FOUND, never other bytes; the planner's reads of a static-FP8 MoE
+ * checkpoint's input scales report such a file with the scale's name. Exit 0 pass, 1 fail. */
 #include "shardload.h"
 
 #include "expect.h"
@@ -115,6 +116,41 @@ static void changed(const sl_checkpoint *ck)
     expect_err("removed", st, err, SL_E_NOT_FOUND, "cannot open", 1);
 }
 
+/* The planner reads a static-FP8 MoE checkpoint's expert input scales through sl_checkpoint_read:
+ * a plan, then, once the files' modification times changed, SL_E_CHANGED naming the file and the
+ * scale it was reading. */
+static void planner(void)
+{
+    char cfg[300], ck_dir[300], err[512], cmd[700];
+    snprintf(cfg, sizeof cfg, "%s/mx.json", dir);
+    snprintf(ck_dir, sizeof ck_dir, "%s/mx", dir);
+    tu_write_text(cfg, "{\"architectures\":[\"MixtralForCausalLM\"],\"hidden_size\":64,\"intermediate_size\":"
+                       "128,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"num_hidden_layers\":2,"
+                       "\"vocab_size\":130,\"num_local_experts\":4,\"torch_dtype\":\"bfloat16\",\"quantization_"
+                       "config\":{\"quant_method\":\"fp8\",\"activation_scheme\":\"static\"}}");
+    EXPECT(sl_synth(cfg, NULL, ck_dir, -1, 3, 1 << 16, err, sizeof err) == SL_OK, "synth: %s", err);
+    sl_checkpoint *ck = NULL;
+    EXPECT(sl_checkpoint_open(ck_dir, &ck) == SL_OK, "open %s: %s", ck_dir, sl_checkpoint_errmsg(ck));
+    sl_plan_opts o;
+    sl_plan_opts_init(&o);
+    o.config_path = cfg;
+    o.tp = 2;
+    sl_plan *p = NULL;
+    EXPECT(sl_plan_build(ck, &o, &p) == SL_OK, "plan: %s", sl_plan_errmsg(p));
+    sl_plan_free(p);
+    p = NULL;
+    snprintf(cmd, sizeof cmd, "touch -d @1000000000 '%s'/*.safetensors", ck_dir);
+    EXPECT(system(cmd) == 0, "%s", cmd);
+    const sl_status st = sl_plan_build(ck, &o, &p);
+    const char *msg = sl_plan_errmsg(p);
+    EXPECT(st == SL_E_CHANGED && strstr(msg, ck_dir) &&
+               strstr(msg, "file changed since the checkpoint was opened") &&
+               strstr(msg, "(reading the input scale 'model.layers."),
+           "plan of changed files: %s: %s", sl_status_str(st), msg);
+    sl_plan_free(p);
+    sl_checkpoint_close(ck);
+}
+
 int main(void)
 {
     tu_tmpdir(dir, sizeof dir, "ckread");
@@ -129,6 +165,7 @@ int main(void)
     range_errors(ck);
     changed(ck);
     sl_checkpoint_close(ck);
+    planner();
     tu_rm_rf(dir);
     if (expect_failures)
         fprintf(stderr, "test_ckpt_read: %d failures\n", expect_failures);

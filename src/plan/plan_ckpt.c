@@ -2,15 +2,14 @@
  * unclaimed tensors, wrong shapes, unconvertible dtypes and missing parameters are errors. */
 #include "plan/plan_ctx.h"
 
-#include "common/sl_file.h"
+#include "common/sl_grow.h"
 #include "common/sl_strbuf.h"
 #include "common/sl_text.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 /* Names vLLM's AutoWeightsLoader drops before any rule is consulted. */
 static const char *const skip_substrings[] = {"rotary_emb.inv_freq", "rotary_emb.cos_cached",
@@ -333,77 +332,145 @@ static sl_status check_missing(plan_ctx *c)
 /* ---- an expert's w1 and w3 input scales --------------------------------------------------------- */
 
 /* vLLM's w13_input_scale holds one scalar per expert, which w1's and w3's input scales both write:
- * the spec wants them bitwise equal, so they are read here (4 bytes each, static MoE
- * checkpoints only) and compared. */
-typedef struct scale_reader {
-    int fd;
-    int32_t file;
-} scale_reader;
+ * the spec wants them bitwise equal, so they are read here (2 or 4 bytes each, static MoE
+ * checkpoints only) and compared. They are read through sl_checkpoint_read, from a local file or a
+ * remote one alike, in few reads: sorted by place, the scales of a file that lie within SCALE_GAP
+ * bytes of each other are read as one span of at most SCALE_SPAN bytes. safetensors writers put
+ * the small F32 tensors of a file together, so a file's scales are usually one read (one GET). */
+#define SCALE_GAP ((uint64_t)64 << 10)
+#define SCALE_SPAN ((uint64_t)1 << 20)
 
-static sl_status scale_read(plan_ctx *c, scale_reader *rd, const plan_src *s, const char *name,
-                            uint32_t *bits)
+typedef struct scale_ref {
+    int64_t tensor;       /* model tensor */
+    int32_t file;         /* where it is (plan_src) */
+    uint64_t offset;
+    size_t n;             /* 2 or 4 bytes */
+    uint32_t bits;        /* the bytes as a little-endian integer, once read */
+} scale_ref;
+
+typedef struct scale_set {
+    scale_ref *refs;      /* w1's then w3's of each pair, in the order they are compared */
+    size_t n, cap;
+    scale_ref **sorted;   /* by (file, offset) */
+    unsigned char *span;  /* SCALE_SPAN bytes */
+} scale_set;
+
+static sl_status scale_add(plan_ctx *c, scale_set *ss, int64_t tensor)
 {
-    const char *path = sl_checkpoint_file_path(c->ck, s->file);
-    char nb[SL_TEXT_NAME];
-    if (rd->file != s->file) {
-        if (rd->fd >= 0)
-            close(rd->fd);
-        struct stat sb;
-        rd->file = s->file;
-        rd->fd = path && !strstr(path, "://") ? sl_file_open_regular(path, &sb) : -1;
-        SL_CHECK(path && !strstr(path, "://"), &c->p->err, SL_E_UNSUPPORTED, "%s: checkpoint tensor "
-                 "'%s': the static input scales of a remote checkpoint's experts cannot be compared "
-                 "yet (a local copy can)", path ? path : "?", sl_text_name(name, nb, sizeof nb));
-        SL_CHECK(rd->fd >= 0, &c->p->err, SL_E_IO, "%s: cannot open to read input scale '%s'", path,
-                 sl_text_name(name, nb, sizeof nb));
-    }
-    unsigned char b[4] = {0};
-    const size_t n = sl_dtype_bits(s->dtype) / 8;
-    SL_CHECK(n <= 4 && sl_pread_full(rd->fd, b, n, s->offset) == 0, &c->p->err, SL_E_IO,
-             "%s: cannot read input scale '%s'", path, sl_text_name(name, nb, sizeof nb));
-    *bits = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+    const plan_src *s = &c->src[tensor];
+    scale_ref *nr = sl_grow(ss->refs, &ss->cap, ss->n, sizeof *nr, 256);
+    SL_CHECK(nr != NULL, &c->p->err, SL_E_NOMEM, "out of memory");
+    ss->refs = nr;
+    ss->refs[ss->n] = (scale_ref){.tensor = tensor, .file = s->file, .offset = s->offset,
+                                  .n = sl_dtype_bits(s->dtype) / 8};
+    assert(ss->refs[ss->n].n >= 1 && ss->refs[ss->n].n <= 4);   /* bind_one took F32, BF16, F16 only */
+    ss->n++;
     return SL_OK;
 }
 
-static sl_status input_pair(plan_ctx *c, scale_reader *rd, int64_t a, int64_t b)
-{
-    const plan_src *sa = &c->src[a], *sb = &c->src[b];
-    const char *na = c->m->tensors[a].name, *nb = c->m->tensors[b].name;
-    uint32_t va = 0, vb = 0;
-    SL_TRY(scale_read(c, rd, sa, na, &va));
-    SL_TRY(scale_read(c, rd, sb, nb, &vb));
-    char ba[SL_TEXT_NAME], bb[SL_TEXT_NAME];
-    SL_CHECK(sa->dtype == sb->dtype && va == vb, &c->p->err, SL_E_UNSUPPORTED, "%s: input_scales of "
-             "w1 and w3 of a layer must be equal: checkpoint tensors '%s' (%s 0x%08x) and '%s' (%s "
-             "0x%08x) differ (vLLM keeps one input scale per expert)", ckpt_name(c),
-             sl_text_name(na, ba, sizeof ba), sl_dtype_name(sa->dtype), (unsigned)va,
-             sl_text_name(nb, bb, sizeof bb), sl_dtype_name(sb->dtype), (unsigned)vb);
-    return SL_OK;
-}
-
-static sl_status check_input_rule(plan_ctx *c, scale_reader *rd, int32_t ri)
+static sl_status scale_collect_rule(plan_ctx *c, scale_set *ss, int32_t ri)
 {
     const sl_arch *m = c->m;
     const int32_t r0 = m->groups[m->rules[ri].group].rules[0];
     for (int64_t l = 0; l < m->cfg.L; l++) {
-        for (int64_t e = 0; e < m->cfg.E && sl_arch_rule_at(m, ri, l); e++)
-            SL_TRY(input_pair(c, rd, sl_arch_tensor_index(m, r0, l, e), sl_arch_tensor_index(m, ri, l, e)));
+        for (int64_t e = 0; e < m->cfg.E && sl_arch_rule_at(m, ri, l); e++) {
+            SL_TRY(scale_add(c, ss, sl_arch_tensor_index(m, r0, l, e)));
+            SL_TRY(scale_add(c, ss, sl_arch_tensor_index(m, ri, l, e)));
+        }
     }
+    return SL_OK;
+}
+
+static int ref_cmp(const void *pa, const void *pb)
+{
+    const scale_ref *a = *(scale_ref *const *)pa, *b = *(scale_ref *const *)pb;
+    if (a->file != b->file)
+        return a->file < b->file ? -1 : 1;
+    return a->offset < b->offset ? -1 : a->offset > b->offset;
+}
+
+/* From sorted[i], the refs of its file within one span: returns the end of them in sorted, and
+ * the span's end offset in *last. */
+static size_t span_end(const scale_set *ss, size_t i, uint64_t *last)
+{
+    const scale_ref *r0 = ss->sorted[i];
+    size_t j = i;
+    *last = r0->offset;
+    for (; j < ss->n; j++) {
+        const scale_ref *r = ss->sorted[j];
+        const uint64_t e = r->offset + r->n;
+        if (r->file != r0->file || r->offset > *last + SCALE_GAP || e - r0->offset > SCALE_SPAN)
+            break;
+        *last = e > *last ? e : *last;
+    }
+    return j;
+}
+
+/* Reads the span starting at sorted[i] and fills the bits of the refs in it; *next: the first
+ * ref after it. */
+static sl_status span_read(plan_ctx *c, scale_set *ss, size_t i, size_t *next)
+{
+    const scale_ref *r0 = ss->sorted[i];
+    uint64_t last = 0;
+    *next = span_end(ss, i, &last);
+    char msg[512], nb[SL_TEXT_NAME];
+    const size_t len = (size_t)(last - r0->offset);   /* at most SCALE_SPAN */
+    const sl_status st = sl_checkpoint_read(c->ck, r0->file, r0->offset, ss->span, len, msg, sizeof msg);
+    SL_CHECK(st == SL_OK, &c->p->err, st, "%s (reading the input scale '%s')", msg,
+             sl_text_name(c->m->tensors[r0->tensor].name, nb, sizeof nb));
+    for (size_t k = i; k < *next; k++) {
+        scale_ref *r = ss->sorted[k];
+        const unsigned char *b = ss->span + (r->offset - r0->offset);
+        r->bits = 0;
+        for (size_t q = 0; q < r->n; q++)
+            r->bits |= (uint32_t)b[q] << (8 * q);
+    }
+    return SL_OK;
+}
+
+static sl_status scale_read_all(plan_ctx *c, scale_set *ss)
+{
+    ss->sorted = malloc(ss->n * sizeof *ss->sorted);
+    ss->span = malloc((size_t)SCALE_SPAN);
+    SL_CHECK(ss->sorted && ss->span, &c->p->err, SL_E_NOMEM, "out of memory");
+    for (size_t i = 0; i < ss->n; i++)
+        ss->sorted[i] = &ss->refs[i];
+    qsort(ss->sorted, ss->n, sizeof *ss->sorted, ref_cmp);
+    for (size_t i = 0; i < ss->n;)
+        SL_TRY(span_read(c, ss, i, &i));
+    return SL_OK;
+}
+
+static sl_status input_pair(plan_ctx *c, const scale_ref *ra, const scale_ref *rb)
+{
+    const plan_src *sa = &c->src[ra->tensor], *sb = &c->src[rb->tensor];
+    const char *na = c->m->tensors[ra->tensor].name, *nb = c->m->tensors[rb->tensor].name;
+    char ba[SL_TEXT_NAME], bb[SL_TEXT_NAME];
+    SL_CHECK(sa->dtype == sb->dtype && ra->bits == rb->bits, &c->p->err, SL_E_UNSUPPORTED, "%s: input_scales "
+             "of w1 and w3 of a layer must be equal: checkpoint tensors '%s' (%s 0x%08x) and '%s' (%s "
+             "0x%08x) differ (vLLM keeps one input scale per expert)", ckpt_name(c),
+             sl_text_name(na, ba, sizeof ba), sl_dtype_name(sa->dtype), (unsigned)ra->bits,
+             sl_text_name(nb, bb, sizeof bb), sl_dtype_name(sb->dtype), (unsigned)rb->bits);
     return SL_OK;
 }
 
 static sl_status check_input_scales(plan_ctx *c)
 {
-    scale_reader rd = {.fd = -1, .file = -1};
+    scale_set ss = {0};
     sl_status st = SL_OK;
     if (c->p->layout != SL_LAYOUT_TP)   /* spmd keeps each checkpoint tensor: nothing is shared */
         return SL_OK;
     for (int32_t ri = 0; st == SL_OK && ri < c->m->n_rules; ri++) {
         if (sl_arch_input_scale_dup(&c->m->rules[ri]))
-            st = check_input_rule(c, &rd, ri);
+            st = scale_collect_rule(c, &ss, ri);
     }
-    if (rd.fd >= 0)
-        close(rd.fd);
+    if (st == SL_OK && ss.n > 0)
+        st = scale_read_all(c, &ss);
+    for (size_t k = 0; st == SL_OK && k + 1 < ss.n; k += 2)
+        st = input_pair(c, &ss.refs[k], &ss.refs[k + 1]);
+    free(ss.span);
+    free(ss.sorted);
+    free(ss.refs);
     return st;
 }
 
