@@ -7,6 +7,8 @@
  *   http_xfer.c   one ranged GET on a curl handle: set-up, response checks (206 and Content-Range,
  *                 ETag, Last-Modified, size), what a failure means (retry, changed, fatal), backoff
  *   http_get.c    the blocking GETs of the checkpoint open, S3 ListObjectsV2
+ *   http_parse.c  what the servers send back (headers, S3 error codes, listing pages), parsed
+ *                 without a connection: built with or without libcurl, fuzzed
  *   http_many.c   many of them at once (every file's length, then every header)
  *   io_http.c     the engine: curl multi, keep-alive connections, ranges resumed after a failure
  *   http_none.c   the same entry points without libcurl: SL_E_UNSUPPORTED

@@ -106,90 +106,6 @@ static void put_query(char *dst, const char *s)
     *dst = '\0';
 }
 
-/* &amp; &lt; &gt; &quot; &apos; decoded in place */
-static void xml_unescape(char *s)
-{
-    static const struct { const char *e; char c; } ents[] = {
-        {"&amp;", '&'}, {"&lt;", '<'}, {"&gt;", '>'}, {"&quot;", '"'}, {"&apos;", '\''}};
-    char *w = s;
-    for (const char *r = s; *r;) {
-        size_t k = 0;
-        while (k < sizeof ents / sizeof ents[0] && strncmp(r, ents[k].e, strlen(ents[k].e)) != 0)
-            k++;
-        if (k < sizeof ents / sizeof ents[0]) {
-            *w++ = ents[k].c;
-            r += strlen(ents[k].e);
-        } else {
-            *w++ = *r++;
-        }
-    }
-    *w = '\0';
-}
-
-/* The text of the first <tag>...</tag> at or after p, as a new string; NULL when absent. */
-static char *xml_text(const char *p, const char *tag, const char **after)
-{
-    char open[64], close[64];
-    snprintf(open, sizeof open, "<%s>", tag);
-    snprintf(close, sizeof close, "</%s>", tag);
-    const char *a = strstr(p, open);
-    const char *b = a ? strstr(a, close) : NULL;
-    if (!a || !b)
-        return NULL;
-    a += strlen(open);
-    char *s = strndup(a, (size_t)(b - a));
-    if (s)
-        xml_unescape(s);
-    if (after)
-        *after = b + strlen(close);
-    return s;
-}
-
-typedef struct list_acc {
-    char **v;
-    size_t n, cap;
-} list_acc;
-
-static int acc_push(list_acc *a, const char *s)
-{
-    if (a->n == a->cap) {
-        const size_t cap = a->cap ? 2 * a->cap : 16;
-        char **v = realloc(a->v, cap * sizeof *v);
-        if (!v)
-            return -1;
-        a->v = v;
-        a->cap = cap;
-    }
-    return (a->v[a->n] = strdup(s)) ? (int)(++a->n, 0) : -1;
-}
-
-static int ends_with(const char *s, const char *suf)
-{
-    const size_t n = strlen(s), k = strlen(suf);
-    return n > k && !strcmp(s + n - k, suf);
-}
-
-/* The page's keys directly under prefix that end in .safetensors; its continuation token. */
-static sl_status list_page(const char *xml, const char *prefix, list_acc *acc, char **token, sl_err *err)
-{
-    const char *p = xml;
-    for (const char *blk; (blk = strstr(p, "<Contents>")) != NULL;) {
-        char *key = xml_text(blk, "Key", &p);
-        if (!key)
-            break;
-        const char *rel = !strncmp(key, prefix, strlen(prefix)) ? key + strlen(prefix) : NULL;
-        const int keep = rel && *rel && !strchr(rel, '/') && ends_with(rel, ".safetensors");
-        const int bad = keep && acc_push(acc, rel) != 0;
-        free(key);
-        SL_CHECK(!bad, err, SL_E_NOMEM, "out of memory");
-    }
-    char *trunc = xml_text(xml, "IsTruncated", NULL);
-    const int more = trunc && !strcmp(trunc, "true");
-    free(trunc);
-    *token = more ? xml_text(xml, "NextContinuationToken", NULL) : NULL;
-    return SL_OK;
-}
-
 static int cmp_str(const void *a, const void *b)
 {
     return strcmp(*(char *const *)a, *(char *const *)b);
@@ -215,7 +131,7 @@ static char *list_url(const char *bucket_url, const char *prefix, const char *to
     return u;
 }
 
-static sl_status list_pages(sl_http_obj *bucket, const char *prefix, list_acc *acc, sl_err *err)
+static sl_status list_pages(sl_http_obj *bucket, const char *prefix, sl_http_names *acc, sl_err *err)
 {
     char *base = bucket->url, *token = NULL;
     sl_status st = SL_OK;
@@ -230,7 +146,7 @@ static sl_status list_pages(sl_http_obj *bucket, const char *prefix, list_acc *a
         free(bucket->url);
         bucket->url = NULL;
         if (st == SL_OK)
-            st = list_page(xml, prefix, acc, &token, err);
+            st = sl_http_list_page(xml, prefix, acc, &token, err);
         free(xml);
         if (st != SL_OK || !token)
             break;
@@ -260,7 +176,7 @@ sl_status sl_http_list(sl_http_cfg *c, const char *dir, const char *name, char *
         prefix[0] = '\0';   /* the bucket's top level */
     snprintf(bucket_name, bl + 8, "s3://%.*s/", (int)bl, rest);
     sl_http_obj bucket;
-    list_acc acc = {0};
+    sl_http_names acc = {0};
     sl_status st = sl_http_obj_init(&bucket, c, bucket_name, err);
     if (st == SL_OK)
         st = list_pages(&bucket, prefix, &acc, err);
@@ -268,9 +184,7 @@ sl_status sl_http_list(sl_http_cfg *c, const char *dir, const char *name, char *
     free(bucket_name);
     free(prefix);
     if (st != SL_OK) {
-        for (size_t i = 0; i < acc.n; i++)
-            free(acc.v[i]);
-        free(acc.v);
+        sl_http_names_free(&acc);
         return st;
     }
     if (acc.n > 1)

@@ -74,67 +74,11 @@ void xf_release(sl_http_xfer *x)
 
 /* ---- the response's headers ---- */
 
-static void copy_value(char *dst, size_t n, const char *v, size_t vl)
-{
-    while (vl > 0 && (v[vl - 1] == '\r' || v[vl - 1] == '\n' || v[vl - 1] == ' '))
-        vl--;
-    while (vl > 0 && *v == ' ') {
-        v++;
-        vl--;
-    }
-    snprintf(dst, n, "%.*s", (int)(vl < n ? vl : n - 1), v);
-}
-
-static int header_is(const char *line, size_t n, const char *name, const char **v, size_t *vl)
-{
-    const size_t k = strlen(name);
-    if (n <= k || strncasecmp(line, name, k) != 0 || line[k] != ':')
-        return 0;
-    *v = line + k + 1;
-    *vl = n - k - 1;
-    return 1;
-}
-
-/* "bytes A-B/T" or "bytes A-B/ *" */
-static void parse_content_range(sl_http_xfer *x, const char *v)
-{
-    unsigned long long a = 0, b = 0, t = 0;
-    x->has_cr = sscanf(v, " bytes %llu-%llu/%llu", &a, &b, &t) >= 2;
-    x->cr_total_known = sscanf(v, " bytes %llu-%llu/%llu", &a, &b, &t) == 3;
-    x->cr_start = a;
-    x->cr_total = t;
-}
-
 static size_t on_header(char *line, size_t size, size_t nitems, void *user)
 {
     sl_http_xfer *x = user;
-    const size_t n = size * nitems;
-    const char *v = NULL;
-    size_t vl = 0;
-    char tmp[128];
-    if (n >= 5 && !strncmp(line, "HTTP/", 5)) {   /* a new response (after a redirect or 100) */
-        x->has_cr = x->has_cl = 0;
-        x->etag[0] = x->last_modified[0] = x->sum_sha256[0] = x->sum_type[0] = '\0';
-        x->retry_after_s = 0;
-    } else if (header_is(line, n, "content-range", &v, &vl)) {
-        copy_value(tmp, sizeof tmp, v, vl);
-        parse_content_range(x, tmp);
-    } else if (header_is(line, n, "content-length", &v, &vl)) {
-        copy_value(tmp, sizeof tmp, v, vl);
-        x->has_cl = sscanf(tmp, "%" SCNu64, &x->content_length) == 1;
-    } else if (header_is(line, n, "etag", &v, &vl)) {
-        copy_value(x->etag, sizeof x->etag, v, vl);
-    } else if (header_is(line, n, "last-modified", &v, &vl)) {
-        copy_value(x->last_modified, sizeof x->last_modified, v, vl);
-    } else if (header_is(line, n, "x-amz-checksum-sha256", &v, &vl)) {
-        copy_value(x->sum_sha256, sizeof x->sum_sha256, v, vl);
-    } else if (header_is(line, n, "x-amz-checksum-type", &v, &vl)) {
-        copy_value(x->sum_type, sizeof x->sum_type, v, vl);
-    } else if (header_is(line, n, "retry-after", &v, &vl)) {
-        copy_value(tmp, sizeof tmp, v, vl);
-        x->retry_after_s = strtol(tmp, NULL, 10);
-    }
-    return n;
+    sl_http_resp_header(&x->resp, line, size * nitems);
+    return size * nitems;
 }
 
 static int xf_stop(sl_http_xfer *x, sl_status st, const char *fmt, ...) SL_PRINTF(3, 4);
@@ -162,9 +106,9 @@ static int record_first(sl_http_xfer *x, uint64_t total)
         return xf_stop(x, SL_E_INVALID_ARG, "%s: remote engine: object without a recorded size", x->obj->name);
     o->size = total;
     o->size_known = 1;
-    if (x->etag[0] && !(o->etag = strdup(x->etag)))
+    if (x->resp.etag[0] && !(o->etag = strdup(x->resp.etag)))
         return xf_stop(x, SL_E_NOMEM, "out of memory");
-    if (x->last_modified[0] && !(o->last_modified = strdup(x->last_modified)))
+    if (x->resp.last_modified[0] && !(o->last_modified = strdup(x->resp.last_modified)))
         return xf_stop(x, SL_E_NOMEM, "out of memory");
     return 0;
 }
@@ -186,10 +130,10 @@ static int check_identity(sl_http_xfer *x, uint64_t total)
         snprintf(b, sizeof b, "%" PRIu64, total);
         return changed(x, "size", a, b);
     }
-    if (o->etag && x->etag[0] && strcmp(o->etag, x->etag) != 0)
-        return changed(x, "ETag", o->etag, x->etag);
-    if (o->last_modified && x->last_modified[0] && strcmp(o->last_modified, x->last_modified) != 0)
-        return changed(x, "Last-Modified", o->last_modified, x->last_modified);
+    if (o->etag && x->resp.etag[0] && strcmp(o->etag, x->resp.etag) != 0)
+        return changed(x, "ETag", o->etag, x->resp.etag);
+    if (o->last_modified && x->resp.last_modified[0] && strcmp(o->last_modified, x->resp.last_modified) != 0)
+        return changed(x, "Last-Modified", o->last_modified, x->resp.last_modified);
     return 0;
 }
 
@@ -200,16 +144,16 @@ static int check_response(sl_http_xfer *x, long code)
     if (x->whole)
         return code == 200 ? 0 : xf_stop(x, SL_E_IO, "%s: HTTP %ld to a GET", x->obj->name, code);
     if (code == 206) {
-        if (!x->has_cr || !x->cr_total_known)
+        if (!x->resp.has_cr || !x->resp.cr_total_known)
             return xf_stop(x, SL_E_IO, "%s: HTTP 206 without a Content-Range naming the size", x->obj->name);
-        if (x->cr_start != want)
+        if (x->resp.cr_start != want)
             return xf_stop(x, SL_E_IO, "%s: asked for bytes from %" PRIu64 ", the server sent from %" PRIu64,
-                           x->obj->name, want, x->cr_start);
-        return check_identity(x, x->cr_total);
+                           x->obj->name, want, x->resp.cr_start);
+        return check_identity(x, x->resp.cr_total);
     }
     /* 200: the whole object, acceptable only when the range was all of it */
-    if (code == 200 && want == 0 && x->has_cl && x->content_length == x->len)
-        return check_identity(x, x->content_length);
+    if (code == 200 && want == 0 && x->resp.has_cl && x->resp.content_length == x->len)
+        return check_identity(x, x->resp.content_length);
     return xf_stop(x, SL_E_IO, "%s: HTTP %ld to a Range request: the server does not serve byte ranges",
                    x->obj->name, code);
 }
@@ -307,12 +251,11 @@ sl_status xf_prepare(sl_http_xfer *x, CURL *h, sl_err *err)
     x->h = h;
     x->got_at_start = x->got;
     x->checked = 0;
-    x->has_cr = x->has_cl = x->cr_total_known = 0;
-    x->etag[0] = x->last_modified[0] = x->s3_code[0] = x->sum_sha256[0] = x->sum_type[0] = '\0';
+    sl_http_resp_clear(&x->resp);
+    x->s3_code[0] = '\0';
     x->errbuf[0] = '\0';
     x->body_len = 0;
     x->body[0] = '\0';
-    x->retry_after_s = 0;
     x->fail_st = SL_OK;
     x->tries++;
     if (x->whole)
@@ -354,10 +297,7 @@ sl_status xf_prepare(sl_http_xfer *x, CURL *h, sl_err *err)
 
 static void s3_error_code(sl_http_xfer *x)
 {
-    const char *a = strstr(x->body, "<Code>");
-    const char *b = a ? strstr(a, "</Code>") : NULL;
-    if (a && b && b - a - 6 < (long)sizeof x->s3_code)
-        snprintf(x->s3_code, sizeof x->s3_code, "%.*s", (int)(b - a - 6), a + 6);
+    sl_http_s3_code(x->body, x->s3_code, sizeof x->s3_code);
 }
 
 static int retryable_curl(CURLcode rc)
@@ -394,8 +334,8 @@ static int xf_retry(sl_http_xfer *x, sl_err *err)
     const unsigned shift = x->failures - 1 < 6 ? (unsigned)x->failures - 1 : 6u;
     uint64_t delay = (uint64_t)x->tune->backoff_ms << shift;
     delay = delay / 2 + (uint64_t)rand() % (delay / 2 + 1);   /* jitter: ranges do not retry in step */
-    if (x->retry_after_s > 0) {
-        const uint64_t ra = (uint64_t)x->retry_after_s * 1000u;
+    if (x->resp.retry_after_s > 0) {
+        const uint64_t ra = (uint64_t)x->resp.retry_after_s * 1000u;
         delay = ra > delay ? (ra < x->tune->timeout_ms ? ra : x->tune->timeout_ms) : delay;
     }
     x->not_before_ms = xf_now_ms() + delay;
@@ -430,7 +370,7 @@ static int xf_http_fail(sl_http_xfer *x, long code, sl_err *err)
 /* A HEAD's answer must describe the object the open saw: its size, ETag and Last-Modified. */
 static int xf_head_done(sl_http_xfer *x, sl_err *err)
 {
-    if (check_identity(x, x->has_cl ? x->content_length : x->obj->size) != 0) {
+    if (check_identity(x, x->resp.has_cl ? x->resp.content_length : x->obj->size) != 0) {
         sl_err_set(err, x->fail_st, "%s", x->fail_msg);
         return XF_FAIL;
     }
@@ -492,66 +432,8 @@ int xf_finish(sl_http_xfer *x, CURLcode rc, sl_err *err)
 
 /* ---- the store's checksum ---- */
 
-/* Standard base64 (RFC 4648, padded) of exactly n bytes into out; -1 for anything else. */
-static int base64_decode_exact(const char *s, unsigned char *out, size_t n)
-{
-    static const char alpha[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    const size_t len = strlen(s);
-    if (len != (n + 2) / 3 * 4)
-        return -1;
-    uint32_t acc = 0;
-    unsigned bits = 0;
-    size_t got = 0, i = 0;
-    for (; i < len && s[i] != '='; i++) {
-        const char *p = strchr(alpha, s[i]);
-        if (!p || !*p)
-            return -1;
-        acc = (acc << 6) | (uint32_t)(p - alpha);
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            if (got == n)
-                return -1;
-            out[got++] = (unsigned char)(acc >> bits);
-        }
-    }
-    for (size_t k = i; k < len; k++)   /* only padding after the first '=' */
-        if (s[k] != '=')
-            return -1;
-    return got == n && (acc & ((1u << bits) - 1)) == 0 ? 0 : -1;
-}
-
-/* "...-N": the ETag S3 gives a multipart upload. */
-static int multipart_etag(const char *etag)
-{
-    size_t n = strlen(etag);
-    if (n && etag[n - 1] == '"')
-        n--;
-    size_t d = 0;
-    while (d < n && etag[n - 1 - d] >= '0' && etag[n - 1 - d] <= '9')
-        d++;
-    return d > 0 && d < n && etag[n - 1 - d] == '-';
-}
-
-/* A multipart upload's SHA-256 is COMPOSITE, the hash of its parts' hashes, "...-N" (S3 has no
- * FULL_OBJECT type for SHA-256): not the file's, so never used as one. moto's HEAD leaves out both
- * the "-N" and x-amz-checksum-type, so the multipart ETag decides too. */
 int xf_whole_sha256(const sl_http_xfer *x, char hex[65])
 {
-    static const char digits[] = "0123456789abcdef";
-    unsigned char d[32];
-    const char *etag = x->etag[0] ? x->etag : x->obj->etag ? x->obj->etag : "";
-    hex[0] = '\0';
-    if (!x->sum_sha256[0] || strchr(x->sum_sha256, '-') || multipart_etag(etag))
-        return 0;
-    if (x->sum_type[0] && strcasecmp(x->sum_type, "FULL_OBJECT") != 0)
-        return 0;
-    if (base64_decode_exact(x->sum_sha256, d, sizeof d) != 0)
-        return 0;
-    for (size_t i = 0; i < sizeof d; i++) {
-        hex[2 * i] = digits[d[i] >> 4];
-        hex[2 * i + 1] = digits[d[i] & 15];
-    }
-    hex[64] = '\0';
-    return 1;
+    const char *etag = x->resp.etag[0] ? x->resp.etag : x->obj->etag;
+    return sl_http_whole_sha256(&x->resp, etag, hex);
 }

@@ -6,6 +6,7 @@
 #define SL_IO_HTTP_XFER_H
 
 #include "io/http.h"
+#include "io/http_parse.h"
 
 #include <curl/curl.h>
 #include <stddef.h>
@@ -34,13 +35,8 @@ typedef struct sl_http_xfer {
     CURL *h;
     size_t got_at_start;
     int checked;               /* the response's headers were checked (at the first body byte) */
-    uint64_t cr_start, cr_total;
-    int has_cr, cr_total_known;
-    uint64_t content_length;
-    int has_cl;
-    char etag[256], last_modified[128], s3_code[64];
-    char sum_sha256[128], sum_type[32];   /* x-amz-checksum-sha256 and x-amz-checksum-type */
-    long retry_after_s;
+    sl_http_resp resp;         /* the response's headers (http_parse.h) */
+    char s3_code[64];
     char body[1024];           /* start of an error response (S3's <Code>) */
     size_t body_len;
     sl_status fail_st;         /* set by a callback that stopped the transfer */
