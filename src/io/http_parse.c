@@ -78,11 +78,12 @@ static void copy_value(char *dst, size_t n, const char *v, size_t vl)
  * START <= END, and END < TOTAL when TOTAL is given. Anything else: no Content-Range. */
 static void parse_content_range(sl_http_resp *r, const char *v, size_t n)
 {
-    const char *p = v + 6, *end = v + n;
+    const char *p = v, *end = v + n;
     uint64_t a = 0, b = 0, t = 0;
     r->has_cr = r->cr_total_known = 0;
     if (n < 6 || strncasecmp(v, "bytes ", 6) != 0)
         return;
+    p += 6;
     while (p < end && *p == ' ')
         p++;
     if (!(p = parse_u64(p, end, &a)) || p == end || *p++ != '-' || !(p = parse_u64(p, end, &b)) ||
@@ -100,11 +101,15 @@ static void parse_content_range(sl_http_resp *r, const char *v, size_t n)
     r->cr_total_known = known;
 }
 
-/* delay-seconds, saturated at a day; an HTTP-date (or anything else) is 0, no hint. */
+/* delay-seconds, saturated at a day; an HTTP-date (or anything else) is 0, no hint. v[0, n) is
+ * not NUL-terminated. */
 static long parse_retry_after(const char *v, size_t n)
 {
     uint64_t s = 0;
-    if (n == 0 || strspn(v, "0123456789") < n)
+    for (size_t i = 0; i < n; i++)
+        if (v[i] < '0' || v[i] > '9')
+            return 0;
+    if (n == 0)
         return 0;
     if (!parse_u64_all(v, n, &s) || s > (uint64_t)SL_HTTP_RETRY_AFTER_MAX)
         return SL_HTTP_RETRY_AFTER_MAX;
