@@ -5,6 +5,8 @@
  *   ckpt_merge.c   the files' tensors merged into one table, with the checks across files (names
  *                  in two files, the index against its shards, pre-sharded rank files, warnings)
  *   checkpoint.c   the getters of shardload.h, and ck_file_id for the loader
+ *   ckpt_remote.c  the same open for http://, https:// and s3://, and sl_checkpoint_fetch
+ *   ckpt_read.c    sl_checkpoint_read: a byte range of one file, local or remote
  */
 #ifndef SL_CKPT_CHECKPOINT_H
 #define SL_CKPT_CHECKPOINT_H
