@@ -3,18 +3,31 @@
  * built-in rule tables instantiated with its sizes (MoE, FP8 quantization_config), and the
  * planner on three meshes. The bytes go to a config.json in a private temporary directory, as
  * the library reads configs from files only. A failure is a status with a message, and an
- * SL_E_CONFIG names the file; a plan packs each device's parameters with no gaps. */
+ * SL_E_CONFIG names the file; a plan packs each device's parameters with no gaps. A plan that
+ * takes more than FZ_PLAN_MAX_S seconds aborts: a config of a few hundred bytes must not cost
+ * minutes (libFuzzer's -timeout says so too, but the corpus replay runs without it). */
 #include "shardload.h"
 
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* The largest plan the limits allow (1M tensors) takes about 11 s under ASan. */
+#define FZ_PLAN_MAX_S 60.0
+
 static char fz_dir[64], fz_path[96];
+
+static double fz_now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 
 static void fz_cleanup(void)
 {
@@ -75,7 +88,10 @@ static int fz_plan(const char *path, int32_t tp, int32_t pp, sl_layout layout, i
     o.layout = layout;
     o.ep = ep;
     o.dtype = SL_DTYPE_BF16;
+    const double t0 = fz_now_s();
     const sl_status st = sl_plan_build(NULL, &o, &p);
+    if (fz_now_s() - t0 > FZ_PLAN_MAX_S)
+        abort();
     const char *msg = p ? sl_plan_errmsg(p) : "";
     if (st == SL_OK)
         check_plan(p);

@@ -9,6 +9,12 @@
 #include <stdio.h>
 #include <string.h>
 
+/* 1,000,000 tensors: ten times the largest checkpoints (DeepSeek-V3 and Kimi K2 in FP8, their
+ * experts' weights and scales, hold about 100k). The planner spends about 500 bytes a tensor, so
+ * the bound is what keeps a config of a few hundred bytes from asking for gigabytes: 65,536 experts
+ * at 50 layers, within every other limit, was a plan of 9.8M tensors, 5.3 GB and 9 s. */
+#define SL_MAX_TENSORS 1000000
+
 /* 2^42 parameters (4.4 trillion, 8.8 TB in bf16): far above any dense model; a config above it is
  * a mistake or an attack, and would otherwise be planned, loaded as dummy or synthesized. */
 #define SL_MAX_PARAMS (1ull << 42)
@@ -91,11 +97,16 @@ static sl_status layers_index(sl_err *err, sl_arch *m)
     m->layer_start = sl_arena_alloc(&m->arena, (size_t)(m->cfg.L + 1) * sizeof(int64_t));
     SL_CHECK(m->layer_start != NULL, err, SL_E_NOMEM, "out of memory");
     m->layer_start[0] = m->n_first;
-    for (int64_t l = 0; l < m->cfg.L; l++)
+    /* per_kind[k] <= 3 * 4096 rules * 65536 experts and L <= 100,000: the sums stay far below
+     * 2^63, and the bound is checked as they grow */
+    for (int64_t l = 0; l < m->cfg.L; l++) {
         m->layer_start[l + 1] = m->layer_start[l] + per_kind[m->layer_moe[l]];
-    SL_CHECK(m->layer_start[m->cfg.L] - m->n_first <= 10000000, err, SL_E_CONFIG,
-             "%lld layers of %lld tensors are too many", (long long)m->cfg.L,
-             (long long)sl_max_u64((uint64_t)per_kind[0], (uint64_t)per_kind[1]));
+        SL_CHECK(m->layer_start[l + 1] + m->n_last <= SL_MAX_TENSORS, err, SL_E_CONFIG,
+                 "the config implies more than %d tensors (num_hidden_layers %lld, %lld experts, "
+                 "%lld tensors in a dense layer and %lld in an MoE layer): no real model has this "
+                 "many", SL_MAX_TENSORS, (long long)m->cfg.L, (long long)m->cfg.E,
+                 (long long)per_kind[0], (long long)per_kind[1]);
+    }
     return SL_OK;
 }
 
