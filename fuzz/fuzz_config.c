@@ -1,7 +1,8 @@
 /* fuzz_config.c - a plan built from a config.json alone (sl_plan_build with no checkpoint, the
  * public entry `shardload plan --config` takes) on arbitrary bytes: the config parser, the
  * built-in rule tables instantiated with its sizes (MoE, FP8 quantization_config), and the
- * planner on three meshes. The bytes go to a config.json in a private temporary directory, as
+ * planner on three meshes (tp 1 in BF16; then tp 2 pp 2 with expert parallelism in the config's
+ * dtype, and spmd 4 in F32). The bytes go to a config.json in a private temporary directory, as
  * the library reads configs from files only. A failure is a status with a message, and an
  * SL_E_CONFIG names the file; a plan packs each device's parameters with no gaps. A plan that
  * takes more than FZ_PLAN_MAX_S seconds aborts: a config of a few hundred bytes must not cost
@@ -77,7 +78,7 @@ static int fz_status_known(sl_status st)
 }
 
 /* One plan; 1 when it was built. */
-static int fz_plan(const char *path, int32_t tp, int32_t pp, sl_layout layout, int32_t ep)
+static int fz_plan(const char *path, int32_t tp, int32_t pp, sl_layout layout, int32_t ep, int32_t dtype)
 {
     sl_plan_opts o;
     sl_plan *p = NULL;
@@ -87,7 +88,7 @@ static int fz_plan(const char *path, int32_t tp, int32_t pp, sl_layout layout, i
     o.pp = pp;
     o.layout = layout;
     o.ep = ep;
-    o.dtype = SL_DTYPE_BF16;
+    o.dtype = dtype;
     const double t0 = fz_now_s();
     const sl_status st = sl_plan_build(NULL, &o, &p);
     if (fz_now_s() - t0 > FZ_PLAN_MAX_S)
@@ -105,9 +106,9 @@ static int fz_plan(const char *path, int32_t tp, int32_t pp, sl_layout layout, i
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const char *path = fz_write(data, size);
-    if (fz_plan(path, 1, 1, SL_LAYOUT_TP, 0)) {
-        fz_plan(path, 2, 2, SL_LAYOUT_TP, 1);
-        fz_plan(path, 4, 1, SL_LAYOUT_SPMD, 0);
+    if (fz_plan(path, 1, 1, SL_LAYOUT_TP, 0, SL_DTYPE_BF16)) {
+        fz_plan(path, 2, 2, SL_LAYOUT_TP, 1, -1);   /* the config's dtype, if it has one */
+        fz_plan(path, 4, 1, SL_LAYOUT_SPMD, 0, SL_DTYPE_F32);
     }
     return 0;
 }
