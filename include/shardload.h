@@ -151,7 +151,7 @@ sl_status sl_checkpoint_fetch(const sl_checkpoint *ck, const char *name, const c
                               size_t errlen);
 /* n bytes at offset of file `file` into buf (local pread or ranged GET, the checkpoint's settings);
  * SL_E_INVALID_ARG past the file's end, SL_E_CHANGED if it changed since the open; message to err.
- * A remote checkpoint has one connection for this and sl_checkpoint_fetch: one thread at a time. */
+ * Safe from several threads: a remote checkpoint's calls take turns on its one connection. */
 sl_status sl_checkpoint_read(const sl_checkpoint *ck, int64_t file, uint64_t offset, void *buf, size_t n,
                              char *err, size_t errlen);
 void sl_checkpoint_close(sl_checkpoint *ck);

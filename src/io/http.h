@@ -20,6 +20,7 @@
 
 #include "io/io.h"
 
+#include <pthread.h>
 #include <stdint.h>
 
 #define SL_HTTP_DEFAULT_CONNECTIONS 16u
@@ -50,6 +51,8 @@ typedef struct sl_http_cfg {
     char *ca_bundle;        /* sl_load_opts.ca_bundle; tune.ca_bundle points here */
     sl_http_tune tune;
     void *conn;             /* the blocking GETs' curl handle, kept for keep-alive (http_get.c) */
+    pthread_mutex_t conn_lock;   /* one blocking GET on conn at a time: sl_checkpoint_read and
+                                    _fetch may be called from several threads (Python's) */
 } sl_http_cfg;
 
 /* One remote file. name is what messages show (s3://bucket/key, or the http URL without a user or

@@ -67,7 +67,9 @@ static sl_status endpoint_check(char *ep, sl_err *err)
 
 sl_status sl_http_cfg_init(sl_http_cfg *c, const sl_load_opts *o, sl_err *err)
 {
+    static const pthread_mutex_t unlocked = PTHREAD_MUTEX_INITIALIZER;   /* nothing to destroy */
     *c = (sl_http_cfg){0};
+    c->conn_lock = unlocked;
     sl_http_tune_from(&c->tune, o);
     int bad = dup_opt(&c->region, o ? o->s3_region : NULL);
     if (!bad && !c->region)

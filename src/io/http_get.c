@@ -27,9 +27,8 @@ static void sleep_until(uint64_t t_ms)
     }
 }
 
-static sl_status run(sl_http_xfer *x, sl_err *err)
+static sl_status run_locked(sl_http_xfer *x, sl_http_cfg *c, sl_err *err)
 {
-    sl_http_cfg *c = x->obj->cfg;
     if (!c->conn && !(c->conn = xf_easy_new(&c->tune)))
         return sl_err_set(err, SL_E_NOMEM, "%s: cannot start libcurl", x->obj->name);
     for (;;) {
@@ -44,6 +43,17 @@ static sl_status run(sl_http_xfer *x, sl_err *err)
             return err->st;
         sleep_until(x->not_before_ms);
     }
+}
+
+/* The handle is shared, and xf_finish records what the server said on the object: one GET at a
+ * time per checkpoint. */
+static sl_status run(sl_http_xfer *x, sl_err *err)
+{
+    sl_http_cfg *c = x->obj->cfg;
+    pthread_mutex_lock(&c->conn_lock);
+    const sl_status st = run_locked(x, c, err);
+    pthread_mutex_unlock(&c->conn_lock);
+    return st;
 }
 
 sl_status sl_http_get_range(sl_http_obj *o, uint64_t off, size_t len, void *buf, sl_err *err)

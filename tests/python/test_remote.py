@@ -103,6 +103,27 @@ def test_http_open_plan_load(http: str, tiny_ckpt: Path) -> None:  # noqa: F811
     assert _sums(shardload.load(f"{http}/ck/", tp=4)) == _sums(shardload.load(tiny_ckpt, tp=4))
 
 
+def test_http_blocking_gets_from_threads(http: str, tiny_ckpt: Path, tmp_path: Path) -> None:  # noqa: F811
+    """One open checkpoint's blocking GETs (config.json, a planner's sl_checkpoint_read) share
+    one curl handle; ctypes drops the GIL, so threads call them at once: they must take turns."""
+    import ctypes
+    from concurrent.futures import ThreadPoolExecutor
+
+    from shardload import _native as N
+    want = (tiny_ckpt / "config.json").read_bytes()
+    ck = shardload.open(f"{http}/ck/")
+
+    def fetch(i: int) -> bytes:
+        dest, err = tmp_path / f"config{i}.json", ctypes.create_string_buffer(512)
+        st = N.lib.sl_checkpoint_fetch(ck.handle, b"config.json", os.fsencode(dest), err, len(err))
+        assert st == 0, err.value
+        return dest.read_bytes()
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(fetch, range(64)))
+    ck.close()
+    assert all(g == want for g in got)
+
+
 def test_http_errors(http: str) -> None:
     with pytest.raises(shardload.CheckpointError, match=r"nope/model.safetensors.index.json: not found|nope: no model"):
         shardload.open(f"{http}/nope/")
