@@ -5,6 +5,7 @@ import ctypes
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -64,6 +65,7 @@ class Checkpoint:
                  s3_profile: str | None = None, ca_bundle: Any = None) -> None:
         self._h = ctypes.c_void_p()
         self._tmp: str | None = None
+        self._fetch_lock = threading.Lock()   # plans from several threads fetch config.json once
         raw = _resolve(path)
         self.remote = _remote.is_url(raw)
         if self.remote:
@@ -115,15 +117,19 @@ class Checkpoint:
     def fetch_config(self) -> str:
         """A remote checkpoint's config.json, fetched once into a private temporary folder
         (removed at close), for the planner, which reads a local file."""
-        if self._tmp is None:
-            self._tmp = tempfile.mkdtemp(prefix="shardload-")
-        dest = os.path.join(self._tmp, "config.json")
-        if not os.path.exists(dest):
-            err = ctypes.create_string_buffer(1024)
-            st = N.lib.sl_checkpoint_fetch(self.handle, b"config.json", os.fsencode(dest), err, len(err))
-            if st != 0:
-                N.raise_status(st, err.value)
-        return dest
+        with self._fetch_lock:   # another thread's file may be half written: wait for it
+            if self._tmp is None:
+                self._tmp = tempfile.mkdtemp(prefix="shardload-")
+            dest = os.path.join(self._tmp, "config.json")
+            if not os.path.exists(dest):
+                err = ctypes.create_string_buffer(1024)
+                st = N.lib.sl_checkpoint_fetch(self.handle, b"config.json", os.fsencode(dest), err,
+                                               len(err))
+                if st != 0:
+                    if os.path.exists(dest):   # half written: not a config for the next call
+                        os.unlink(dest)
+                    N.raise_status(st, err.value)
+            return dest
 
     def close(self) -> None:
         if getattr(self, "_h", None):

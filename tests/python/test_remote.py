@@ -124,6 +124,19 @@ def test_http_blocking_gets_from_threads(http: str, tiny_ckpt: Path, tmp_path: P
     assert all(g == want for g in got)
 
 
+def test_http_plans_from_threads(http: str, tiny_ckpt: Path) -> None:  # noqa: F811
+    """Plans from one open remote checkpoint in several threads: the first fetches config.json,
+    the others wait for the whole file (not a half-written one)."""
+    from concurrent.futures import ThreadPoolExecutor
+    want = shardload.plan(tiny_ckpt, tp=2).total_bytes
+    for _ in range(10):
+        ck = shardload.open(f"{http}/ck/")
+        with ThreadPoolExecutor(8) as pool:
+            got = list(pool.map(lambda _: shardload.plan(ck, tp=2).total_bytes, range(8)))
+        ck.close()
+        assert got == [want] * 8
+
+
 def test_http_errors(http: str) -> None:
     with pytest.raises(shardload.CheckpointError, match=r"nope/model.safetensors.index.json: not found|nope: no model"):
         shardload.open(f"{http}/nope/")
