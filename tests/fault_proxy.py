@@ -85,44 +85,47 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 m = re.fullmatch(r"bytes=(\d+)-\d*", (self.headers.get("Range") or "").strip())
                 f.write("%s %d %d %s %s\n" % (self.path, status, n, fault or "-", m.group(1) if m else "-"))
 
-    def _plain(self, status, extra=()):
+    # Each request is logged before its bytes are sent: the client may be done, and the test
+    # stop this process, as soon as the last byte arrives (a load's last GET went unlogged).
+    def _plain(self, status, fault, extra=()):
         body = b"injected %d\n" % status
+        self._log(status, len(body), fault)
         self.send_response(status)
         for k, v in extra:
             self.send_header(k, v)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
-        return len(body)
 
     def do_GET(self):
         fault = decide(self.headers)
         if fault in ("503", "429"):
             extra = [("Retry-After", "1")] if fault == "429" else []
-            return self._log(int(fault), self._plain(int(fault), extra), fault)
+            return self._plain(int(fault), fault, extra)
         status, body = self._forward("GET")
         half = len(body) // 2
         if fault == "flip" and body:
             body = body[:half] + bytes([body[half] ^ 0x01]) + body[half + 1:]
         if fault == "stall" and body:
             n = half if A.stall_bytes < 0 else min(A.stall_bytes, len(body))
+            self._log(status, n, fault)
             self.wfile.write(body[:n])
             self.wfile.flush()
-            self._log(status, n, fault)   # now: the test may be over before the stall is
             time.sleep(A.stall)
             self.wfile.write(body[n:])
             return None
         if fault in ("reset", "truncate") and half > 0:
+            self._log(status, half, fault)
             self.wfile.write(body[:half])
             self.wfile.flush()
             if fault == "reset":
                 self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             self.close_connection = True
-            self._log(status, half, fault)
             self.connection.close()
             return None
+        self._log(status, len(body), fault)
         self.wfile.write(body)
-        return self._log(status, len(body), fault)
+        return None
 
     def do_HEAD(self):
         status, _ = self._forward("HEAD")
