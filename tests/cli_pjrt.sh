@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # cli_pjrt.sh - `load --device pjrt --pjrt-plugin PATH` end to end on the stand-in plugin
-# tests/fake_pjrt.c, whose copies read host memory late (so reusing a staging slot before its
+# tests/fake_pjrt*.c, whose copies read host memory late (so reusing a staging slot before its
 # event gives wrong bytes and a counted violation): (1) checksums, read back through
 # PJRT_Buffer_ToHostBuffer, equal the cpu backend's for tp, pp, spmd, f32 targets, small staging
 # (parameters assembled and streamed) and dummy weights, allocations equal the plan's, and nothing

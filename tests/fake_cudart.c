@@ -340,9 +340,9 @@ static int fk_inject(const char *name)
     return 1;
 }
 
-/* For tests that load the stand-in in their own process (test_load): FAKE_CUDA_FAIL from now on;
- * name NULL stops injecting. Returns the failures injected since the previous call. Not part of
- * the CUDA runtime. */
+/* For tests that load the stand-in in their own process (test_load_faults): FAKE_CUDA_FAIL from
+ * now on; name NULL stops injecting. Returns the failures injected since the previous call. Not
+ * part of the CUDA runtime. */
 FK_EXPORT unsigned long fake_cuda_fail(const char *name, unsigned long at);
 unsigned long fake_cuda_fail(const char *name, unsigned long at)
 {

@@ -1,5 +1,5 @@
 /* test_pjrt.c - the pjrt backend through the public C API, on the stand-in plugin
- * tests/fake_pjrt.c (delayed copies that read host memory late, strict handle and size checks,
+ * tests/fake_pjrt*.c (delayed copies that read host memory late, strict handle and size checks,
  * fault injection): checksums equal the cpu backend's for tp, spmd, f32 targets, small staging
  * (parameters assembled and streamed) and dummy weights; each parameter is a PJRT buffer of its
  * dtype and shape whose sizes add up to the plan's; a client the caller owns is used and left
