@@ -31,6 +31,13 @@ sl_status sl_arch_table_extras(sl_err *err, sl_arch *m, const json_t *table, con
  * scales, fbgemm_fp8, compressed-tensors float 8-bit; SL_E_UNSUPPORTED, or SL_E_CONFIG, for what
  * it cannot plan). */
 sl_status sl_arch_quant_parse(sl_err *err, sl_arch *m, const json_t *cfg);
+/* 1,000,000 tensors: ten times the largest checkpoints (DeepSeek-V3 and Kimi K2 in FP8, their
+ * experts' weights and scales, hold about 100k). The planner spends about 500 bytes a tensor, so
+ * the bound is what keeps a config of a few hundred bytes from asking for gigabytes: 65,536 experts
+ * at 50 layers, within every other limit, was a plan of 9.8M tensors, 5.3 GB and 9 s. Checked by
+ * sl_arch_tensors_build, and by sl_arch_quant_rules before it names every module of the rules. */
+#define SL_MAX_TENSORS 1000000
+
 /* arch_tensors.c: m->tensors, every checkpoint tensor the rules imply, and the layers' index. */
 sl_status sl_arch_tensors_build(sl_err *err, sl_arch *m);
 /* arch_tensors.c: SL_E_CONFIG when the config implies more parameters than any real model. */

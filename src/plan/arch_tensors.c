@@ -9,12 +9,6 @@
 #include <stdio.h>
 #include <string.h>
 
-/* 1,000,000 tensors: ten times the largest checkpoints (DeepSeek-V3 and Kimi K2 in FP8, their
- * experts' weights and scales, hold about 100k). The planner spends about 500 bytes a tensor, so
- * the bound is what keeps a config of a few hundred bytes from asking for gigabytes: 65,536 experts
- * at 50 layers, within every other limit, was a plan of 9.8M tensors, 5.3 GB and 9 s. */
-#define SL_MAX_TENSORS 1000000
-
 /* 2^42 parameters (4.4 trillion, 8.8 TB in bf16): far above any dense model; a config above it is
  * a mistake or an attack, and would otherwise be planned, loaded as dummy or synthesized. */
 #define SL_MAX_PARAMS (1ull << 42)
