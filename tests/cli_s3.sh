@@ -145,6 +145,33 @@ one_line_error $? "$T/err" "s3://nobucket/: not found (HTTP 404, NoSuchBucket)" 
 "${L[@]}" s3://models/single/missing.safetensors --tp 4 >/dev/null 2>"$T/err"
 one_line_error $? "$T/err" "s3://models/single/missing.safetensors: not found (HTTP 404, NoSuchKey)" ||
     fail "no object: $(cat "$T/err")"
+# a store whose listing never ends (it hands back the token it was given): refused, not looped
+# over nor taken as a partial list
+cat >"$T/loop_s3.py" <<'PY'
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *a): pass
+    def do_GET(self):
+        if "list-type=2" in self.path:
+            code, body = 200, (b'<?xml version="1.0" encoding="UTF-8"?><ListBucketResult><Name>models</Name>'
+                               b'<Prefix>loop/</Prefix><KeyCount>0</KeyCount><IsTruncated>true</IsTruncated>'
+                               b'<NextContinuationToken>same-token</NextContinuationToken></ListBucketResult>')
+        else:
+            code, body = 404, b'<?xml version="1.0"?><Error><Code>NoSuchKey</Code></Error>'
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+open(sys.argv[1], "w").write(str(s.server_address[1]))
+s.serve_forever()
+PY
+python3 "$T/loop_s3.py" "$T/loop.port" & SERVERS+=($!)
+wait_file "$T/loop.port" || fail "the looping listing server did not start"
+timeout 60 env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY AWS_ENDPOINT_URL="http://127.0.0.1:$(cat "$T/loop.port")" \
+    "$SL" inspect s3://models/loop/ >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "listing 'loop/': the server sent back the continuation token it was given (page 2)" ||
+    fail "a listing that does not end: $(cat "$T/err")"
 "$SL" load s3://models/tinyllama/ --s3-endpoint ftp://127.0.0.1 --tp 4 >/dev/null 2>"$T/err"
 one_line_error $? "$T/err" "S3 endpoint 'ftp://127.0.0.1': expected http://HOST" || fail "bad endpoint: $(cat "$T/err")"
 finish

@@ -141,15 +141,22 @@ static char *list_url(const char *bucket_url, const char *prefix, const char *to
     return u;
 }
 
+/* A listing ends when a page has no continuation token. A server that hands back the token it was
+ * given, or more pages than LIST_PAGES (10M keys), would keep the open listing: both are errors,
+ * never a partial list taken for the whole. */
+#define LIST_PAGES 10000
+
 static sl_status list_pages(sl_http_obj *bucket, const char *prefix, sl_http_names *acc, sl_err *err)
 {
-    char *base = bucket->url, *token = NULL;
+    char *base = bucket->url, *token = NULL, *prev = NULL;
     sl_status st = SL_OK;
-    for (int page = 0; st == SL_OK && page < 10000; page++) {
+    int page = 0;
+    for (; st == SL_OK && page < LIST_PAGES; page++) {
         char *xml = NULL;
         size_t len = 0;
         bucket->url = list_url(base, prefix, token);
-        free(token);
+        free(prev);
+        prev = token;
         token = NULL;
         st = bucket->url ? get_all_obj(bucket, (size_t)16 << 20, &xml, &len, err)
                          : sl_err_set(err, SL_E_NOMEM, "out of memory");
@@ -160,8 +167,17 @@ static sl_status list_pages(sl_http_obj *bucket, const char *prefix, sl_http_nam
         free(xml);
         if (st != SL_OK || !token)
             break;
+        if (prev && !strcmp(prev, token))
+            st = sl_err_set(err, SL_E_IO, "%s: listing '%s': the server sent back the continuation "
+                            "token it was given (page %d): the listing would not end", bucket->name,
+                            prefix, page + 1);
     }
+    if (st == SL_OK && token)
+        st = sl_err_set(err, SL_E_IO, "%s: listing '%s': more than %d pages (%d million keys): not "
+                        "listed; give the index's URL (model.safetensors.index.json)", bucket->name,
+                        prefix, LIST_PAGES, LIST_PAGES / 1000);
     bucket->url = base;
+    free(prev);
     free(token);
     return st;   /* the message names the bucket (s3://bucket/: not found, NoSuchBucket) */
 }
