@@ -49,15 +49,18 @@ test-asan:
 demo: all
 	$(BUILD)/shardload demo
 
-# Real libFuzzer runs (FUZZ_SECONDS each); new inputs are added to fuzz/corpus/<target>.
+# Real libFuzzer runs (FUZZ_SECONDS each), seeded with fuzz/corpus/<target>; the inputs they find
+# go to $(FUZZB)/corpus/<target>, not into the committed corpus (the replay tests read it whole:
+# add an input there by hand when it reaches new code or once crashed).
 fuzz:
 	@scripts/deps.sh test
 	CC=clang cmake -S . -B $(FUZZB) -DSL_BUILD_FUZZ=ON -DSL_SANITIZE=address,undefined \
 	  -DCMAKE_C_FLAGS=-fsanitize=fuzzer-no-link >/dev/null
 	cmake --build $(FUZZB) -j $(JOBS)
 	for t in $$(cd fuzz && ls fuzz_*.c | sed 's/\.c$$//'); do \
-	  mkdir -p fuzz/corpus/$$t && \
-	  $(FUZZB)/fuzz/$$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 fuzz/corpus/$$t || exit 1; \
+	  mkdir -p $(FUZZB)/corpus/$$t && \
+	  $(FUZZB)/fuzz/$$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=60 \
+	    $(FUZZB)/corpus/$$t fuzz/corpus/$$t || exit 1; \
 	done
 
 bench: all
