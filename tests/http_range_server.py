@@ -5,11 +5,12 @@ per file (from its inode, size and mtime in ns, so a replaced or rewritten file 
 If-Match (412 when it no longer matches) and 404s. No directory listings.
 
 Usage: http_range_server.py ROOT PORTFILE [--log FILE] [--deny SUBSTRING] [--no-if-match]
-                           [--tls CERT KEY --tls-log FILE]
+                           [--long-etag] [--tls CERT KEY --tls-log FILE]
 Binds 127.0.0.1 on a free port and writes the port to PORTFILE once it accepts connections.
 --log appends one line per GET: "<path> <status> <body bytes> <first byte asked for, or ->". --deny answers 403 (with an S3-like
 <Code>AccessDenied</Code> body) to every path containing SUBSTRING. --no-if-match ignores If-Match, as
 some servers do (the loader's ETag, Last-Modified and size checks must then catch a change).
+--long-etag pads each ETag to 300 characters (longer than the loader keeps; If-Match still exact).
 --tls serves https with the PEM certificate (chain) CERT and its key KEY, the handshake on the
 connection's own thread (a client that rejects the certificate stops no one else); --tls-log
 appends "ok" or "failed <reason>" per handshake, so a test can count a client's attempts.
@@ -32,8 +33,12 @@ TLS_LOG = None
 LOG_LOCK = threading.Lock()
 
 
+LONG_ETAG = False
+
+
 def etag_of(st):
-    return '"%x-%x-%x"' % (st.st_ino, st.st_size, st.st_mtime_ns)
+    tag = "%x-%x-%x" % (st.st_ino, st.st_size, st.st_mtime_ns)
+    return '"%s"' % (tag.ljust(298, "0") if LONG_ETAG else tag)
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -127,7 +132,7 @@ def tls_log(line):
 
 
 def main():
-    global ROOT, LOG, DENY, IF_MATCH, TLS, TLS_LOG
+    global ROOT, LOG, DENY, IF_MATCH, TLS, TLS_LOG, LONG_ETAG
     args = sys.argv[1:]
     if "--tls" in args:
         i = args.index("--tls")
@@ -142,6 +147,9 @@ def main():
     if "--no-if-match" in args:
         args.remove("--no-if-match")
         IF_MATCH = False
+    if "--long-etag" in args:
+        args.remove("--long-etag")
+        LONG_ETAG = True
     if "--deny" in args:
         i = args.index("--deny")
         DENY = args[i + 1]

@@ -61,17 +61,18 @@ static int header_is(const char *line, size_t n, const char *name, const char **
 }
 
 /* The value into dst[0, n), cut to fit; "" when it has a control byte (or a NUL). */
+/* A value too long for its field is dropped like one with a control byte, not cut: a cut ETag
+ * sent back in If-Match would make every later GET a 412 ("object changed"). */
 static void copy_value(char *dst, size_t n, const char *v, size_t vl)
 {
-    for (size_t i = 0; i < vl; i++) {
-        if ((unsigned char)v[i] < 0x20 || v[i] == 0x7f) {
-            dst[0] = '\0';
+    dst[0] = '\0';
+    if (vl >= n)
+        return;
+    for (size_t i = 0; i < vl; i++)
+        if ((unsigned char)v[i] < 0x20 || v[i] == 0x7f)
             return;
-        }
-    }
-    const size_t k = vl < n ? vl : n - 1;
-    memcpy(dst, v, k);
-    dst[k] = '\0';
+    memcpy(dst, v, vl);
+    dst[vl] = '\0';
 }
 
 /* "bytes START-END/TOTAL" or "bytes START-END/ *" (RFC 9110 14.4; the unit in any case), with

@@ -24,15 +24,15 @@ typedef struct sl_http_resp {
     uint64_t content_length;
     int has_cl;
     long retry_after_s;        /* delay-seconds in [0, SL_HTTP_RETRY_AFTER_MAX]; 0: none, or a date */
-    char etag[256], last_modified[128];   /* "": none, or a value with a control byte */
+    char etag[256], last_modified[128];   /* "": none, or a value with a control byte or too long */
     char sum_sha256[128], sum_type[32];   /* x-amz-checksum-sha256, x-amz-checksum-type */
 } sl_http_resp;
 
 /* Nothing received: every field 0 or "". */
 void sl_http_resp_clear(sl_http_resp *r);
 /* One header line as curl hands it: n bytes, not NUL-terminated, usually ending in CRLF. A status
- * line ("HTTP/...", a new response after a redirect or a 100) clears r. A malformed value leaves
- * its field unset; a value too long for its field is cut. */
+ * line ("HTTP/...", a new response after a redirect or a 100) clears r. A malformed value, or one
+ * too long for its field, leaves the field unset. */
 void sl_http_resp_header(sl_http_resp *r, const char *line, size_t n);
 /* The text of S3's <Code>...</Code> in an error body (NUL-terminated) into code[0, n): "" when
  * there is none, it does not fit, or it has a byte that is not a letter or a digit. */
