@@ -6,6 +6,7 @@
 #include "io/http_parse.h"
 
 #include "common/sl_bytes.h"
+#include "common/sl_grow.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -265,14 +266,10 @@ static char *xml_text(const char *p, const char *tag, const char **after)
 
 static int names_push(sl_http_names *a, const char *s)
 {
-    if (a->n == a->cap) {
-        const size_t cap = a->cap ? 2 * a->cap : 16;
-        char **v = realloc(a->v, cap * sizeof *v);
-        if (!v)
-            return -1;
-        a->v = v;
-        a->cap = cap;
-    }
+    char **v = sl_grow(a->v, &a->cap, a->n, sizeof *v, 16);
+    if (!v)
+        return -1;
+    a->v = v;
     return (a->v[a->n] = strdup(s)) ? (int)(++a->n, 0) : -1;
 }
 
