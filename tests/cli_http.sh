@@ -18,16 +18,9 @@ cp -r "$W/ck" "$W/denied"
 cp -r "$W/ck" "$W/noconfig" && rm "$W/noconfig/config.json"
 cp -r "$W/ck" "$W/hole" && rm "$W/hole/model-00003-of-00006.safetensors"
 mkdir "$W/noindex" && cp "$W/ck"/model-0000[1-6]-of-00006.safetensors "$W/ck/config.json" "$W/noindex/"
-# a Mixtral with AutoFP8 static activation scales (per-expert input scales, which the planner
-# reads: w1's and w3's must be equal) in several files, and a copy where one expert's w3 input
-# scale is twice its w1's
-cat >"$T/mxs.json" <<'JSON'
-{"architectures":["MixtralForCausalLM"],"hidden_size":64,"intermediate_size":128,
- "num_attention_heads":4,"num_key_value_heads":2,"num_hidden_layers":2,"vocab_size":130,
- "num_local_experts":6,"torch_dtype":"bfloat16",
- "quantization_config":{"quant_method":"fp8","activation_scheme":"static"}}
-JSON
-"$SL" synth --config "$T/mxs.json" "$W/fp8" --max-shard-size 64KB >/dev/null || fail "synth static fp8"
+# static FP8 scales in several files (w1's and w3's input scales must be equal), and a copy where
+# one expert's w3 input scale is twice its w1's
+static_fp8_ckpt "$W/fp8" || fail "synth static fp8"
 cp -r "$W/fp8" "$W/fp8bad"
 BAD=model.layers.1.block_sparse_moe.experts.2
 python3 - "$W/fp8bad" "$BAD.w3.input_scale" <<'PY' || fail "fp8bad: w3's input scale not rewritten"

@@ -22,15 +22,8 @@ tiny_config "$T/tiny.json"
 "$SL" synth --config "$T/tiny.json" "$T/ck" --max-shard-size 600KB >/dev/null || { fail "synth"; finish; }
 "$SL" synth --config "$T/tiny.json" "$T/one" --seed 5 >/dev/null || { fail "synth one"; finish; }
 mkdir "$T/noindex" && cp "$T/ck"/model-0000[1-6]-of-00006.safetensors "$T/ck/config.json" "$T/noindex/"
-# a Mixtral with AutoFP8 static activation scales: the planner reads each expert's w1 and w3
-# input scales (signed ranged GETs)
-cat >"$T/mxs.json" <<'JSON'
-{"architectures":["MixtralForCausalLM"],"hidden_size":64,"intermediate_size":128,
- "num_attention_heads":4,"num_key_value_heads":2,"num_hidden_layers":2,"vocab_size":130,
- "num_local_experts":6,"torch_dtype":"bfloat16",
- "quantization_config":{"quant_method":"fp8","activation_scheme":"static"}}
-JSON
-"$SL" synth --config "$T/mxs.json" "$T/fp8" --max-shard-size 64KB >/dev/null || { fail "synth static fp8"; finish; }
+# static FP8: the planner reads each expert's w1 and w3 input scales (signed ranged GETs)
+static_fp8_ckpt "$T/fp8" || { fail "synth static fp8"; finish; }
 # a copy with one byte flipped near the end of shard 2's data (for --verify)
 cp -r "$T/ck" "$T/corrupt"
 f2="$T/corrupt/model-00002-of-00006.safetensors"

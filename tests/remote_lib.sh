@@ -15,6 +15,8 @@
 #   wait_file FILE                until FILE exists (10 s at most)
 #   www_ckpt                      W=$T/www holding W/ck: lib.sh's tiny config ($T/tiny.json) in
 #                                 600 KB shards, the checkpoint the servers serve
+#   static_fp8_ckpt DIR           a Mixtral with AutoFP8 static activation scales (per-expert input
+#                                 scales, which the planner reads) in 64 KB shards, into DIR
 TESTS_DIR=$(cd "$(dirname "$0")" && pwd)
 SRC_DIR=$(cd "$TESTS_DIR/.." && pwd)
 SERVERS=()
@@ -33,6 +35,15 @@ www_ckpt() {
     mkdir -p "$W"
     tiny_config "$T/tiny.json"
     "$SL" synth --config "$T/tiny.json" "$W/ck" --max-shard-size 600KB >/dev/null || { fail "synth"; finish; }
+}
+static_fp8_ckpt() {
+    cat >"$T/mxs.json" <<'JSON'
+{"architectures":["MixtralForCausalLM"],"hidden_size":64,"intermediate_size":128,
+ "num_attention_heads":4,"num_key_value_heads":2,"num_hidden_layers":2,"vocab_size":130,
+ "num_local_experts":6,"torch_dtype":"bfloat16",
+ "quantization_config":{"quant_method":"fp8","activation_scheme":"static"}}
+JSON
+    "$SL" synth --config "$T/mxs.json" "$1" --max-shard-size 64KB >/dev/null
 }
 command -v python3 >/dev/null 2>&1 || { echo "skip: no python3 for the loopback servers" >&2; exit 77; }
 start_http() {
