@@ -1,5 +1,5 @@
 /* dev_pjrt_abi.h - the part of the PJRT C API (XLA's plugin interface, xla/pjrt/c/pjrt_c_api.h)
- * that the pjrt backend (dev_pjrt*.c) and the tests' stand-in plugin (tests/fake_pjrt.c) use,
+ * that the pjrt backend (dev_pjrt*.c) and the tests' stand-in plugin (tests/fake_pjrt*.c) use,
  * declared here from the facts in ../shared/spec/pjrt-notes.md (no header is vendored).
  *
  * A plugin exports `const PJRT_Api *GetPjrtApi(void)`. PJRT_Api is a versioned table: its header
