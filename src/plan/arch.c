@@ -11,6 +11,7 @@
 #include "common/sl_strbuf.h"
 #include "common/sl_text.h"
 
+#include <assert.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -435,33 +436,41 @@ static sl_status rules_load_builtin(sl_err *err, sl_arch *m, const json_t *cfg)
                       sl_text_name(m->cfg.architecture, ab, sizeof ab));
 }
 
-sl_status sl_arch_load(const char *config_path, const char *rules_path, sl_err *err,
-                             sl_arch **out)
+sl_status sl_arch_load_source(const sl_arch_source *src, const char *rules_path, sl_err *err,
+                              sl_arch **out)
 {
+    assert(src->path != NULL);
     *out = NULL;
     sl_arch *m = calloc(1, sizeof(*m));
     SL_CHECK(m != NULL, err, SL_E_NOMEM, "out of memory");
-    /* cfg_load and a --rules table name their files. What fails after them is about the config
+    /* cfg_load and a --rules table name their sources. What fails after them is about the config
      * too (no built-in table for its architecture, sizes a table cannot take, the total), and the
      * message names it. */
     json_t *cfg = NULL;
-    sl_status st = sl_arch_config_load(err, &m->arena, config_path, &m->cfg, &cfg);
+    sl_status st = sl_arch_config_load(err, &m->arena, src, &m->cfg, &cfg);
     if (st == SL_OK && (st = sl_arch_quant_parse(err, m, cfg)) != SL_OK)
-        sl_err_prefix(err, config_path);
+        sl_err_prefix(err, src->path);
     if (st == SL_OK && rules_path)
         st = rules_load_file(err, m, rules_path, cfg);
     else if (st == SL_OK && (st = rules_load_builtin(err, m, cfg)) != SL_OK)
-        sl_err_prefix(err, config_path);
+        sl_err_prefix(err, src->path);
     json_decref(cfg);
     if (st == SL_OK && ((st = sl_arch_tensors_build(err, m)) != SL_OK ||
                         (st = sl_arch_check_size(err, m)) != SL_OK))
-        sl_err_prefix(err, config_path);
+        sl_err_prefix(err, src->path);
     if (st != SL_OK) {
         sl_arch_free(m);
         return st;
     }
     *out = m;
     return SL_OK;
+}
+
+sl_status sl_arch_load(const char *config_path, const char *rules_path, sl_err *err,
+                             sl_arch **out)
+{
+    const sl_arch_source src = {.path = config_path};
+    return sl_arch_load_source(&src, rules_path, err, out);
 }
 
 void sl_arch_free(sl_arch *m)

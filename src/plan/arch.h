@@ -14,6 +14,7 @@
 #include "common/sl_arena.h"
 #include "common/sl_err.h"
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define SL_RULE_MAX_DIMS 2
@@ -137,9 +138,21 @@ typedef struct sl_arch {
     } quant;
 } sl_arch;
 
-/* Reads config_path and the rule table (rules_path, or the built-in one for architectures[0]),
- * checks the sizes (SL_E_CONFIG) and lists the tensors. On failure the message is in err and *out
- * is NULL. */
+/* A model's config.json: the file at path, or, when text is not NULL, len bytes of its JSON text
+ * held in memory (not necessarily NUL-terminated, borrowed for the call), read by the same parser
+ * under the same limits; path then only names it in messages. path is never NULL. */
+typedef struct sl_arch_source {
+    const char *path;
+    const char *text;
+    size_t len;
+} sl_arch_source;
+
+/* Reads the config and the rule table (rules_path, or the built-in one for architectures[0]),
+ * checks the sizes (SL_E_CONFIG) and lists the tensors. Messages about the config name src->path.
+ * On failure the message is in err and *out is NULL. */
+sl_status sl_arch_load_source(const sl_arch_source *src, const char *rules_path, sl_err *err,
+                              sl_arch **out);
+/* sl_arch_load_source of the file config_path. */
 sl_status sl_arch_load(const char *config_path, const char *rules_path, sl_err *err,
                              sl_arch **out);
 void sl_arch_free(sl_arch *m);

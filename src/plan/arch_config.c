@@ -19,18 +19,31 @@
 
 /* ---- JSON files: a FIFO or a device is refused before it could block (sl_file.h) -------------- */
 
+json_t *sl_arch_json_parse(sl_err *err, const char *name, const char *text, size_t len,
+                           sl_status *st)
+{
+    json_error_t jerr;
+    *st = SL_OK;
+    if (len > SL_MAX_JSON_FILE) {   /* sl_file_read_all's limit and message for a file */
+        *st = sl_err_set(err, SL_E_CONFIG, "%s: %zu bytes, over the %zu-byte limit", name, len,
+                         (size_t)SL_MAX_JSON_FILE);
+        return NULL;
+    }
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (root == NULL)
+        *st = sl_err_set(err, SL_E_CONFIG, "%s: %s (line %d)", name, jerr.text, jerr.line);
+    return root;
+}
+
 json_t *sl_arch_json_read(sl_err *err, const char *path, sl_status *st)
 {
     char *buf = NULL;
     size_t len = 0;
-    json_error_t jerr;
     *st = sl_file_read_all(path, SL_MAX_JSON_FILE, SL_E_CONFIG, err, &buf, &len);
     if (*st != SL_OK)
         return NULL;
-    json_t *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *root = sl_arch_json_parse(err, path, buf, len, st);
     free(buf);
-    if (root == NULL)
-        *st = sl_err_set(err, SL_E_CONFIG, "%s: %s (line %d)", path, jerr.text, jerr.line);
     return root;
 }
 
@@ -163,18 +176,19 @@ static sl_status cfg_parse(sl_err *err, sl_arena *a, const json_t *root, sl_arch
     return cfg_dtype(err, root, &c->dtype);
 }
 
-sl_status sl_arch_config_load(sl_err *err, sl_arena *a, const char *path, sl_arch_config *c,
-                              json_t **root_out)
+sl_status sl_arch_config_load(sl_err *err, sl_arena *a, const sl_arch_source *src,
+                              sl_arch_config *c, json_t **root_out)
 {
     sl_status st = SL_OK;
     *root_out = NULL;
-    json_t *root = sl_arch_json_read(err, path, &st);
+    json_t *root = src->text ? sl_arch_json_parse(err, src->path, src->text, src->len, &st)
+                             : sl_arch_json_read(err, src->path, &st);
     if (root == NULL)
         return st;
     st = cfg_parse(err, a, root, c);
     if (st != SL_OK) {
         json_decref(root);
-        sl_err_prefix(err, path);
+        sl_err_prefix(err, src->path);
         return st;
     }
     *root_out = root;

@@ -11,12 +11,19 @@
  * reading it (a FIFO would block). NULL on failure, with SL_E_CONFIG in *st and "<path>: ..." in err. */
 json_t *sl_arch_json_read(sl_err *err, const char *path, sl_status *st);
 
-/* Reads the sizes (H, nh, K, D, I, V, L), architectures[0], tie_word_embeddings and the dtype, and
- * checks them: positive; at most 100,000 layers; kv heads at most the heads and dividing them;
- * head_dim at most 65,536. SL_E_CONFIG with "<path>: config '<key>' ..." on failure. On success
- * *root_out is the parsed config (json_decref it), for the table's symbols. */
-sl_status sl_arch_config_load(sl_err *err, sl_arena *a, const char *path, sl_arch_config *c,
-                              json_t **root_out);
+/* Parses len bytes of JSON text (not necessarily NUL-terminated) as sl_arch_json_read parses a
+ * file's: the same flags (duplicate keys rejected) and the same 16 MiB limit. NULL on failure,
+ * with SL_E_CONFIG in *st and "<name>: ..." in err. */
+json_t *sl_arch_json_parse(sl_err *err, const char *name, const char *text, size_t len,
+                           sl_status *st);
+
+/* Reads the config src (a file, or text in memory) and its sizes (H, nh, K, D, I, V, L),
+ * architectures[0], tie_word_embeddings and the dtype, and checks them: positive; at most 100,000
+ * layers; kv heads at most the heads and dividing them; head_dim at most 65,536. SL_E_CONFIG with
+ * "<src->path>: config '<key>' ..." on failure. On success *root_out is the parsed config
+ * (json_decref it), for the table's symbols. */
+sl_status sl_arch_config_load(sl_err *err, sl_arena *a, const sl_arch_source *src,
+                              sl_arch_config *c, json_t **root_out);
 
 /* A non-negative integer config value for a table symbol or MoE key (null/absent: dflt, or
  * SL_E_CONFIG "config has no 'key'" when dflt < 0). The caller prefixes the path. */
