@@ -447,8 +447,10 @@ static sl_status opts_check(sl_plan *p, const sl_checkpoint *ck, const sl_plan_o
     SL_CHECK(o->dtype == -1 || o->dtype == SL_DTYPE_F32 || o->dtype == SL_DTYPE_F16 ||
                  o->dtype == SL_DTYPE_BF16,
              &p->err, SL_E_INVALID_ARG, "target dtype must be F32, F16 or BF16");
-    SL_CHECK(ck != NULL || o->config_path != NULL, &p->err, SL_E_INVALID_ARG,
-             "a plan needs a checkpoint or a config path");
+    SL_CHECK(o->config_json != NULL || o->config_json_len == 0, &p->err, SL_E_INVALID_ARG,
+             "config_json_len is %zu but config_json is NULL", o->config_json_len);
+    SL_CHECK(ck != NULL || o->config_path != NULL || o->config_json != NULL, &p->err,
+             SL_E_INVALID_ARG, "a plan needs a checkpoint, a config path or a config text");
     SL_CHECK(o->ep == 0 || o->ep == 1, &p->err, SL_E_INVALID_ARG, "ep must be 0 or 1");
     SL_CHECK(!o->ep || o->layout == SL_LAYOUT_TP, &p->err, SL_E_INVALID_ARG,
              "expert parallelism (ep) applies to layout tp only (layout spmd keeps one tensor per "
@@ -461,13 +463,18 @@ static sl_status opts_check(sl_plan *p, const sl_checkpoint *ck, const sl_plan_o
     return SL_OK;
 }
 
+/* The config: o->config_json in memory, else the file config_path, else the checkpoint's
+ * config.json. c->config_path is the name every message about it uses: for text in memory
+ * config_path when given (the file it came from), else SL_CONFIG_MEMORY_NAME. */
 static sl_status desc_load(plan_ctx *c, const sl_checkpoint *ck, const sl_plan_opts *o,
                            sl_arch **m)
 {
     sl_plan *p = c->p;
     char *path = NULL;
     const char *cfg = o->config_path;
-    if (cfg == NULL) {
+    if (cfg == NULL && o->config_json != NULL) {
+        cfg = SL_CONFIG_MEMORY_NAME;
+    } else if (cfg == NULL) {
         const char *dir = sl_checkpoint_dir(ck);
         const size_t n = strlen(dir) + sizeof("/config.json");
         path = malloc(n);
@@ -476,7 +483,9 @@ static sl_status desc_load(plan_ctx *c, const sl_checkpoint *ck, const sl_plan_o
         cfg = path;
     }
     c->config_path = sl_arena_strndup(&p->arena, cfg, strlen(cfg));
-    const sl_status st = c->config_path ? sl_arch_load(cfg, o->rules_path, &p->err, m)
+    const sl_arch_source src = {.path = c->config_path, .text = o->config_json,
+                                .len = o->config_json_len};
+    const sl_status st = c->config_path ? sl_arch_load_source(&src, o->rules_path, &p->err, m)
                                         : sl_err_set(&p->err, SL_E_NOMEM, "out of memory");
     free(path);
     return st;

@@ -30,11 +30,15 @@ typedef struct plan_src {
     sl_dtype dtype;
 } plan_src;
 
+/* What messages call a config given as text (sl_plan_opts.config_json) without a config_path. */
+#define SL_CONFIG_MEMORY_NAME "config.json (in memory)"
+
 typedef struct plan_ctx {
     sl_plan *p;
     const sl_arch *m;
     const sl_checkpoint *ck;
-    const char *config_path;      /* the config.json read (arena): messages about it name it */
+    const char *config_path;      /* the config.json read, or the name of the text in memory
+                                     (arena): messages about it name it */
     plan_src *src;                /* per m->tensors entry */
     plan_tmpl *tmpl;
     int32_t n_tmpl;
