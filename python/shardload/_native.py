@@ -27,7 +27,8 @@ class TensorInfo(Structure):
 
 class PlanOpts(Structure):
     _fields_ = [("tp", c_int32), ("pp", c_int32), ("layout", c_int), ("dtype", c_int32),
-                ("config_path", c_char_p), ("rules_path", c_char_p), ("ep", c_int32)]
+                ("config_path", c_char_p), ("rules_path", c_char_p), ("ep", c_int32),
+                ("config_json", c_char_p), ("config_json_len", c_size_t)]
 
 
 class ParamInfo(Structure):

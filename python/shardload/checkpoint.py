@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import ctypes
 import os
-import shutil
 import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from . import _native as N
@@ -64,7 +64,7 @@ class Checkpoint:
     def __init__(self, path: Any, *, s3_endpoint: str | None = None,
                  s3_profile: str | None = None, ca_bundle: Any = None) -> None:
         self._h = ctypes.c_void_p()
-        self._tmp: str | None = None
+        self._config: bytes | None = None   # a remote checkpoint's config.json, once fetched
         self._fetch_lock = threading.Lock()   # plans from several threads fetch config.json once
         raw = _resolve(path)
         self.remote = _remote.is_url(raw)
@@ -114,31 +114,32 @@ class Checkpoint:
             raise ValueError("checkpoint is closed")
         return self._h
 
-    def fetch_config(self) -> str:
-        """A remote checkpoint's config.json, fetched once into a private temporary folder
-        (removed at close), for the planner, which reads a local file."""
-        with self._fetch_lock:   # another thread's file may be half written: wait for it
-            if self._tmp is None:
-                self._tmp = tempfile.mkdtemp(prefix="shardload-")
-            dest = os.path.join(self._tmp, "config.json")
-            if not os.path.exists(dest):
-                err = ctypes.create_string_buffer(1024)
-                st = N.lib.sl_checkpoint_fetch(self.handle, b"config.json", os.fsencode(dest), err,
-                                               len(err))
-                if st != 0:
-                    if os.path.exists(dest):   # half written: not a config for the next call
-                        os.unlink(dest)
-                    N.raise_status(st, err.value)
-            return dest
+    def fetch_config(self) -> bytes:
+        """A remote checkpoint's config.json, fetched once and held in memory: the planner reads
+        it from there (sl_plan_opts.config_json). sl_checkpoint_fetch writes a file, so it goes
+        through a private temporary folder, removed before this returns."""
+        with self._fetch_lock:   # plans from other threads wait for the whole text
+            if self._config is None:
+                with tempfile.TemporaryDirectory(prefix="shardload-") as tmp:
+                    dest = os.path.join(tmp, "config.json")
+                    err = ctypes.create_string_buffer(1024)
+                    st = N.lib.sl_checkpoint_fetch(self.handle, b"config.json", os.fsencode(dest),
+                                                   err, len(err))
+                    if st != 0:
+                        N.raise_status(st, err.value)
+                    self._config = Path(dest).read_bytes()
+            return self._config
+
+    @property
+    def config_name(self) -> bytes:
+        """What messages about the checkpoint's own config.json call it: <dir>/config.json (for
+        a URL, the URL without credentials)."""
+        return bytes(N.lib.sl_checkpoint_dir(self.handle)) + b"/config.json"
 
     def close(self) -> None:
         if getattr(self, "_h", None):
             N.lib.sl_checkpoint_close(self._h)
             self._h = ctypes.c_void_p()
-        tmp = getattr(self, "_tmp", None)
-        if tmp:
-            shutil.rmtree(tmp, ignore_errors=True)
-            self._tmp = None
 
     def __enter__(self) -> "Checkpoint":
         return self

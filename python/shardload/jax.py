@@ -40,7 +40,7 @@ from . import _interrupt
 from ._dtypes import NAMES, numpy_dtype, target_value
 from .checkpoint import Checkpoint, Tensor, opened
 from .model import _load_opts, _run, _set_list
-from .plan import Plan
+from .plan import ConfigSource, Plan
 
 ShardingSpec = Any  # a Mapping name -> Sharding, a callable, or a list of (regex, PartitionSpec)
 Box = tuple[str, int, tuple[int, ...], tuple[int, ...]]
@@ -51,7 +51,8 @@ _DMA_ENV = "SHARDLOAD_JAX_DMA"  # "0": never dma_map the slabs
 _PAGE = 4096  # slabs are page aligned, whole pages (what cudaHostRegister pins)
 
 
-def _default_specs(ck: Checkpoint, mesh: Any, config: Any, dtype: Any) -> dict[str, Any]:
+def _default_specs(ck: Checkpoint, mesh: Any, config: ConfigSource | None,
+                   dtype: Any) -> dict[str, Any]:
     """SHARDING.md's spmd rule on the mesh's last axis, as the C planner applies it: each
     tensor of the spmd plan is split along the dimension its tile is shorter in, else
     replicated. Tensors the rule table skips (tied heads, rotary caches) are not loaded."""
@@ -91,7 +92,7 @@ def _sharding_of(name: str, t: Tensor, mesh: Any, shardings: ShardingSpec) -> An
     return s
 
 
-def _shardings(ck: Checkpoint, mesh: Any, shardings: ShardingSpec, config: Any,
+def _shardings(ck: Checkpoint, mesh: Any, shardings: ShardingSpec, config: ConfigSource | None,
                dtype: Any) -> dict[str, Any]:
     by_name = {t.name: t for t in ck.tensors}
     if shardings is None:
@@ -410,7 +411,8 @@ def _local_devices(mesh: Any) -> dict[Any, int]:
     return {d: i for i, d in enumerate(local)}
 
 
-def _items(ck: Checkpoint, mesh: Any, shardings: ShardingSpec, config: Any, dtype: Any,
+def _items(ck: Checkpoint, mesh: Any, shardings: ShardingSpec, config: ConfigSource | None,
+           dtype: Any,
            index: dict[Any, int]) -> tuple[dict[str, Any], list[tuple[Tensor, list[tuple[Any, Box]]]]]:
     specs = _shardings(ck, mesh, shardings, config, dtype)
     order = {t.name: k for k, t in enumerate(ck.tensors)}
@@ -420,7 +422,7 @@ def _items(ck: Checkpoint, mesh: Any, shardings: ShardingSpec, config: Any, dtyp
 
 
 def plan(path: Any, mesh: Any, shardings: ShardingSpec = None, *, dtype: Any = None,
-         config: Any = None) -> Plan:
+         config: ConfigSource | None = None) -> Plan:
     """What each of this process's mesh devices would hold (the C planner's plan of the boxes):
     plan(...).devices[i] is mesh.devices.flat's i-th local device. Reads no data."""
     with opened(path) as ck:
@@ -449,7 +451,7 @@ def _use_dma(dma: bool | None) -> bool:
 def load(path: Any, mesh: Any, shardings: ShardingSpec = None, *, dtype: Any = None,
          staging: int = 64 << 20, io: str = "auto", threads: int = 0,
          progress: Callable[[int, int], None] | None | bool = None,
-         config: Any = None, dma: bool | None = None,
+         config: ConfigSource | None = None, dma: bool | None = None,
          stats: dict[str, Any] | None = None) -> dict[str, Any]:
     """The checkpoint's tensors as global jax.Arrays of their logical shapes, sharded as asked
     (default: the spmd rule on the mesh's last axis), each addressable device holding exactly

@@ -15,7 +15,7 @@ from . import _native as N
 from ._dtypes import element_shape, numpy_dtype, raw_numpy_dtype, torch_dtype
 from .checkpoint import Checkpoint, opened
 from .errors import DeviceError, UnsupportedError
-from .plan import Param, Plan
+from .plan import ConfigSource, Param, Plan
 
 _IO = {"auto": 0, "direct": 1, "buffered": 2}
 Progress = Callable[[int, int], None] | None | bool
@@ -287,12 +287,16 @@ class Model:
 def load(path: Any = None, *, tp: int = 1, pp: int = 1, ep: bool = False, layout: str = "tp",
          dtype: Any = None, device: str = "cpu", gpus: Iterable[int] | None = None,
          devices: Iterable[int] | None = None, io: str = "auto", staging: int = 64 << 20,
-         threads: int = 0, dummy: bool = False, seed: int = 1234, config: Any = None,
+         threads: int = 0, dummy: bool = False, seed: int = 1234,
+         config: ConfigSource | None = None,
          rules: Any = None, progress: Progress = None, pjrt_plugin: Any = None,
          verify: bool = False, manifest: Any = None) -> Model:
     """Plans path for a tp x pp mesh and loads the devices this process wants (all by default).
 
-    With dummy=True and no path the plan comes from config alone and no file is read.
+    config: the model's config.json (default: the checkpoint's own), as a path, a mapping of its
+    keys or a transformers config (to_dict()); the planner reads all three alike and checks the
+    checkpoint against it. With dummy=True and no path the plan comes from config alone and no
+    file is read.
     verify=True checks every file's SHA-256 while it streams, against manifest (a sha256sum
     file) or, in a Hugging Face cache, the blob each file links to; a mismatch is a LoadError.
     device="pjrt" puts each parameter in a PJRT buffer through the plugin at pjrt_plugin
@@ -372,7 +376,8 @@ def _dest_table(plan: Plan, rank: int, tensors: Mapping[str, Any]) -> list[tuple
 
 def load_into(path: Any, tensors: Mapping[str, Any], *, tp: int = 1, pp: int = 1,
               ep: bool = False, rank: int = 0, layout: str = "tp", dtype: Any = None,
-              io: str = "auto", staging: int = 64 << 20, threads: int = 0, config: Any = None,
+              io: str = "auto", staging: int = 64 << 20, threads: int = 0,
+              config: ConfigSource | None = None,
               rules: Any = None, progress: Progress = None, verify: bool = False,
               manifest: Any = None) -> dict[str, Any]:
     """Fills an engine's own tensors (name -> tensor of mesh device `rank`) in place.

@@ -2,12 +2,74 @@
 from __future__ import annotations
 
 import ctypes
+import json
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, Union
 
 from . import _native as N
 from ._dtypes import NAMES, target_value
 from .checkpoint import Checkpoint, opened
+
+
+class _ToDict(Protocol):
+    """A transformers PretrainedConfig, or anything else with its to_dict()."""
+    def to_dict(self) -> Mapping[str, Any]: ...
+
+
+class _ToJsonString(Protocol):
+    def to_json_string(self) -> str: ...
+
+
+# What config= takes: a config.json's path, its contents as a mapping, or a transformers config.
+ConfigSource = Union[str, bytes, os.PathLike[str], os.PathLike[bytes], Mapping[str, Any],
+                     _ToDict, _ToJsonString]
+
+
+def _json_value(v: Any) -> Any:
+    """json.dumps's fallback: a torch.dtype (a dict's torch_dtype; transformers' to_dict writes
+    it as a string already) is its name, a nested config object its to_dict()."""
+    if type(v).__module__ == "torch" and type(v).__name__ == "dtype":
+        return str(v).removeprefix("torch.")
+    if callable(getattr(v, "to_dict", None)):
+        return v.to_dict()
+    raise TypeError(f"config: a {type(v).__name__} value is not JSON serializable")
+
+
+def config_text(config: Any) -> bytes:
+    """config (a mapping, or an object with to_dict() or to_json_string()) as config.json text,
+    for sl_plan_opts.config_json: the planner then reads it as it reads a file."""
+    if isinstance(config, Mapping):
+        obj: Any = config
+    elif callable(getattr(config, "to_dict", None)):
+        obj = config.to_dict()
+    elif callable(getattr(config, "to_json_string", None)):
+        text = config.to_json_string()
+        if not isinstance(text, str):
+            raise TypeError(f"config.to_json_string() returned {type(text).__name__}, not str")
+        return text.encode("utf-8")
+    else:
+        raise TypeError("config must be a path to a config.json, a mapping of its keys, or a "
+                        f"transformers config (to_dict()), got {type(config).__name__}")
+    if not isinstance(obj, Mapping):
+        raise TypeError(f"config.to_dict() returned {type(obj).__name__}, not a mapping")
+    try:
+        return json.dumps(dict(obj), allow_nan=False, default=_json_value).encode("utf-8")
+    except ValueError as e:   # NaN or infinity: not JSON, and not a size
+        raise ValueError(f"config: {e}") from None
+
+
+def _config_opts(ck: Checkpoint | None, config: Any) -> tuple[bytes | None, bytes | None]:
+    """config= as sl_plan_opts (config_path, config_json): a path is the planner's to read;
+    anything else, and a remote checkpoint's own config.json, is text in memory."""
+    if config is None:
+        if ck is not None and ck.remote:
+            return ck.config_name, ck.fetch_config()
+        return None, None
+    if isinstance(config, (str, bytes, os.PathLike)):
+        return N.fspath(config), None
+    return None, config_text(config)
 
 _LAYOUTS = {"tp": 0, "spmd": 1}
 _LAYOUT_NAMES = {0: "tp", 1: "spmd", 2: "boxes"}
@@ -57,21 +119,22 @@ class Plan:
     what a load reads when each checkpoint byte is read once (None from a config alone).
     """
 
-    def __init__(self, ck: Checkpoint | None, *, config: Any = None, tp: int = 1, pp: int = 1,
-                 ep: bool = False, layout: str = "tp", dtype: Any = None,
+    def __init__(self, ck: Checkpoint | None, *, config: ConfigSource | None = None, tp: int = 1,
+                 pp: int = 1, ep: bool = False, layout: str = "tp", dtype: Any = None,
                  rules: Any = None) -> None:
         _check_mesh(tp, pp, ep, layout)
         if ck is None and config is None:
-            raise ValueError("plan needs a checkpoint path or config= (a config.json)")
-        if ck is not None and config is None and ck.remote:
-            config = ck.fetch_config()   # the planner reads a local config.json
+            raise ValueError("plan needs a checkpoint path or config= (a config.json, a dict or "
+                             "a transformers config)")
         opts = N.PlanOpts()
         N.lib.sl_plan_opts_init(ctypes.byref(opts))
         opts.tp, opts.pp, opts.layout = tp, pp, _LAYOUTS[layout]
         opts.ep = 1 if ep else 0
         opts.dtype = target_value(dtype)
-        keep = [N.fspath(x) if x is not None else None for x in (config, rules)]
-        opts.config_path, opts.rules_path = keep[0], keep[1]
+        path, text = _config_opts(ck, config)   # text: borrowed by the C call, kept alive here
+        opts.config_path = path
+        opts.config_json, opts.config_json_len = text, len(text) if text is not None else 0
+        opts.rules_path = N.fspath(rules) if rules is not None else None
         self._h = ctypes.c_void_p()
         st = N.lib.sl_plan_build(ck.handle if ck else None, ctypes.byref(opts),
                                  ctypes.byref(self._h))
@@ -145,9 +208,10 @@ class Plan:
                 f"{len(self.devices)} devices, {self.total_bytes} bytes)")
 
 
-def plan(path: Any = None, *, config: Any = None, tp: int = 1, pp: int = 1, ep: bool = False,
-         layout: str = "tp", dtype: Any = None, rules: Any = None) -> Plan:
-    """Plans a checkpoint (path) or, with path None, a model from its config alone."""
+def plan(path: Any = None, *, config: ConfigSource | None = None, tp: int = 1, pp: int = 1,
+         ep: bool = False, layout: str = "tp", dtype: Any = None, rules: Any = None) -> Plan:
+    """Plans a checkpoint (path) or, with path None, a model from its config alone. config: a
+    config.json's path, a mapping of its keys, or a transformers config (its to_dict())."""
     if path is None:
         return Plan(None, config=config, tp=tp, pp=pp, ep=ep, layout=layout, dtype=dtype,
                     rules=rules)

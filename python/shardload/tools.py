@@ -10,7 +10,7 @@ from . import _native as N
 from ._dtypes import target_value
 from .checkpoint import opened
 from .model import _load_opts
-from .plan import Plan
+from .plan import ConfigSource, Plan
 
 _ERRLEN = 1024
 
@@ -24,7 +24,7 @@ def _size(name: str, v: int | None) -> int:
 
 
 def reshard(path: Any, out: Any, *, tp: int = 1, pp: int = 1, layout: str = "tp",
-            dtype: Any = None, config: Any = None, rules: Any = None,
+            dtype: Any = None, config: ConfigSource | None = None, rules: Any = None,
             max_part_size: int | None = None, staging: int = 64 << 20, io: str = "auto",
             threads: int = 0) -> None:
     """Writes per-device pre-sharded files (model-rank-{d}-part-{p}.safetensors) into out."""

@@ -8,11 +8,13 @@ The servers (tests/http_range_server.py, also with --tls and a CA made by the op
 S3 server with its SigV4 checks on) run on loopback, started here."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -46,6 +48,9 @@ def http(tiny_ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         pytest.skip("built without libcurl")
     root = tmp_path_factory.mktemp("www")
     shutil.copytree(tiny_ckpt, root / "ck")
+    shutil.copytree(tiny_ckpt, root / "zero-layers")   # a config the planner refuses
+    cfg = json.loads((tiny_ckpt / "config.json").read_text())
+    (root / "zero-layers" / "config.json").write_text(json.dumps(dict(cfg, num_hidden_layers=0)))
     port = root / "port"
     p = subprocess.Popen([sys.executable, str(TESTS / "http_range_server.py"), str(root), str(port)])
     _wait(port, p)
@@ -135,6 +140,24 @@ def test_http_plans_from_threads(http: str, tiny_ckpt: Path) -> None:  # noqa: F
             got = list(pool.map(lambda _: shardload.plan(ck, tp=2).total_bytes, range(8)))
         ck.close()
         assert got == [want] * 8
+
+
+def test_http_config_held_in_memory(http: str, tiny_ckpt: Path) -> None:  # noqa: F811
+    """A remote checkpoint's config.json is fetched once into memory (no temporary folder left
+    behind) and planned from there; its messages name it by its URL."""
+    before = set(Path(tempfile.gettempdir()).glob("shardload-*"))
+    with shardload.open(f"{http}/ck/") as ck:
+        assert ck.fetch_config() == (tiny_ckpt / "config.json").read_bytes()
+        assert ck.config_name == f"{http}/ck/config.json".encode()
+        assert shardload.plan(ck, tp=2).devices == shardload.plan(tiny_ckpt, tp=2).devices
+        assert set(Path(tempfile.gettempdir()).glob("shardload-*")) == before
+    with pytest.raises(shardload.PlanError) as e:
+        shardload.plan(f"{http}/zero-layers/")
+    assert e.value.message == (f"{http}/zero-layers/config.json: config 'num_hidden_layers' is 0; "
+                               "it must be positive")
+    # config= given: the remote config.json is not fetched at all
+    assert shardload.plan(f"{http}/zero-layers/", tp=2, config=json.loads(
+        (tiny_ckpt / "config.json").read_text())).devices == shardload.plan(tiny_ckpt, tp=2).devices
 
 
 def test_http_errors(http: str) -> None:

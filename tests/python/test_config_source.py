@@ -1,0 +1,178 @@
+"""config= as something other than a path: a dict (JSON text in memory, sl_plan_opts.config_json),
+a transformers config, and the errors for what it cannot be. The planner reads them as it reads
+the file, so plans and loaded bytes must be the file's, and its strict checks still hold."""
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import shardload  # noqa: E402
+from sl_fixtures import TINY, ckpt_copy, tiny_ckpt, tiny_config, write_config  # noqa: E402,F401
+
+MEMORY = "config.json (in memory)"
+
+
+def _same_bytes(a: shardload.Model, b: shardload.Model) -> None:
+    assert a.devices == b.devices
+    for d in a.devices:
+        x, y = a.numpy(d), b.numpy(d)
+        assert list(x) == list(y)
+        for name in x:
+            assert x[name].dtype == y[name].dtype and x[name].shape == y[name].shape, name
+            assert x[name].tobytes() == y[name].tobytes(), (d, name)
+
+
+def _layers(p: shardload.Plan) -> set[int]:
+    return {int(q.name.split(".")[2]) for d in p.devices for q in d.params
+            if q.name.startswith("model.layers.")}
+
+
+def test_dict_loads_what_the_path_loads(tiny_ckpt: Path, tiny_config: Path) -> None:
+    with shardload.load(tiny_ckpt, tp=2, config=tiny_config) as want, \
+            shardload.load(tiny_ckpt, tp=2, config=dict(TINY)) as got:
+        _same_bytes(want, got)
+        assert got.plan.devices == want.plan.devices
+        assert got.plan.read_bytes == want.plan.read_bytes
+    with shardload.load(tiny_ckpt, tp=2, pp=2, layout="tp", config=TINY, dtype="f32") as got, \
+            shardload.load(tiny_ckpt, tp=2, pp=2, config=tiny_config, dtype="f32") as want:
+        _same_bytes(want, got)
+
+
+def test_the_checkpoints_config_is_not_read(ckpt_copy: Path, tiny_config: Path) -> None:
+    (ckpt_copy / "config.json").unlink()
+    with pytest.raises(shardload.PlanError, match="config.json: cannot open"):
+        shardload.plan(ckpt_copy)
+    with shardload.load(ckpt_copy, tp=2, config=TINY) as got, \
+            shardload.load(ckpt_copy, tp=2, config=tiny_config) as want:
+        _same_bytes(want, got)
+
+
+def test_load_into_and_plan_take_a_dict(tiny_ckpt: Path, tiny_config: Path) -> None:
+    p = shardload.plan(tiny_ckpt, tp=2, config=TINY)
+    assert p.devices == shardload.plan(tiny_ckpt, tp=2, config=tiny_config).devices
+    alone = shardload.plan(config=TINY, tp=4, layout="spmd")
+    assert alone.devices == shardload.plan(config=tiny_config, tp=4, layout="spmd").devices
+    assert alone.read_bytes is None
+    params = {q.name: np.empty(q.shape, dtype=np.uint16) for q in p.devices[1].params}
+    shardload.load_into(tiny_ckpt, params, tp=2, rank=1, config=TINY)
+    with shardload.load(tiny_ckpt, tp=2, devices=[1]) as want:
+        for name, a in want.numpy(1).items():
+            assert params[name].tobytes() == a.tobytes(), name
+
+
+def test_dummy_load_from_a_dict(tiny_config: Path) -> None:
+    a = shardload.load(config=TINY, dummy=True, tp=2, seed=7)
+    b = shardload.load(config=tiny_config, dummy=True, tp=2, seed=7)
+    assert a.checksums(1) == b.checksums(1)
+
+
+def test_fewer_layers_plan_fewer_and_stay_strict(tiny_ckpt: Path) -> None:
+    one = dict(TINY, num_hidden_layers=1)
+    alone = shardload.plan(config=one, tp=2)
+    assert _layers(alone) == {0} and _layers(shardload.plan(config=TINY, tp=2)) == {0, 1}
+    assert alone.total_bytes < shardload.plan(config=TINY, tp=2).total_bytes
+    # the checkpoint holds layer 1 too, which no rule of a 1-layer model claims
+    with pytest.raises(shardload.PlanError) as e:
+        shardload.load(tiny_ckpt, tp=2, config=one)
+    assert e.value.status == "SL_E_UNCLAIMED"
+    assert "model.layers.1." in e.value.message and "not claimed" in e.value.message
+    # and a model of more layers than the checkpoint misses tensors
+    with pytest.raises(shardload.PlanError) as e:
+        shardload.plan(tiny_ckpt, config=dict(TINY, num_hidden_layers=3))
+    assert e.value.status == "SL_E_MISSING" and "model.layers.2." in e.value.message
+
+
+def test_errors_name_the_text_in_memory(tiny_ckpt: Path) -> None:
+    with pytest.raises(shardload.PlanError) as e:
+        shardload.plan(tiny_ckpt, config=dict(TINY, num_hidden_layers=0))
+    assert e.value.status == "SL_E_CONFIG"
+    assert e.value.message == f"{MEMORY}: config 'num_hidden_layers' is 0; it must be positive"
+    with pytest.raises(shardload.PlanError, match=re.escape(f"SL_E_CONFIG: {MEMORY}: config "
+                                                            "'hidden_size' is not an integer")):
+        shardload.plan(config=dict(TINY, hidden_size="256"))
+    with pytest.raises(shardload.PlanError, match="architecture 'NopeForCausalLM' has no built-in"):
+        shardload.plan(config=dict(TINY, architectures=["NopeForCausalLM"]))
+    # a JSON text that is not an object, from a mapping-like config's to_json_string()
+    class Text:
+        def to_json_string(self) -> str:
+            return "[1, 2]"
+    with pytest.raises(shardload.PlanError, match=re.escape(f"{MEMORY}: config is not a JSON object")):
+        shardload.plan(config=Text())
+
+
+def test_bad_types_and_values() -> None:
+    for bad in (3, 2.5, [TINY], True):
+        with pytest.raises(TypeError, match="config must be a path to a config.json, a mapping"):
+            shardload.plan(config=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="config: Out of range float"):
+        shardload.plan(config=dict(TINY, rms_norm_eps=float("nan")))
+    with pytest.raises(TypeError, match="config: a set value is not JSON serializable"):
+        shardload.plan(config=dict(TINY, extra={1, 2}))
+
+    class Odd:
+        def to_dict(self) -> list[int]:
+            return [1]
+    with pytest.raises(TypeError, match=r"config.to_dict\(\) returned list"):
+        shardload.plan(config=Odd())  # type: ignore[arg-type]
+
+
+def test_torch_dtype_values(tiny_ckpt: Path) -> None:
+    torch = pytest.importorskip("torch")
+    p = shardload.plan(tiny_ckpt, config=dict(TINY, torch_dtype=torch.float16))
+    assert p.dtype == "F16"
+    p = shardload.plan(config={k: v for k, v in TINY.items() if k != "torch_dtype"} |
+                       {"dtype": torch.float32})
+    assert p.dtype == "F32"
+
+
+def test_transformers_config(tiny_ckpt: Path, tiny_config: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    cfg = transformers.AutoConfig.from_pretrained(tiny_ckpt)
+    with shardload.load(tiny_ckpt, tp=2, config=cfg) as got, \
+            shardload.load(tiny_ckpt, tp=2, config=tiny_config) as want:
+        _same_bytes(want, got)
+    # what its to_dict() gives for the dtype differs between versions (a string under
+    # "torch_dtype" or "dtype"; a torch.dtype set on it); each is read
+    cfg.dtype = torch.float16
+    assert shardload.plan(tiny_ckpt, config=cfg).dtype == "F16"
+    small = transformers.AutoConfig.from_pretrained(tiny_ckpt, num_hidden_layers=1)
+    assert _layers(shardload.plan(config=small, tp=2)) == {0}
+    with pytest.raises(shardload.PlanError) as e:
+        shardload.plan(tiny_ckpt, config=small)
+    assert e.value.status == "SL_E_UNCLAIMED"
+    built = transformers.LlamaConfig(**{k: v for k, v in TINY.items() if k != "architectures"},
+                                     architectures=["LlamaForCausalLM"])
+    assert shardload.plan(tiny_ckpt, tp=2, config=built).devices == \
+        shardload.plan(tiny_ckpt, tp=2, config=tiny_config).devices
+
+
+def test_jax_load_takes_a_dict(tmp_path: Path) -> None:
+    jax = pytest.importorskip("jax")
+    import shardload.jax as sj
+    from jax.sharding import Mesh
+    if len(jax.devices()) < 4:
+        pytest.skip("needs 4 JAX devices (XLA_FLAGS=--xla_force_host_platform_device_count=8)")
+    cfg = dict(TINY, vocab_size=1024)   # JAX wants even splits
+    path = write_config(tmp_path / "cfg.json", cfg)
+    shardload.synth(path, tmp_path / "ck", max_shard_size=1 << 20)
+    mesh = Mesh(np.array(jax.devices()[:4]), ("model",))
+    want = sj.load(tmp_path / "ck", mesh, config=path)
+    got = sj.load(tmp_path / "ck", mesh, config=cfg)
+    assert set(got) == set(want)
+    for name, a in got.items():
+        assert a.sharding == want[name].sharding, name
+        assert np.asarray(a).tobytes() == np.asarray(want[name]).tobytes(), name
+    assert sj.plan(tmp_path / "ck", mesh, config=cfg).devices == \
+        sj.plan(tmp_path / "ck", mesh, config=path).devices
+    with pytest.raises(shardload.PlanError) as e:
+        sj.load(tmp_path / "ck", mesh, config=dict(cfg, num_hidden_layers=1))
+    assert e.value.status == "SL_E_UNCLAIMED"
+    assert json.loads(path.read_text()) == cfg
