@@ -116,6 +116,11 @@ sl_status cli_remote_open(const char *path, const sl_load_opts *lo, sl_checkpoin
  * (removed at exit), which po->config_path then names. The message goes to err. */
 sl_status cli_remote_config(const sl_checkpoint *ck, sl_plan_opts *po, char *err, size_t n);
 
+/* --config VALUE into po: a config.json's path, or "-": the config read whole from stdin into
+ * memory (po->config_json, kept until exit; messages call it "<stdin>"). Returns an exit code,
+ * having printed the error. */
+int cli_config_arg(const char *cmd, const char *v, sl_plan_opts *po);
+
 int cli_inspect(int argc, char **argv);
 int cli_plan(int argc, char **argv);
 int cli_load(int argc, char **argv);

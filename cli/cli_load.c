@@ -77,7 +77,8 @@ static void load_help(FILE *out)
             "                  cuda adds \"gpu\",\"mem_free_before\",\"mem_free_after\" per device;\n"
             "                  pjrt adds the mem_free pair where its plugin reports memory, and\n"
             "                  \"staging_memory\": \"dma-mapped\" or \"plain (why)\")\n"
-            "  --config FILE   the model's config.json; default PATH's directory/config.json\n"
+            "  --config FILE   the model's config.json (-: read from stdin); default PATH's\n"
+            "                  directory/config.json\n"
             "  --rules FILE    rule table for the architecture instead of the built-in one\n"
             "  --dist S        under mpirun (docs/mpi.md): cooperative (default: each byte read by\n"
             "                  one rank, pieces exchanged) or independent (each rank reads what its\n"
@@ -295,6 +296,9 @@ int cli_load(int argc, char **argv)
     char pb[CLI_PATH_MAX];
     if (a.n_pos && (rc = cli_ckpt_path(a.pos[0], pb, sizeof pb, &a.pos[0])) != CLI_EXIT_OK)
         return rc;
+    if ((a.dist_set || (cli_dist_launched() && sl_dist_available())) && a.po.config_json)
+        return cli_usage_error("load", "--config - is for one process (under MPI only rank 0 "
+                               "reads stdin): give a FILE");
     if (a.dist_set || (cli_dist_launched() && sl_dist_available()))
         return cli_load_dist(a.n_pos ? a.pos[0] : NULL, &a.po, &a.lo, &a.dist, a.checksums, a.json);
     sl_checkpoint *ck = NULL;

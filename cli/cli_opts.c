@@ -121,7 +121,7 @@ static int opts_value(cli_opts *o, const char *opt, const char *v)
          * line of an error; a value the user set wins. */
         setenv("TF_CPP_MIN_LOG_LEVEL", "1", 0);
     } else if (!strcmp(opt, "--config")) {
-        o->po.config_path = v;
+        rc = cli_config_arg(o->cmd, v, &o->po);
     } else if (!strcmp(opt, "--rules")) {
         o->po.rules_path = v;
     } else if (!strcmp(opt, "--manifest")) {

@@ -23,7 +23,7 @@ static void plan_help(FILE *out)
             "against the config (shapes, unclaimed and missing weights) and the bytes to read are\n"
             "counted; with --config alone the plan comes from the config's shapes.\n\n"
             "  PATH            checkpoint; its config is PATH/config.json unless --config is given\n"
-            "  --config FILE   the model's Hugging Face config.json\n"
+            "  --config FILE   the model's Hugging Face config.json; - reads it from stdin\n"
             "  --tp T          tensor-parallel size (layout spmd: the mesh size N); default 1\n"
             "  --pp P          pipeline-parallel size; default 1 (layout tp only)\n"
             "  --ep            expert parallelism (MoE models, layout tp): the T ranks of a stage\n"
@@ -60,8 +60,8 @@ static int plan_opt_value(plan_args *a, const char *opt, const char *v)
     if (!strcmp(opt, "--pp"))
         return plan_int_opt(opt, v, &a->o.pp);
     if (!strcmp(opt, "--config"))
-        a->o.config_path = v;
-    else if (!strcmp(opt, "--rules"))
+        return cli_config_arg("plan", v, &a->o);
+    if (!strcmp(opt, "--rules"))
         a->o.rules_path = v;
     else if (!strcmp(opt, "--dtype") && cli_parse_dtype(v, &dt) == 0)
         a->o.dtype = (int32_t)dt;

@@ -178,3 +178,39 @@ void cli_json_str(FILE *f, const char *s)
     }
     fputc('"', f);
 }
+
+/* ---- --config - ------------------------------------------------------------------------------- */
+
+/* The library's bound on a config.json (sl_plan_opts.config_json). stdin is read up to one byte
+ * more, so that a longer text is refused by the planner, not cut to a valid-looking prefix. */
+#define CLI_CONFIG_MAX ((size_t)16 << 20)
+
+static char *cli_stdin_config;   /* --config -'s text: po borrows it until the plan is built */
+
+static void cli_stdin_config_free(void)
+{
+    free(cli_stdin_config);
+}
+
+int cli_config_arg(const char *cmd, const char *v, sl_plan_opts *po)
+{
+    po->config_path = v;
+    if (strcmp(v, "-") != 0)
+        return CLI_EXIT_OK;
+    if (cli_stdin_config)
+        return cli_usage_error(cmd, "--config - given twice (stdin is read once)");
+    char *buf = malloc(CLI_CONFIG_MAX + 1);
+    if (!buf)
+        return cli_fail("--config -: out of memory");
+    const size_t n = fread(buf, 1, CLI_CONFIG_MAX + 1, stdin);
+    if (ferror(stdin)) {
+        free(buf);
+        return cli_fail("--config -: cannot read stdin: %s", strerror(errno));
+    }
+    cli_stdin_config = buf;
+    atexit(cli_stdin_config_free);
+    po->config_path = "<stdin>";   /* only the name of the text, for messages */
+    po->config_json = buf;
+    po->config_json_len = n;
+    return CLI_EXIT_OK;
+}

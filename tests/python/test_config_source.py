@@ -1,11 +1,13 @@
 """config= as something other than a path: a dict (JSON text in memory, sl_plan_opts.config_json),
-a transformers config, and the errors for what it cannot be. The planner reads them as it reads
-the file, so plans and loaded bytes must be the file's, and its strict checks still hold."""
+a transformers config, the CLI's --config - (stdin), and the errors for what they cannot be. The
+planner reads them as it reads the file, so plans and loaded bytes must be the file's, and its
+strict checks still hold."""
 from __future__ import annotations
 
 import json
 import os
 import re
+import subprocess
 from pathlib import Path
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
@@ -14,7 +16,8 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import shardload  # noqa: E402
-from sl_fixtures import TINY, ckpt_copy, tiny_ckpt, tiny_config, write_config  # noqa: E402,F401
+from sl_fixtures import (TINY, ckpt_copy, cli, tiny_ckpt, tiny_config,  # noqa: E402,F401
+                         write_config)
 
 MEMORY = "config.json (in memory)"
 
@@ -176,3 +179,27 @@ def test_jax_load_takes_a_dict(tmp_path: Path) -> None:
         sj.load(tmp_path / "ck", mesh, config=dict(cfg, num_hidden_layers=1))
     assert e.value.status == "SL_E_UNCLAIMED"
     assert json.loads(path.read_text()) == cfg
+
+
+def test_cli_config_from_stdin(cli: str, tiny_ckpt: Path, tiny_config: Path) -> None:
+    def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([cli, *args], input=stdin, capture_output=True, text=True,
+                              timeout=120)
+    text = tiny_config.read_text()
+    for cmd in (["plan", str(tiny_ckpt), "--tp", "2", "--json"],
+                ["load", str(tiny_ckpt), "--tp", "2", "--checksums", "--json"]):
+        want = run(*cmd, "--config", str(tiny_config))
+        got = run(*cmd, "--config", "-", stdin=text)
+        assert want.returncode == 0 and got.returncode == 0, got.stderr
+        w, g = json.loads(want.stdout), json.loads(got.stdout)
+        assert g["devices"] == w["devices"]
+    bad = run("plan", "--config", "-", stdin=json.dumps(dict(TINY, num_hidden_layers=0)))
+    assert bad.returncode == 1
+    assert "<stdin>: config 'num_hidden_layers' is 0" in bad.stderr
+    one = run("plan", str(tiny_ckpt), "--config", "-",
+              stdin=json.dumps(dict(TINY, num_hidden_layers=1)))
+    assert one.returncode == 1 and "not claimed" in one.stderr
+    twice = run("plan", "--config", "-", "--config", "-", stdin=text)
+    assert twice.returncode == 2 and "given twice" in twice.stderr
+    dist = run("load", str(tiny_ckpt), "--config", "-", "--dist", "cooperative", stdin=text)
+    assert dist.returncode == 2 and "--config - is for one process" in dist.stderr
