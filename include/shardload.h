@@ -238,8 +238,8 @@ typedef struct sl_plan_opts {
     int32_t pp;               /* pipeline-parallel size P; default 1; must be 1 for spmd */
     sl_layout layout;         /* default SL_LAYOUT_TP */
     int32_t dtype;            /* target sl_dtype (F32, F16, BF16), or -1 for the config's torch_dtype */
-    const char *config_path;  /* config.json; NULL: <checkpoint dir>/config.json (with config_json:
-                                 only the name messages give the text, see below) */
+    const char *config_path;  /* config.json; NULL: <checkpoint dir>/config.json. With config_json
+                                 only the name its messages use (see below) */
     const char *rules_path;   /* user rule table; NULL: built-in table for architectures[0] */
     int32_t ep;               /* 1: expert parallelism (vLLM enable_expert_parallel): the T ranks of
                                  a stage share the routed experts, each whole, in contiguous ranges
@@ -250,7 +250,8 @@ typedef struct sl_plan_opts {
      * sl_plan_build. When set it is the config, read as a file's would be (the same parser, duplicate
      * keys rejected, the same 16 MiB limit and checks), and config_path, if also given, is only the
      * name its messages use; without one they say "config.json (in memory)". NULL (default): the
-     * config comes from config_path or the checkpoint's directory. */
+     * config comes from config_path or the checkpoint's directory (a length without a text is
+     * SL_E_INVALID_ARG). */
     const char *config_json;
     size_t config_json_len;
 } sl_plan_opts;
@@ -258,7 +259,8 @@ typedef struct sl_plan_opts {
 void sl_plan_opts_init(sl_plan_opts *o);
 
 /* Builds the plan. ck may be NULL: the plan then comes from the config alone (config_path or
- * config_json; no copy operations, read_bytes unknown). With a checkpoint every strictness rule of SHARDING.md is enforced. */
+ * config_json; no copy operations, read_bytes unknown). With a checkpoint every strictness rule of
+ * SHARDING.md is enforced. */
 sl_status sl_plan_build(const sl_checkpoint *ck, const sl_plan_opts *o, sl_plan **out);
 void sl_plan_free(sl_plan *p);
 const char *sl_plan_errmsg(const sl_plan *p);
