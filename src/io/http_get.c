@@ -121,17 +121,23 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* s3://bucket/?continuation-token=..&delimiter=%2F&list-type=2&prefix=.. (sorted: SigV4's
- * canonical query string is sorted, and curl signs the query as it is given) */
+/* s3://bucket/?continuation-token=..&delimiter=%2F&encoding-type=url&list-type=2&prefix=..
+ * (sorted: SigV4's canonical query string is sorted, and curl signs the query as it is given).
+ * encoding-type=url, as botocore asks for on every listing: a key may hold any character, and
+ * without it S3 writes those XML 1.0 cannot hold raw as numeric references (&#13;), and control
+ * characters in a form XML 1.0 cannot parse at all (AWS's words), while moto writes them raw (an
+ * XML reader would turn a raw CR into a LF); percent-encoded (moto too), every key comes back as
+ * plain ASCII and decodes exactly. A page whose server ignored it (no <EncodingType>) is still
+ * decoded, its references strictly. */
 static char *list_url(const char *bucket_url, const char *prefix, const char *token)
 {
-    const size_t n = strlen(bucket_url) + 3 * strlen(prefix) + (token ? 3 * strlen(token) : 0) + 96;
+    const size_t n = strlen(bucket_url) + 3 * strlen(prefix) + (token ? 3 * strlen(token) : 0) + 128;
     char *u = malloc(n), *ep = malloc(3 * strlen(prefix) + 1), *et = malloc(token ? 3 * strlen(token) + 1 : 1);
     if (u && ep && et) {
         put_query(ep, prefix);
         put_query(et, token ? token : "");
-        snprintf(u, n, "%s?%s%s%sdelimiter=%%2F&list-type=2&prefix=%s", bucket_url, token ? "continuation-token=" : "",
-                 token ? et : "", token ? "&" : "", ep);
+        snprintf(u, n, "%s?%s%s%sdelimiter=%%2F&encoding-type=url&list-type=2&prefix=%s", bucket_url,
+                 token ? "continuation-token=" : "", token ? et : "", token ? "&" : "", ep);
     } else {
         free(u);
         u = NULL;
@@ -145,6 +151,18 @@ static char *list_url(const char *bucket_url, const char *prefix, const char *to
  * given, or more pages than LIST_PAGES (10M keys), would keep the open listing: both are errors,
  * never a partial list taken for the whole. */
 #define LIST_PAGES 10000
+
+/* One page into acc; its malformations are named with the bucket, the listing and the page. */
+static sl_status page_read(const sl_http_obj *bucket, const char *prefix, int page, const char *xml,
+                           sl_http_names *acc, char **token, sl_err *err)
+{
+    char where[1280];   /* a prefix is at most 1024 bytes */
+    const sl_status st = sl_http_list_page(xml, prefix, acc, token, err);
+    if (st != SL_E_IO)
+        return st;
+    snprintf(where, sizeof where, "%s: listing '%s', page %d", bucket->name, prefix, page + 1);
+    return sl_err_prefix(err, where);
+}
 
 static sl_status list_pages(sl_http_obj *bucket, const char *prefix, sl_http_names *acc, sl_err *err)
 {
@@ -163,7 +181,7 @@ static sl_status list_pages(sl_http_obj *bucket, const char *prefix, sl_http_nam
         free(bucket->url);
         bucket->url = NULL;
         if (st == SL_OK)
-            st = sl_http_list_page(xml, prefix, acc, &token, err);
+            st = page_read(bucket, prefix, page, xml, acc, &token, err);
         free(xml);
         if (st != SL_OK || !token)
             break;
