@@ -6,10 +6,12 @@
 # (expert input scales read at plan time) load equal to the local files, byte for byte, path-style
 # and virtual-host; credentials from the environment, from a ~/.aws/credentials profile
 # (AWS_PROFILE or --s3-profile), temporary ones with a session token;
-# the endpoint from --s3-endpoint or AWS_ENDPOINT_URL; resets, 503s and truncated bodies through
+# the endpoint from --s3-endpoint or AWS_ENDPOINT_URL; listed shards whose keys need XML and URL
+# escapes (& space e-acute + % < CR); resets, 503s and truncated bodies through
 # tests/fault_proxy.py are survived; a wrong secret, an unknown key, no key, a temporary key
-# without its token, a missing prefix, bucket or object, and an object replaced mid-load fail in
-# one line naming the s3:// URL, never a secret. --verify with a manifest passes the intact
+# without its token, a missing prefix, bucket or object, an object replaced mid-load, and a
+# listing that never ends, is truncated without a token or has a key that cannot be decoded fail
+# in one line naming the s3:// URL, never a secret. --verify with a manifest passes the intact
 # objects and catches a byte flipped in one (issue 17 item 4, "from S3").
 # Usage: cli_s3.sh path/to/shardload
 set -u
@@ -32,7 +34,8 @@ printf '\x5a' | dd of="$f2" bs=1 seek=$((sz - 3)) conv=notrunc status=none
 (cd "$T/ck" && sha256sum ./*.safetensors | sed 's|  \./|  |') >"$T/manifest"
 s3 user "$T/keys" && s3 upload models tinyllama "$T/ck" && s3 upload models flat "$T/noindex" &&
     s3 upload models single "$T/one" && s3 upload models "my dir" "$T/ck" && s3 upload models replaced "$T/ck" &&
-    s3 upload models corrupt "$T/corrupt" && s3 upload models fp8static "$T/fp8" ||
+    s3 upload models corrupt "$T/corrupt" && s3 upload models fp8static "$T/fp8" &&
+    s3 upload models odd "$T/noindex" 'a&b c\u00e9+%<\r-' ||
     { fail "moto set-up"; finish; }
 s3 role "$T/rkeys" || { fail "moto role"; finish; }
 s3 auth 0 || { fail "moto auth"; finish; }
@@ -53,6 +56,60 @@ ref2=$("$SL" load "$T/ck" --tp 2 --pp 2 --checksums --json | sums)
     fail "s3 listed (no index): $(cat "$T/err")"
 [ "$("${L[@]}" "s3://models/my dir/" --tp 4 --checksums --json 2>"$T/err" | sums)" = "$ref4" ] ||
     fail "s3 key with a space: $(cat "$T/err")"
+# listed shards whose keys hold '&', a space, an e-acute, '+', '%', '<' and a carriage return: the
+# listing asks for encoding-type=url and decodes the keys exactly (before: S3 writes CR as &#13;,
+# which the listing kept raw)
+[ "$("${L[@]}" s3://models/odd/ --tp 4 --checksums --json 2>"$T/err" | sums)" = "$ref4" ] ||
+    fail "s3 listed, keys with & space e-acute + % < CR: $(cat "$T/err")"
+# the same listing as S3 writes it without encoding-type=url (or a server that ignores it): no
+# <EncodingType>, the CR as &#13;, e-acute as &#233; (a proxy in front of moto rewrites the pages,
+# as moto writes a CR raw; the other requests go through unchanged, signatures and all)
+cat >"$T/s3_refs.py" <<'PY'
+import html, http.client, http.server, re, socketserver, sys, urllib.parse
+UP = int(sys.argv[1])
+def as_s3(key):
+    key = key.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return "".join("&#%d;" % ord(c) if ord(c) < 0x20 or ord(c) > 0x7E else c for c in key)
+def rewrite(body):
+    s = body.decode()
+    dec = urllib.parse.unquote_plus if "<EncodingType>url</EncodingType>" in s else html.unescape
+    s = s.replace("<EncodingType>url</EncodingType>", "")
+    return re.sub(r"<Key>(.*?)</Key>", lambda m: "<Key>%s</Key>" % as_s3(dec(m.group(1))), s, flags=re.S).encode()
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def log_message(self, *a): pass
+    def do_HEAD(self): self.fwd()
+    def do_GET(self): self.fwd()
+    def fwd(self):
+        up = http.client.HTTPConnection("127.0.0.1", UP, timeout=60)
+        up.request(self.command, self.path, headers={k: v for k, v in self.headers.items() if k.lower() != "connection"})
+        r = up.getresponse()
+        body = r.read()
+        up.close()
+        listing = self.command == "GET" and r.status == 200 and "list-type=2" in self.path
+        body = rewrite(body) if listing else body
+        self.send_response(r.status)
+        for k, v in r.getheaders():
+            if k.lower() not in ("connection", "transfer-encoding", "date", "server") and \
+                    not (listing and k.lower() == "content-length"):
+                self.send_header(k, v)
+        if listing:
+            self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command == "GET":
+            self.wfile.write(body)
+class S(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+    request_queue_size = 128
+    def handle_error(self, *a): pass   # a client gone before the body
+s = S(("127.0.0.1", 0), H)
+open(sys.argv[2], "w").write(str(s.server_address[1]))
+s.serve_forever()
+PY
+"$VPY" "$T/s3_refs.py" "$(port_of "$S3E")" "$T/refs.port" & SERVERS+=($!)
+wait_file "$T/refs.port" || fail "the rewriting proxy did not start"
+[ "$(timeout 60 "$SL" load --s3-endpoint "http://127.0.0.1:$(cat "$T/refs.port")" s3://models/odd/ --tp 4 --checksums \
+    --json 2>"$T/err" | sums)" = "$ref4" ] || fail "s3 listed, keys with &#13; and &#233;: $(cat "$T/err")"
 [ "$("${L[@]}" s3://models/single/model.safetensors --tp 2 --checksums --json 2>"$T/err" | sums)" = \
   "$("$SL" load "$T/one" --tp 2 --checksums --json | sums)" ] || fail "s3 single object: $(cat "$T/err")"
 [ "$("${L[@]}" s3://models/fp8static/ --tp 4 --ep --checksums --json 2>"$T/err" | sums)" = \
@@ -145,10 +202,14 @@ import http.server, sys
 class H(http.server.BaseHTTPRequestHandler):
     def log_message(self, *a): pass
     def do_GET(self):
-        if "list-type=2" in self.path:
-            code, body = 200, (b'<?xml version="1.0" encoding="UTF-8"?><ListBucketResult><Name>models</Name>'
-                               b'<Prefix>loop/</Prefix><KeyCount>0</KeyCount><IsTruncated>true</IsTruncated>'
-                               b'<NextContinuationToken>same-token</NextContinuationToken></ListBucketResult>')
+        page = (b'<?xml version="1.0" encoding="UTF-8"?><ListBucketResult><Name>models</Name>'
+                b'<KeyCount>1</KeyCount><IsTruncated>%s</IsTruncated>%s</ListBucketResult>')
+        if "list-type=2" in self.path and "prefix=loop" in self.path:
+            code, body = 200, page % (b"true", b"<NextContinuationToken>same-token</NextContinuationToken>")
+        elif "list-type=2" in self.path and "prefix=cut" in self.path:
+            code, body = 200, page % (b"true", b"<Contents><Key>cut/a.safetensors</Key></Contents>")
+        elif "list-type=2" in self.path and "prefix=nul" in self.path:
+            code, body = 200, page % (b"false", b"<Contents><Key>nul/a&#0;.safetensors</Key></Contents>")
         else:
             code, body = 404, b'<?xml version="1.0"?><Error><Code>NoSuchKey</Code></Error>'
         self.send_response(code)
@@ -165,6 +226,15 @@ timeout 60 env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY AWS_ENDPOINT_URL="h
     "$SL" inspect s3://models/loop/ >/dev/null 2>"$T/err"
 one_line_error $? "$T/err" "listing 'loop/': the server sent back the continuation token it was given (page 2)" ||
     fail "a listing that does not end: $(cat "$T/err")"
+# a truncated page without a token to go on with, and a key that cannot be decoded: refused, not
+# taken as the whole listing nor kept raw
+NA=(timeout 60 env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY AWS_ENDPOINT_URL="http://127.0.0.1:$(cat "$T/loop.port")")
+"${NA[@]}" "$SL" inspect s3://models/cut/ >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "s3://models/: listing 'cut/', page 1: <IsTruncated> is true but the page has no <NextContinuationToken>" ||
+    fail "a truncated page without a token: $(cat "$T/err")"
+"${NA[@]}" "$SL" inspect s3://models/nul/ >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "s3://models/: listing 'nul/', page 1: <Contents> 1: <Key>: '&#0;' is not a reference to a character" ||
+    fail "a key with &#0;: $(cat "$T/err")"
 "$SL" load s3://models/tinyllama/ --s3-endpoint ftp://127.0.0.1 --tp 4 >/dev/null 2>"$T/err"
 one_line_error $? "$T/err" "S3 endpoint 'ftp://127.0.0.1': expected http://HOST" || fail "bad endpoint: $(cat "$T/err")"
 finish

@@ -3,9 +3,10 @@
 
   s3_setup.py ENDPOINT user KEYFILE     an IAM user allowed s3:*, and its access key: writes
                                         "KEY_ID SECRET" to KEYFILE
-  s3_setup.py ENDPOINT upload BUCKET PREFIX DIR
+  s3_setup.py ENDPOINT upload BUCKET PREFIX DIR [AFFIX]
                                         creates BUCKET (if need be) and puts every file of DIR
-                                        under PREFIX/
+                                        under PREFIX/; with AFFIX (Python escapes: \r, \u00e9),
+                                        each *.safetensors file's key is PREFIX/AFFIX+NAME
   s3_setup.py ENDPOINT put BUCKET KEY FILE
                                         puts one object (a replacement gets a new ETag)
   s3_setup.py ENDPOINT upload-sha256 BUCKET PREFIX DIR
@@ -23,6 +24,7 @@ Requests before `auth` are unauthenticated, so that set-up needs no key; the ser
 started with INITIAL_NO_AUTH_ACTION_COUNT set (to a large number). After it, S3_SETUP_KEY and
 S3_SETUP_SECRET in the environment give the key to sign with (the one `user` wrote).
 """
+import codecs
 import json
 import os
 import sys
@@ -58,12 +60,14 @@ def main():
         with open(args[0], "w") as f:
             f.write("%s %s %s\n" % (c["AccessKeyId"], c["SecretAccessKey"], c["SessionToken"]))
     elif cmd == "upload":
-        bucket, prefix, folder = args
+        bucket, prefix, folder = args[:3]
+        affix = codecs.decode(args[3], "unicode_escape") if len(args) > 3 else ""
         s3 = client(endpoint, "s3")
         if bucket not in [b["Name"] for b in s3.list_buckets().get("Buckets", [])]:
             s3.create_bucket(Bucket=bucket)
         for name in sorted(os.listdir(folder)):
-            s3.upload_file(os.path.join(folder, name), bucket, prefix.rstrip("/") + "/" + name)
+            key = (affix + name) if name.endswith(".safetensors") else name
+            s3.upload_file(os.path.join(folder, name), bucket, prefix.rstrip("/") + "/" + key)
     elif cmd in ("upload-sha256", "put-multipart"):
         from boto3.s3.transfer import TransferConfig
         mib = 1 << 20
