@@ -37,7 +37,7 @@ def _json_value(v: Any) -> Any:
     raise TypeError(f"config: a {type(v).__name__} value is not JSON serializable")
 
 
-def config_text(config: Any) -> bytes:
+def _config_text(config: Any) -> bytes:
     """config (a mapping, or an object with to_dict() or to_json_string()) as config.json text,
     for sl_plan_opts.config_json: the planner then reads it as it reads a file."""
     if isinstance(config, Mapping):
@@ -69,7 +69,7 @@ def _config_opts(ck: Checkpoint | None, config: Any) -> tuple[bytes | None, byte
         return None, None
     if isinstance(config, (str, bytes, os.PathLike)):
         return N.fspath(config), None
-    return None, config_text(config)
+    return None, _config_text(config)
 
 _LAYOUTS = {"tp": 0, "spmd": 1}
 _LAYOUT_NAMES = {0: "tp", 1: "spmd", 2: "boxes"}
