@@ -39,4 +39,22 @@ check "unknown option exit 2" '[ $rc = 2 ]'
 check "--help" '[ $rc = 0 ]'
 "$SL" plan /nonexistent/ckpt >/dev/null 2>&1; rc=$?
 check "missing checkpoint exit 1" '[ $rc = 1 ]'
+
+# A --rules table's mistakes are one line naming the table and what is wrong (each once passed, or
+# blamed the config; fuzz/corpus/fuzz_rules holds the inputs)
+T=$(mktemp -d "${TMPDIR:-/tmp}/sl_cli_plan.XXXXXX") || exit 1
+trap 'rm -rf "$T"' EXIT
+echo '{"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "num_attention_heads": 4,
+  "num_key_value_heads": 2, "intermediate_size": 128, "num_hidden_layers": 2, "vocab_size": 256,
+  "torch_dtype": "bfloat16"}' >"$T/cfg.json"
+rules_err() {   # what, table, the message after "shardload: error: "
+    echo "$2" >"$T/rules.json"
+    want="shardload: error: $3"
+    err=$("$SL" plan --config "$T/cfg.json" --rules "$T/rules.json" 2>&1 >/dev/null); rc=$?
+    check "$1: exit 1" '[ $rc = 1 ]'
+    check "$1: message: $err" '[ "$err" = "$want" ]'
+}
+rules_err "symbol default above 2^40" '{"symbols": {"X": {"key": "absent", "default": 4611686018427387000}},
+  "rules": [{"tensor": "a", "shape": ["X"], "shard": "replicated", "place": "first"}]}' \
+  "$T/rules.json: rule table symbol 'X': \"default\" must be an integer in [0, 2^40]"
 exit $fail

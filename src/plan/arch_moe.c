@@ -72,8 +72,11 @@ static sl_status sym_add(sl_err *err, sl_arch *m, const char *name, const json_t
         eq = json_object_get(v, "equals");
         SL_CHECK(eq == NULL || json_is_string(eq), err, SL_E_CONFIG,
                  "rule table symbol '%s': \"equals\" must be a string", name);
-        SL_CHECK(dflt == NULL || (json_is_integer(dflt) && json_integer_value(dflt) >= 0), err,
-                 SL_E_CONFIG, "rule table symbol '%s': \"default\" must be an integer >= 0", name);
+        /* the range of a config value (sl_arch_config_sym): a default is used as one */
+        SL_CHECK(dflt == NULL || (json_is_integer(dflt) && json_integer_value(dflt) >= 0 &&
+                                  json_integer_value(dflt) <= (json_int_t)1 << 40),
+                 err, SL_E_CONFIG, "rule table symbol '%s': \"default\" must be an integer in "
+                 "[0, 2^40]", name);
     }
     SL_CHECK(json_is_string(key), err, SL_E_CONFIG, "rule table symbol '%s' needs a config key "
              "(a string, or {\"key\": ..., \"default\": N})", name);
