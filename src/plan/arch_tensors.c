@@ -7,6 +7,7 @@
 #include "common/sl_bytes.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* 2^42 parameters (4.4 trillion, 8.8 TB in bf16): far above any dense model; a config above it is
@@ -19,10 +20,13 @@ static const char *name_format(sl_arena *a, const char *pattern, int64_t layer, 
     char num[2][24];
     const int nlen[2] = {snprintf(num[0], sizeof(num[0]), "%lld", (long long)layer),
                          snprintf(num[1], sizeof(num[1]), "%lld", (long long)e)};
+    /* each placeholder gives way to at most the longer number: the pattern's length plus that
+     * much per placeholder (counting every character instead asked for about 5 times the name) */
     size_t n = 0;
-    for (const char *p = pattern; *p; n++)
-        p += strncmp(p, "{i}", 3) == 0 || strncmp(p, "{e}", 3) == 0 ? 3 : 1;
-    char *out = sl_arena_alloc(a, strlen(pattern) + (size_t)(nlen[0] + nlen[1]) * n + 1);
+    for (const char *p = strchr(pattern, '{'); p; p = strchr(p + 1, '{'))
+        n += strncmp(p, "{i}", 3) == 0 || strncmp(p, "{e}", 3) == 0;
+    const size_t longest = (size_t)(nlen[0] > nlen[1] ? nlen[0] : nlen[1]);
+    char *out = sl_arena_alloc(a, strlen(pattern) + longest * n + 1);
     if (out == NULL)
         return NULL;
     char *o = out;
@@ -120,6 +124,124 @@ static sl_status tensor_set(sl_err *err, sl_arch *m, int32_t ri, int64_t l, int6
     return SL_OK;
 }
 
+/* ---- every name once: the checkpoint tensors, and the parameters of layout tp ------------------ */
+
+/* Patterns that differ can still give one name: a first-stage "model.layers.0.x" and a per-layer
+ * "model.layers.{i}.x", "a{i}1" at layer 1 and "a{i}" at layer 11, or a table rule named as the
+ * scale quantization_config adds beside an FP8 weight ("<x>.weight_scale"). One checkpoint tensor
+ * would then stand for two model tensors (a checkpoint binds one, the other is reported missing;
+ * synth writes the name twice) and a device would hold two parameters of one name. */
+typedef struct name_set {
+    const char **name;
+    int32_t *rule;
+    uint64_t mask;
+} name_set;
+
+static uint64_t name_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;   /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* Room for n names, at most half full; n <= SL_MAX_TENSORS (layers_index's bound). */
+static sl_status set_init(sl_err *err, name_set *set, uint64_t n)
+{
+    uint64_t cap = 16;
+    while (cap < 2 * n)
+        cap *= 2;
+    set->name = calloc(cap, sizeof(*set->name));
+    set->rule = malloc(cap * sizeof(*set->rule));
+    set->mask = cap - 1;
+    SL_CHECK(set->name && set->rule, err, SL_E_NOMEM, "out of memory");
+    return SL_OK;
+}
+
+static void set_free(name_set *set)
+{
+    free(set->name);
+    free(set->rule);
+}
+
+/* Adds name (of rule); -1, or the rule that already gave it. */
+static int32_t set_add(name_set *set, const char *name, int32_t rule)
+{
+    uint64_t h = name_hash(name) & set->mask;
+    for (; set->name[h] != NULL; h = (h + 1) & set->mask) {
+        if (strcmp(set->name[h], name) == 0)
+            return set->rule[h];
+    }
+    set->name[h] = name;
+    set->rule[h] = rule;
+    return -1;
+}
+
+static sl_status tensor_dup(sl_err *err, const sl_arch *m, int32_t a, int32_t b, const char *name)
+{
+    const sl_rule *ra = &m->rules[a], *rb = &m->rules[b];
+    if (rb->scale_of >= 0 && ra->scale_of < 0) {
+        const sl_rule *t = ra;
+        ra = rb;
+        rb = t;
+    }
+    if (ra->scale_of >= 0)   /* scale rules follow the table's, so rb is the table's */
+        return sl_err_set(err, SL_E_CONFIG, "rule '%s' names checkpoint tensor '%s', which is the FP8 "
+                          "scale quantization_config adds for rule '%s'", rb->tensor, name,
+                          m->rules[ra->scale_of].tensor);
+    return sl_err_set(err, SL_E_CONFIG, "rules '%s' and '%s' both name checkpoint tensor '%s'",
+                      ra->tensor, rb->tensor, name);
+}
+
+static sl_status tensors_unique(sl_err *err, const sl_arch *m)
+{
+    name_set set = {0};
+    sl_status st = set_init(err, &set, (uint64_t)m->n_tensors);
+    for (int64_t i = 0; st == SL_OK && i < m->n_tensors; i++) {
+        const int32_t prev = set_add(&set, m->tensors[i].name, m->tensors[i].rule);
+        if (prev >= 0)
+            st = tensor_dup(err, m, prev, m->tensors[i].rule, m->tensors[i].name);
+    }
+    set_free(&set);
+    return st;
+}
+
+/* A group's parameter at layer l (at every layer that has it), into set; *prev the group that
+ * already gave the name, or -1. */
+static sl_status param_add(sl_err *err, sl_arch *m, sl_arena *tmp, name_set *set, int32_t g,
+                           int64_t l, int32_t *prev)
+{
+    const sl_rule *r = &m->rules[m->groups[g].rules[0]];
+    const char *name = r->place == SL_PLACE_LAYER ? name_format(tmp, r->param, l, 0) : r->param;
+    SL_CHECK(name != NULL, err, SL_E_NOMEM, "out of memory");
+    *prev = set_add(set, name, g);
+    SL_CHECK(*prev < 0, err, SL_E_CONFIG, "rules '%s' and '%s' both fill parameter '%s' (their "
+             "\"param\" patterns differ but give one name)",
+             m->rules[m->groups[*prev].rules[0]].tensor, r->tensor, name);
+    return SL_OK;
+}
+
+/* Layout tp's parameters: one per group and layer that has it (experts are stacked in one). */
+static sl_status params_unique(sl_err *err, sl_arch *m)
+{
+    name_set set = {0};
+    sl_arena tmp = {0};
+    int32_t prev = -1;
+    /* a group's parameter at a layer has a tensor there: no more parameters than tensors */
+    sl_status st = set_init(err, &set, (uint64_t)m->n_tensors);
+    for (int32_t g = 0; st == SL_OK && g < m->n_groups; g++) {
+        const int32_t ri = m->groups[g].rules[0];
+        const int64_t nl = m->rules[ri].place == SL_PLACE_LAYER ? m->cfg.L : 1;
+        for (int64_t l = 0; st == SL_OK && l < nl; l++) {
+            if (sl_arch_rule_at(m, ri, l))
+                st = param_add(err, m, &tmp, &set, g, l, &prev);
+        }
+    }
+    sl_arena_free(&tmp);
+    set_free(&set);
+    return st;
+}
+
 sl_status sl_arch_tensors_build(sl_err *err, sl_arch *m)
 {
     SL_TRY(layers_index(err, m));
@@ -135,14 +257,16 @@ sl_status sl_arch_tensors_build(sl_err *err, sl_arch *m)
                 SL_TRY(tensor_set(err, m, ri, l, e));
         }
     }
-    return SL_OK;
+    SL_TRY(tensors_unique(err, m));
+    return params_unique(err, m);
 }
 
 /* The parameters of a checkpoint of this config (tied-skip rules left out when tied), at most
  * SL_MAX_PARAMS. */
 sl_status sl_arch_check_size(sl_err *err, const sl_arch *m)
 {
-    uint64_t total = 0;
+    uint64_t total = 0, most = 0;
+    int32_t most_rule = 0;
     for (int32_t i = 0; i < m->n_rules; i++) {
         const sl_rule *r = &m->rules[i];
         uint64_t n = 1;
@@ -157,14 +281,21 @@ sl_status sl_arch_check_size(sl_err *err, const sl_arch *m)
         for (uint32_t d = 0; d < r->ndim; d++)
             SL_CHECK(!sl_mul_overflow(n, r->shape[d], &n), err, SL_E_CONFIG,
                      "the tensors of rule '%s' overflow 64 bits", r->tensor);
-        if (!(m->cfg.tied && r->tied_skip))
-            SL_CHECK(!sl_add_overflow(total, n, &total), err, SL_E_CONFIG, "the parameter count overflows");
+        if (m->cfg.tied && r->tied_skip)
+            continue;
+        SL_CHECK(!sl_add_overflow(total, n, &total), err, SL_E_CONFIG, "the parameter count overflows");
+        if (n > most) {
+            most = n;
+            most_rule = i;
+        }
     }
+    /* the rule that holds the most tells which size (or which shape of a --rules table) is off */
     SL_CHECK(total <= SL_MAX_PARAMS, err, SL_E_CONFIG, "the config implies %llu parameters, above the "
              "limit of %llu (hidden_size %lld, intermediate_size %lld, vocab_size %lld, "
-             "num_hidden_layers %lld, head_dim %lld): no real model is this large",
+             "num_hidden_layers %lld, head_dim %lld; rule '%s' holds %llu): no real model is this large",
              (unsigned long long)total, (unsigned long long)SL_MAX_PARAMS, (long long)m->cfg.H,
-             (long long)m->cfg.I, (long long)m->cfg.V, (long long)m->cfg.L, (long long)m->cfg.D);
+             (long long)m->cfg.I, (long long)m->cfg.V, (long long)m->cfg.L, (long long)m->cfg.D,
+             m->rules[most_rule].tensor, (unsigned long long)most);
     return SL_OK;
 }
 
