@@ -7,7 +7,7 @@
  * ask for its first page again); on an error there is no token. Every name kept, written back as
  * S3 writes a key (XML-escaped with numeric references for control bytes, or percent-encoded under
  * <EncodingType>url</EncodingType>), reads back the same. Nothing leaks. */
-#include "io/http_parse.h"
+#include "io/http_list.h"
 
 #include <stdio.h>
 #include <stdlib.h>

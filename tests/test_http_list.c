@@ -4,7 +4,7 @@
  * a truncated page without a token refused; fields read only where they belong (a <Contents>
  * without its own <Key>, an <IsTruncated> inside a <Contents>, attributes, comments, white space);
  * pages that are not a well-formed ListBucketResult refused. */
-#include "io/http_parse.h"
+#include "io/http_list.h"
 #include "expect.h"
 
 #include <stdio.h>

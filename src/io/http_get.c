@@ -2,6 +2,7 @@
  * header, the index or config read whole, and the S3 listing of a prefix without an index. They
  * share one curl handle per checkpoint (cfg->conn), so a checkpoint's headers come over one kept-
  * alive connection. */
+#include "io/http_list.h"
 #include "io/http_xfer.h"
 
 #include <ctype.h>

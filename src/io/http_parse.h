@@ -1,10 +1,10 @@
 /* http_parse.h - what an HTTP server or S3 sends back, parsed with no connection (http_parse.c):
  * the response headers a ranged GET is judged by (Content-Range, Content-Length, ETag,
- * Last-Modified, Retry-After, the store's checksum), S3's <Code> in an error body, and a
- * ListObjectsV2 page. The bytes are the server's, so untrusted: numbers are digits only with
- * checked arithmetic, a Content-Range must be consistent (START <= END < TOTAL), and a value with a
- * control byte is dropped. Built with or without libcurl; fuzz/fuzz_http.c and fuzz_s3_list.c
- * call it directly. */
+ * Last-Modified, Retry-After, the store's checksum) and S3's <Code> in an error body (a
+ * ListObjectsV2 page: http_list.h). The bytes are the server's, so untrusted: numbers are digits
+ * only with checked arithmetic, a Content-Range must be consistent (START <= END < TOTAL), and a
+ * value with a control byte is dropped. Built with or without libcurl; fuzz/fuzz_http.c calls it
+ * directly. */
 #ifndef SL_IO_HTTP_PARSE_H
 #define SL_IO_HTTP_PARSE_H
 
@@ -42,26 +42,5 @@ void sl_http_s3_code(const char *body, char *code, size_t n);
  * covers the whole object: absent, another type, a multipart upload's composite "...-N", or an
  * etag of a multipart upload ("...-N", quoted or not). */
 int sl_http_whole_sha256(const sl_http_resp *r, const char *etag, char hex[65]);
-
-/* Names gathered from the pages of a listing (owned strings). */
-typedef struct sl_http_names {
-    char **v;
-    size_t n, cap;
-} sl_http_names;
-
-/* One ListObjectsV2 page (NUL-terminated XML): the <Key>s of its <Contents> directly under
- * prefix that end in .safetensors are appended to names, relative to prefix (XML references,
- * named and numeric, decoded to UTF-8; then percent-decoding when the page says
- * <EncodingType>url</EncodingType>); *token is the NextContinuationToken when <IsTruncated> is
- * true (free it), else NULL. A page with no keys is not an error. SL_E_IO (message without the
- * bucket's name, which the caller prefixes) for a page that is not a well-formed
- * ListBucketResult, a key or field that cannot be decoded exactly (a malformed or unknown
- * reference, one to U+0000, a surrogate or past U+10FFFF, a bad %XX), a <Contents> without
- * exactly one <Key>, no <IsTruncated>, or a truncated page without a NextContinuationToken;
- * SL_E_NOMEM. On an error *token is NULL and names may hold some of the page's names. */
-sl_status sl_http_list_page(const char *xml, const char *prefix, sl_http_names *names, char **token,
-                            sl_err *err);
-/* Frees every name and the array; names is empty after. */
-void sl_http_names_free(sl_http_names *names);
 
 #endif /* SL_IO_HTTP_PARSE_H */
