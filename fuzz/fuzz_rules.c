@@ -13,7 +13,7 @@
  * expert parallelism in the config's dtype, and spmd 4 in F32.
  *
  * A failure is a documented status whose message names the rules file (the config is valid: the
- * table is what is wrong; a dimension the mesh does not divide may name the config instead); a
+ * table is what is wrong; what depends on the mesh may name the config instead); a
  * plan packs each device's parameters with no gaps, under names that differ. A plan that takes
  * more than FZ_PLAN_MAX_S seconds, or a peak resident memory above FZ_RSS_MAX_MB, aborts: a table
  * of a few KB must cost neither minutes nor gigabytes (libFuzzer's -timeout and -rss_limit_mb say
@@ -171,11 +171,13 @@ static int fz_status_known(sl_status st)
            st == SL_E_INVALID_ARG || st == SL_E_SHAPE || st == SL_E_OVERFLOW;
 }
 
-/* The message names the rules file; a dimension the mesh does not divide (SL_E_DIVISIBILITY) may
- * name the config instead, as the mesh is this target's choice and the sizes the config's. */
+/* The message names the rules file. What depends on the mesh, this target's choice, may name the
+ * config instead: a dimension the mesh does not divide (SL_E_DIVISIBILITY), and a plan above the
+ * planner's size limit (SL_E_NOMEM, plan_bound.c; plan_ctx has no rules path for it to name). */
 static int fz_names_file(sl_status st, const char *msg, size_t ci)
 {
-    return strstr(msg, fz_rules) != NULL || (st == SL_E_DIVISIBILITY && strstr(msg, fz_cfg[ci]) != NULL);
+    return strstr(msg, fz_rules) != NULL ||
+           ((st == SL_E_DIVISIBILITY || st == SL_E_NOMEM) && strstr(msg, fz_cfg[ci]) != NULL);
 }
 
 /* One plan of the table against config ci; 1 when it was built. */
