@@ -22,12 +22,25 @@ mkdir "$T/s2" && echo keep >"$T/s2/mine.txt"
 "$SL" synth --config "$T/huge.json" "$T/s2" >/dev/null 2>"$T/err" && fail "synth of 3 TB into s2 succeeded"
 [ "$(ls -A "$T/s2")" = mine.txt ] || fail "synth into an existing OUTDIR removed or left files: $(ls -A "$T/s2")"
 
-# a reshard that fails after its parts were finished (the checkpoint's config.json, copied last,
-# is a FIFO) leaves none of them, nor the OUTDIR it created
-cp -r "$CK" "$T/ckf" && rm "$T/ckf/config.json" && mkfifo "$T/ckf/config.json"
-timeout 60 "$SL" reshard "$T/ckf" "$T/rf" --tp 2 --config "$T/tiny.json" >/dev/null 2>"$T/err"
-one_line_error $? "$T/err" "config.json: not a regular file (a FIFO)" || fail "reshard with a FIFO config.json: $(cat "$T/err")"
+# a reshard that fails after its parts were finished leaves none of them, nor the OUTDIR it
+# created: the config.json it writes last (the config it planned with) is 8 MB, over a file-size
+# limit the parts are under (ulimit -f, SIGXFSZ ignored so that the write fails with EFBIG)
+"${SL_PY:-python3}" - "$T/tiny.json" "$T/padded.json" <<'PY'
+import json, sys
+cfg = json.load(open(sys.argv[1]))
+cfg["padding"] = "x" * (8 << 20)
+json.dump(cfg, open(sys.argv[2], "w"))
+PY
+(trap '' XFSZ; ulimit -f 4096; exec timeout 60 "$SL" reshard "$CK" "$T/rf" --tp 2 --config "$T/padded.json") \
+    >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "rf/config.json.tmp.*: write failed: File too large" ||
+    fail "reshard whose config.json cannot be written: $(cat "$T/err")"
 [ ! -e "$T/rf" ] || fail "a failed reshard left: $(ls -A "$T/rf")"
+# the config is read when the plan is made: a FIFO given as --config fails before anything is written
+mkfifo "$T/fifo.json"
+timeout 60 "$SL" reshard "$CK" "$T/rq" --tp 2 --config "$T/fifo.json" >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "fifo.json: not a regular file (a FIFO)" || fail "reshard --config FIFO: $(cat "$T/err")"
+[ ! -e "$T/rq" ] || fail "a reshard refused at plan time left: $(ls -A "$T/rq")"
 
 # reshard into a 1 MiB file system: the checkpoint's devices need about 2.5 MB
 mkdir -p "$T/mnt"

@@ -72,6 +72,24 @@ for f in "$r1"/*.safetensors; do
     cmp -s "$f" "$T/req4k/$(basename "$f")" || fail "--request 4K wrote a different $(basename "$f")"
 done
 
+# the output carries the config the parts were planned with: a single file planned with --config
+# (no config.json beside it) gives a loadable directory, and --config wins over the checkpoint's own
+mkdir -p "$T/one" && cp "$T/q/model.safetensors" "$T/one/"
+"$SL" reshard "$T/one/model.safetensors" "$T/rs-one" --config "$T/qwen3.json" --tp 2 >/dev/null 2>"$T/err" ||
+    fail "reshard a single file with --config: $(cat "$T/err")"
+want=$("$SL" load "$T/one/model.safetensors" --config "$T/qwen3.json" --tp 2 --checksums --json 2>&1)
+got=$("$SL" load "$T/rs-one" --tp 2 --io buffered --checksums --json 2>&1) ||
+    fail "the resharded single file does not load on its own: $got"
+[ -n "$(echo "$want" | sums)" ] && [ "$(echo "$want" | sums)" = "$(echo "$got" | sums)" ] ||
+    fail "single file + --config: checksums differ after reshard"
+sed 's/"vocab_size":301/"vocab_size":301, "shardload_test_marker":7/' "$T/llama.json" > "$T/llama-marked.json"
+mkdir -p "$T/rs-marked" && : > "$T/rs-marked/config.json.tmp.AbC123"   # a run killed while writing it
+"$SL" reshard "$T/a" "$T/rs-marked" --config "$T/llama-marked.json" --tp 2 >/dev/null 2>"$T/err" ||
+    fail "reshard --config: $(cat "$T/err")"
+grep -q '"shardload_test_marker": 7' "$T/rs-marked/config.json" ||
+    fail "reshard --config wrote another config than the one it planned with"
+ls -a "$T/rs-marked" | grep -q '\.tmp\.' && fail "a temporary config.json is left in the output"
+
 # 3. file names, metadata and the tied embedding's name
 [ -n "$rq" ] && [ -f "$rq/model-rank-5-part-0.safetensors" ] || fail "no model-rank-5-part-0 in $rq"
 meta=$("$SL" inspect "$rq/model-rank-5-part-0.safetensors" --json)

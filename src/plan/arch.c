@@ -436,6 +436,17 @@ static sl_status rules_load_builtin(sl_err *err, sl_arch *m, const json_t *cfg)
                       sl_text_name(m->cfg.architecture, ab, sizeof ab));
 }
 
+/* The parsed config, dumped once: a plan keeps it so that reshard's output directory carries the
+ * config its parts were planned with (given as a file, as text, or the checkpoint's own). */
+static sl_status config_keep_text(sl_err *err, sl_arch *m, const json_t *cfg)
+{
+    char *text = json_dumps(cfg, JSON_INDENT(2));
+    m->config_text = text ? sl_arena_strndup(&m->arena, text, strlen(text)) : NULL;
+    free(text);
+    SL_CHECK(m->config_text != NULL, err, SL_E_NOMEM, "out of memory");
+    return SL_OK;
+}
+
 sl_status sl_arch_load_source(const sl_arch_source *src, const char *rules_path, sl_err *err,
                               sl_arch **out)
 {
@@ -448,6 +459,8 @@ sl_status sl_arch_load_source(const sl_arch_source *src, const char *rules_path,
      * message names it. */
     json_t *cfg = NULL;
     sl_status st = sl_arch_config_load(err, &m->arena, src, &m->cfg, &cfg);
+    if (st == SL_OK)
+        st = config_keep_text(err, m, cfg);
     if (st == SL_OK && (st = sl_arch_quant_parse(err, m, cfg)) != SL_OK)
         sl_err_prefix(err, src->path);
     if (st == SL_OK && rules_path)

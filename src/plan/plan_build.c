@@ -523,7 +523,8 @@ static sl_status plan_build_impl(sl_plan *p, const sl_checkpoint *ck, const sl_p
     c.m = m;
     if (st == SL_OK) {
         p->tied = m->cfg.tied;
-        st = sl_plan_tied_names(p, m);
+        p->config_text = sl_arena_strndup(&p->arena, m->config_text, strlen(m->config_text));
+        st = p->config_text ? sl_plan_tied_names(p, m) : sl_err_set(&p->err, SL_E_NOMEM, "out of memory");
     }
     if (st == SL_OK) {
         st = plan_dtype(&c, o);

@@ -258,24 +258,14 @@ static sl_status reshard_finish(reshard *r)
     return SL_OK;
 }
 
-static sl_status reshard_copy_config(reshard *r, const sl_checkpoint *ck)
+/* The config the plan was built from (--config FILE, text in memory, or the checkpoint's own,
+ * local or remote), so that the output directory plans back to the same parts. */
+static sl_status reshard_write_config(reshard *r)
 {
-    char src[4096], dst[4096];
-    snprintf(src, sizeof(src), "%s/config.json", sl_checkpoint_dir(ck));
+    char dst[4096];
     snprintf(dst, sizeof(dst), "%s/config.json", r->outdir);
-    sl_status st = SL_OK;
-    if (!strncmp(src, "http://", 7) || !strncmp(src, "https://", 8) || !strncmp(src, "s3://", 5)) {
-        char e[1024];   /* a remote checkpoint's config, fetched with its settings */
-        st = sl_checkpoint_fetch(ck, "config.json", dst, e, sizeof e);
-        return st == SL_OK || st == SL_E_NOT_FOUND ? SL_OK : sl_err_set(&r->err, st, "%s", e);
-    }
-    json_t *cfg = sl_tools_json_load(src, 1, &r->err, &st);
-    if (!cfg)
-        return st;   /* SL_OK: a single-file checkpoint planned with --config has none to copy */
-    const int rc = json_dump_file(cfg, dst, JSON_INDENT(2));
-    json_decref(cfg);
-    SL_CHECK(rc == 0, &r->err, SL_E_IO, "%s: cannot write", dst);
-    return SL_OK;
+    const char *text = r->plan->config_text;
+    return sl_tools_write_file(dst, text, strlen(text), &r->err);
 }
 
 /* config.json is what makes a directory loadable, and it is written last. One left by an earlier
@@ -335,8 +325,8 @@ static sl_status reshard_check_space(reshard *r, int32_t first, int32_t count)
 }
 
 /* Temporary part files of devices [first, first + count) that a run which died left (no live
- * writer holds them): they would pile up, run after run. Only this process's devices: over MPI
- * the other ranks' parts are theirs. */
+ * writer holds them), and config.json's for the process that writes it: they would pile up, run
+ * after run. Only this process's devices: over MPI the other ranks' parts are theirs. */
 typedef struct reshard_span {
     int32_t first, count;
 } reshard_span;
@@ -345,6 +335,8 @@ static int reshard_ours(void *user, const char *name)
 {
     const reshard_span *s = user;
     int32_t rank = -1;
+    if (!strcmp(name, "config.json"))   /* written by the process with device 0 */
+        return s->first == 0;
     return st_rank_file_name(name, &rank, NULL) && rank >= s->first && rank - s->first < s->count;
 }
 
@@ -377,11 +369,11 @@ static sl_status reshard_open(reshard *r, int32_t first, int32_t count)
 }
 
 /* After the engine (which also wrote the padding: file devices are not host memory): finish the
- * parts, and (one process only) copy config.json. */
-static sl_status reshard_complete(reshard *r, const sl_checkpoint *ck, int write_config)
+ * parts, and (one process only) write config.json. */
+static sl_status reshard_complete(reshard *r, int write_config)
 {
     SL_TRY(reshard_finish(r));
-    return write_config ? reshard_copy_config(r, ck) : SL_OK;
+    return write_config ? reshard_write_config(r) : SL_OK;
 }
 
 /* sl_open_devices_fn: this process's (over MPI: this rank's) file devices become the model's
@@ -423,7 +415,7 @@ static sl_status reshard_run(reshard *r, const sl_checkpoint *ck, const sl_load_
     if (st == SL_OK && (st = sl_load_job_run(&job, r->plan, &m)) != SL_OK)
         sl_err_set(&r->err, st, "%s", m ? sl_model_errmsg(m) : "out of memory");
     if (st == SL_OK)
-        st = reshard_complete(r, ck, 1);
+        st = reshard_complete(r, 1);
     sl_model_free(m);
     sl_load_job_free(&job);
     return st;
@@ -514,11 +506,11 @@ sl_status sl_reshard_dist(const sl_checkpoint *ck, const sl_plan *p, const sl_lo
     if (st == SL_OK && (st = sl_load_dist_devices(ck, p, &lo, d, reshard_open_devices, &r, &m)) != SL_OK)
         sl_err_set(&r.err, st, "%s", m ? sl_model_errmsg(m) : "out of memory");
     else if (st == SL_OK) /* every rank got here: the engine's last agreement succeeded */
-        st = reshard_agree(&r, reshard_complete(&r, ck, 0));
+        st = reshard_agree(&r, reshard_complete(&r, 0));
     /* config.json only once every rank's parts are in place, so a failed job does not leave a
      * directory that looks complete */
     if (st == SL_OK)
-        st = reshard_agree(&r, sl_dist_rank() == 0 ? reshard_copy_config(&r, ck) : SL_OK);
+        st = reshard_agree(&r, sl_dist_rank() == 0 ? reshard_write_config(&r) : SL_OK);
     sl_model_free(m);
     reshard_done(&r, err, errlen);
     return st;

@@ -70,6 +70,14 @@ def test_load_into_and_plan_take_a_dict(tiny_ckpt: Path, tiny_config: Path) -> N
             assert params[name].tobytes() == a.tobytes(), name
 
 
+def test_reshard_writes_the_config_it_planned_with(tiny_ckpt: Path, tmp_path: Path) -> None:
+    # the output directory is loadable on its own, with the given config, not the checkpoint's
+    cfg = dict(TINY, shardload_test_marker=7)
+    shardload.reshard(tiny_ckpt, tmp_path / "out", tp=2, config=cfg)
+    assert json.loads((tmp_path / "out" / "config.json").read_text()) == cfg
+    _same_bytes(shardload.load(tmp_path / "out", tp=2), shardload.load(tiny_ckpt, tp=2))
+
+
 def test_dummy_load_from_a_dict(tiny_config: Path) -> None:
     a = shardload.load(config=TINY, dummy=True, tp=2, seed=7)
     b = shardload.load(config=tiny_config, dummy=True, tp=2, seed=7)
