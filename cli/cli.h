@@ -112,8 +112,9 @@ int cli_remote_value(cli_opts *o, const char *opt, const char *v, int *rc);
 /* Opens path (local, hf:// already resolved, or a URL with lo's remote settings completed from
  * the environment), printing nothing: the message is the checkpoint's. */
 sl_status cli_remote_open(const char *path, const sl_load_opts *lo, sl_checkpoint **ck);
-/* For a remote checkpoint without --config: config.json fetched into a private temporary folder
- * (removed at exit), which po->config_path then names. The message goes to err. */
+/* For a remote checkpoint without --config: its config.json fetched (through a private temporary
+ * folder, removed at once) and held in memory as po->config_json until exit, named by its URL in
+ * messages. The message goes to err. */
 sl_status cli_remote_config(const sl_checkpoint *ck, sl_plan_opts *po, char *err, size_t n);
 
 /* --config VALUE into po: a config.json's path, or "-": the config read whole from stdin into

@@ -9,6 +9,7 @@
 #include "cli.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -188,37 +189,81 @@ sl_status cli_remote_open(const char *path, const sl_load_opts *lo, sl_checkpoin
 
 /* ---- config.json ---- */
 
-static char cli_tmpdir[4096], cli_tmpcfg[4200];
+/* The fetched config.json, held in memory: po borrows it (and its name, the URL) until exit. */
+static char *cli_remote_cfg, *cli_remote_cfg_name;
+static size_t cli_remote_cfg_len;
 
-static void remove_tmp(void)
+static void cli_remote_cfg_free(void)
 {
-    if (cli_tmpcfg[0])
-        unlink(cli_tmpcfg);
-    if (cli_tmpdir[0])
-        rmdir(cli_tmpdir);
+    free(cli_remote_cfg);
+    free(cli_remote_cfg_name);
+}
+
+/* The whole file at path, up to one byte past the library's 16 MiB bound (so that a longer one is
+ * refused by the planner, not cut to a valid-looking prefix). */
+static sl_status slurp(const char *path, char **buf, size_t *len, char *err, size_t n)
+{
+    const size_t cap = ((size_t)16 << 20) + 1;
+    FILE *f = fopen(path, "rb");
+    *buf = f ? malloc(cap) : NULL;
+    *len = *buf ? fread(*buf, 1, cap, f) : 0;
+    const int bad = !f || !*buf || ferror(f);
+    if (f)
+        fclose(f);
+    if (!bad)
+        return SL_OK;
+    free(*buf);
+    *buf = NULL;
+    snprintf(err, n, "%s: cannot read it back", path);
+    return SL_E_IO;
+}
+
+/* The library fetches into a file only: a private temporary folder, removed at once. */
+static sl_status fetch_config(const sl_checkpoint *ck, char **buf, size_t *len, char *err, size_t n)
+{
+    const char *t = env("TMPDIR");
+    char dir[4096], path[4200];
+    snprintf(dir, sizeof dir, "%s/shardload-XXXXXX", t ? t : "/tmp");
+    if (!mkdtemp(dir)) {
+        snprintf(err, n, "cannot make a temporary folder for %s/config.json: %s", sl_checkpoint_dir(ck),
+                 strerror(errno));
+        return SL_E_IO;
+    }
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    sl_status st = sl_checkpoint_fetch(ck, "config.json", path, err, n);
+    if (st == SL_E_NOT_FOUND) {
+        const size_t k = strlen(err);
+        snprintf(err + k, n - k, " (give the model's config with --config FILE)");
+    }
+    if (st == SL_OK)
+        st = slurp(path, buf, len, err, n);
+    unlink(path);
+    rmdir(dir);
+    return st;
 }
 
 sl_status cli_remote_config(const sl_checkpoint *ck, sl_plan_opts *po, char *err, size_t n)
 {
     if (!ck || po->config_path || !is_url(sl_checkpoint_dir(ck)))
         return SL_OK;
-    if (!cli_tmpdir[0]) {
-        const char *t = env("TMPDIR");
-        snprintf(cli_tmpdir, sizeof cli_tmpdir, "%s/shardload-XXXXXX", t ? t : "/tmp");
-        if (!mkdtemp(cli_tmpdir)) {
-            cli_tmpdir[0] = '\0';
-            snprintf(err, n, "cannot make a temporary folder for %s/config.json", sl_checkpoint_dir(ck));
-            return SL_E_IO;
+    if (!cli_remote_cfg) {
+        char *buf = NULL;
+        size_t len = 0;
+        const sl_status st = fetch_config(ck, &buf, &len, err, n);
+        if (st != SL_OK)
+            return st;
+        if (asprintf(&cli_remote_cfg_name, "%s/config.json", sl_checkpoint_dir(ck)) < 0) {
+            free(buf);
+            cli_remote_cfg_name = NULL;
+            snprintf(err, n, "out of memory");
+            return SL_E_NOMEM;
         }
-        atexit(remove_tmp);
-        snprintf(cli_tmpcfg, sizeof cli_tmpcfg, "%s/config.json", cli_tmpdir);
+        cli_remote_cfg = buf;
+        cli_remote_cfg_len = len;
+        atexit(cli_remote_cfg_free);
     }
-    const sl_status st = sl_checkpoint_fetch(ck, "config.json", cli_tmpcfg, err, n);
-    if (st == SL_E_NOT_FOUND) {
-        const size_t k = strlen(err);
-        snprintf(err + k, n - k, " (give the model's config with --config FILE)");
-    }
-    if (st == SL_OK)
-        po->config_path = cli_tmpcfg;
-    return st;
+    po->config_json = cli_remote_cfg;
+    po->config_json_len = cli_remote_cfg_len;
+    po->config_path = cli_remote_cfg_name;   /* the URL, without credentials: only a name */
+    return SL_OK;
 }

@@ -16,6 +16,7 @@ www_ckpt
 "$SL" synth --config "$T/tiny.json" "$W/one" --seed 9 >/dev/null || { fail "synth one"; finish; }
 cp -r "$W/ck" "$W/denied"
 cp -r "$W/ck" "$W/noconfig" && rm "$W/noconfig/config.json"
+cp -r "$W/ck" "$W/badconfig" && sed -i 's/"num_hidden_layers": *[0-9]*/"num_hidden_layers": 0/' "$W/badconfig/config.json"
 cp -r "$W/ck" "$W/hole" && rm "$W/hole/model-00003-of-00006.safetensors"
 mkdir "$W/noindex" && cp "$W/ck"/model-0000[1-6]-of-00006.safetensors "$W/ck/config.json" "$W/noindex/"
 # static FP8 scales in several files (w1's and w3's input scales must be equal), and a copy where
@@ -111,6 +112,10 @@ one_line_error $? "$T/err" "denied/model.safetensors.index.json: access denied (
     fail "403: $(cat "$T/err")"
 "${L[@]}" "$HTTP/noconfig/" --tp 2 >/dev/null 2>"$T/err"
 one_line_error $? "$T/err" "noconfig/config.json: not found (HTTP 404).*--config FILE" || fail "no config: $(cat "$T/err")"
+# a remote config.json's messages name its URL, not where it was fetched to
+"${L[@]}" "$HTTP/badconfig/" --tp 2 >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "$HTTP/badconfig/config.json: config 'num_hidden_layers' is 0" ||
+    fail "bad remote config: $(cat "$T/err")"
 [ "$("${L[@]}" "$HTTP/noconfig/" --tp 2 --config "$W/ck/config.json" --checksums --json 2>"$T/err" | sums)" = \
   "$("$SL" load "$W/ck" --tp 2 --checksums --json | sums)" ] || fail "--config with a URL: $(cat "$T/err")"
 hostport=${HTTP#http://}
