@@ -2,54 +2,29 @@
  * public entry `shardload plan --config` takes) on arbitrary bytes: the config parser, the
  * built-in rule tables instantiated with its sizes (MoE, FP8 quantization_config), and the
  * planner on three meshes (tp 1 in BF16; then tp 2 pp 2 with expert parallelism in the config's
- * dtype, and spmd 4 in F32). The bytes go to a config.json in a private temporary directory, as
- * the library reads configs from files only. A failure is a status with a message, and an
- * SL_E_CONFIG names the file; a plan packs each device's parameters with no gaps. A plan that
- * takes more than FZ_PLAN_MAX_S seconds aborts: a config of a few hundred bytes must not cost
- * minutes (libFuzzer's -timeout says so too, but the corpus replay runs without it). */
+ * dtype, and spmd 4 in F32). The bytes are the config text in memory (sl_plan_opts.config_json,
+ * exactly `size` bytes with no NUL after them, so a read past the end is ASan's to see); a file
+ * is read whole into the same parser. A failure is a status with a message, and an SL_E_CONFIG
+ * names the config; a plan packs each device's parameters with no gaps. A plan that takes more
+ * than FZ_PLAN_MAX_S seconds aborts: a config of a few hundred bytes must not cost minutes
+ * (libFuzzer's -timeout says so too, but the corpus replay runs without it). */
 #include "shardload.h"
 
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* The largest plan the limits allow (1M tensors) takes about 11 s under ASan. */
 #define FZ_PLAN_MAX_S 60.0
 
-static char fz_dir[64], fz_path[96];
-
 static double fz_now_s(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static void fz_cleanup(void)
-{
-    unlink(fz_path);
-    rmdir(fz_dir);
-}
-
-static const char *fz_write(const uint8_t *data, size_t size)
-{
-    if (!fz_path[0]) {
-        const char *tmp = getenv("TMPDIR");
-        snprintf(fz_dir, sizeof fz_dir, "%s/fuzz_config.XXXXXX", tmp && strlen(tmp) < 40 ? tmp : "/tmp");
-        if (!mkdtemp(fz_dir))
-            abort();
-        snprintf(fz_path, sizeof fz_path, "%s/config.json", fz_dir);
-        atexit(fz_cleanup);
-    }
-    const int fd = open(fz_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0 || (size && write(fd, data, size) != (ssize_t)size) || close(fd) != 0)
-        abort();
-    return fz_path;
 }
 
 static void check_plan(const sl_plan *p)
@@ -77,13 +52,18 @@ static int fz_status_known(sl_status st)
            st == SL_E_INVALID_ARG || st == SL_E_SHAPE || st == SL_E_OVERFLOW;
 }
 
+#define FZ_NAME "fuzz/config.json"   /* the name the config's messages must begin with */
+
 /* One plan; 1 when it was built. */
-static int fz_plan(const char *path, int32_t tp, int32_t pp, sl_layout layout, int32_t ep, int32_t dtype)
+static int fz_plan(const uint8_t *text, size_t len, int32_t tp, int32_t pp, sl_layout layout,
+                   int32_t ep, int32_t dtype)
 {
     sl_plan_opts o;
     sl_plan *p = NULL;
     sl_plan_opts_init(&o);
-    o.config_path = path;
+    o.config_path = FZ_NAME;   /* with config_json: only its name */
+    o.config_json = (const char *)text;
+    o.config_json_len = len;
     o.tp = tp;
     o.pp = pp;
     o.layout = layout;
@@ -97,18 +77,20 @@ static int fz_plan(const char *path, int32_t tp, int32_t pp, sl_layout layout, i
     if (st == SL_OK)
         check_plan(p);
     else if (!fz_status_known(st) || !msg || !msg[0] ||
-             (st == SL_E_CONFIG && strncmp(msg, path, strlen(path)) != 0))
-        abort();   /* every failure is a documented status with a message; a config's names the file */
+             (st == SL_E_CONFIG && strncmp(msg, FZ_NAME, strlen(FZ_NAME)) != 0))
+        abort();   /* every failure is a documented status with a message; a config's names it */
     sl_plan_free(p);
     return st == SL_OK;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    const char *path = fz_write(data, size);
-    if (fz_plan(path, 1, 1, SL_LAYOUT_TP, 0, SL_DTYPE_BF16)) {
-        fz_plan(path, 2, 2, SL_LAYOUT_TP, 1, -1);   /* the config's dtype, if it has one */
-        fz_plan(path, 4, 1, SL_LAYOUT_SPMD, 0, SL_DTYPE_F32);
+    /* an empty input's pointer may be NULL, which config_json takes as "no text" */
+    static const uint8_t empty[1];
+    const uint8_t *text = size ? data : empty;
+    if (fz_plan(text, size, 1, 1, SL_LAYOUT_TP, 0, SL_DTYPE_BF16)) {
+        fz_plan(text, size, 2, 2, SL_LAYOUT_TP, 1, -1);   /* the config's dtype, if it has one */
+        fz_plan(text, size, 4, 1, SL_LAYOUT_SPMD, 0, SL_DTYPE_F32);
     }
     return 0;
 }
