@@ -25,7 +25,8 @@ In vLLM itself the same call sits in a model loader (a sketch; vllm.distributed 
             tp = get_tensor_model_parallel_world_size()
             params = dict(model.named_parameters())      # tied weights appear once
             shardload.load_into(model_config.model, params, tp=tp, rank=rank,
-                                dtype=model_config.dtype)
+                                dtype=model_config.dtype,
+                                config=model_config.hf_config)   # with vLLM's hf_overrides
 """
 from __future__ import annotations
 
