@@ -74,6 +74,17 @@ char *sl_text_sanitize(const char *msg, size_t max)
     return out;
 }
 
+int sl_text_hex_digit(int c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
 int sl_text_is_hex(const char *s, size_t n, size_t digits)
 {
     if (n != digits)

@@ -19,6 +19,8 @@ const char *sl_text_name(const char *s, char *buf, size_t buflen);
 /* A malloc'd copy of msg with control bytes as \xNN, cut at max bytes with "..."; NULL when out of
  * memory. */
 char *sl_text_sanitize(const char *msg, size_t max);
+/* The value of hexadecimal digit c (either case), or -1 when c is not one. */
+int sl_text_hex_digit(int c);
 /* s[0..n) is exactly `digits` lowercase hexadecimal digits (a git commit, a SHA-256). */
 int sl_text_is_hex(const char *s, size_t n, size_t digits);
 /* Whether msg needs sl_text_sanitize (a control byte, or longer than max). */

@@ -128,24 +128,13 @@ void st_lex_leave(st_lex *lx)
     lx->depth--;
 }
 
-static int hex_val(unsigned char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 static bool read_hex4(const unsigned char *p, const unsigned char *end, unsigned *out)
 {
     if (end - p < 4)
         return false;
     unsigned v = 0;
     for (int i = 0; i < 4; i++) {
-        const int h = hex_val(p[i]);
+        const int h = sl_text_hex_digit(p[i]);
         if (h < 0)
             return false;
         v = (v << 4) | (unsigned)h;

@@ -4,6 +4,7 @@
 #include "io/http_list.h"
 
 #include "common/sl_grow.h"
+#include "common/sl_text.h"
 #include "io/http_parse.h"
 
 #include <assert.h>
@@ -62,17 +63,6 @@ static int name_is(const char *name, size_t len, const char *lit)
     return strlen(lit) == len && !memcmp(name, lit, len);
 }
 
-static int hex_val(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* The code point of a numeric character reference's digits r[0, n) ("13" or "xD"): -1 when
  * malformed (no digit, another byte, an 'X'), else the value, capped at 0x110000. */
 static long char_ref_value(const char *r, size_t n)
@@ -82,7 +72,7 @@ static long char_ref_value(const char *r, size_t n)
     if (n == (size_t)hex)
         return -1;
     for (size_t i = (size_t)hex; i < n; i++) {
-        const int d = hex ? hex_val(r[i]) : r[i] >= '0' && r[i] <= '9' ? r[i] - '0' : -1;
+        const int d = hex ? sl_text_hex_digit(r[i]) : r[i] >= '0' && r[i] <= '9' ? r[i] - '0' : -1;
         if (d < 0)
             return -1;
         v = v * (hex ? 16 : 10) + d;
@@ -187,7 +177,7 @@ static sl_status url_decode(char *s, size_t i, sl_err *err)
     char *w = s;
     for (const char *r = s; *r; w++) {
         if (*r == '%') {
-            const int hi = hex_val(r[1]), lo = hi < 0 ? -1 : hex_val(r[2]);
+            const int hi = sl_text_hex_digit(r[1]), lo = hi < 0 ? -1 : sl_text_hex_digit(r[2]);
             SL_CHECK(lo >= 0 && (hi | lo), err, SL_E_IO,
                      "<Contents> %zu: <Key>: '%.3s' is not a percent-encoded byte (or is %%00)", i + 1, r);
             *w = (char)(hi << 4 | lo);

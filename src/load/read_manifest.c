@@ -117,9 +117,7 @@ static int rd_hex16(const char *s, uint64_t *out)
 {
     uint64_t x = 0;
     for (int i = 0; i < 16; i++) {
-        const char c = s[i];
-        const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                    : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        const int d = sl_text_hex_digit((unsigned char)s[i]);
         if (d < 0)
             return 0;
         x = x << 4 | (uint64_t)d;
