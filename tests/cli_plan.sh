@@ -47,14 +47,31 @@ trap 'rm -rf "$T"' EXIT
 echo '{"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "num_attention_heads": 4,
   "num_key_value_heads": 2, "intermediate_size": 128, "num_hidden_layers": 2, "vocab_size": 256,
   "torch_dtype": "bfloat16"}' >"$T/cfg.json"
-rules_err() {   # what, table, the message after "shardload: error: "
+sed 's/}$/, "quantization_config": {"quant_method": "fp8", "activation_scheme": "static"}}/' \
+  "$T/cfg.json" >"$T/fp8.json"
+rules_err() {   # what, table, the message after "shardload: error: "[, config (cfg.json)]
     echo "$2" >"$T/rules.json"
     want="shardload: error: $3"
-    err=$("$SL" plan --config "$T/cfg.json" --rules "$T/rules.json" 2>&1 >/dev/null); rc=$?
+    err=$("$SL" plan --config "${4:-$T/cfg.json}" --rules "$T/rules.json" 2>&1 >/dev/null); rc=$?
     check "$1: exit 1" '[ $rc = 1 ]'
     check "$1: message: $err" '[ "$err" = "$want" ]'
 }
 rules_err "symbol default above 2^40" '{"symbols": {"X": {"key": "absent", "default": 4611686018427387000}},
   "rules": [{"tensor": "a", "shape": ["X"], "shard": "replicated", "place": "first"}]}' \
   "$T/rules.json: rule table symbol 'X': \"default\" must be an integer in [0, 2^40]"
+rules_err "tensor name above 512 bytes" "{\"rules\": [{\"tensor\": \"$(printf 'a%.0s' $(seq 600))\",
+  \"shape\": [\"H\"], \"shard\": \"replicated\", \"place\": \"first\"}]}" \
+  "$T/rules.json: rule '$(printf 'a%.0s' $(seq 156))...': tensor name is 600 bytes, above 512"
+rules_err "too many parameters names the table and the rule" '{"rules": [{"tensor": "a", "shape": ["V*V*V*V*V*V"],
+  "shard": "replicated", "place": "first"}]}' \
+  "$T/cfg.json: $T/rules.json: the config implies 281474976710656 parameters, above the limit of 4398046511104 (hidden_size 64, intermediate_size 128, vocab_size 256, num_hidden_layers 2, head_dim 16; rule 'a' holds 281474976710656): no real model is this large"
+rules_err "a first-stage and a per-layer rule name one tensor" '{"rules": [
+  {"tensor": "model.layers.0.x", "shape": ["H"], "shard": "replicated", "place": "first"},
+  {"tensor": "model.layers.{i}.x", "shape": ["H"], "shard": "replicated"}]}' \
+  "$T/cfg.json: $T/rules.json: rules 'model.layers.0.x' and 'model.layers.{i}.x' both name checkpoint tensor 'model.layers.0.x'"
+rules_err "a table rule named as an FP8 scale" '{"rules": [
+  {"tensor": "model.layers.{i}.a.weight", "shape": ["H", "H"], "shard": "column"},
+  {"tensor": "model.layers.{i}.a.weight_scale", "shape": ["1"], "shard": "replicated", "param": "model.layers.{i}.b"}]}' \
+  "$T/fp8.json: $T/rules.json: rule 'model.layers.{i}.a.weight_scale' names checkpoint tensor 'model.layers.0.a.weight_scale', which is the FP8 scale quantization_config adds for rule 'model.layers.{i}.a.weight'" \
+  "$T/fp8.json"
 exit $fail

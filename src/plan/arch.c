@@ -53,10 +53,10 @@ static sl_status shape_eval(sl_err *err, const sl_arch_config *c, const char *ex
                  "rule '%s': shape term '%.*s' is not one of H, nh, K, D, I, V, L, a table "
                  "symbol with a positive value for this config or a positive integer", tensor, (int)n, p);
         SL_CHECK(!sl_mul_overflow(v, f, &v), err, SL_E_CONFIG,
-                 "%s: shape %s overflows with this config", tensor, expr);
+                 "rule '%s': shape %s overflows with this config", tensor, expr);
         if (p[n] != '*') {
             SL_CHECK(!sl_add_overflow(sum, v, &sum), err, SL_E_CONFIG,
-                     "%s: shape %s overflows with this config", tensor, expr);
+                     "rule '%s': shape %s overflows with this config", tensor, expr);
             v = 1;
         }
         if (p[n] == '\0')
@@ -68,6 +68,11 @@ static sl_status shape_eval(sl_err *err, const sl_arch_config *c, const char *ex
 }
 
 /* ---- rule tables ------------------------------------------------------------------------------ */
+
+/* Longest tensor or param name a rule may give, {i} and {e} included: real names are under 128
+ * bytes. Every name is copied once per layer and expert, into the tensor list and the plan's
+ * templates, so a 100 KB name in a 150 KB table on Qwen3-30B-A3B's 6,144 experts once cost 1.9 GB. */
+#define SL_RULE_NAME_MAX 512
 
 static const char *rule_str(const json_t *r, const char *key)
 {
@@ -156,10 +161,10 @@ static sl_status rule_shape(sl_err *err, sl_arena *a, const sl_arch_config *c, c
         SL_TRY(shape_eval(err, c, out->dim_expr[d], t, &out->shape[d]));
     }
     /* The largest element is 4 bytes: then no byte count derived from this shape can wrap. */
-    uint64_t bytes = 4;
-    for (uint32_t d = 0; d < out->ndim; d++)
-        SL_CHECK(!sl_mul_overflow(bytes, out->shape[d] + 64, &bytes), err, SL_E_CONFIG,
-                 "%s: shape overflows with this config", t);
+    uint64_t bytes = 4, padded = 0;
+    for (uint32_t d = 0; d < out->ndim; d++)   /* + 64: room for the vocab padding */
+        SL_CHECK(!sl_add_overflow(out->shape[d], 64, &padded) && !sl_mul_overflow(bytes, padded, &bytes),
+                 err, SL_E_CONFIG, "rule '%s': shape overflows with this config", t);
     return SL_OK;
 }
 
@@ -180,12 +185,21 @@ static sl_status rule_keys(sl_err *err, const json_t *r, const char *t)
     return SL_OK;
 }
 
+static sl_status rule_name_len(sl_err *err, const char *t, const char *what, const char *name)
+{
+    char tb[SL_TEXT_NAME];
+    SL_CHECK(strlen(name) <= SL_RULE_NAME_MAX, err, SL_E_CONFIG, "rule '%s': %s name is %zu bytes, "
+             "above %d", sl_text_name(t, tb, sizeof tb), what, strlen(name), SL_RULE_NAME_MAX);
+    return SL_OK;
+}
+
 static sl_status rule_parse(sl_err *err, sl_arch *m, const json_t *r, sl_rule *out, int *absent)
 {
     sl_arena *a = &m->arena;
     SL_CHECK(json_is_object(r), err, SL_E_CONFIG, "a rule is not a JSON object");
     const char *t = rule_str(r, "tensor");
     SL_CHECK(t != NULL && t[0], err, SL_E_CONFIG, "a rule has no \"tensor\" string");
+    SL_TRY(rule_name_len(err, t, "tensor", t));
     SL_TRY(rule_keys(err, r, t));
     const json_t *q = json_object_get(r, "quant");
     SL_CHECK(q == NULL || json_is_false(q), err, SL_E_CONFIG, "rule '%s': \"quant\" can only be "
@@ -206,6 +220,8 @@ static sl_status rule_parse(sl_err *err, sl_arch *m, const json_t *r, sl_rule *o
     }
     out->scale_of = -1;
     const char *p = rule_str(r, "param");
+    if (p)
+        SL_TRY(rule_name_len(err, t, "param", p));
     out->tensor = sl_arena_strndup(a, t, strlen(t));
     out->param = p ? sl_arena_strndup(a, p, strlen(p)) : out->tensor;
     SL_CHECK(out->tensor && out->param, err, SL_E_NOMEM, "out of memory");
@@ -447,6 +463,15 @@ static sl_status config_keep_text(sl_err *err, sl_arch *m, const json_t *cfg)
     return SL_OK;
 }
 
+/* The tensors and parameters a config implies are the table's doing as much as the config's: with
+ * a --rules table the message names both ("cfg.json: rules.json: the config implies ..."). */
+static void arch_prefix_both(sl_err *err, const char *config_path, const char *rules_path)
+{
+    if (rules_path)
+        sl_err_prefix(err, rules_path);
+    sl_err_prefix(err, config_path);
+}
+
 sl_status sl_arch_load_source(const sl_arch_source *src, const char *rules_path, sl_err *err,
                               sl_arch **out)
 {
@@ -456,7 +481,7 @@ sl_status sl_arch_load_source(const sl_arch_source *src, const char *rules_path,
     SL_CHECK(m != NULL, err, SL_E_NOMEM, "out of memory");
     /* cfg_load and a --rules table name their sources. What fails after them is about the config
      * too (no built-in table for its architecture, sizes a table cannot take, the total), and the
-     * message names it. */
+     * message names it, and a --rules table beside it. */
     json_t *cfg = NULL;
     sl_status st = sl_arch_config_load(err, &m->arena, src, &m->cfg, &cfg);
     if (st == SL_OK)
@@ -470,7 +495,7 @@ sl_status sl_arch_load_source(const sl_arch_source *src, const char *rules_path,
     json_decref(cfg);
     if (st == SL_OK && ((st = sl_arch_tensors_build(err, m)) != SL_OK ||
                         (st = sl_arch_check_size(err, m)) != SL_OK))
-        sl_err_prefix(err, src->path);
+        arch_prefix_both(err, src->path, rules_path);
     if (st != SL_OK) {
         sl_arch_free(m);
         return st;
