@@ -74,6 +74,14 @@ char *sl_text_sanitize(const char *msg, size_t max)
     return out;
 }
 
+uint64_t sl_text_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
 int sl_text_hex_digit(int c)
 {
     if (c >= '0' && c <= '9')

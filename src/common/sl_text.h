@@ -5,6 +5,7 @@
 #define SL_TEXT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Room for a name cut at about 120 bytes, escapes and "..." included. */
 #define SL_TEXT_NAME 160
@@ -19,6 +20,8 @@ const char *sl_text_name(const char *s, char *buf, size_t buflen);
 /* A malloc'd copy of msg with control bytes as \xNN, cut at max bytes with "..."; NULL when out of
  * memory. */
 char *sl_text_sanitize(const char *msg, size_t max);
+/* FNV-1a of the NUL-terminated s: the planner's name tables hash with it. */
+uint64_t sl_text_hash(const char *s);
 /* The value of hexadecimal digit c (either case), or -1 when c is not one. */
 int sl_text_hex_digit(int c);
 /* s[0..n) is exactly `digits` lowercase hexadecimal digits (a git commit, a SHA-256). */

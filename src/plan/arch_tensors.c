@@ -5,6 +5,7 @@
 #include "plan/arch_config.h"
 
 #include "common/sl_bytes.h"
+#include "common/sl_text.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,14 +138,6 @@ typedef struct name_set {
     uint64_t mask;
 } name_set;
 
-static uint64_t name_hash(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;   /* FNV-1a */
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
-}
-
 /* Room for n names, at most half full; n <= SL_MAX_TENSORS (layers_index's bound). */
 static sl_status set_init(sl_err *err, name_set *set, uint64_t n)
 {
@@ -167,7 +160,7 @@ static void set_free(name_set *set)
 /* Adds name (of rule); -1, or the rule that already gave it. */
 static int32_t set_add(name_set *set, const char *name, int32_t rule)
 {
-    uint64_t h = name_hash(name) & set->mask;
+    uint64_t h = sl_text_hash(name) & set->mask;
     for (; set->name[h] != NULL; h = (h + 1) & set->mask) {
         if (strcmp(set->name[h], name) == 0)
             return set->rule[h];

@@ -22,14 +22,6 @@ typedef struct name_map {
     uint64_t mask;
 } name_map;
 
-static uint64_t name_hash(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;   /* FNV-1a */
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
-}
-
 static sl_status map_build(plan_ctx *c, name_map *mp)
 {
     uint64_t cap = 16;
@@ -40,7 +32,7 @@ static sl_status map_build(plan_ctx *c, name_map *mp)
     mp->mask = cap - 1;
     memset(mp->slots, 0xff, cap * sizeof(*mp->slots));
     for (int64_t i = 0; i < c->m->n_tensors; i++) {
-        uint64_t h = name_hash(c->m->tensors[i].name) & mp->mask;
+        uint64_t h = sl_text_hash(c->m->tensors[i].name) & mp->mask;
         while (mp->slots[h] >= 0)
             h = (h + 1) & mp->mask;
         mp->slots[h] = i;
@@ -50,7 +42,7 @@ static sl_status map_build(plan_ctx *c, name_map *mp)
 
 static int64_t map_find(const plan_ctx *c, const name_map *mp, const char *name)
 {
-    for (uint64_t h = name_hash(name) & mp->mask; mp->slots[h] >= 0; h = (h + 1) & mp->mask) {
+    for (uint64_t h = sl_text_hash(name) & mp->mask; mp->slots[h] >= 0; h = (h + 1) & mp->mask) {
         if (strcmp(c->m->tensors[mp->slots[h]].name, name) == 0)
             return mp->slots[h];
     }
