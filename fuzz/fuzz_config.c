@@ -8,7 +8,7 @@
  * names the config; a plan packs each device's parameters with no gaps. A plan that takes more
  * than FZ_PLAN_MAX_S seconds aborts: a config of a few hundred bytes must not cost minutes
  * (libFuzzer's -timeout says so too, but the corpus replay runs without it). */
-#include "shardload.h"
+#include "fz_plan.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,38 +19,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* The largest plan the limits allow (1M tensors) takes about 11 s under ASan. */
 #define FZ_PLAN_MAX_S 60.0
-
-static double fz_now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static void check_plan(const sl_plan *p)
-{
-    uint64_t total = 0;
-    for (int32_t d = 0; d < sl_plan_device_count(p); d++) {
-        uint64_t off = 0;
-        for (int64_t i = 0; i < sl_plan_param_count(p, d); i++) {
-            sl_param_info pi;
-            if (sl_plan_param(p, d, i, &pi) != SL_OK || pi.offset != off || pi.name == NULL)
-                abort();
-            off += pi.nbytes;
-        }
-        if (off != sl_plan_device_bytes(p, d))
-            abort();
-        total += off;
-    }
-    if (total != sl_plan_total_bytes(p))
-        abort();
-}
-
-static int fz_status_known(sl_status st)
-{
-    return st == SL_E_CONFIG || st == SL_E_UNSUPPORTED || st == SL_E_NOMEM || st == SL_E_DIVISIBILITY ||
-           st == SL_E_INVALID_ARG || st == SL_E_SHAPE || st == SL_E_OVERFLOW;
-}
 
 #define FZ_NAME "fuzz/config.json"   /* the name the config's messages must begin with */
 
@@ -75,7 +43,7 @@ static int fz_plan(const uint8_t *text, size_t len, int32_t tp, int32_t pp, sl_l
         abort();
     const char *msg = p ? sl_plan_errmsg(p) : "";
     if (st == SL_OK)
-        check_plan(p);
+        fz_check_plan(p);
     else if (!fz_status_known(st) || !msg || !msg[0] ||
              (st == SL_E_CONFIG && strncmp(msg, FZ_NAME, strlen(FZ_NAME)) != 0))
         abort();   /* every failure is a documented status with a message; a config's names it */

@@ -19,7 +19,7 @@
  * KB must cost neither minutes nor gigabytes (libFuzzer's -timeout and -rss_limit_mb say so too,
  * but the corpus replay runs without them). FZ_RULES_TRACE=1 in the environment prints what each
  * plan gave (to check a seed). */
-#include "shardload.h"
+#include "fz_plan.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -86,13 +86,6 @@ static const struct fz_config {
 static char fz_dir[64], fz_rules[96], fz_cfg[FZ_N_CONFIGS][96];
 static int fz_trace;
 
-static double fz_now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static long fz_rss_mb(void)
 {
     struct rusage ru;
@@ -129,50 +122,6 @@ static void fz_init(void)
     atexit(fz_cleanup);
 }
 
-static int fz_name_cmp(const void *a, const void *b)
-{
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
-/* A device's parameters are packed with no gaps, under names that differ (a state dict's keys). */
-static void check_plan(const sl_plan *p)
-{
-    uint64_t total = 0;
-    for (int32_t d = 0; d < sl_plan_device_count(p); d++) {
-        const int64_t n = sl_plan_param_count(p, d);
-        const char **names = malloc((size_t)n * sizeof(*names) + 1);
-        uint64_t off = 0;
-        if (names == NULL)
-            abort();
-        for (int64_t i = 0; i < n; i++) {
-            sl_param_info pi;
-            if (sl_plan_param(p, d, i, &pi) != SL_OK || pi.offset != off || pi.name == NULL)
-                abort();
-            off += pi.nbytes;
-            names[i] = pi.name;
-        }
-        qsort(names, (size_t)n, sizeof(*names), fz_name_cmp);
-        for (int64_t i = 1; i < n; i++) {
-            if (strcmp(names[i - 1], names[i]) == 0) {
-                fprintf(stderr, "fuzz_rules: device %d holds two parameters named '%s'\n", (int)d, names[i]);
-                abort();
-            }
-        }
-        free(names);
-        if (off != sl_plan_device_bytes(p, d))
-            abort();
-        total += off;
-    }
-    if (total != sl_plan_total_bytes(p))
-        abort();
-}
-
-static int fz_status_known(sl_status st)
-{
-    return st == SL_E_CONFIG || st == SL_E_UNSUPPORTED || st == SL_E_NOMEM || st == SL_E_DIVISIBILITY ||
-           st == SL_E_INVALID_ARG || st == SL_E_SHAPE || st == SL_E_OVERFLOW;
-}
-
 /* The message names the rules file. What depends on the mesh, this target's choice, may name the
  * config instead: a dimension the mesh does not divide (SL_E_DIVISIBILITY), and a plan above the
  * planner's size limit (SL_E_NOMEM, plan_bound.c; plan_ctx has no rules path for it to name). */
@@ -204,7 +153,7 @@ static int fz_plan(size_t ci, int32_t tp, int32_t pp, sl_layout layout, int32_t 
         fprintf(stderr, "%s tp %d pp %d %s ep %d: %s %s\n", fz_configs[ci].name, (int)tp, (int)pp,
                 layout == SL_LAYOUT_SPMD ? "spmd" : "tp", (int)ep, sl_status_str(st), msg ? msg : "");
     if (st == SL_OK)
-        check_plan(p);
+        fz_check_plan(p);
     else if (!fz_status_known(st) || !msg || !msg[0] || !fz_names_file(st, msg, ci)) {
         fprintf(stderr, "fuzz_rules: %s, tp %d pp %d layout %d ep %d: %s: %s\n", fz_configs[ci].name,
                 (int)tp, (int)pp, (int)layout, (int)ep, sl_status_str(st), msg ? msg : "(none)");
