@@ -123,12 +123,11 @@ static void fz_init(void)
 }
 
 /* The message names the rules file. What depends on the mesh, this target's choice, may name the
- * config instead: a dimension the mesh does not divide (SL_E_DIVISIBILITY), and a plan above the
- * planner's size limit (SL_E_NOMEM, plan_bound.c; plan_ctx has no rules path for it to name). */
+ * config instead: a dimension the mesh does not divide (SL_E_DIVISIBILITY). */
 static int fz_names_file(sl_status st, const char *msg, size_t ci)
 {
     return strstr(msg, fz_rules) != NULL ||
-           ((st == SL_E_DIVISIBILITY || st == SL_E_NOMEM) && strstr(msg, fz_cfg[ci]) != NULL);
+           (st == SL_E_DIVISIBILITY && strstr(msg, fz_cfg[ci]) != NULL);
 }
 
 /* One plan of the table against config ci; 1 when it was built. */

@@ -81,9 +81,10 @@ sl_status sl_plan_check_size(plan_ctx *c)
                     sat_mul((uint64_t)p->n_devices, sat_mul(files, sizeof(uint64_t))));
     if (bytes <= SL_PLAN_MAX_BYTES)
         return SL_OK;
-    return sl_err_set(&c->p->err, SL_E_NOMEM, "%s: a plan for %d devices (tp %d, pp %d, layout %s) would "
-                      "hold %llu device parameters and up to %llu operations, about %llu MB, above the "
-                      "planner's limit of %llu MB: plan a smaller mesh", c->config_path, (int)p->n_devices,
+    return sl_err_set(&c->p->err, SL_E_NOMEM, "%s: %s%sa plan for %d devices (tp %d, pp %d, layout %s) "
+                      "would hold %llu device parameters and up to %llu operations, about %llu MB, above "
+                      "the planner's limit of %llu MB: plan a smaller mesh", c->config_path,
+                      c->rules_path ? c->rules_path : "", c->rules_path ? ": " : "", (int)p->n_devices,
                       (int)p->tp, (int)p->pp, p->layout == SL_LAYOUT_SPMD ? "spmd" : "tp",
                       (unsigned long long)params, (unsigned long long)ops,
                       (unsigned long long)(bytes / 1000000), (unsigned long long)(SL_PLAN_MAX_BYTES / 1000000));

@@ -483,6 +483,7 @@ static sl_status desc_load(plan_ctx *c, const sl_checkpoint *ck, const sl_plan_o
         cfg = path;
     }
     c->config_path = sl_arena_strndup(&p->arena, cfg, strlen(cfg));
+    c->rules_path = o->rules_path;
     const sl_arch_source src = {.path = c->config_path, .text = o->config_json,
                                 .len = o->config_json_len};
     const sl_status st = c->config_path ? sl_arch_load_source(&src, o->rules_path, &p->err, m)

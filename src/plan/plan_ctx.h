@@ -39,6 +39,8 @@ typedef struct plan_ctx {
     const sl_checkpoint *ck;
     const char *config_path;      /* the config.json read, or the name of the text in memory
                                      (arena): messages about it name it */
+    const char *rules_path;       /* the --rules table, or NULL for the built-in one (borrowed for
+                                     the build): a message the table's sizes cause names it too */
     plan_src *src;                /* per m->tensors entry */
     plan_tmpl *tmpl;
     int32_t n_tmpl;
