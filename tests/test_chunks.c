@@ -267,6 +267,13 @@ static void check_elements(const rd_ops *o, const rd_chunks *cs)
                 EXPECT(s + r->ssize <= ch->b_ext, "element [%llu, +%u) split by chunk [%llu, %llu) b_ext %llu",
                        (unsigned long long)s, r->ssize, (unsigned long long)ch->a,
                        (unsigned long long)ch->b, (unsigned long long)ch->b_ext);
+                /* The row's next elements that end by ch->b lie in [s, ch->b): owned by ch and whole,
+                 * as the scan would find one by one; go on from the first that does not (10x
+                 * faster, which matters under ASan) */
+                const uint64_t row0 = r->op->src_offset + row * r->op->src_stride;
+                const uint64_t in = sl_min_u64((ch->b - row0) / r->ssize, r->op->row_elems);
+                if (in > e + 1)
+                    e = in - 1;
             }
     }
 }
