@@ -131,7 +131,7 @@ class Checkpoint:
             return self._config
 
     @property
-    def config_name(self) -> bytes:
+    def _config_name(self) -> bytes:
         """What messages about the checkpoint's own config.json call it: <dir>/config.json (for
         a URL, the URL without credentials)."""
         return bytes(N.lib.sl_checkpoint_dir(self.handle)) + b"/config.json"

@@ -65,7 +65,7 @@ def _config_opts(ck: Checkpoint | None, config: Any) -> tuple[bytes | None, byte
     anything else, and a remote checkpoint's own config.json, is text in memory."""
     if config is None:
         if ck is not None and ck.remote:
-            return ck.config_name, ck.fetch_config()
+            return ck._config_name, ck.fetch_config()
         return None, None
     if isinstance(config, (str, bytes, os.PathLike)):
         return N.fspath(config), None

@@ -148,7 +148,7 @@ def test_http_config_held_in_memory(http: str, tiny_ckpt: Path) -> None:  # noqa
     before = set(Path(tempfile.gettempdir()).glob("shardload-*"))
     with shardload.open(f"{http}/ck/") as ck:
         assert ck.fetch_config() == (tiny_ckpt / "config.json").read_bytes()
-        assert ck.config_name == f"{http}/ck/config.json".encode()
+        assert ck._config_name == f"{http}/ck/config.json".encode()
         assert shardload.plan(ck, tp=2).devices == shardload.plan(tiny_ckpt, tp=2).devices
         assert set(Path(tempfile.gettempdir()).glob("shardload-*")) == before
     with pytest.raises(shardload.PlanError) as e:
