@@ -5,10 +5,14 @@
 # Every line of a ```sh / ```bash / ```shell / ```console block (console: the "$ " lines) that
 # starts with `shardload ` runs, with the CLI under test as `shardload` (a shell function calling
 # $SL), in bash, in a fresh working directory per doc file that holds what the examples name
-# (PREPARED below); the commands of one doc run in its order there, so that a later example may use
-# what an earlier one wrote (README: synth tl/, reshard tl/ tl-tp4/, load tl-tp4/). Lines ending in
-# "\" are joined; heredoc bodies are not commands. A command that exits non-zero fails the test
-# with the doc's file:line, the command as run and its stderr, unless a trailing comment
+# (PREPARED below). So does every `mpirun ... build/shardload ...` line (build/shardload
+# substituted by the CLI under test; Open MPI told by its environment, as in cli_mpi.sh, to allow
+# root, oversubscribe and use shared memory) where mpirun and an MPI build are there (else it is
+# skipped, saying so) and SKIP does not take it (a hostfile's two hosts). The commands of one doc
+# run in its order, so that a later example may use what an earlier one wrote (README: synth tl/,
+# reshard tl/ tl-tp4/, load tl-tp4/). Lines ending in "\" are joined; heredoc bodies are not
+# commands. A command that exits non-zero fails the test with the doc's file:line, the command as
+# run and its stderr, unless a trailing comment
 # `# doc-test: exit N` says that the doc shows it failing on purpose. A trailing comment's figures
 # with thousands separators (`# 2,008,031,232 bytes per device`) must appear in the command's
 # stdout, unless a substitution changed the command (the figure is then another model's).
@@ -16,9 +20,10 @@
 # What the doc names is changed only by the SUBST table (a literal text replacement, each with its
 # reason, printed where it applies), and a command is left out only by the SKIP table (an extended
 # regular expression on the doc's text, each with its reason, printed where it applies). An entry
-# that matches no doc line fails the test, so neither table outlives the examples it was made for.
-# The other lines of the shell blocks (make, pip, cc, mpirun, $B of design.md's benchmark recipe)
-# are not `shardload` command lines: they are listed as "not run". A bare ``` block with a
+# that matches no doc line (skipped or not) fails the test, so neither table outlives the examples
+# it was made for.
+# The other lines of the shell blocks (make, pip, cc, $B of design.md's benchmark recipe) are not
+# `shardload` command lines: they are listed as "not run". A bare ``` block with a
 # `shardload ` line fails: label it ```sh so that it runs.
 #
 # Usage: cli_docs.sh path/to/shardload   (docs from the source tree of this script)
@@ -35,13 +40,19 @@ trap 'for p in "${SERVERS[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null;
 # SUBST: FROM (literal text of the doc's command), TO (@HTTP@ is the loopback server's URL), WHY
 SUBST=(
     '../shared/configs/tinyllama-1.1b.json' 'tinyllama-small.json'
-    'TinyLlama-1.1B would be 2.2 GB to synthesize: the same architecture (Llama, untied, GQA 4:1) at 2 layers, hidden 256, vocabulary 2048 (5 MB)'
+    'TinyLlama-1.1B would be 2.2 GB to synthesize: the same architecture (Llama, untied, grouped KV heads: 8 and 2 here, 32 and 4 there) at 2 layers, hidden 256, vocabulary 2048 (5 MB)'
     '/work/shared/configs/qwen3-0.6b.json' 'qwen3-small.json'
-    "Qwen3-0.6B would be 1.2 GB to synthesize: the same architecture (Qwen3, tied, head_dim set) at 2 layers, hidden 256, vocabulary 2048"
+    "Qwen3-0.6B would be 1.2 GB to synthesize: the same architecture (Qwen3, tied embeddings, head_dim given) at 2 layers, hidden 256, vocabulary 2048"
     '$CK' 'q3/'
     "the recipe's checkpoint folder, a free variable of the block"
     'http://127.0.0.1:8000/' '@HTTP@/'
     'tests/http_range_server.py on a free port of 127.0.0.1, serving the prepared files (ckpt/ among them)'
+    'build/shardload' '"$SL"'
+    'the CLI under test'
+    '/models/llama-70b' 'ckpt/'
+    "the mpirun examples' 70B checkpoint: the prepared ckpt/"
+    '/shared/llama-70b-tp4' 'ckpt-tp4/'
+    "the reshard example's output folder"
 )
 # SKIP: ERE on the doc's command, WHY
 SKIP=(
@@ -49,6 +60,8 @@ SKIP=(
     'needs a TLS server named "host" (cli_https.sh covers https with a CA it makes)'
     's3://bucket/'
     'needs an S3 endpoint at 127.0.0.1:9000 (cli_s3.sh runs one with moto)'
+    '^mpirun --hostfile hosts '
+    'needs the hostfile'"'"'s two hosts (node1, node2) with 8 GPUs each (cli_mpi.sh runs ranks on one host, cuda ranks on the stand-in)'
 )
 # PREPARED (the working directory of every doc, and the environment):
 #   ckpt/              lib.sh's tiny_config (2 layers, hidden 256, vocabulary 1001: every TP pads),
@@ -101,15 +114,26 @@ unset HUGGINGFACE_HUB_CACHE HF_HOME HF_HUB_OFFLINE
 FAKE_CUDART=$(dirname "$SL")/tests/libfake_cudart.so
 
 # http://: the loopback range server over the prepared files, where the build has libcurl
-HTTP="" NO_CURL=0
+HTTP=""
 if "$SL" load http://127.0.0.1:1/x/ --remote-retries 0 2>&1 | grep -q "built without it"; then
     SKIP+=('http://' 'this build has no libcurl')
-    NO_CURL=1
 else
     python3 "$TESTS_DIR/http_range_server.py" "$B" "$T/http.port" & SERVERS+=($!)
     for _ in $(seq 200); do [ -s "$T/http.port" ] && break; sleep 0.05; done
     [ -s "$T/http.port" ] || { fail "http_range_server.py did not start"; finish; }
     HTTP="http://127.0.0.1:$(cat "$T/http.port")"
+fi
+
+# mpirun: where it is there and the CLI was built with MPI
+MPI_WHY=""
+MPIENV=(OMPI_MCA_btl=self,vader OMPI_MCA_plm_rsh_agent= OMPI_MCA_rmaps_base_oversubscribe=1
+        OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+        # leak detection off for the ranks only, as in cli_mpi.sh (Open MPI's components leak)
+        ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0")
+if ! command -v mpirun >/dev/null 2>&1; then
+    MPI_WHY="no mpirun here"
+elif env "${MPIENV[@]}" timeout 60 mpirun -np 1 "$SL" load "$B/ckpt" --dist cooperative 2>&1 | grep -q "built without it"; then
+    MPI_WHY="this build has no MPI"
 fi
 
 # --- the examples ----------------------------------------------------------------------------------
@@ -159,7 +183,8 @@ ran=0 skipped=0 notrun=0 readme_ran=0 cur=""
 while IFS=$'\t' read -r kind doc line cmd; do
     rel=${doc#"$SRC_DIR"/}
     where="$rel:$line"
-    case "$cmd" in shardload\ *) ;; *)
+    mpi=0
+    case "$cmd" in shardload\ *) ;; mpirun\ *build/shardload\ *) mpi=1 ;; *)
         [ "$kind" = sh ] && { echo "not run (not a shardload command line): $where: $cmd"; notrun=$((notrun + 1)); }
         continue ;;
     esac
@@ -171,10 +196,14 @@ while IFS=$'\t' read -r kind doc line cmd; do
         cur=$doc W="$T/w/$(echo "$rel" | tr '/.' '__')"
         cp -a "$B" "$W"
     fi
+    for ((i = 0; i < ${#SUBST[@]}; i += 3)); do # in use while the docs have its text (run or not)
+        [[ $cmd == *"${SUBST[i]}"* ]] && used["subst$i"]=1
+    done
     why=""
     for ((i = 0; i < ${#SKIP[@]}; i += 2)); do
         if [[ $cmd =~ ${SKIP[i]} ]]; then why=${SKIP[i + 1]}; used["skip$i"]=1; break; fi
     done
+    [ -z "$why" ] && [ $mpi = 1 ] && why=$MPI_WHY
     if [ -n "$why" ]; then
         echo "SKIPPED $where: $cmd  -- $why"
         skipped=$((skipped + 1))
@@ -185,13 +214,14 @@ while IFS=$'\t' read -r kind doc line cmd; do
         from=${SUBST[i]} to=${SUBST[i + 1]//@HTTP@/$HTTP}
         [[ $run == *"$from"* ]] || continue
         run=${run//"$from"/"$to"}
-        used["subst$i"]=1 substituted=1
+        substituted=1
         echo "substituted $where: '$from' -> '$to' (${SUBST[i + 2]})"
     done
     want=0
     [[ $cmd =~ doc-test:\ *exit\ *([0-9]+) ]] && want=${BASH_REMATCH[1]}
     env=()
     [[ $run == *"--device cuda"* ]] && env=(SL_CUDART="$FAKE_CUDART")
+    [ $mpi = 1 ] && env+=("${MPIENV[@]}")
     echo "run $where: $run"
     (cd "$W" && env SL="$SL" "${env[@]}" timeout 120 bash -c 'shardload() { "$SL" "$@"; }
 '"$run") >"$T/out" 2>"$T/err" </dev/null
@@ -218,7 +248,7 @@ $(head -n 30 "$T/out")"
 done <"$T/records"
 
 for ((i = 0; i < ${#SUBST[@]}; i += 3)); do
-    [ -n "${used[subst$i]:-}" ] || { [ $NO_CURL = 1 ] && [[ ${SUBST[i + 1]} == *@HTTP@* ]]; } || fail "SUBST entry '${SUBST[i]}' matches no doc command (stale: remove it)"
+    [ -n "${used[subst$i]:-}" ] || fail "SUBST entry '${SUBST[i]}' matches no doc command (stale: remove it)"
 done
 for ((i = 0; i < ${#SKIP[@]}; i += 2)); do
     [ -n "${used[skip$i]:-}" ] || fail "SKIP entry '${SKIP[i]}' matches no doc command (stale: remove it)"
