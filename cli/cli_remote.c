@@ -199,21 +199,14 @@ static void cli_remote_cfg_free(void)
     free(cli_remote_cfg_name);
 }
 
-/* The whole file at path, up to one byte past the library's 16 MiB bound (so that a longer one is
- * refused by the planner, not cut to a valid-looking prefix). */
 static sl_status slurp(const char *path, char **buf, size_t *len, char *err, size_t n)
 {
-    const size_t cap = ((size_t)16 << 20) + 1;
     FILE *f = fopen(path, "rb");
-    *buf = f ? malloc(cap) : NULL;
-    *len = *buf ? fread(*buf, 1, cap, f) : 0;
-    const int bad = !f || !*buf || ferror(f);
+    *buf = f ? cli_config_read(f, len) : NULL;
     if (f)
         fclose(f);
-    if (!bad)
+    if (*buf)
         return SL_OK;
-    free(*buf);
-    *buf = NULL;
     snprintf(err, n, "%s: cannot read it back", path);
     return SL_E_IO;
 }

@@ -181,9 +181,20 @@ void cli_json_str(FILE *f, const char *s)
 
 /* ---- --config - ------------------------------------------------------------------------------- */
 
-/* The library's bound on a config.json (sl_plan_opts.config_json). stdin is read up to one byte
+/* The library's bound on a config.json (sl_plan_opts.config_json). A stream is read up to one byte
  * more, so that a longer text is refused by the planner, not cut to a valid-looking prefix. */
 #define CLI_CONFIG_MAX ((size_t)16 << 20)
+
+char *cli_config_read(FILE *f, size_t *len)
+{
+    char *buf = malloc(CLI_CONFIG_MAX + 1);
+    *len = buf ? fread(buf, 1, CLI_CONFIG_MAX + 1, f) : 0;
+    if (buf && ferror(f)) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
 
 static char *cli_stdin_config;   /* --config -'s text: po borrows it until the plan is built */
 
@@ -199,14 +210,11 @@ int cli_config_arg(const char *cmd, const char *v, sl_plan_opts *po)
         return CLI_EXIT_OK;
     if (cli_stdin_config)
         return cli_usage_error(cmd, "--config - given twice (stdin is read once)");
-    char *buf = malloc(CLI_CONFIG_MAX + 1);
+    size_t n = 0;
+    errno = 0;
+    char *buf = cli_config_read(stdin, &n);
     if (!buf)
-        return cli_fail("--config -: out of memory");
-    const size_t n = fread(buf, 1, CLI_CONFIG_MAX + 1, stdin);
-    if (ferror(stdin)) {
-        free(buf);
-        return cli_fail("--config -: cannot read stdin: %s", strerror(errno));
-    }
+        return cli_fail("--config -: cannot read stdin: %s", errno ? strerror(errno) : "out of memory");
     cli_stdin_config = buf;
     atexit(cli_stdin_config_free);
     po->config_path = "<stdin>";   /* only the name of the text, for messages */
