@@ -28,15 +28,10 @@ static int fz_plan(const uint8_t *text, size_t len, int32_t tp, int32_t pp, sl_l
 {
     sl_plan_opts o;
     sl_plan *p = NULL;
-    sl_plan_opts_init(&o);
+    fz_mesh_opts(&o, tp, pp, layout, ep, dtype);
     o.config_path = FZ_NAME;   /* with config_json: only its name */
     o.config_json = (const char *)text;
     o.config_json_len = len;
-    o.tp = tp;
-    o.pp = pp;
-    o.layout = layout;
-    o.ep = ep;
-    o.dtype = dtype;
     const double t0 = fz_now_s();
     const sl_status st = sl_plan_build(NULL, &o, &p);
     if (fz_now_s() - t0 > FZ_PLAN_MAX_S)

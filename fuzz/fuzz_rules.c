@@ -135,14 +135,9 @@ static int fz_plan(size_t ci, int32_t tp, int32_t pp, sl_layout layout, int32_t 
 {
     sl_plan_opts o;
     sl_plan *p = NULL;
-    sl_plan_opts_init(&o);
+    fz_mesh_opts(&o, tp, pp, layout, ep, dtype);
     o.config_path = fz_cfg[ci];
     o.rules_path = fz_rules;
-    o.tp = tp;
-    o.pp = pp;
-    o.layout = layout;
-    o.ep = ep;
-    o.dtype = dtype;
     const double t0 = fz_now_s();
     const sl_status st = sl_plan_build(NULL, &o, &p);
     if (fz_now_s() - t0 > FZ_PLAN_MAX_S || fz_rss_mb() > FZ_RSS_MAX_MB)

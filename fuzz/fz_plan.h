@@ -55,6 +55,18 @@ static void fz_check_plan(const sl_plan *p)
         abort();
 }
 
+/* Plan options for a mesh (the config and rules are the caller's). */
+static void fz_mesh_opts(sl_plan_opts *o, int32_t tp, int32_t pp, sl_layout layout, int32_t ep,
+                         int32_t dtype)
+{
+    sl_plan_opts_init(o);
+    o->tp = tp;
+    o->pp = pp;
+    o->layout = layout;
+    o->ep = ep;
+    o->dtype = dtype;
+}
+
 /* Every failure is one of the statuses the planner documents. */
 static int fz_status_known(sl_status st)
 {
