@@ -121,9 +121,6 @@ sl_status cli_remote_config(const sl_checkpoint *ck, sl_plan_opts *po, char *err
  * memory (po->config_json, kept until exit; messages call it "<stdin>"). Returns an exit code,
  * having printed the error. */
 int cli_config_arg(const char *cmd, const char *v, sl_plan_opts *po);
-/* A config.json's text read whole from f (malloc'd, *len bytes, up to one byte past the library's
- * 16 MiB bound so that the planner refuses a longer one); NULL on a read error or out of memory. */
-char *cli_config_read(FILE *f, size_t *len);
 
 int cli_inspect(int argc, char **argv);
 int cli_plan(int argc, char **argv);

@@ -9,13 +9,11 @@
 #include "cli.h"
 
 #include <ctype.h>
-#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <unistd.h>
 
 static const char *cli_profile;   /* --s3-profile: one command per process */
 
@@ -195,43 +193,17 @@ static size_t cli_remote_cfg_len;
 
 static void cli_remote_cfg_free(void)
 {
-    free(cli_remote_cfg);
+    sl_free(cli_remote_cfg);
     free(cli_remote_cfg_name);
 }
 
-static sl_status slurp(const char *path, char **buf, size_t *len, char *err, size_t n)
-{
-    FILE *f = fopen(path, "rb");
-    *buf = f ? cli_config_read(f, len) : NULL;
-    if (f)
-        fclose(f);
-    if (*buf)
-        return SL_OK;
-    snprintf(err, n, "%s: cannot read it back", path);
-    return SL_E_IO;
-}
-
-/* The library fetches into a file only: a private temporary folder, removed at once. */
 static sl_status fetch_config(const sl_checkpoint *ck, char **buf, size_t *len, char *err, size_t n)
 {
-    const char *t = env("TMPDIR");
-    char dir[4096], path[4200];
-    snprintf(dir, sizeof dir, "%s/shardload-XXXXXX", t ? t : "/tmp");
-    if (!mkdtemp(dir)) {
-        snprintf(err, n, "cannot make a temporary folder for %s/config.json: %s", sl_checkpoint_dir(ck),
-                 strerror(errno));
-        return SL_E_IO;
-    }
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    sl_status st = sl_checkpoint_fetch(ck, "config.json", path, err, n);
+    const sl_status st = sl_checkpoint_fetch_bytes(ck, "config.json", buf, len, err, n);
     if (st == SL_E_NOT_FOUND) {
         const size_t k = strlen(err);
         snprintf(err + k, n - k, " (give the model's config with --config FILE)");
     }
-    if (st == SL_OK)
-        st = slurp(path, buf, len, err, n);
-    unlink(path);
-    rmdir(dir);
     return st;
 }
 

@@ -185,7 +185,8 @@ void cli_json_str(FILE *f, const char *s)
  * more, so that a longer text is refused by the planner, not cut to a valid-looking prefix. */
 #define CLI_CONFIG_MAX ((size_t)16 << 20)
 
-char *cli_config_read(FILE *f, size_t *len)
+/* f's text, malloc'd, *len bytes; NULL on a read error or out of memory. */
+static char *cli_config_read(FILE *f, size_t *len)
 {
     char *buf = malloc(CLI_CONFIG_MAX + 1);
     *len = buf ? fread(buf, 1, CLI_CONFIG_MAX + 1, f) : 0;

@@ -81,6 +81,11 @@ const char *sl_status_str(sl_status st);
 /* What a status means, in a few words (the list above); "" for an unknown value. */
 const char *sl_status_meaning(sl_status st);
 
+/* Frees memory the library handed to the caller to own (sl_checkpoint_fetch_bytes,
+ * sl_dist_gather_text): the same as free(), for callers that cannot reach the C library's
+ * (Python's ctypes, another runtime's allocator). NULL is allowed. */
+void sl_free(void *p);
+
 /* ---- dtypes ------------------------------------------------------------------------------------- */
 
 /* In the reference's enum order, which is also the writer's serialization order. */
@@ -149,6 +154,12 @@ sl_status sl_checkpoint_open_opts(const char *path, const struct sl_load_opts *o
  * SL_E_INVALID_ARG for a local checkpoint. A one-line message goes to err (errlen bytes). */
 sl_status sl_checkpoint_fetch(const sl_checkpoint *ck, const char *name, const char *dest, char *err,
                               size_t errlen);
+/* The same file held in memory: *buf (NUL-terminated past its *len bytes; free it with sl_free)
+ * and *len, at most 16 MiB; on failure *buf is NULL. What the CLI and the Python package use for
+ * a remote config.json, which then needs no temporary file. dest above is written to a temporary
+ * name in its folder and renamed, so a failed fetch never leaves part of a file there. */
+sl_status sl_checkpoint_fetch_bytes(const sl_checkpoint *ck, const char *name, char **buf, size_t *len,
+                                    char *err, size_t errlen);
 /* n bytes at offset of file `file` into buf (local pread or ranged GET, the checkpoint's settings);
  * SL_E_INVALID_ARG past the file's end, SL_E_CHANGED if it changed since the open; message to err.
  * Safe from several threads: a remote checkpoint's calls take turns on its one connection. */

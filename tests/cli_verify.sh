@@ -84,6 +84,17 @@ one_line_error $? "$T/err" "snapshots/$C/.*: SHA-256 .* (its Hugging Face cache 
 [ "$(grep -vc '^#' "$T/sy/SHA256SUMS")" -eq "$(ls "$T/sy"/*.safetensors | wc -l)" ] || fail "synth's SHA256SUMS: lines"
 [ "$(grep -c '^#xxh3-blocks ' "$T/sy/SHA256SUMS")" -eq "$(ls "$T/sy"/*.safetensors | wc -l)" ] || fail "synth's SHA256SUMS: block records"
 ls -a "$T/sy" | grep -q '\.tmp\.' && fail "synth --write-manifest left a temporary file"
+# every output gets the mode a new file gets (0666 less the umask): the manifest was 0600 (mkstemp's)
+# whatever the umask, and the shards 0644 even under umask 077
+for u in 022 077; do
+    rm -rf "$T/sy-$u"
+    (umask $u && "$SL" synth --config "$T/tiny.json" "$T/sy-$u" --max-shard-size 600KB --write-manifest >/dev/null) \
+        || fail "synth under umask $u"
+    want=$(printf '%o' $(( 0666 & ~0$u )))
+    for f in "$T/sy-$u"/*; do
+        [ "$(stat -c %a "$f")" = "$want" ] || fail "umask $u: $(basename "$f") has mode $(stat -c %a "$f"), not $want"
+    done
+done
 "$SL" reshard "$CK" "$T/rs" --tp 2 --write-manifest >/dev/null 2>"$T/err" || fail "reshard --write-manifest: $(cat "$T/err")"
 (cd "$T/rs" && sha256sum -c --quiet SHA256SUMS) || fail "reshard's SHA256SUMS: sha256sum -c"
 out=$("$SL" load "$T/rs" --tp 2 --manifest "$T/rs/SHA256SUMS" --checksums --json 2>"$T/err") \

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -116,18 +115,19 @@ class Checkpoint:
 
     def fetch_config(self) -> bytes:
         """A remote checkpoint's config.json, fetched once and held in memory: the planner reads
-        it from there (sl_plan_opts.config_json). sl_checkpoint_fetch writes a file, so it goes
-        through a private temporary folder, removed before this returns."""
+        it from there (sl_plan_opts.config_json)."""
         with self._fetch_lock:   # plans from other threads wait for the whole text
             if self._config is None:
-                with tempfile.TemporaryDirectory(prefix="shardload-") as tmp:
-                    dest = os.path.join(tmp, "config.json")
-                    err = ctypes.create_string_buffer(1024)
-                    st = N.lib.sl_checkpoint_fetch(self.handle, b"config.json", os.fsencode(dest),
-                                                   err, len(err))
-                    if st != 0:
-                        N.raise_status(st, err.value)
-                    self._config = Path(dest).read_bytes()
+                buf, n = ctypes.c_void_p(), ctypes.c_size_t()
+                err = ctypes.create_string_buffer(1024)
+                st = N.lib.sl_checkpoint_fetch_bytes(self.handle, b"config.json", ctypes.byref(buf),
+                                                     ctypes.byref(n), err, len(err))
+                if st != 0:
+                    N.raise_status(st, err.value)
+                try:
+                    self._config = ctypes.string_at(buf, n.value)
+                finally:
+                    N.lib.sl_free(buf)
             return self._config
 
     @property

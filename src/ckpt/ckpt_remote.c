@@ -6,6 +6,7 @@
  * Last-Modified as first seen), which the loader's engine requests and checks against. */
 #include "ckpt/ckpt_merge.h"
 #include "io/http.h"
+#include "common/sl_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -228,46 +229,49 @@ sl_status sl_checkpoint_open_opts(const char *path, const sl_load_opts *o, sl_ch
     return ck_open_remote(ck, path, o);
 }
 
-static sl_status ck_write_file(const char *dest, const char *buf, size_t len, sl_err *e)
+/* The file `name` next to a remote checkpoint, whole, with its settings and kept-alive connection. */
+static sl_status ck_fetch(const sl_checkpoint *ck, const char *name, char **buf, size_t *len, sl_err *e)
 {
-    const int fd = open(dest, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    SL_CHECK(fd >= 0, e, SL_E_IO, "%s: cannot create: %s", dest, strerror(errno));
-    size_t done = 0;
-    while (done < len) {
-        const ssize_t w = write(fd, buf + done, len - done);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            const int en = w < 0 ? errno : EIO;
-            close(fd);
-            return sl_err_set(e, SL_E_IO, "%s: write: %s", dest, strerror(en));
-        }
-        done += (size_t)w;
+    *buf = NULL;
+    *len = 0;
+    SL_CHECK(ck && name, e, SL_E_INVALID_ARG, "sl_checkpoint_fetch: NULL argument");
+    SL_CHECK(ck->remote_cfg, e, SL_E_INVALID_ARG, "%s: not a remote checkpoint", sl_checkpoint_dir(ck));
+    char *url = sl_http_join(ck->remote_base, name);
+    SL_CHECK(url, e, SL_E_NOMEM, "out of memory");
+    const sl_status st = sl_http_get_all(ck->remote_cfg, url, CK_MAX_FETCH, buf, len, e);
+    free(url);
+    return st;
+}
+
+sl_status sl_checkpoint_fetch_bytes(const sl_checkpoint *ck, const char *name, char **buf, size_t *len,
+                                    char *err, size_t errlen)
+{
+    sl_err e = {0};
+    char *b = NULL;
+    size_t n = 0;
+    const sl_status st = buf && len ? ck_fetch(ck, name, &b, &n, &e)
+                                    : sl_err_set(&e, SL_E_INVALID_ARG, "sl_checkpoint_fetch_bytes: NULL argument");
+    if (buf && len) {
+        *buf = b;
+        *len = n;
     }
-    SL_CHECK(close(fd) == 0, e, SL_E_IO, "%s: close: %s", dest, strerror(errno));
-    return SL_OK;
+    sl_err_export(&e, err, errlen);
+    sl_err_clear(&e);
+    return st;
 }
 
 sl_status sl_checkpoint_fetch(const sl_checkpoint *ck, const char *name, const char *dest, char *err,
                               size_t errlen)
 {
     sl_err e = {0};
-    char *buf = NULL, *url = NULL;
+    char *buf = NULL;
     size_t len = 0;
-    sl_status st = SL_OK;
-    if (!ck || !name || !dest)
-        st = sl_err_set(&e, SL_E_INVALID_ARG, "sl_checkpoint_fetch: NULL argument");
-    else if (!ck->remote_cfg)
-        st = sl_err_set(&e, SL_E_INVALID_ARG, "%s: not a remote checkpoint", sl_checkpoint_dir(ck));
-    else if (!(url = sl_http_join(ck->remote_base, name)))
-        st = sl_err_set(&e, SL_E_NOMEM, "out of memory");
-    if (st == SL_OK)   /* the checkpoint's settings, its kept-alive connection */
-        st = sl_http_get_all(ck->remote_cfg, url, CK_MAX_FETCH, &buf, &len, &e);
-    if (st == SL_OK)
-        st = ck_write_file(dest, buf, len, &e);
+    sl_status st = dest ? ck_fetch(ck, name, &buf, &len, &e)
+                        : sl_err_set(&e, SL_E_INVALID_ARG, "sl_checkpoint_fetch: NULL argument");
+    if (st == SL_OK)   /* never a half-written dest, nor an earlier one lost to a failed fetch */
+        st = sl_file_write_atomic(dest, buf, len, &e);
     sl_err_export(&e, err, errlen);
     sl_err_clear(&e);
     free(buf);
-    free(url);
     return st;
 }

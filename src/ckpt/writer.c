@@ -78,25 +78,9 @@ sl_status sl_writer_open(const char *path, sl_writer **out)
     if (!path || !out)
         return sl_err_set(&w->err, SL_E_INVALID_ARG, "sl_writer_open: NULL argument");
     w->path = strdup(path);
-    const size_t tl = strlen(path) + 32;
-    w->tmp = malloc(tl);
-    if (!w->path || !w->tmp)
+    if (!w->path)
         return wr_nomem(w);
-    /* A unique temporary name in the same directory, so that rename() is atomic and two writers
-     * of one path never share a temporary file. */
-    snprintf(w->tmp, tl, "%s.tmp.XXXXXX", path);
-    w->fd = mkostemp(w->tmp, O_CLOEXEC);
-    if (w->fd < 0) {
-        const int err = errno;
-        free(w->tmp);
-        w->tmp = NULL;   /* nothing to remove */
-        return sl_err_set(&w->err, SL_E_IO, "%s: cannot create: %s", w->path, strerror(err));
-    }
-    if (fchmod(w->fd, 0644) != 0)   /* mkostemp creates 0600; checkpoints are meant to be shared */
-        return sl_err_set(&w->err, SL_E_IO, "%s: chmod: %s", w->tmp, strerror(errno));
-    (void)flock(w->fd, LOCK_EX | LOCK_NB);   /* a new file: nobody else holds it; where flock is
-                                                not supported, stale files are still told by name */
-    return SL_OK;
+    return sl_file_temp_create(path, &w->fd, &w->tmp, &w->err);
 }
 
 /* A parked writer's temporary file, opened again by name and locked again. */
@@ -366,15 +350,9 @@ sl_status sl_writer_finish(sl_writer *w)
     if (sl_cancel_requested())   /* no complete file appears once a stop was asked for */
         return wr_cancelled(w);
     SL_TRY(wr_reopen(w));
-    /* fdatasync, not fsync: the rename below is what must not overtake the data. */
-    if (fdatasync(w->fd) != 0 && errno != EINVAL)
-        return sl_err_set(&w->err, SL_E_IO, "%s: sync: %s", w->tmp, strerror(errno));
-    const int rc = close(w->fd);
-    w->fd = -1;
-    if (rc != 0)
-        return sl_err_set(&w->err, SL_E_IO, "%s: close: %s", w->tmp, strerror(errno));
-    if (rename(w->tmp, w->path) != 0)
-        return sl_err_set(&w->err, SL_E_IO, "%s: rename from %s: %s", w->path, w->tmp, strerror(errno));
+    const int fd = w->fd;
+    w->fd = -1;   /* closed by the commit, whatever happens */
+    SL_TRY(sl_file_temp_commit(fd, w->tmp, w->path, &w->err));
     w->state = WR_FINISHED;
     return SL_OK;
 }

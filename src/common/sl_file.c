@@ -4,8 +4,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <sys/file.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -135,4 +139,92 @@ out:
     free(b);
     close(fd);
     return ret;
+}
+
+/* ---- files written whole, or not at all ---- */
+
+/* Six random characters over "<path>.tmp.XXXXXX"'s X's, as mkstemp draws them. */
+static void temp_name_fill(char *x)
+{
+    static const char set[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    unsigned char r[6];
+    if (getrandom(r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) {
+        static _Atomic unsigned long n;   /* entropy not ready: unique within this process */
+        unsigned long v = (unsigned long)getpid() * 2654435761u + n++ + (unsigned long)time(NULL);
+        for (int i = 0; i < 6; i++, v /= 62)
+            r[i] = (unsigned char)(v % 62);
+    }
+    for (int i = 0; i < 6; i++)
+        x[i] = set[r[i] % 62];
+}
+
+sl_status sl_file_temp_create(const char *path, int *fd, char **tmp, sl_err *err)
+{
+    *fd = -1;
+    *tmp = NULL;
+    char *t = NULL;
+    SL_CHECK(asprintf(&t, "%s.tmp.XXXXXX", path) >= 0, err, SL_E_NOMEM, "out of memory");
+    /* Not mkostemp: its files are 0600 whatever the umask, and an output (a checkpoint, its
+     * manifest) gets the mode any new file gets, 0666 less the umask, as cp and sha256sum > f give. */
+    int d = -1;
+    for (int tries = 0; d < 0 && tries < 100; tries++) {
+        temp_name_fill(t + strlen(t) - 6);
+        d = open(t, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
+        if (d < 0 && errno != EEXIST)
+            break;
+    }
+    if (d < 0) {
+        const int en = errno;
+        free(t);
+        return sl_err_set(err, SL_E_IO, "%s: cannot create: %s", path, strerror(en));
+    }
+    /* A new file: nobody else holds it. Where flock is not supported, stale files are still told
+     * by their name, so its failure is no error. */
+    (void)flock(d, LOCK_EX | LOCK_NB);
+    *fd = d;
+    *tmp = t;
+    return SL_OK;
+}
+
+sl_status sl_file_temp_commit(int fd, const char *tmp, const char *path, sl_err *err)
+{
+    /* fdatasync, not fsync: the rename below is what must not overtake the data. EINVAL: a file
+     * system that cannot sync (a pipe-backed FUSE one); nothing more can be done there. */
+    if (fdatasync(fd) != 0 && errno != EINVAL) {
+        const int en = errno;
+        close(fd);
+        return sl_err_set(err, SL_E_IO, "%s: sync: %s", tmp, strerror(en));
+    }
+    SL_CHECK(close(fd) == 0, err, SL_E_IO, "%s: close: %s", tmp, strerror(errno));
+    SL_CHECK(rename(tmp, path) == 0, err, SL_E_IO, "%s: rename from %s: %s", path, tmp, strerror(errno));
+    return SL_OK;
+}
+
+static sl_status write_full(int fd, const char *p, size_t len, const char *tmp, sl_err *err)
+{
+    while (len) {
+        const ssize_t k = write(fd, p, len);
+        if (k < 0 && errno == EINTR)
+            continue;
+        SL_CHECK(k > 0, err, SL_E_IO, "%s: write failed: %s", tmp, k < 0 ? strerror(errno) : "no progress");
+        p += k;
+        len -= (size_t)k;
+    }
+    return SL_OK;
+}
+
+sl_status sl_file_write_atomic(const char *path, const void *data, size_t len, sl_err *err)
+{
+    char *tmp = NULL;
+    int fd = -1;
+    SL_TRY(sl_file_temp_create(path, &fd, &tmp, err));
+    sl_status st = write_full(fd, data, len, tmp, err);
+    if (st == SL_OK)
+        st = sl_file_temp_commit(fd, tmp, path, err);
+    else
+        close(fd);
+    if (st != SL_OK)
+        unlink(tmp);
+    free(tmp);
+    return st;
 }

@@ -56,4 +56,19 @@ int sl_pread_full(int fd, void *buf, size_t n, uint64_t off);
 sl_status sl_file_read_all(const char *path, size_t max, sl_status st, sl_err *err, char **buf,
                            size_t *len);
 
+/* ---- files written whole, or not at all ---- */
+
+/* A new file that will replace path: "<path>.tmp.XXXXXX" in path's directory (so the rename is
+ * atomic, and two writers of one path never share one), mode 0666 less the umask (as any new
+ * file), locked with flock while it stays open, so that a later run can
+ * tell a dead run's file from a live one's (ck_writer_remove_stale). Gives the descriptor and *tmp
+ * (free() it); on failure *fd is -1, *tmp NULL, and nothing is left on disk. */
+sl_status sl_file_temp_create(const char *path, int *fd, char **tmp, sl_err *err);
+/* Syncs the data of fd (the temporary file tmp), closes it and renames tmp to path. fd is closed
+ * whatever happens; on failure tmp is left for the caller to remove. */
+sl_status sl_file_temp_commit(int fd, const char *tmp, const char *path, sl_err *err);
+/* Writes path with data as above: a crash or a failure never leaves part of it under path (a
+ * failure removes the temporary file), and an earlier file of that name stays until the rename. */
+sl_status sl_file_write_atomic(const char *path, const void *data, size_t len, sl_err *err);
+
 #endif /* SL_FILE_H */

@@ -13,6 +13,7 @@
 #include "plan/plan_data.h"
 #include "common/sl_bytes.h"
 #include "common/sl_err.h"
+#include "common/sl_file.h"
 #include "tools/reshard_outdir.h"
 #include "tools/tools_common.h"
 
@@ -265,7 +266,7 @@ static sl_status reshard_write_config(reshard *r)
     char dst[4096];
     snprintf(dst, sizeof(dst), "%s/config.json", r->outdir);
     const char *text = r->plan->config_text;
-    return sl_tools_write_file(dst, text, strlen(text), &r->err);
+    return sl_file_write_atomic(dst, text, strlen(text), &r->err);   /* it marks the output complete */
 }
 
 /* config.json is what makes a directory loadable, and it is written last. One left by an earlier

@@ -65,38 +65,3 @@ sl_status sl_tools_check_space(const char *dir, uint64_t need, uint64_t reclaime
              PRIu64 " bytes free: nothing was written", dir, need, avail);
     return SL_OK;
 }
-
-static sl_status write_all(int fd, const char *p, size_t len, const char *tmp, sl_err *err)
-{
-    while (len) {
-        const ssize_t k = write(fd, p, len);
-        if (k < 0 && errno == EINTR)
-            continue;
-        SL_CHECK(k > 0, err, SL_E_IO, "%s: write failed: %s", tmp, k < 0 ? strerror(errno) : "no progress");
-        p += k;
-        len -= (size_t)k;
-    }
-    SL_CHECK(fdatasync(fd) == 0, err, SL_E_IO, "%s: sync failed: %s", tmp, strerror(errno));
-    return SL_OK;
-}
-
-sl_status sl_tools_write_file(const char *path, const void *data, size_t len, sl_err *err)
-{
-    char *tmp = NULL;
-    SL_CHECK(asprintf(&tmp, "%s.tmp.XXXXXX", path) >= 0, err, SL_E_NOMEM, "out of memory");
-    const int fd = mkostemp(tmp, O_CLOEXEC);
-    sl_status st = fd < 0 ? sl_err_set(err, SL_E_IO, "%s: cannot create: %s", tmp, strerror(errno))
-                   : flock(fd, LOCK_EX) != 0   /* held until close: not a dead run's (writer.c) */
-                       ? sl_err_set(err, SL_E_IO, "%s: lock: %s", tmp, strerror(errno))
-                   : fchmod(fd, 0644) != 0   /* mkostemp creates 0600; checkpoints are shared */
-                       ? sl_err_set(err, SL_E_IO, "%s: chmod: %s", tmp, strerror(errno))
-                       : write_all(fd, data, len, tmp, err);
-    if (fd >= 0 && close(fd) != 0 && st == SL_OK)
-        st = sl_err_set(err, SL_E_IO, "%s: write failed: %s", tmp, strerror(errno));
-    if (st == SL_OK && rename(tmp, path) != 0)
-        st = sl_err_set(err, SL_E_IO, "%s: rename from %s: %s", path, tmp, strerror(errno));
-    if (st != SL_OK && fd >= 0)
-        unlink(tmp);
-    free(tmp);
-    return st;
-}

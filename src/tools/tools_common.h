@@ -23,10 +23,4 @@ uint64_t sl_tools_file_size(const char *path);
  * the status in *st; with missing_ok, an absent file is NULL with *st SL_OK and no message. */
 json_t *sl_tools_json_load(const char *path, int missing_ok, sl_err *err, sl_status *st);
 
-/* Writes len bytes of data as the file path: to "<path>.tmp.XXXXXX", locked while open as
- * writer.c's temporary files are (so the next run's ck_writer_remove_stale knows a dead run's),
- * synced, then renamed, so that a crash never leaves a part of it under the final name (a
- * config.json is what marks a tool's output directory complete). */
-sl_status sl_tools_write_file(const char *path, const void *data, size_t len, sl_err *err);
-
 #endif /* SL_TOOLS_COMMON_H */

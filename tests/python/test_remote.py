@@ -129,6 +129,40 @@ def test_http_blocking_gets_from_threads(http: str, tiny_ckpt: Path, tmp_path: P
     assert all(g == want for g in got)
 
 
+def test_http_fetch_bytes_and_files(http: str, tiny_ckpt: Path, tmp_path: Path) -> None:  # noqa: F811
+    """sl_checkpoint_fetch_bytes hands a file over in memory (what fetch_config uses), a missing
+    one is SL_E_NOT_FOUND with no buffer; sl_checkpoint_fetch writes dest through a temporary
+    file renamed into place: an earlier dest survives a failed fetch, none is left behind, and the
+    file has the mode a new file gets (0666 less the umask)."""
+    import ctypes
+
+    from shardload import _native as N
+    want = (tiny_ckpt / "config.json").read_bytes()
+    err = ctypes.create_string_buffer(512)
+    with shardload.open(f"{http}/ck/") as ck:
+        buf, n = ctypes.c_void_p(), ctypes.c_size_t()
+        assert N.lib.sl_checkpoint_fetch_bytes(ck.handle, b"config.json", ctypes.byref(buf),
+                                               ctypes.byref(n), err, len(err)) == 0, err.value
+        assert ctypes.string_at(buf, n.value + 1) == want + b"\0"   # NUL-terminated
+        N.lib.sl_free(buf)
+        st = N.lib.sl_checkpoint_fetch_bytes(ck.handle, b"absent.json", ctypes.byref(buf),
+                                             ctypes.byref(n), err, len(err))
+        assert N.lib.sl_status_str(st) == b"SL_E_NOT_FOUND" and not buf.value and n.value == 0
+        assert b"absent.json" in err.value
+        dest = tmp_path / "out.json"
+        dest.write_bytes(b"earlier")
+        assert N.lib.sl_checkpoint_fetch(ck.handle, b"absent.json", os.fsencode(dest), err, len(err)) != 0
+        assert dest.read_bytes() == b"earlier"
+        old = os.umask(0o027)
+        try:
+            assert N.lib.sl_checkpoint_fetch(ck.handle, b"config.json", os.fsencode(dest), err,
+                                             len(err)) == 0, err.value
+        finally:
+            os.umask(old)
+        assert dest.read_bytes() == want and dest.stat().st_mode & 0o777 == 0o640
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]
+
+
 def test_http_plans_from_threads(http: str, tiny_ckpt: Path) -> None:  # noqa: F811
     """Plans from one open remote checkpoint in several threads: the first fetches config.json,
     the others wait for the whole file (not a half-written one)."""
