@@ -468,6 +468,16 @@ static void config_errors(void)
                is(p, 0, "model.layers.1.self_attn.kv_b_proj.weight", SL_DTYPE_F8_E4M3, 256, 128, 0),
            "ignored o_proj: %s", sl_plan_errmsg(p));
     sl_plan_free(p);
+    /* a dense layer's module (layer 0 here; layer 1 is MoE) listed where it exists: all of it,
+     * not "1 of its 2 modules" counting a layer that has no such module */
+    st = build(NULL, small_ds("ign-dense.json", "{\"quant_method\":\"fp8\",\"weight_block_size\":[128,128],"
+                                                "\"ignored_layers\":[\"model.layers.0.mlp.down_proj\"]}"),
+               2, 0, SL_LAYOUT_TP, &p);
+    EXPECT(st == SL_OK && is(p, 0, "model.layers.0.mlp.down_proj.weight", SL_DTYPE_BF16, 256, 256, 0) &&
+               !tu_param(p, 0, "model.layers.0.mlp.down_proj.weight_scale_inv") &&
+               tu_param(p, 0, "model.layers.0.mlp.gate_up_proj.weight_scale_inv"),
+           "ignored dense down_proj: %s", sl_plan_errmsg(p));
+    sl_plan_free(p);
 }
 
 /* ---- per-tensor and per-channel scales -------------------------------------------------------- */

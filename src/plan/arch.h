@@ -163,7 +163,8 @@ void sl_arch_free(sl_arch *m);
  * ignored for first/last rules, e for others); -1 when the rule has no tensor at that layer. */
 int64_t sl_arch_tensor_index(const sl_arch *m, int32_t rule, int64_t layer, int64_t e);
 
-/* Whether per-layer rule `rule` has tensors at layer l (first/last rules: 1). */
+/* Whether per-layer rule `rule` has tensors at layer l (first/last rules: 1); valid once the
+ * table's "moe" is read, before the tensors are listed. */
 int sl_arch_rule_at(const sl_arch *m, int32_t rule, int64_t layer);
 
 /* Whether rule `rule` has a tensor at some layer. */

@@ -240,28 +240,35 @@ static int ignored_name(const sl_arch *m, const char *module)
     return bsearch(&module, m->quant.ignored, (size_t)m->quant.n_ignored, sizeof(char *), str_cmp) != NULL;
 }
 
-/* How many of the rule's modules (the tensor name without ".weight", per layer and expert) the
- * config lists, out of how many. *named counts the modules of the rules so far: each is a tensor,
- * so past SL_MAX_TENSORS the config is refused before they are named (65,536 experts at 1,000
- * layers took 120 s here, at 100,000 layers it would take hours, before the tensor bound of
- * sl_arch_tensors_build refused it). */
-static sl_status ignored_count(sl_err *err, sl_arch *m, const sl_rule *r, int64_t *named,
-                               int64_t *hit, int64_t *all)
+/* How many of rule ri's modules (the tensor name without ".weight", at each layer that has it,
+ * per expert) the config lists, out of how many. *named counts the modules of the rules so far:
+ * each is a tensor, so past SL_MAX_TENSORS the config is refused before they are named (65,536
+ * experts at 1,000 layers took 120 s here, at 100,000 layers it would take hours, before the
+ * tensor bound of sl_arch_tensors_build refused it). */
+static sl_status ignored_count(sl_err *err, sl_arch *m, int32_t ri, int64_t *named, int64_t *hit,
+                               int64_t *all)
 {
+    const sl_rule *r = &m->rules[ri];
     *hit = *all = 0;
     if (m->quant.n_ignored == 0)
         return SL_OK;
     const int64_t nl = r->place == SL_PLACE_LAYER ? m->cfg.L : 1, ne = r->expert ? m->cfg.E : 1;
-    /* nl <= 100,000 and ne <= 65,536: no overflow */
-    *named += nl * ne;
+    int64_t layers = 0;
+    for (int64_t l = 0; l < nl; l++)
+        layers += sl_arch_rule_at(m, ri, l);
+    /* layers <= 100,000 and ne <= 65,536: no overflow */
+    *named += layers * ne;
     SL_CHECK(*named <= SL_MAX_TENSORS, err, SL_E_CONFIG, "the config implies more than %d tensors "
              "(num_hidden_layers %lld, %lld experts): no real model has this many", SL_MAX_TENSORS,
              (long long)m->cfg.L, (long long)m->cfg.E);
     sl_arena tmp = {0};
     for (int64_t l = 0; l < nl; l++) {
-        for (int64_t e = 0; e < ne; e++) {
+        for (int64_t e = 0; sl_arch_rule_at(m, ri, l) && e < ne; e++) {
             char *name = (char *)(uintptr_t)sl_arch_name_format(&tmp, r->tensor, l, e);
-            SL_CHECK(name != NULL, err, SL_E_NOMEM, "out of memory");
+            if (!name) {
+                sl_arena_free(&tmp);
+                return sl_err_set(err, SL_E_NOMEM, "out of memory");
+            }
             name[strlen(name) - 7] = '\0';   /* the module: without ".weight" */
             *hit += ignored_name(m, name);
             (*all)++;
@@ -347,7 +354,7 @@ sl_status sl_arch_quant_rules(sl_err *err, sl_arch *m, int32_t cap)
         if (!quantizable(r))
             continue;
         int64_t hit = 0, all = 0;
-        SL_TRY(ignored_count(err, m, r, &named, &hit, &all));
+        SL_TRY(ignored_count(err, m, i, &named, &hit, &all));
         SL_CHECK(hit == 0 || hit == all, err, SL_E_UNSUPPORTED, "rule '%s': quantization_config "
                  "ignores %lld of its %lld modules; a rule quantized in some layers only is not "
                  "supported yet", r->tensor, (long long)hit, (long long)all);

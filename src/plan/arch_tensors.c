@@ -66,8 +66,8 @@ int64_t sl_arch_tensor_index(const sl_arch *m, int32_t rule, int64_t layer, int6
 
 int sl_arch_rule_at(const sl_arch *m, int32_t rule, int64_t layer)
 {
-    const sl_rule *r = &m->rules[rule];
-    return r->place != SL_PLACE_LAYER || r->kind_ord[m->layer_moe[layer]] >= 0;
+    const sl_rule *r = &m->rules[rule];   /* what layers_index sets kind_ord from, so valid before it */
+    return r->place != SL_PLACE_LAYER || r->layers == SL_LAYERS_ALL || (int)r->layers == m->layer_moe[layer] + 1;
 }
 
 int sl_arch_rule_used(const sl_arch *m, int32_t rule)
