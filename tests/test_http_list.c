@@ -3,7 +3,8 @@
  * percent-encoding when the page says <EncodingType>url</EncodingType>) or refused, never kept raw;
  * a truncated page without a token refused; fields read only where they belong (a <Contents>
  * without its own <Key>, an <IsTruncated> inside a <Contents>, attributes, comments, white space);
- * pages that are not a well-formed ListBucketResult refused. */
+ * pages that are not a well-formed ListBucketResult refused; a decoded key that is not UTF-8, and a
+ * name listed twice on one page or on two pages of a listing, refused. */
 #include "io/http_list.h"
 #include "expect.h"
 
@@ -118,6 +119,125 @@ static void test_url_encoded(void)
     page_fails(HEAD "<EncodingType>base64</EncodingType>" NOT_TRUNC TAIL, "<EncodingType> is 'base64'");
 }
 
+/* Every key decoded must be UTF-8: the raw bytes of the page and what %XX gives alike, a key
+ * outside the prefix too; the message shows each bad byte as \xNN. */
+static void test_utf8(void)
+{
+    /* é and U+1F600, raw and percent-encoded */
+    page_ok(HEAD NOT_TRUNC KEY("p/caf\xC3\xA9.safetensors") KEY("p/\xF0\x9F\x98\x80.safetensors") TAIL, "p/",
+            "caf\xC3\xA9.safetensors|\xF0\x9F\x98\x80.safetensors", NULL);
+    page_ok(HEAD "<EncodingType>url</EncodingType>" NOT_TRUNC KEY("p/caf%C3%A9.safetensors")
+                KEY("p/%F0%9F%98%80%f4%8f%bf%bf.safetensors") TAIL,
+            "p/", "caf\xC3\xA9.safetensors|\xF0\x9F\x98\x80\xF4\x8F\xBF\xBF.safetensors", NULL);
+    static const struct { const char *raw, *pct, *shown; } bad[] = {
+        {"\xC0\x80", "%C0%80", "\\xc0\\x80"},                              /* overlong U+0000 */
+        {"\xE0\x80\xAF", "%E0%80%AF", "\\xe0\\x80\\xaf"},                   /* overlong '/' */
+        {"\xED\xA0\x80", "%ED%A0%80", "\\xed\\xa0\\x80"},                   /* surrogate U+D800 */
+        {"\xF4\x90\x80\x80", "%F4%90%80%80", "\\xf4\\x90\\x80\\x80"},       /* U+110000 */
+        {"\x80", "%80", "\\x80"},                                            /* lone continuation */
+        {"\xE2\x82", "%E2%82", "\\xe2\\x82"},                                 /* cut short */
+        {"\xFF", "%ff", "\\xff"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char xml[512], want[128];
+        snprintf(want, sizeof want, "<Contents> 2: <Key> 'p/a%s.safetensors' is not UTF-8 (byte 3 ", bad[i].shown);
+        snprintf(xml, sizeof xml, HEAD NOT_TRUNC KEY("p/x.safetensors") KEY("p/a%s.safetensors") TAIL, bad[i].raw);
+        page_fails(xml, want);
+        snprintf(xml, sizeof xml, HEAD "<EncodingType>url</EncodingType>" NOT_TRUNC KEY("p/x.safetensors")
+                 KEY("p/a%s.safetensors") TAIL, bad[i].pct);
+        page_fails(xml, want);
+    }
+    page_fails(HEAD NOT_TRUNC KEY("q/\xC3(.json") TAIL, "<Key> 'q/\\xc3(.json' is not UTF-8 (byte 2 ");
+    /* a long key is cut in the message, which still gives the bad byte's offset */
+    char xml[1024], key[400];
+    memset(key, 'k', 300);
+    strcpy(key + 300, "\xC3.safetensors");
+    snprintf(xml, sizeof xml, HEAD NOT_TRUNC KEY("p/%s") TAIL, key);
+    page_fails(xml, "...' is not UTF-8 (byte 302 ");
+}
+
+/* The pages of one listing, read in turn into one set of names as http_get.c reads them: the
+ * last one gives err_want (NULL: none) and names_want ("" for none, NULL: not compared). */
+static void listing(const char *const *pages, size_t n_pages, const char *names_want, const char *err_want)
+{
+    sl_http_names names = {0};
+    sl_err e = {0};
+    sl_status st = SL_OK;
+    char got[1024];
+    for (size_t i = 0; st == SL_OK && i < n_pages; i++) {
+        char *token = NULL;
+        st = sl_http_list_page(pages[i], "p/", &names, &token, &e);
+        EXPECT(st != SL_OK || (i + 1 < n_pages) == (token != NULL), "page %zu: token '%s'", i + 1, token);
+        free(token);
+    }
+    if (err_want) {
+        EXPECT(st == SL_E_IO && strstr(sl_err_msg(&e), err_want), "want SL_E_IO '%s', got %d '%s'", err_want,
+               (int)st, sl_err_msg(&e));
+        sl_http_names_free(&names);
+    } else {
+        EXPECT(st == SL_OK, "%d %s", (int)st, sl_err_msg(&e));
+        join(&names, got, sizeof got);
+        EXPECT(!names_want || !strcmp(got, names_want), "names '%s', want '%s'", got, names_want);
+        /* the listing ended: v and n are all there is to free, as sl_http_list takes them */
+        EXPECT(!names.set, "the set outlives the listing");
+        for (size_t i = 0; i < names.n; i++)
+            free(names.v[i]);
+        free(names.v);
+    }
+    sl_err_clear(&e);
+}
+
+#define MORE(tok) "<IsTruncated>true</IsTruncated><NextContinuationToken>" tok "</NextContinuationToken>"
+
+/* A page of n keys p/<base + i>.safetensors (then extra, a <Contents> or ""), truncated when tok. */
+static char *page_of(size_t base, size_t n, const char *extra, const char *tok)
+{
+    char *xml = malloc(n * 96 + strlen(extra) + 512), *w = xml;   /* a <Contents> here is under 96 bytes */
+    if (!xml)
+        abort();
+    w += sprintf(w, HEAD);
+    if (tok)
+        w += sprintf(w, MORE("%s"), tok);
+    else
+        w += sprintf(w, NOT_TRUNC);
+    for (size_t i = 0; i < n; i++)
+        w += sprintf(w, KEY("p/k%zu.safetensors"), base + i);
+    sprintf(w, "%s" TAIL, extra);
+    return xml;
+}
+
+/* S3 lists a key once: a name twice, on one page or on two, is an error; names of other keys
+ * (another prefix) may repeat what is kept. */
+static void test_duplicates(void)
+{
+    page_fails(HEAD NOT_TRUNC KEY("p/a.safetensors") KEY("p/b.safetensors") KEY("p/a.safetensors") TAIL,
+               "<Contents> 3: <Key> 'p/a.safetensors' is listed twice (also earlier on this page)");
+    /* the same name however it is written */
+    page_fails(HEAD "<EncodingType>url</EncodingType>" NOT_TRUNC KEY("p/%C3%A9.safetensors")
+                   KEY("p/\xC3\xA9%2Esafetensors") TAIL,
+               "<Contents> 2: <Key> 'p/\xC3\xA9.safetensors' is listed twice");
+    page_fails(HEAD NOT_TRUNC KEY("p/a&#10;.safetensors") KEY("p/a&#xA;.safetensors") TAIL,
+               "<Contents> 2: <Key> 'p/a\\x0a.safetensors' is listed twice");
+    page_ok(HEAD NOT_TRUNC KEY("p/a.safetensors") KEY("q/p/a.safetensors") KEY("p/A.safetensors") TAIL, "p/",
+            "a.safetensors|A.safetensors", NULL);
+
+    const char *two[] = {HEAD MORE("t1") KEY("p/a.safetensors") KEY("p/b.safetensors") TAIL,
+                         HEAD NOT_TRUNC KEY("p/c.safetensors") KEY("p/a.safetensors") TAIL};
+    listing(two, 2, NULL, "<Contents> 2: <Key> 'p/a.safetensors' is listed twice (also on an earlier page)");
+    const char *apart[] = {HEAD MORE("t1") KEY("p/a.safetensors") TAIL, HEAD MORE("t2") TAIL,
+                           HEAD NOT_TRUNC KEY("p/b.safetensors") KEY("q/a.safetensors") TAIL};
+    listing(apart, 3, "a.safetensors|b.safetensors", NULL);
+    /* thousands of names (the set grows and is built anew), the last one repeating the first */
+    char *big[3] = {page_of(0, 1000, "", "t1"), page_of(1000, 1000, "", "t2"), page_of(2000, 1000, "", NULL)};
+    listing((const char *const *)big, 3, NULL, NULL);
+    free(big[2]);
+    big[2] = page_of(2000, 1000, KEY("p/k0.safetensors"), NULL);
+    listing((const char *const *)big, 3, NULL,
+            "<Contents> 1001: <Key> 'p/k0.safetensors' is listed twice (also on an earlier page)");
+    for (size_t i = 0; i < 3; i++)
+        free(big[i]);
+}
+
 static void test_truncated(void)
 {
     page_ok(HEAD "<IsTruncated>true</IsTruncated><NextContinuationToken>tok</NextContinuationToken>"
@@ -199,6 +319,8 @@ int main(void)
     test_plain();
     test_references();
     test_url_encoded();
+    test_utf8();
+    test_duplicates();
     test_truncated();
     test_structure();
     if (expect_failures)

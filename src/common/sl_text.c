@@ -1,4 +1,4 @@
-/* sl_text.c - printable, bounded text for messages (see sl_text.h). */
+/* sl_text.c - printable, bounded text for messages, and the UTF-8 check (see sl_text.h). */
 #include "common/sl_text.h"
 
 #include <stdlib.h>
@@ -72,6 +72,57 @@ char *sl_text_sanitize(const char *msg, size_t max)
     if (out)
         text_escape(msg, n, out, cap);
     return out;
+}
+
+/* The length of the valid UTF-8 sequence at s (left bytes there, s[0] >= 0x80), 0 when none. */
+static size_t utf8_seq_len(const unsigned char *s, size_t left)
+{
+    const unsigned c = s[0];
+    if (c >= 0xC2 && c <= 0xDF)
+        return left >= 2 && (s[1] & 0xC0) == 0x80 ? 2 : 0;
+    if (c >= 0xE0 && c <= 0xEF) {
+        if (left < 3 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80)
+            return 0;
+        if (c == 0xE0 && s[1] < 0xA0)      /* overlong */
+            return 0;
+        if (c == 0xED && s[1] >= 0xA0)     /* UTF-16 surrogate */
+            return 0;
+        return 3;
+    }
+    if (c >= 0xF0 && c <= 0xF4) {
+        if (left < 4 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80 || (s[3] & 0xC0) != 0x80)
+            return 0;
+        if ((c == 0xF0 && s[1] < 0x90) || (c == 0xF4 && s[1] >= 0x90))   /* overlong, > U+10FFFF */
+            return 0;
+        return 4;
+    }
+    return 0;   /* continuation byte, C0/C1, F5..FF */
+}
+
+size_t sl_text_utf8_check(const unsigned char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        /* ASCII fast path, 8 bytes at a time: headers and keys are almost all ASCII. */
+        while (i + 8 <= n) {
+            uint64_t w;
+            memcpy(&w, s + i, 8);
+            if (w & 0x8080808080808080ull)
+                break;
+            i += 8;
+        }
+        if (i >= n)
+            break;
+        if (s[i] < 0x80) {
+            i++;
+            continue;
+        }
+        const size_t k = utf8_seq_len(s + i, n - i);
+        if (k == 0)
+            return i;
+        i += k;
+    }
+    return n;
 }
 
 uint64_t sl_text_hash(const char *s)

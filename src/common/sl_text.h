@@ -20,6 +20,10 @@ const char *sl_text_name(const char *s, char *buf, size_t buflen);
 /* A malloc'd copy of msg with control bytes as \xNN, cut at max bytes with "..."; NULL when out of
  * memory. */
 char *sl_text_sanitize(const char *msg, size_t max);
+/* Strict UTF-8 (no overlong forms, no surrogates, nothing past U+10FFFF, no sequence cut short):
+ * the offset of the first byte of s[0..n) that begins no valid sequence, or n when all is valid.
+ * The safetensors header (st_utf8_check) and the keys of an S3 listing are checked with it. */
+size_t sl_text_utf8_check(const unsigned char *s, size_t n);
 /* FNV-1a of the NUL-terminated s: the planner's name tables hash with it. */
 uint64_t sl_text_hash(const char *s);
 /* The value of hexadecimal digit c (either case), or -1 when c is not one. */

@@ -64,7 +64,7 @@ sl_status st_header_parse(const unsigned char *hdr, size_t n, uint64_t file_len,
 void st_header_free(st_header *h);
 
 /* Strict UTF-8 (no overlongs, no surrogates, <= U+10FFFF). Returns the offset of the first bad byte,
- * or n when all is valid. */
+ * or n when all is valid: sl_text_utf8_check (common/sl_text.h), under the format's name. */
 size_t st_utf8_check(const unsigned char *s, size_t n);
 
 /* A bounded, printable copy of a name for messages: control bytes escaped as \xNN, cut at ~120 bytes. */

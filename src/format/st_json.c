@@ -1,5 +1,5 @@
-/* st_json.c - strict JSON lexer for safetensors headers (see st_json.h), plus the UTF-8 check that
- * runs over the whole header before any JSON is looked at (reference step 4). */
+/* st_json.c - strict JSON lexer for safetensors headers (see st_json.h), plus the entry to the UTF-8
+ * check (sl_text.c) that runs over the whole header before any JSON is looked at (reference step 4). */
 #include "format/st_json.h"
 
 #include "common/sl_text.h"
@@ -9,54 +9,10 @@
 
 /* ---- UTF-8 ---- */
 
-static size_t utf8_seq_len(const unsigned char *s, size_t left)
-{
-    const unsigned c = s[0];
-    if (c >= 0xC2 && c <= 0xDF)
-        return left >= 2 && (s[1] & 0xC0) == 0x80 ? 2 : 0;
-    if (c >= 0xE0 && c <= 0xEF) {
-        if (left < 3 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80)
-            return 0;
-        if (c == 0xE0 && s[1] < 0xA0)      /* overlong */
-            return 0;
-        if (c == 0xED && s[1] >= 0xA0)     /* UTF-16 surrogate */
-            return 0;
-        return 3;
-    }
-    if (c >= 0xF0 && c <= 0xF4) {
-        if (left < 4 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80 || (s[3] & 0xC0) != 0x80)
-            return 0;
-        if ((c == 0xF0 && s[1] < 0x90) || (c == 0xF4 && s[1] >= 0x90))   /* overlong, > U+10FFFF */
-            return 0;
-        return 4;
-    }
-    return 0;   /* continuation byte, C0/C1, F5..FF */
-}
-
+/* The check lives in common (sl_text.c), where the S3 listing's keys (io) reach it too. */
 size_t st_utf8_check(const unsigned char *s, size_t n)
 {
-    size_t i = 0;
-    while (i < n) {
-        /* ASCII fast path, 8 bytes at a time: headers are almost all ASCII. */
-        while (i + 8 <= n) {
-            uint64_t w;
-            memcpy(&w, s + i, 8);
-            if (w & 0x8080808080808080ull)
-                break;
-            i += 8;
-        }
-        if (i >= n)
-            break;
-        if (s[i] < 0x80) {
-            i++;
-            continue;
-        }
-        const size_t k = utf8_seq_len(s + i, n - i);
-        if (k == 0)
-            return i;
-        i += k;
-    }
-    return n;
+    return sl_text_utf8_check(s, n);
 }
 
 const char *st_display(const char *s, size_t n, char *buf, size_t buflen)

@@ -8,6 +8,7 @@
 #include "io/http_parse.h"
 
 #include <assert.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +32,8 @@
  * error instead of taking the next block's, and a tag may carry attributes (<Key xml:space=..>).
  * Anything that would make a key read wrong is an error, never a guess: a key read wrong is a
  * wrong file name, reported later as a confusing 404, and a page read short is a partial list
- * taken for the whole. */
+ * taken for the whole. A decoded key must be UTF-8, as S3's keys are, and a name is kept once:
+ * S3 never lists a key twice in one listing, and a shard kept twice would be loaded twice. */
 
 #define LIST_MAX_DEPTH 16   /* S3 nests 4 deep (ListBucketResult/Contents/Owner/ID) */
 
@@ -50,6 +52,9 @@ typedef struct list_page {
     char *key;              /* the current <Contents>'s <Key> */
     char *truncated, *next_token, *encoding;
     sl_http_names keys;     /* every <Contents>'s <Key> as XML text, not yet URL-decoded */
+    const char *prefix;
+    sl_http_names *names;   /* the listing's names: n0 from earlier pages, then this page's */
+    size_t n0;
     sl_err *err;
 } list_page;
 
@@ -198,6 +203,84 @@ static int names_push(sl_http_names *a, const char *s)
         return -1;
     a->v = v;
     return (a->v[a->n] = strdup(s)) ? (int)(++a->n, 0) : -1;
+}
+
+/* The index of s in a->v, or -1; *slot is the set's slot that holds it or would. */
+static int64_t names_find(const sl_http_names *a, const char *s, size_t *slot)
+{
+    const size_t mask = a->set_cap - 1;
+    size_t k = (size_t)sl_text_hash(s) & mask;
+    while (a->set[k] && strcmp(a->v[a->set[k] - 1], s) != 0)
+        k = (k + 1) & mask;
+    *slot = k;
+    return a->set[k] ? (int64_t)a->set[k] - 1 : -1;
+}
+
+/* Room in the set for one more name, at most half of it used: when it grows (or is missing), it
+ * is built anew from v. -1 when out of memory. */
+static int names_set_room(sl_http_names *a)
+{
+    size_t cap = a->set_cap ? a->set_cap : 64, slot = 0;
+    if (a->n < a->set_cap / 2)
+        return 0;
+    while (cap / 2 <= a->n)
+        cap *= 2;   /* a->n counts allocated strings: no overflow */
+    size_t *set = calloc(cap, sizeof *set);
+    if (!set)
+        return -1;
+    free(a->set);
+    a->set = set;
+    a->set_cap = cap;
+    for (size_t i = 0; i < a->n; i++) {
+        names_find(a, a->v[i], &slot);
+        a->set[slot] = i + 1;
+    }
+    return 0;
+}
+
+/* s appended to a unless a holds it already (*dup its index, else -1). -1 when out of memory. */
+static int names_add(sl_http_names *a, const char *s, int64_t *dup)
+{
+    size_t slot = 0;
+    *dup = -1;
+    if (names_set_room(a) != 0)
+        return -1;
+    *dup = names_find(a, s, &slot);
+    if (*dup >= 0)
+        return 0;
+    if (names_push(a, s) != 0)
+        return -1;
+    a->set[slot] = a->n;
+    return 0;
+}
+
+static void names_set_free(sl_http_names *a)
+{
+    free(a->set);
+    a->set = NULL;
+    a->set_cap = 0;
+}
+
+/* A decoded key for a message: as sl_text_name shows it, with each byte that begins no valid UTF-8
+ * sequence as \xNN too, so that the message itself is UTF-8. buflen is at most SL_TEXT_NAME. */
+static const char *key_show(const char *key, char *buf, size_t buflen)
+{
+    char tmp[2 * SL_TEXT_NAME];   /* filled past SL_TEXT_NAME bytes, sl_text_display cuts with "..." */
+    const size_t n = strlen(key);
+    size_t o = 0;
+    assert(buflen <= SL_TEXT_NAME);
+    for (size_t i = 0; i < n && o < SL_TEXT_NAME;) {
+        const size_t run = sl_text_utf8_check((const unsigned char *)key + i, n - i);
+        const size_t take = run < SL_TEXT_NAME - o ? run : SL_TEXT_NAME - o;
+        memcpy(tmp + o, key + i, take);
+        o += take;
+        i += take;
+        if (take == run && i < n) {   /* key[i] is the bad byte */
+            o += (size_t)snprintf(tmp + o, sizeof tmp - o, "\\x%02x", (unsigned char)key[i]);
+            i++;
+        }
+    }
+    return sl_text_display(tmp, o, buf, buflen);
 }
 
 static int ends_with(const char *s, const char *suf)
@@ -378,34 +461,58 @@ static sl_status page_flags(list_page *pg, int *more, int *url)
     return SL_OK;
 }
 
-/* One key of the page, decoded, into names when it is a .safetensors object directly under
+/* Key i of the page, decoded, must be UTF-8. A NUL cannot be in it: &#0; and %00 are refused while
+ * decoding, and a raw one would end the page. */
+static sl_status page_key_utf8(const list_page *pg, const char *key, size_t i)
+{
+    char kb[SL_TEXT_NAME];
+    const size_t n = strlen(key), bad = sl_text_utf8_check((const unsigned char *)key, n);
+    SL_CHECK(bad == n, pg->err, SL_E_IO, "<Contents> %zu: <Key> '%s' is not UTF-8 (byte %zu begins no "
+             "valid sequence)", i + 1, key_show(key, kb, sizeof kb), bad);
+    return SL_OK;
+}
+
+/* rel, key i's name relative to the prefix, into the listing's names unless it is there already. */
+static sl_status page_add(list_page *pg, const char *rel, const char *key, size_t i)
+{
+    char kb[SL_TEXT_NAME];
+    int64_t dup = -1;
+    SL_CHECK(names_add(pg->names, rel, &dup) == 0, pg->err, SL_E_NOMEM, "out of memory");
+    SL_CHECK(dup < 0, pg->err, SL_E_IO, "<Contents> %zu: <Key> '%s' is listed twice (also %s): S3 lists a "
+             "key once", i + 1, key_show(key, kb, sizeof kb),
+             (size_t)dup >= pg->n0 ? "earlier on this page" : "on an earlier page");
+    return SL_OK;
+}
+
+/* Key i of the page, decoded, into the names when it is a .safetensors object directly under the
  * prefix (relative to it). */
-static sl_status page_keep(char *key, size_t i, int url, const char *prefix, sl_http_names *names,
-                           sl_err *err)
+static sl_status page_keep(list_page *pg, char *key, size_t i, int url)
 {
     if (url)
-        SL_TRY(url_decode(key, i, err));
-    const size_t pl = strlen(prefix);
-    const char *rel = !strncmp(key, prefix, pl) ? key + pl : NULL;
+        SL_TRY(url_decode(key, i, pg->err));
+    SL_TRY(page_key_utf8(pg, key, i));
+    const size_t pl = strlen(pg->prefix);
+    const char *rel = !strncmp(key, pg->prefix, pl) ? key + pl : NULL;
     const int keep = rel && *rel && !strchr(rel, '/') && ends_with(rel, ".safetensors");
-    SL_CHECK(!keep || names_push(names, rel) == 0, err, SL_E_NOMEM, "out of memory");
-    return SL_OK;
+    return keep ? page_add(pg, rel, key, i) : SL_OK;
 }
 
 sl_status sl_http_list_page(const char *xml, const char *prefix, sl_http_names *names, char **token,
                             sl_err *err)
 {
-    list_page pg = {.xml = xml, .p = xml, .err = err};
+    list_page pg = {.xml = xml, .p = xml, .prefix = prefix, .names = names, .n0 = names->n, .err = err};
     int more = 0, url = 0;
     *token = NULL;
     sl_status st = page_walk(&pg);
     if (st == SL_OK)
         st = page_flags(&pg, &more, &url);
     for (size_t i = 0; st == SL_OK && i < pg.keys.n; i++)
-        st = page_keep(pg.keys.v[i], i, url, prefix, names, err);
+        st = page_keep(&pg, pg.keys.v[i], i, url);
     if (st == SL_OK && more) {
         *token = pg.next_token;
         pg.next_token = NULL;
+    } else if (st == SL_OK) {
+        names_set_free(names);   /* the listing ends: v and n are all the caller has to take */
     }
     free(pg.key);
     free(pg.truncated);
@@ -422,4 +529,5 @@ void sl_http_names_free(sl_http_names *names)
     free(names->v);
     names->v = NULL;
     names->n = names->cap = 0;
+    names_set_free(names);
 }

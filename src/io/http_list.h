@@ -7,10 +7,14 @@
 
 #include <stddef.h>
 
-/* Names gathered from the pages of a listing (owned strings). */
+/* Names gathered from the pages of a listing (owned strings). set is the parser's: a hash set of
+ * v's indices + 1 (0: a free slot, set_cap a power of two) that finds a name listed twice; it is
+ * rebuilt from v when missing and freed by the page that ends the listing, so that a caller may
+ * then take v and n as they are. */
 typedef struct sl_http_names {
     char **v;
     size_t n, cap;
+    size_t *set, set_cap;
 } sl_http_names;
 
 /* One ListObjectsV2 page (NUL-terminated XML): the <Key>s of its <Contents> directly under
@@ -20,12 +24,14 @@ typedef struct sl_http_names {
  * true (free it), else NULL. A page with no keys is not an error. SL_E_IO (message without the
  * bucket's name, which the caller prefixes) for a page that is not a well-formed
  * ListBucketResult, a key or field that cannot be decoded exactly (a malformed or unknown
- * reference, one to U+0000, a surrogate or past U+10FFFF, a bad %XX), a <Contents> without
- * exactly one <Key>, no <IsTruncated>, or a truncated page without a NextContinuationToken;
- * SL_E_NOMEM. On an error *token is NULL and names may hold some of the page's names. */
+ * reference, one to U+0000, a surrogate or past U+10FFFF, a bad %XX or %00), a key that is not
+ * UTF-8 once decoded, a name already in names (from this page or an earlier one of the listing:
+ * S3 lists a key once), a <Contents> without exactly one <Key>, no <IsTruncated>, or a truncated
+ * page without a NextContinuationToken; SL_E_NOMEM. On an error *token is NULL and names may hold
+ * some of the page's names. */
 sl_status sl_http_list_page(const char *xml, const char *prefix, sl_http_names *names, char **token,
                             sl_err *err);
-/* Frees every name and the array; names is empty after. */
+/* Frees every name, the array and the set; names is empty after. */
 void sl_http_names_free(sl_http_names *names);
 
 #endif /* SL_IO_HTTP_LIST_H */
