@@ -73,6 +73,11 @@ typedef struct cli_opts {
     int n_pos;
 } cli_opts;
 
+/* Whether a.cmd runs over MPI: --dist or --devices-per-rank given, or started by an MPI launcher in
+ * a build with MPI (so that a plain run is unchanged). Under MPI, --config - is refused (only rank
+ * 0 reads stdin): *rc is then that usage error's exit code, else CLI_EXIT_OK. */
+int cli_dist_wanted(const cli_opts *a, int *rc);
+
 /* Parses argv[1..]: options not in `allowed` (NULL-terminated) are usage errors, and at most
  * max_pos positional arguments are taken. Returns -1 after printing help for --help, else an exit
  * code (CLI_EXIT_OK to go on). */

@@ -24,6 +24,17 @@ int cli_dist_launched(void)
     return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
 }
 
+int cli_dist_wanted(const cli_opts *a, int *rc)
+{
+    *rc = CLI_EXIT_OK;
+    if (!a->dist_set && !(cli_dist_launched() && sl_dist_available()))
+        return 0;
+    if (a->po.config_json)   /* after parsing, only --config - has set it */
+        *rc = cli_usage_error(a->cmd, "--config - is for one process (under MPI only rank 0 reads "
+                              "stdin): give a FILE");
+    return 1;
+}
+
 /* ---- per-rank fragments ----------------------------------------------------------------------- */
 
 static sl_status dist_checksums(FILE *f, const sl_plan *p, const sl_model *m, int32_t d, int json)

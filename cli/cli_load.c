@@ -296,11 +296,8 @@ int cli_load(int argc, char **argv)
     char pb[CLI_PATH_MAX];
     if (a.n_pos && (rc = cli_ckpt_path(a.pos[0], pb, sizeof pb, &a.pos[0])) != CLI_EXIT_OK)
         return rc;
-    if ((a.dist_set || (cli_dist_launched() && sl_dist_available())) && a.po.config_json)
-        return cli_usage_error("load", "--config - is for one process (under MPI only rank 0 "
-                               "reads stdin): give a FILE");
-    if (a.dist_set || (cli_dist_launched() && sl_dist_available()))
-        return cli_load_dist(a.n_pos ? a.pos[0] : NULL, &a.po, &a.lo, &a.dist, a.checksums, a.json);
+    if (cli_dist_wanted(&a, &rc))
+        return rc != CLI_EXIT_OK ? rc : cli_load_dist(a.n_pos ? a.pos[0] : NULL, &a.po, &a.lo, &a.dist, a.checksums, a.json);
     sl_checkpoint *ck = NULL;
     sl_plan *p = NULL;
     sl_model *m = NULL;

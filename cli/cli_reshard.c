@@ -86,11 +86,9 @@ int cli_reshard(int argc, char **argv)
     char pb[CLI_PATH_MAX];
     if ((rc = cli_ckpt_path(a.pos[0], pb, sizeof pb, &a.pos[0])) != CLI_EXIT_OK)
         return rc;
-    /* As for load: MPI only under an MPI launcher or when asked for, so a plain run is unchanged. */
-    if (a.dist_set || (cli_dist_launched() && sl_dist_available())) {
-        if (a.po.config_json)
-            return cli_usage_error("reshard", "--config - is for one process (under MPI only rank "
-                                   "0 reads stdin): give a FILE");
+    if (cli_dist_wanted(&a, &rc)) {
+        if (rc != CLI_EXIT_OK)
+            return rc;
         if (a.write_manifest)
             return cli_usage_error("reshard", "--write-manifest is for one process (run "
                                    "`shardload reshard` without MPI, or sha256sum afterwards)");

@@ -211,3 +211,6 @@ def test_cli_config_from_stdin(cli: str, tiny_ckpt: Path, tiny_config: Path) -> 
     assert twice.returncode == 2 and "given twice" in twice.stderr
     dist = run("load", str(tiny_ckpt), "--config", "-", "--dist", "cooperative", stdin=text)
     assert dist.returncode == 2 and "--config - is for one process" in dist.stderr
+    rdist = run("reshard", str(tiny_ckpt), str(tiny_ckpt.parent / "rs-dist"), "--tp", "2", "--config", "-",
+                "--dist", "independent", stdin=text)
+    assert rdist.returncode == 2 and "reshard: --config - is for one process" in rdist.stderr
