@@ -15,7 +15,7 @@ static void synth_help(FILE *out)
             "shards model-0000i-of-0000n.safetensors with model.safetensors.index.json (or one\n"
             "model.safetensors), and config.json. Memory use does not grow with the model.\n\n"
             "options:\n"
-            "  --config FILE          the model's config.json (required)\n"
+            "  --config FILE          the model's config.json (required; -: read from stdin)\n"
             "  --dtype bf16|f16|f32   element type (default: the config's torch_dtype)\n"
             "  --seed S               random seed (default 1234); same seed, same bytes\n"
             "  --max-shard-size SIZE  largest shard, e.g. 5GB, 512MiB (default 5GB)\n"
@@ -33,22 +33,25 @@ int cli_synth(int argc, char **argv)
         {"rules", required_argument, NULL, 'r'},  {"help", no_argument, NULL, 'h'},
         {"write-manifest", no_argument, NULL, 'w'},
         {NULL, 0, NULL, 0}};
-    const char *config = NULL, *rules = NULL;
-    int32_t dtype = -1;
+    sl_plan_opts po;
+    sl_plan_opts_init(&po);   /* its config, rules_path and dtype: what synth takes */
     uint64_t seed = 1234, max_shard = 0;
     int64_t v;
-    int c, manifest = 0;
+    int c, rc, manifest = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         sl_dtype dt;
         switch (c) {
-        case 'c': config = optarg; break;
-        case 'r': rules = optarg; break;
+        case 'c':
+            if ((rc = cli_config_arg("synth", optarg, &po)) != CLI_EXIT_OK)
+                return rc;
+            break;
+        case 'r': po.rules_path = optarg; break;
         case 'w': manifest = 1; break;
         case 'd':
             if (cli_parse_dtype(optarg, &dt) != 0)
                 return cli_usage_error("synth", "--dtype must be bf16, f16 or f32, not '%s'", optarg);
-            dtype = (int32_t)dt;
+            po.dtype = (int32_t)dt;
             break;
         case 's':
             if (cli_parse_int(optarg, 0, INT64_MAX, &v) != 0)
@@ -63,13 +66,13 @@ int cli_synth(int argc, char **argv)
         default: return cli_usage_error("synth", "unknown option");
         }
     }
-    if (!config)
+    if (!po.config_path)
         return cli_usage_error("synth", "--config FILE is required");
     if (optind != argc - 1)
         return cli_usage_error("synth", "expected one OUTDIR");
     char err[1024];
     cli_signals_catch();
-    const sl_status st = sl_synth(config, rules, argv[optind], dtype, seed, max_shard, err, sizeof(err));
+    const sl_status st = sl_synth_opts(&po, argv[optind], seed, max_shard, err, sizeof(err));
     if (cli_signals_caught())
         return cli_signals_exit("synth", argv[optind]);
     if (st != SL_OK)
@@ -77,7 +80,7 @@ int cli_synth(int argc, char **argv)
     if (manifest && sl_write_manifest(argv[optind], NULL, err, sizeof err) != SL_OK)
         return cli_fail("%s", err);
     fputs("wrote a synthetic checkpoint of ", stdout);
-    cli_put_text(stdout, config);
+    cli_put_text(stdout, po.config_path);
     fputs(" to ", stdout);
     cli_put_text(stdout, argv[optind]);
     putchar('\n');

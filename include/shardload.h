@@ -585,6 +585,13 @@ sl_status sl_reshard_dist(const sl_checkpoint *ck, const sl_plan *p, const sl_lo
  * random values from seed, in dtype (-1: the config's), shards of at most max_shard_bytes (0: 5 GB). */
 sl_status sl_synth(const char *config_path, const char *rules_path, const char *outdir, int32_t dtype,
                    uint64_t seed, uint64_t max_shard_bytes, char *err, size_t errlen);
+/* The same with the config, rule table and dtype of po: config_path, or the config.json text
+ * config_json / config_json_len held in memory (named in messages by config_path if set), rules_path,
+ * dtype (-1: the config's); po's mesh and layout fields are ignored. Either way the config.json
+ * written is the config as parsed, with torch_dtype saying what the files hold; it and the index
+ * are written whole (temporary name, sync, rename) after every shard. */
+sl_status sl_synth_opts(const sl_plan_opts *po, const char *outdir, uint64_t seed, uint64_t max_shard_bytes,
+                        char *err, size_t errlen);
 
 /* Writes dir/name (NULL: "SHA256SUMS"), a sha256sum file of the checkpoint files a load of dir
  * reads (dir is opened as by sl_checkpoint_open, with its errors), so that a folder synth or

@@ -132,6 +132,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "sl_reshard": (c_int, [_P, _P, POINTER(LoadOpts), c_char_p, c_uint64, c_char_p, c_size_t]),
     "sl_synth": (c_int, [c_char_p, c_char_p, c_char_p, c_int32, c_uint64, c_uint64, c_char_p,
                          c_size_t]),
+    "sl_synth_opts": (c_int, [POINTER(PlanOpts), c_char_p, c_uint64, c_uint64, c_char_p, c_size_t]),
 }
 
 

@@ -10,7 +10,7 @@ from . import _native as N
 from ._dtypes import target_value
 from .checkpoint import opened
 from .model import _load_opts
-from .plan import ConfigSource, Plan
+from .plan import ConfigSource, Plan, _config_opts
 
 _ERRLEN = 1024
 
@@ -39,15 +39,25 @@ def reshard(path: Any, out: Any, *, tp: int = 1, pp: int = 1, layout: str = "tp"
     N.raise_status(st, err.value)
 
 
-def synth(config: Any, out: Any, *, dtype: Any = None, seed: int = 1234,
+def synth(config: ConfigSource, out: Any, *, dtype: Any = None, seed: int = 1234,
           max_shard_size: int | None = None, rules: Any = None) -> None:
-    """Writes a synthetic Hugging Face checkpoint of config's shapes (random values from seed)."""
+    """Writes a synthetic Hugging Face checkpoint of config's shapes (random values from seed);
+    config is a config.json's path, a mapping of its keys or a transformers config, and out's
+    config.json is that config as parsed, with torch_dtype saying what the files hold."""
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be an int >= 0, got {seed!r}")
+    if config is None:
+        raise TypeError("synth needs a config: a config.json's path, a dict or a transformers config")
+    opts = N.PlanOpts()
+    N.lib.sl_plan_opts_init(ctypes.byref(opts))
+    opts.dtype = target_value(dtype)
+    path, text = _config_opts(None, config)   # text: borrowed by the C call, kept alive here
+    opts.config_path = path
+    opts.config_json, opts.config_json_len = text, len(text) if text is not None else 0
+    opts.rules_path = N.fspath(rules) if rules is not None else None
     err = ctypes.create_string_buffer(_ERRLEN)
-    args = (N.fspath(config), N.fspath(rules) if rules is not None else None, N.fspath(out),
-            target_value(dtype), seed, _size("max_shard_size", max_shard_size), err, _ERRLEN)
-    st = _interrupt.call(lambda: N.lib.sl_synth(*args))
+    args = (ctypes.byref(opts), N.fspath(out), seed, _size("max_shard_size", max_shard_size), err, _ERRLEN)
+    st = _interrupt.call(lambda: N.lib.sl_synth_opts(*args))
     N.raise_status(st, err.value)
 
 

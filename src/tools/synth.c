@@ -11,8 +11,10 @@
 #include "ckpt/writer.h"
 #include "load/convert.h"
 #include "plan/arch.h"
+#include "plan/plan_ctx.h"
 #include "common/sl_bytes.h"
 #include "common/sl_err.h"
+#include "common/sl_file.h"
 #include "tools/tools_common.h"
 
 #include <errno.h>
@@ -198,38 +200,44 @@ static sl_status synth_write_shard(synth *s, int64_t k, json_t *wmap)
     return st;
 }
 
+/* root as JSON text, written whole (sl_file_write_atomic): a crash leaves no half index or config. */
+static sl_status synth_write_json(synth *s, const char *name, const json_t *root, size_t flags)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/%s", s->outdir, name);
+    char *text = root ? json_dumps(root, flags) : NULL;
+    sl_status st = text ? sl_file_write_atomic(path, text, strlen(text), &s->err)
+                        : sl_err_set(&s->err, SL_E_NOMEM, "%s: out of memory", path);
+    free(text);
+    return st;
+}
+
 static sl_status synth_write_index(synth *s, json_t *wmap)
 {
     uint64_t total = 0;
     for (int64_t i = 0; i < s->n_tensors; i++)
         total += tensor_bytes(s, &s->desc->tensors[s->tensors[i]]);
-    char path[4096];
-    snprintf(path, sizeof(path), "%s/model.safetensors.index.json", s->outdir);
     json_t *root = json_pack("{s:{s:I},s:O}", "metadata", "total_size", (json_int_t)total,
                              "weight_map", wmap);
-    const int rc = root ? json_dump_file(root, path, JSON_INDENT(2) | JSON_SORT_KEYS) : -1;
+    const sl_status st = synth_write_json(s, "model.safetensors.index.json", root,
+                                          JSON_INDENT(2) | JSON_SORT_KEYS);
     json_decref(root);
-    if (rc != 0)
-        return sl_err_set(&s->err, SL_E_IO, "%s: cannot write the index", path);
-    return SL_OK;
+    return st;
 }
 
-static sl_status synth_copy_config(synth *s, const char *config_path)
+/* The config the shapes came from (as parsed, not the file read again, which may have changed or
+ * been given as text), saying the dtype the files hold. */
+static sl_status synth_write_config(synth *s)
 {
-    char path[4096];
-    snprintf(path, sizeof(path), "%s/config.json", s->outdir);
-    sl_status st = SL_OK;
-    json_t *cfg = sl_tools_json_load(config_path, 0, &s->err, &st);
-    if (!cfg)
-        return st;
-    /* The checkpoint's dtype is what the files hold, so the copied config says so. */
+    json_t *cfg = json_loads(s->desc->config_text, 0, NULL);
     const char *tname = s->dtype == SL_DTYPE_BF16 ? "bfloat16" : s->dtype == SL_DTYPE_F16 ? "float16" : "float32";
-    json_object_set_new(cfg, "torch_dtype", json_string(tname));
-    const int rc = json_dump_file(cfg, path, JSON_INDENT(2));
+    if (cfg && json_object_set_new(cfg, "torch_dtype", json_string(tname)) != 0) {
+        json_decref(cfg);
+        cfg = NULL;
+    }
+    const sl_status st = synth_write_json(s, "config.json", cfg, JSON_INDENT(2));
     json_decref(cfg);
-    if (rc != 0)
-        return sl_err_set(&s->err, SL_E_IO, "%s: cannot write", path);
-    return SL_OK;
+    return st;
 }
 
 static sl_status synth_prepare(synth *s, const char *outdir, int32_t dtype)
@@ -254,15 +262,15 @@ static sl_status synth_prepare(synth *s, const char *outdir, int32_t dtype)
 
 /* The index and config.json are written last. Ones left by an earlier run would load something
  * else than this run wrote: an old index shadows a single model.safetensors, and a failed run's mix
- * of new and old shards would look complete. Both go first (config.json unless it is the config
- * being copied). */
-static sl_status synth_drop_stale(synth *s, const char *config_path)
+ * of new and old shards would look complete. Both go first (the config is held as text, so even
+ * one read from outdir/config.json). */
+static sl_status synth_drop_stale(synth *s)
 {
     char path[4096];
     snprintf(path, sizeof(path), "%s/model.safetensors.index.json", s->outdir);
     SL_TRY(sl_tools_remove_stale(path, NULL, &s->err));
     snprintf(path, sizeof(path), "%s/config.json", s->outdir);
-    return sl_tools_remove_stale(path, config_path, &s->err);
+    return sl_tools_remove_stale(path, NULL, &s->err);
 }
 
 /* Bytes the shards take (data plus a generous header per tensor), against the free space: a config
@@ -313,11 +321,11 @@ static void synth_undo(synth *s)
         rmdir(s->outdir);   /* fails, and keeps it, if anything else was put there */
 }
 
-static sl_status synth_run(synth *s, const char *config_path, uint64_t max_shard)
+static sl_status synth_run(synth *s, uint64_t max_shard)
 {
     SL_TRY(synth_split(s, max_shard));
     SL_TRY(synth_check_space(s));
-    SL_TRY(synth_drop_stale(s, config_path));
+    SL_TRY(synth_drop_stale(s));
     SL_TRY(ck_writer_remove_stale(s->outdir, synth_ours, s, &s->err));
     json_t *wmap = json_object();
     if (!wmap)
@@ -330,23 +338,31 @@ static sl_status synth_run(synth *s, const char *config_path, uint64_t max_shard
         st = synth_write_index(s, wmap);
     json_decref(wmap);
     if (st == SL_OK)
-        st = synth_copy_config(s, config_path);
+        st = synth_write_config(s);
     return st;
 }
 
-sl_status sl_synth(const char *config_path, const char *rules_path, const char *outdir, int32_t dtype,
-                   uint64_t seed, uint64_t max_shard_bytes, char *err, size_t errlen)
+sl_status sl_synth_opts(const sl_plan_opts *po, const char *outdir, uint64_t seed, uint64_t max_shard_bytes,
+                        char *err, size_t errlen)
 {
     synth s = {0};
     sl_arch *desc = NULL;
     s.seed = seed;
     s.outdir = outdir;
-    sl_status st = sl_arch_load(config_path, rules_path, &s.err, &desc);
+    sl_status st = SL_OK;
+    if (!po || !outdir || (!po->config_path && !po->config_json))
+        st = sl_err_set(&s.err, SL_E_INVALID_ARG, "sl_synth: %s", !po || !outdir ? "NULL argument"
+                        : "no config: set config_path or config_json");
+    if (st == SL_OK) {
+        const sl_arch_source src = {.path = po->config_path ? po->config_path : SL_CONFIG_MEMORY_NAME,
+                                    .text = po->config_json, .len = po->config_json_len};
+        st = sl_arch_load_source(&src, po->rules_path, &s.err, &desc);
+    }
     s.desc = desc;
     if (st == SL_OK)
-        st = synth_prepare(&s, outdir, dtype);
+        st = synth_prepare(&s, outdir, po->dtype);
     if (st == SL_OK)
-        st = synth_run(&s, config_path, max_shard_bytes ? max_shard_bytes : SYNTH_DEFAULT_SHARD);
+        st = synth_run(&s, max_shard_bytes ? max_shard_bytes : SYNTH_DEFAULT_SHARD);
     if (st != SL_OK)
         synth_undo(&s);
     sl_err_export(&s.err, err, errlen);
@@ -357,4 +373,15 @@ sl_status sl_synth(const char *config_path, const char *rules_path, const char *
     free(s.fchunk);
     sl_arch_free(desc);
     return st;
+}
+
+sl_status sl_synth(const char *config_path, const char *rules_path, const char *outdir, int32_t dtype,
+                   uint64_t seed, uint64_t max_shard_bytes, char *err, size_t errlen)
+{
+    sl_plan_opts po;
+    sl_plan_opts_init(&po);
+    po.config_path = config_path;
+    po.rules_path = rules_path;
+    po.dtype = dtype;
+    return sl_synth_opts(&po, outdir, seed, max_shard_bytes, err, errlen);
 }

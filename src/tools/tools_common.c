@@ -27,25 +27,6 @@ sl_status sl_tools_remove_stale(const char *path, const char *keep_if_same, sl_e
     return SL_OK;
 }
 
-json_t *sl_tools_json_load(const char *path, int missing_ok, sl_err *err, sl_status *st)
-{
-    struct stat sb;
-    char *buf = NULL;
-    size_t len = 0;
-    json_error_t je;
-    *st = SL_OK;
-    if (missing_ok && lstat(path, &sb) != 0 && errno == ENOENT)
-        return NULL;
-    *st = sl_file_read_all(path, 16u << 20, SL_E_CONFIG, err, &buf, &len);
-    if (*st != SL_OK)
-        return NULL;
-    json_t *root = json_loadb(buf, len, 0, &je);
-    free(buf);
-    if (!root)
-        *st = sl_err_set(err, SL_E_CONFIG, "%s: %s (line %d)", path, je.text, je.line);
-    return root;
-}
-
 uint64_t sl_tools_file_size(const char *path)
 {
     struct stat sb;

@@ -4,7 +4,7 @@
 
 #include "common/sl_err.h"
 
-#include <jansson.h>
+#include <stdint.h>
 
 /* Removes path (absent is fine) unless it is the very file keep_if_same names (same device and
  * inode; keep_if_same may be NULL). Both tools write their config.json last, so an older one must
@@ -17,10 +17,5 @@ sl_status sl_tools_remove_stale(const char *path, const char *keep_if_same, sl_e
 sl_status sl_tools_check_space(const char *dir, uint64_t need, uint64_t reclaimed, sl_err *err);
 /* Size of path if it is a regular file, else 0: what replacing it frees. */
 uint64_t sl_tools_file_size(const char *path);
-
-/* Parses the JSON file at path (a config.json), refusing anything but a regular file before
- * reading (a FIFO would block forever). NULL on failure, with the message "<path>: ..." in err and
- * the status in *st; with missing_ok, an absent file is NULL with *st SL_OK and no message. */
-json_t *sl_tools_json_load(const char *path, int missing_ok, sl_err *err, sl_status *st);
 
 #endif /* SL_TOOLS_COMMON_H */

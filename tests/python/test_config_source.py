@@ -78,6 +78,32 @@ def test_reshard_writes_the_config_it_planned_with(tiny_ckpt: Path, tmp_path: Pa
     _same_bytes(shardload.load(tmp_path / "out", tp=2), shardload.load(tiny_ckpt, tp=2))
 
 
+def test_synth_from_a_dict(tiny_config: Path, tmp_path: Path) -> None:
+    """synth takes what plan takes: the same shards from a dict as from the path; the output's
+    config.json is the config as parsed (its own keys kept), saying the dtype the files hold."""
+    cfg = dict(TINY, shardload_test_marker=7)
+    write_config(tmp_path / "marked.json", cfg)
+    shardload.synth(tmp_path / "marked.json", tmp_path / "a", dtype="f16", seed=5, max_shard_size=1 << 20)
+    shardload.synth(cfg, tmp_path / "b", dtype="f16", seed=5, max_shard_size=1 << 20)
+    names = sorted(p.name for p in (tmp_path / "a").iterdir())
+    assert names == sorted(p.name for p in (tmp_path / "b").iterdir())
+    assert len([n for n in names if n.endswith(".safetensors")]) > 1   # an index too
+    for n in names:
+        assert (tmp_path / "a" / n).read_bytes() == (tmp_path / "b" / n).read_bytes(), n
+    assert json.loads((tmp_path / "b" / "config.json").read_text()) == dict(cfg, torch_dtype="float16")
+    # the config read from the output folder itself: it is held as text, then rewritten whole
+    shardload.synth(tmp_path / "b" / "config.json", tmp_path / "b", dtype="bf16", seed=5,
+                    max_shard_size=1 << 20)
+    assert json.loads((tmp_path / "b" / "config.json").read_text())["torch_dtype"] == "bfloat16"
+    assert shardload.open(tmp_path / "b").tensors[0].dtype == "BF16"
+    assert not [p for p in (tmp_path / "b").iterdir() if ".tmp." in p.name]
+    with pytest.raises(shardload.PlanError) as e:
+        shardload.synth(dict(TINY, num_hidden_layers=0), tmp_path / "c")
+    assert e.value.message.startswith(MEMORY + ": config 'num_hidden_layers' is 0")
+    with pytest.raises(TypeError):
+        shardload.synth(None, tmp_path / "c")   # type: ignore[arg-type]
+
+
 def test_dummy_load_from_a_dict(tiny_config: Path) -> None:
     a = shardload.load(config=TINY, dummy=True, tp=2, seed=7)
     b = shardload.load(config=tiny_config, dummy=True, tp=2, seed=7)
@@ -189,7 +215,7 @@ def test_jax_load_takes_a_dict(tmp_path: Path) -> None:
     assert json.loads(path.read_text()) == cfg
 
 
-def test_cli_config_from_stdin(cli: str, tiny_ckpt: Path, tiny_config: Path) -> None:
+def test_cli_config_from_stdin(cli: str, tiny_ckpt: Path, tiny_config: Path, tmp_path: Path) -> None:
     def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run([cli, *args], input=stdin, capture_output=True, text=True,
                               timeout=120)
@@ -201,6 +227,13 @@ def test_cli_config_from_stdin(cli: str, tiny_ckpt: Path, tiny_config: Path) -> 
         assert want.returncode == 0 and got.returncode == 0, got.stderr
         w, g = json.loads(want.stdout), json.loads(got.stdout)
         assert g["devices"] == w["devices"]
+    out = tmp_path / "synth-stdin"
+    got = run("synth", "--config", "-", str(out), "--seed", "9", stdin=text)
+    want = run("synth", "--config", str(tiny_config), str(out) + "-file", "--seed", "9")
+    assert got.returncode == 0 and want.returncode == 0, got.stderr + want.stderr
+    assert got.stdout == f"wrote a synthetic checkpoint of <stdin> to {out}\n"
+    assert ((out / "model.safetensors").read_bytes() ==
+            (tmp_path / "synth-stdin-file" / "model.safetensors").read_bytes())
     bad = run("plan", "--config", "-", stdin=json.dumps(dict(TINY, num_hidden_layers=0)))
     assert bad.returncode == 1
     assert "<stdin>: config 'num_hidden_layers' is 0" in bad.stderr
