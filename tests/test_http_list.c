@@ -179,7 +179,7 @@ static void listing(const char *const *pages, size_t n_pages, const char *names_
         join(&names, got, sizeof got);
         EXPECT(!names_want || !strcmp(got, names_want), "names '%s', want '%s'", got, names_want);
         /* the listing ended: v and n are all there is to free, as sl_http_list takes them */
-        EXPECT(!names.set, "the set outlives the listing");
+        EXPECT(!names.set.key, "the set outlives the listing");
         for (size_t i = 0; i < names.n; i++)
             free(names.v[i]);
         free(names.v);

@@ -205,60 +205,23 @@ static int names_push(sl_http_names *a, const char *s)
     return (a->v[a->n] = strdup(s)) ? (int)(++a->n, 0) : -1;
 }
 
-/* The index of s in a->v, or -1; *slot is the set's slot that holds it or would. */
-static int64_t names_find(const sl_http_names *a, const char *s, size_t *slot)
-{
-    const size_t mask = a->set_cap - 1;
-    size_t k = (size_t)sl_text_hash(s) & mask;
-    while (a->set[k] && strcmp(a->v[a->set[k] - 1], s) != 0)
-        k = (k + 1) & mask;
-    *slot = k;
-    return a->set[k] ? (int64_t)a->set[k] - 1 : -1;
-}
-
-/* Room in the set for one more name, at most half of it used: when it grows (or is missing), it
- * is built anew from v. -1 when out of memory. */
-static int names_set_room(sl_http_names *a)
-{
-    size_t cap = a->set_cap ? a->set_cap : 64, slot = 0;
-    if (a->n < a->set_cap / 2)
-        return 0;
-    while (cap / 2 <= a->n)
-        cap *= 2;   /* a->n counts allocated strings: no overflow */
-    size_t *set = calloc(cap, sizeof *set);
-    if (!set)
-        return -1;
-    free(a->set);
-    a->set = set;
-    a->set_cap = cap;
-    for (size_t i = 0; i < a->n; i++) {
-        names_find(a, a->v[i], &slot);
-        a->set[slot] = i + 1;
-    }
-    return 0;
-}
-
-/* s appended to a unless a holds it already (*dup its index, else -1). -1 when out of memory. */
+/* s appended to a unless a holds it already (*dup its index, else -1). -1 when out of memory. The
+ * set is built from v when it does not hold all of it (a names gathered before). */
 static int names_add(sl_http_names *a, const char *s, int64_t *dup)
 {
-    size_t slot = 0;
     *dup = -1;
-    if (names_set_room(a) != 0)
-        return -1;
-    *dup = names_find(a, s, &slot);
-    if (*dup >= 0)
+    if (a->set.n != a->n) {
+        sl_strmap_free(&a->set);
+        for (size_t i = 0; i < a->n; i++) {
+            if (sl_strmap_add(&a->set, a->v[i], (int64_t)i) == -2)
+                return -1;
+        }
+    }
+    if ((*dup = sl_strmap_get(&a->set, s)) >= 0)
         return 0;
     if (names_push(a, s) != 0)
         return -1;
-    a->set[slot] = a->n;
-    return 0;
-}
-
-static void names_set_free(sl_http_names *a)
-{
-    free(a->set);
-    a->set = NULL;
-    a->set_cap = 0;
+    return sl_strmap_add(&a->set, a->v[a->n - 1], (int64_t)a->n - 1) == -2 ? -1 : 0;
 }
 
 /* A decoded key for a message: as sl_text_name shows it, with each byte that begins no valid UTF-8
@@ -512,7 +475,7 @@ sl_status sl_http_list_page(const char *xml, const char *prefix, sl_http_names *
         *token = pg.next_token;
         pg.next_token = NULL;
     } else if (st == SL_OK) {
-        names_set_free(names);   /* the listing ends: v and n are all the caller has to take */
+        sl_strmap_free(&names->set);   /* the listing ends: v and n are all the caller has to take */
     }
     free(pg.key);
     free(pg.truncated);
@@ -529,5 +492,5 @@ void sl_http_names_free(sl_http_names *names)
     free(names->v);
     names->v = NULL;
     names->n = names->cap = 0;
-    names_set_free(names);
+    sl_strmap_free(&names->set);
 }

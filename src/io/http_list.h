@@ -4,17 +4,17 @@
 #define SL_IO_HTTP_LIST_H
 
 #include "common/sl_err.h"
+#include "common/sl_strmap.h"
 
 #include <stddef.h>
 
-/* Names gathered from the pages of a listing (owned strings). set is the parser's: a hash set of
- * v's indices + 1 (0: a free slot, set_cap a power of two) that finds a name listed twice; it is
- * rebuilt from v when missing and freed by the page that ends the listing, so that a caller may
- * then take v and n as they are. */
+/* Names gathered from the pages of a listing (owned strings). set is the parser's: v's strings ->
+ * their index, which finds a name listed twice; it is rebuilt from v when it lacks some and freed
+ * by the page that ends the listing, so that a caller may then take v and n as they are. */
 typedef struct sl_http_names {
     char **v;
     size_t n, cap;
-    size_t *set, set_cap;
+    sl_strmap set;
 } sl_http_names;
 
 /* One ListObjectsV2 page (NUL-terminated XML): the <Key>s of its <Contents> directly under

@@ -5,7 +5,7 @@
 #include "plan/arch_config.h"
 
 #include "common/sl_bytes.h"
-#include "common/sl_text.h"
+#include "common/sl_strmap.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -132,44 +132,6 @@ static sl_status tensor_set(sl_err *err, sl_arch *m, int32_t ri, int64_t l, int6
  * scale quantization_config adds beside an FP8 weight ("<x>.weight_scale"). One checkpoint tensor
  * would then stand for two model tensors (a checkpoint binds one, the other is reported missing;
  * synth writes the name twice) and a device would hold two parameters of one name. */
-typedef struct name_set {
-    const char **name;
-    int32_t *rule;
-    uint64_t mask;
-} name_set;
-
-/* Room for n names, at most half full; n <= SL_MAX_TENSORS (layers_index's bound). */
-static sl_status set_init(sl_err *err, name_set *set, uint64_t n)
-{
-    uint64_t cap = 16;
-    while (cap < 2 * n)
-        cap *= 2;
-    set->name = calloc(cap, sizeof(*set->name));
-    set->rule = malloc(cap * sizeof(*set->rule));
-    set->mask = cap - 1;
-    SL_CHECK(set->name && set->rule, err, SL_E_NOMEM, "out of memory");
-    return SL_OK;
-}
-
-static void set_free(name_set *set)
-{
-    free(set->name);
-    free(set->rule);
-}
-
-/* Adds name (of rule); -1, or the rule that already gave it. */
-static int32_t set_add(name_set *set, const char *name, int32_t rule)
-{
-    uint64_t h = sl_text_hash(name) & set->mask;
-    for (; set->name[h] != NULL; h = (h + 1) & set->mask) {
-        if (strcmp(set->name[h], name) == 0)
-            return set->rule[h];
-    }
-    set->name[h] = name;
-    set->rule[h] = rule;
-    return -1;
-}
-
 static sl_status tensor_dup(sl_err *err, const sl_arch *m, int32_t a, int32_t b, const char *name)
 {
     const sl_rule *ra = &m->rules[a], *rb = &m->rules[b];
@@ -188,26 +150,28 @@ static sl_status tensor_dup(sl_err *err, const sl_arch *m, int32_t a, int32_t b,
 
 static sl_status tensors_unique(sl_err *err, const sl_arch *m)
 {
-    name_set set = {0};
-    sl_status st = set_init(err, &set, (uint64_t)m->n_tensors);
+    sl_strmap set = {0};
+    /* n_tensors <= SL_MAX_TENSORS (layers_index's bound) */
+    sl_status st = sl_strmap_reserve(&set, (size_t)m->n_tensors) == 0 ? SL_OK
+                   : sl_err_set(err, SL_E_NOMEM, "out of memory");
     for (int64_t i = 0; st == SL_OK && i < m->n_tensors; i++) {
-        const int32_t prev = set_add(&set, m->tensors[i].name, m->tensors[i].rule);
+        const int64_t prev = sl_strmap_add(&set, m->tensors[i].name, m->tensors[i].rule);
         if (prev >= 0)
-            st = tensor_dup(err, m, prev, m->tensors[i].rule, m->tensors[i].name);
+            st = tensor_dup(err, m, (int32_t)prev, m->tensors[i].rule, m->tensors[i].name);
     }
-    set_free(&set);
+    sl_strmap_free(&set);
     return st;
 }
 
 /* A group's parameter at layer l (at every layer that has it), into set; *prev the group that
  * already gave the name, or -1. */
-static sl_status param_add(sl_err *err, sl_arch *m, sl_arena *tmp, name_set *set, int32_t g,
+static sl_status param_add(sl_err *err, sl_arch *m, sl_arena *tmp, sl_strmap *set, int32_t g,
                            int64_t l, int32_t *prev)
 {
     const sl_rule *r = &m->rules[m->groups[g].rules[0]];
     const char *name = r->place == SL_PLACE_LAYER ? name_format(tmp, r->param, l, 0) : r->param;
     SL_CHECK(name != NULL, err, SL_E_NOMEM, "out of memory");
-    *prev = set_add(set, name, g);
+    *prev = (int32_t)sl_strmap_add(set, name, g);   /* reserved: never -2 */
     SL_CHECK(*prev < 0, err, SL_E_CONFIG, "rules '%s' and '%s' both fill parameter '%s' (their "
              "\"param\" patterns differ but give one name)",
              m->rules[m->groups[*prev].rules[0]].tensor, r->tensor, name);
@@ -217,11 +181,12 @@ static sl_status param_add(sl_err *err, sl_arch *m, sl_arena *tmp, name_set *set
 /* Layout tp's parameters: one per group and layer that has it (experts are stacked in one). */
 static sl_status params_unique(sl_err *err, sl_arch *m)
 {
-    name_set set = {0};
+    sl_strmap set = {0};
     sl_arena tmp = {0};
     int32_t prev = -1;
     /* a group's parameter at a layer has a tensor there: no more parameters than tensors */
-    sl_status st = set_init(err, &set, (uint64_t)m->n_tensors);
+    sl_status st = sl_strmap_reserve(&set, (size_t)m->n_tensors) == 0 ? SL_OK
+                   : sl_err_set(err, SL_E_NOMEM, "out of memory");
     for (int32_t g = 0; st == SL_OK && g < m->n_groups; g++) {
         const int32_t ri = m->groups[g].rules[0];
         const int64_t nl = m->rules[ri].place == SL_PLACE_LAYER ? m->cfg.L : 1;
@@ -231,7 +196,7 @@ static sl_status params_unique(sl_err *err, sl_arch *m)
         }
     }
     sl_arena_free(&tmp);
-    set_free(&set);
+    sl_strmap_free(&set);
     return st;
 }
 

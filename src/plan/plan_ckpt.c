@@ -4,6 +4,7 @@
 
 #include "common/sl_grow.h"
 #include "common/sl_strbuf.h"
+#include "common/sl_strmap.h"
 #include "common/sl_text.h"
 
 #include <assert.h>
@@ -15,38 +16,15 @@
 static const char *const skip_substrings[] = {"rotary_emb.inv_freq", "rotary_emb.cos_cached",
                                               "rotary_emb.sin_cached"};
 
-/* ---- name -> model tensor: open addressing over the names the config implies ------------------ */
+/* ---- name -> model tensor ------------------------------------------------------------------- */
 
-typedef struct name_map {
-    int64_t *slots;   /* model tensor index, -1 empty */
-    uint64_t mask;
-} name_map;
-
-static sl_status map_build(plan_ctx *c, name_map *mp)
+/* The names the config implies, each once (sl_arch_tensors_build refuses a name given twice). */
+static sl_status map_build(plan_ctx *c, sl_strmap *mp)
 {
-    uint64_t cap = 16;
-    while (cap < (uint64_t)c->m->n_tensors * 2)
-        cap *= 2;
-    mp->slots = malloc(cap * sizeof(*mp->slots));
-    SL_CHECK(mp->slots != NULL, &c->p->err, SL_E_NOMEM, "out of memory");
-    mp->mask = cap - 1;
-    memset(mp->slots, 0xff, cap * sizeof(*mp->slots));
-    for (int64_t i = 0; i < c->m->n_tensors; i++) {
-        uint64_t h = sl_text_hash(c->m->tensors[i].name) & mp->mask;
-        while (mp->slots[h] >= 0)
-            h = (h + 1) & mp->mask;
-        mp->slots[h] = i;
-    }
+    SL_CHECK(sl_strmap_reserve(mp, (size_t)c->m->n_tensors) == 0, &c->p->err, SL_E_NOMEM, "out of memory");
+    for (int64_t i = 0; i < c->m->n_tensors; i++)
+        (void)sl_strmap_add(mp, c->m->tensors[i].name, i);   /* reserved: no allocation */
     return SL_OK;
-}
-
-static int64_t map_find(const plan_ctx *c, const name_map *mp, const char *name)
-{
-    for (uint64_t h = sl_text_hash(name) & mp->mask; mp->slots[h] >= 0; h = (h + 1) & mp->mask) {
-        if (strcmp(c->m->tensors[mp->slots[h]].name, name) == 0)
-            return mp->slots[h];
-    }
-    return -1;
 }
 
 /* ---- per-tensor checks ------------------------------------------------------------------------ */
@@ -209,14 +187,14 @@ static sl_status unclaimed_report(plan_ctx *c, unclaimed *u)
     return st;
 }
 
-static sl_status bind_one(plan_ctx *c, const name_map *mp, int64_t i, unclaimed *u)
+static sl_status bind_one(plan_ctx *c, const sl_strmap *mp, int64_t i, unclaimed *u)
 {
     sl_tensor_info ti;
     sl_status st = sl_checkpoint_tensor(c->ck, i, &ti);
     SL_CHECK(st == SL_OK, &c->p->err, st, "cannot read checkpoint tensor %lld", (long long)i);
     if (skipped(ti.name) || extra_layer(c, ti.name))
         return SL_OK;
-    const int64_t k = map_find(c, mp, ti.name);
+    const int64_t k = sl_strmap_get(mp, ti.name);
     if (k < 0) {
         unclaimed_add(c, u, &ti);
         return SL_OK;
@@ -468,13 +446,13 @@ static sl_status check_input_scales(plan_ctx *c)
 
 sl_status sl_plan_bind_checkpoint(plan_ctx *c)
 {
-    name_map mp = {0};
+    sl_strmap mp = {0};
     unclaimed u = {0};
     sl_status st = map_build(c, &mp);
     const int64_t n = sl_checkpoint_tensor_count(c->ck);
     for (int64_t i = 0; st == SL_OK && i < n; i++)
         st = bind_one(c, &mp, i, &u);
-    free(mp.slots);
+    sl_strmap_free(&mp);
     if (st == SL_OK)
         st = unclaimed_report(c, &u);
     sl_strbuf_free(&u.list);
