@@ -15,8 +15,10 @@
 #include "common/sl_bytes.h"
 #include "common/sl_err.h"
 #include "common/sl_file.h"
+#include "common/sl_text.h"
 #include "tools/tools_common.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -304,6 +306,30 @@ static int synth_ours(void *user, const char *name)
            n == s->n_shards && k >= 1 && k <= n;
 }
 
+/* A one-shard run writes no index, and a folder without one loads every *.safetensors in it: a
+ * shard left there by another checkpoint (another synth's of more shards, or any other) would
+ * make it a mix that does not load (a tensor in two files), so the run is refused before anything
+ * is written. With an index (more shards), loaders read only the files it names. */
+static sl_status synth_check_outdir(synth *s)
+{
+    DIR *d = s->n_shards == 1 ? opendir(s->outdir) : NULL;
+    if (!d)
+        return SL_OK;   /* a new folder, or checked by the writes */
+    const struct dirent *de;
+    char nb[SL_TEXT_NAME];
+    sl_status st = SL_OK;
+    while (st == SL_OK && (de = readdir(d)) != NULL) {
+        const size_t n = strlen(de->d_name), k = sizeof(".safetensors") - 1;
+        if (n > k && !strcmp(de->d_name + n - k, ".safetensors") && !synth_ours(s, de->d_name))
+            st = sl_err_set(&s->err, SL_E_INVALID_ARG, "%s: holds %s, beside which this synth's one "
+                            "model.safetensors (no index) would not load: remove it, write to another "
+                            "folder, or give a --max-shard-size that makes shards and an index; nothing "
+                            "was written", s->outdir, sl_text_name(de->d_name, nb, sizeof nb));
+    }
+    closedir(d);
+    return st;
+}
+
 /* A failed run (no space, an error, sl_cancel) leaves nothing it made: the shards it finished and
  * the index (config.json comes last: a failed run wrote none), and outdir if it created it. */
 static void synth_undo(synth *s)
@@ -324,6 +350,7 @@ static void synth_undo(synth *s)
 static sl_status synth_run(synth *s, uint64_t max_shard)
 {
     SL_TRY(synth_split(s, max_shard));
+    SL_TRY(synth_check_outdir(s));
     SL_TRY(synth_check_space(s));
     SL_TRY(synth_drop_stale(s));
     SL_TRY(ck_writer_remove_stale(s->outdir, synth_ours, s, &s->err));
