@@ -85,25 +85,55 @@ static char *trim(char *s)
     return s;
 }
 
-/* The value of `key` in section `section` of an INI file, strdup'd; NULL when absent. */
+/* One line of an AWS file as botocore's configparser.RawConfigParser reads it: "[name]" a section;
+ * blank, or '#' or ';' first, nothing; a line indented deeper than the key above it (*indent, -1
+ * after a header) that key's continuation (a nested "s3 =" block), never a key; else "key = value"
+ * or "key: value" (the first of either delimiter). Sets *section to the header (in line), or
+ * *key and *value. */
+static void ini_line(char *line, int *indent, char **section, char **key, char **value)
+{
+    *section = *key = *value = NULL;
+    const int ind = (int)strspn(line, " \t");
+    char *s = trim(line), *d = strpbrk(s, "=:");
+    if (!*s || *s == '#' || *s == ';' || (*indent >= 0 && ind > *indent))
+        return;
+    if (*s == '[') {
+        char *e = strrchr(s, ']');
+        if (e) {
+            *e = '\0';
+            *section = trim(s + 1);
+            *indent = -1;
+        }
+        return;
+    }
+    if (!d)
+        return;
+    *d = '\0';
+    *key = trim(s);
+    *value = trim(d + 1);
+    *indent = ind;
+}
+
+/* The value of `key` (in any case, as configparser folds keys) in section `section` (or, for
+ * "default", "profile default", as botocore reads the config file) of an AWS INI file, strdup'd;
+ * NULL when absent. Lines of any length: an STS session token can be thousands of characters,
+ * and a line cut at a buffer's size was read as two (the token cut short, the rest taken for
+ * another key). */
 static char *ini_get(const char *path, const char *section, const char *key)
 {
     FILE *f = path ? fopen(path, "r") : NULL;
-    char line[2048], *val = NULL;
-    int in = 0;
-    while (f && !val && fgets(line, sizeof line, f)) {
-        char *s = trim(line);
-        if (*s == '[') {
-            char *e = strchr(s, ']');
-            if (e)
-                *e = '\0';
-            in = !strcmp(trim(s + 1), section);
-        } else if (in && *s != '#' && *s != ';') {
-            char *eq = strchr(s, '=');
-            if (eq && (*eq = '\0', !strcmp(trim(s), key)))
-                val = strdup(trim(eq + 1));
-        }
+    char *line = NULL, *val = NULL;
+    size_t cap = 0;
+    int in = 0, indent = -1;
+    while (f && !val && getline(&line, &cap, f) >= 0) {
+        char *sec, *k, *v;
+        ini_line(line, &indent, &sec, &k, &v);
+        if (sec)
+            in = !strcmp(sec, section) || (!strcmp(section, "default") && !strcmp(sec, "profile default"));
+        else if (in && k && !strcasecmp(k, key))
+            val = strdup(v);
     }
+    free(line);
     if (f)
         fclose(f);
     return val;

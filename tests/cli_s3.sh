@@ -150,6 +150,44 @@ R=(env AWS_ACCESS_KEY_ID="$RKEY" AWS_SECRET_ACCESS_KEY="$RSECRET")
 one_line_error $? "$T/err" "access denied (HTTP 403" || fail "temporary key without its token: $(cat "$T/err")"
 ! grep -q "$RTOKEN" "$T/err" || fail "the token in a message"
 
+# profiles read as botocore's RawConfigParser reads them: keys in any case and "key: value"; a
+# line longer than any buffer (an STS token can be thousands of characters) read whole: a cut
+# after 2047 characters made its tail a line of its own, here a wrong key; keys indented alike;
+# a nested block's indented lines are not keys; the session token from the profile
+long=$(printf '#%02046d' 0)
+cat >"$T/credentials2" <<CRED
+[caps]
+AWS_ACCESS_KEY_ID: $KEY
+Aws_Secret_Access_Key : $SECRET
+[long]
+${long}aws_access_key_id = AKIANOTTHEONE0000000
+aws_access_key_id = $KEY
+aws_secret_access_key = $SECRET
+[indented]
+  aws_access_key_id = $KEY
+  aws_secret_access_key = $SECRET
+[nested]
+s3 =
+    aws_access_key_id = AKIANOTTHEONE0000000
+aws_access_key_id = $KEY
+aws_secret_access_key = $SECRET
+[temp]
+aws_access_key_id = $RKEY
+aws_secret_access_key = $RSECRET
+aws_session_token = $RTOKEN
+CRED
+for prof in caps long indented nested temp; do
+    [ "$(env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY AWS_SHARED_CREDENTIALS_FILE="$T/credentials2" \
+        "${L[@]}" s3://models/tinyllama/ --tp 4 --s3-profile $prof --checksums --json 2>"$T/err" | sums)" = \
+      "$ref4" ] || fail "profile $prof: $(cat "$T/err")"
+done
+# the config file's default profile as [default] or [profile default]: its endpoint_url is used
+for hdr in "default" "profile default"; do
+    printf '[%s]\nendpoint_url = %s\n' "$hdr" "$S3E" >"$T/config2"
+    [ "$(AWS_CONFIG_FILE="$T/config2" timeout 60 "$SL" load s3://models/tinyllama/ --tp 4 --checksums --json \
+        2>"$T/err" | sums)" = "$ref4" ] || fail "config [$hdr] endpoint_url: $(cat "$T/err")"
+done
+
 # 2. faults through the proxy (it forwards the signed requests unchanged)
 for f in "reset --every 3" "503 --after 1 --count 4" "truncate --every 4"; do
     start_proxy "$(port_of "$S3E")" fault --fault $f

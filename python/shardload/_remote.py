@@ -32,6 +32,8 @@ def _ini(var: str, name: str, section: str, key: str) -> str | None:
         cp.read(path)
     except (OSError, configparser.Error):
         return None
+    if section == "default" and not cp.has_section(section):
+        section = "profile default"   # botocore reads the config file's default profile as either
     return cp.get(section, key, fallback=None) or None
 
 

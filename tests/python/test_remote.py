@@ -263,6 +263,26 @@ def test_s3_env_and_profile(moto: tuple[str, str, str], tiny_ckpt: Path, tmp_pat
     ck = shardload.open("s3://models/tiny/", s3_endpoint=endpoint, s3_profile="loader")
     assert len(ck.files) == len(shardload.open(tiny_ckpt).files)
     ck.close()
+    # the files read as the CLI reads them (cli_s3): keys in any case and "key: value", a line
+    # longer than any buffer, a nested block's indented lines are not keys, the config file's
+    # default profile as [profile default]
+    long = "#" + "0" * 2046
+    (tmp_path / "credentials").write_text(
+        f"[caps]\nAWS_ACCESS_KEY_ID: {key}\nAws_Secret_Access_Key : {secret}\n"
+        f"[long]\n{long}aws_access_key_id = AKIANOTTHEONE0000000\naws_access_key_id = {key}\n"
+        f"aws_secret_access_key = {secret}\n"
+        f"[nested]\ns3 =\n    aws_access_key_id = AKIANOTTHEONE0000000\naws_access_key_id = {key}\n"
+        f"aws_secret_access_key = {secret}\n")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    for prof in ("caps", "long", "nested"):
+        with shardload.open("s3://models/tiny/", s3_endpoint=endpoint, s3_profile=prof) as ck:
+            assert _sums(shardload.load(ck, tp=2)) == ref, prof
+    (tmp_path / "config").write_text(f"[profile default]\nendpoint_url = {endpoint}\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+    assert _sums(shardload.load("s3://models/tiny/", tp=2)) == ref
 
 
 def test_s3_verify_by_the_store(moto: tuple[str, str, str], tiny_ckpt: Path, tmp_path: Path,  # noqa: F811
