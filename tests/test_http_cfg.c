@@ -2,8 +2,8 @@
  * paths are URLs; the request URL of s3://bucket/key path-style under an endpoint, virtual-host on
  * AWS (path-style for a dotted bucket), as asked for; keys percent-encoded as SigV4's canonical URI
  * has them; names for messages without user:password@; joining; defaults and the checks of
- * sl_http_cfg_init (a malformed endpoint, half a key pair, an unknown addressing, an unreadable CA
- * bundle). */
+ * sl_http_cfg_init (a malformed endpoint, half a key pair, an unknown addressing, a control
+ * character in a credential, a region that is not a name, an unreadable CA bundle). */
 #include "io/http.h"
 #include "expect.h"
 
@@ -103,6 +103,27 @@ int main(void)
     o.s3_addressing = 3;
     cfg_fails(&o, "s3_addressing 3");
     o.s3_addressing = 0;
+    /* settings that go into headers and the signature: no control character, a region of
+     * letters, digits and -_. (never the value in the message: it may be a secret) */
+    o.s3_access_key = "AKIA";
+    o.s3_secret_key = "sec";
+    o.s3_session_token = "tok\r\nX-Injected: 1";
+    cfg_fails(&o, "S3 session token: byte 3 (0x0d) is not allowed (a control character");
+    o.s3_session_token = NULL;
+    o.s3_secret_key = "s\tc";
+    cfg_fails(&o, "S3 secret key: byte 1 (0x09)");
+    o.s3_secret_key = "sec";
+    o.s3_region = "us:east";
+    cfg_fails(&o, "S3 region: byte 2 (0x3a) is not allowed (a region is letters, digits");
+    o.s3_region = "eu-west_3.x";
+    o.s3_session_token = "IQoJb3JpZ2luX2VjE/+=";
+    sl_http_cfg ok;
+    sl_err oe = {0};
+    EXPECT(sl_http_cfg_init(&ok, &o, &oe) == SL_OK, "a region of -_. and a token of base64: %s", sl_err_msg(&oe));
+    sl_http_cfg_free(&ok);
+    sl_err_clear(&oe);
+    o.s3_region = NULL;
+    o.s3_access_key = o.s3_secret_key = o.s3_session_token = NULL;
     o.ca_bundle = "/nonexistent/ca.pem";   /* refused before any request, naming the file */
     cfg_fails(&o, "CA bundle '/nonexistent/ca.pem': cannot read it: No such file or directory");
     o.ca_bundle = "/dev/null";             /* readable: its CAs are curl's business */

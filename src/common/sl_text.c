@@ -133,6 +133,11 @@ uint64_t sl_text_hash(const char *s)
     return h;
 }
 
+int sl_text_ascii_alnum(int c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+
 int sl_text_hex_digit(int c)
 {
     if (c >= '0' && c <= '9')

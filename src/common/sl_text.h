@@ -26,6 +26,9 @@ char *sl_text_sanitize(const char *msg, size_t max);
 size_t sl_text_utf8_check(const unsigned char *s, size_t n);
 /* FNV-1a of the NUL-terminated s: the planner's name tables hash with it. */
 uint64_t sl_text_hash(const char *s);
+/* Whether c is an ASCII letter or digit, whatever the locale (isalnum follows it: in a Latin-1
+ * locale 0xE9 is a letter, and a URL built with it would differ from the one SigV4 signs). */
+int sl_text_ascii_alnum(int c);
 /* The value of hexadecimal digit c (either case), or -1 when c is not one. */
 int sl_text_hex_digit(int c);
 /* s[0..n) is exactly `digits` lowercase hexadecimal digits (a git commit, a SHA-256). */

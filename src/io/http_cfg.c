@@ -1,8 +1,8 @@
 /* http_cfg.c - remote settings and names (http.h). No libcurl here: a build without it still parses
  * URLs, so that its message can say which feature is missing rather than "no such file". */
 #include "io/http.h"
+#include "common/sl_text.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,6 +65,31 @@ static sl_status endpoint_check(char *ep, sl_err *err)
     return SL_OK;
 }
 
+/* A credential or the region goes into a request's headers (x-amz-security-token, SigV4's
+ * Authorization) and the region into curl's "aws:amz:REGION:s3": a CR or LF would end the header
+ * and start another, a ':' would change what curl signs. The message names the setting and the
+ * byte's place, never the value (it may be a secret). */
+static sl_status setting_check(const char *what, const char *v, int region, sl_err *err)
+{
+    for (size_t i = 0; v && v[i]; i++) {
+        const unsigned char ch = (unsigned char)v[i];
+        const int ok = region ? sl_text_ascii_alnum(ch) || ch == '-' || ch == '_' || ch == '.'
+                              : ch >= 0x20 && ch != 0x7f;
+        SL_CHECK(ok, err, SL_E_INVALID_ARG, "%s: byte %zu (0x%02x) is not allowed %s", what, i, ch,
+                 region ? "(a region is letters, digits, '-', '_' and '.')" : "(a control character: the "
+                 "setting goes into an HTTP header)");
+    }
+    return SL_OK;   /* empty ones were dropped (dup_opt): the defaults apply */
+}
+
+static sl_status settings_check(const sl_http_cfg *c, sl_err *err)
+{
+    SL_TRY(setting_check("S3 region", c->region, 1, err));
+    SL_TRY(setting_check("S3 access key", c->access_key, 0, err));
+    SL_TRY(setting_check("S3 secret key", c->secret_key, 0, err));
+    return setting_check("S3 session token", c->session_token, 0, err);
+}
+
 sl_status sl_http_cfg_init(sl_http_cfg *c, const sl_load_opts *o, sl_err *err)
 {
     static const pthread_mutex_t unlocked = PTHREAD_MUTEX_INITIALIZER;   /* nothing to destroy */
@@ -89,6 +114,7 @@ sl_status sl_http_cfg_init(sl_http_cfg *c, const sl_load_opts *o, sl_err *err)
              "s3_addressing %d: expected 0 (auto), 1 (path-style) or 2 (virtual-host)", (int)c->addressing);
     SL_CHECK(!c->access_key == !c->secret_key, err, SL_E_INVALID_ARG,
              "S3 credentials: an access key needs its secret key and the other way round");
+    SL_TRY(settings_check(c, err));
     return c->endpoint ? endpoint_check(c->endpoint, err) : SL_OK;
 }
 
@@ -126,7 +152,7 @@ static void put_key(char *dst, const char *key)
 {
     static const char hex[] = "0123456789ABCDEF";
     for (const unsigned char *k = (const unsigned char *)key; *k; k++) {
-        if (isalnum(*k) || *k == '-' || *k == '_' || *k == '.' || *k == '~' || *k == '/') {
+        if (sl_text_ascii_alnum(*k) || *k == '-' || *k == '_' || *k == '.' || *k == '~' || *k == '/') {
             *dst++ = (char)*k;
         } else {
             *dst++ = '%';
@@ -142,7 +168,7 @@ static int bucket_ok(const char *b, size_t n)
     if (n < 1 || n > 63)
         return 0;
     for (size_t i = 0; i < n; i++)
-        if (!isalnum((unsigned char)b[i]) && b[i] != '-' && b[i] != '.' && b[i] != '_')
+        if (!sl_text_ascii_alnum((unsigned char)b[i]) && b[i] != '-' && b[i] != '.' && b[i] != '_')
             return 0;
     return 1;
 }

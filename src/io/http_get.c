@@ -4,8 +4,8 @@
  * alive connection. */
 #include "io/http_list.h"
 #include "io/http_xfer.h"
+#include "common/sl_text.h"
 
-#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,7 +106,7 @@ static void put_query(char *dst, const char *s)
 {
     static const char hex[] = "0123456789ABCDEF";
     for (const unsigned char *k = (const unsigned char *)s; *k; k++) {
-        if (isalnum(*k) || *k == '-' || *k == '_' || *k == '.' || *k == '~') {
+        if (sl_text_ascii_alnum(*k) || *k == '-' || *k == '_' || *k == '.' || *k == '~') {
             *dst++ = (char)*k;
         } else {
             *dst++ = '%';
