@@ -539,7 +539,7 @@ int32_t sl_dist_size(void);
  * of the lowest failing rank, with that rank's msg copied into out (outlen bytes) on every rank. */
 sl_status sl_dist_agree(sl_status st, const char *msg, char *out, size_t outlen);
 /* Collective: on rank 0, *out is the concatenation of every rank's text in rank order (free it
- * with free()); NULL on other ranks. The status is the same on every rank (SL_E_NOMEM when rank 0
+ * with sl_free or free()); NULL on other ranks. The status is the same on every rank (SL_E_NOMEM when rank 0
  * could not hold the result; *out is then NULL). */
 sl_status sl_dist_gather_text(const char *text, char **out);
 
