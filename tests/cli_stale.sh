@@ -14,14 +14,17 @@ cat > "$T/llama.json" <<'JSON'
  "tie_word_embeddings":false,"torch_dtype":"bfloat16"}
 JSON
 
-# 1. synth: sharded, then a single file with another seed into the same directory. The old index
-#    must not stay in front of the new model.safetensors.
+# 1. synth: sharded, then a single file with another seed into the same directory. A folder
+#    without an index loads every *.safetensors in it, so the old shards beside the new
+#    model.safetensors would not load (before, synth wrote it anyway, and only a later open failed
+#    with a duplicate tensor): refused before anything is written, the old checkpoint intact.
 "$SL" synth --config "$T/llama.json" "$T/s" --max-shard-size 100KB --seed 1 >/dev/null || fail "synth sharded"
-"$SL" synth --config "$T/llama.json" "$T/s" --seed 7 >/dev/null || fail "synth single over sharded"
-[ -f "$T/s/model.safetensors.index.json" ] && fail "a single-file synth left the old index in front of it"
-# the old shards are still there next to model.safetensors: an error, not the old run's weights
-out=$("$SL" inspect "$T/s" 2>&1) && fail "old shards and a new model.safetensors inspect as valid"
-echo "$out" | grep -q "also in" || fail "expected a duplicate-tensor error: $out"
+before=$(cd "$T/s" && sha256sum * | sha256sum)
+"$SL" synth --config "$T/llama.json" "$T/s" --seed 7 >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "$T/s: holds model-000[0-9]*-of-[0-9]*\.safetensors, beside which this synth's one model.safetensors (no index) would not load" ||
+    fail "synth single over sharded: $(cat "$T/err")"
+[ "$(cd "$T/s" && sha256sum * | sha256sum)" = "$before" ] || fail "the refused synth changed the folder"
+"$SL" inspect "$T/s" >/dev/null 2>&1 || fail "the earlier checkpoint no longer opens"
 
 # 2. synth that fails half-way over a complete earlier run: no index or config.json may remain.
 "$SL" synth --config "$T/llama.json" "$T/f" --max-shard-size 100KB --seed 1 >/dev/null || fail "synth f"
