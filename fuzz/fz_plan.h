@@ -4,6 +4,7 @@
 #define SL_FUZZ_FZ_PLAN_H
 
 #include "shardload.h"
+#include "common/sl_strmap.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,36 +18,29 @@ static double fz_now_s(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static int fz_name_cmp(const void *a, const void *b)
-{
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
-/* A device's parameters are packed with no gaps, under names that differ (a state dict's keys). */
+/* A device's parameters are packed with no gaps, under names that differ (a state dict's keys).
+ * The names are checked with a hash map: a sort of a million names (65,536 experts in 5 layers at
+ * layout spmd) took the replay past libFuzzer's 60 s under ASan, in strcmp's fuzzer hook. */
 static void fz_check_plan(const sl_plan *p)
 {
     uint64_t total = 0;
     for (int32_t d = 0; d < sl_plan_device_count(p); d++) {
         const int64_t n = sl_plan_param_count(p, d);
-        const char **names = malloc((size_t)n * sizeof(*names) + 1);
+        sl_strmap seen = {0};
         uint64_t off = 0;
-        if (names == NULL)
+        if (sl_strmap_reserve(&seen, (size_t)n) != 0)
             abort();
         for (int64_t i = 0; i < n; i++) {
             sl_param_info pi;
             if (sl_plan_param(p, d, i, &pi) != SL_OK || pi.offset != off || pi.name == NULL)
                 abort();
             off += pi.nbytes;
-            names[i] = pi.name;
-        }
-        qsort(names, (size_t)n, sizeof(*names), fz_name_cmp);
-        for (int64_t i = 1; i < n; i++) {
-            if (strcmp(names[i - 1], names[i]) == 0) {
-                fprintf(stderr, "fuzz: device %d holds two parameters named '%s'\n", (int)d, names[i]);
+            if (sl_strmap_add(&seen, pi.name, i) != -1) {
+                fprintf(stderr, "fuzz: device %d holds two parameters named '%s'\n", (int)d, pi.name);
                 abort();
             }
         }
-        free(names);
+        sl_strmap_free(&seen);
         if (off != sl_plan_device_bytes(p, d))
             abort();
         total += off;
