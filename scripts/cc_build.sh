@@ -35,7 +35,7 @@ srcs=()
 for f in "$root"/src/{common,format,ckpt,plan,io,device,load,tools}/*.c; do
     case $(basename "$f") in
     io_uring.c) [ "$uring" = 1 ] || continue ;;
-    http_get.c | http_many.c | http_xfer.c | io_http.c) continue ;;
+    http_get.c | http_many.c | http_pool.c | http_xfer.c | io_http.c) continue ;;
     esac
     srcs+=("$f")
 done

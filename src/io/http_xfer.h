@@ -31,8 +31,9 @@ typedef struct sl_http_xfer {
     int tries;
     uint64_t not_before_ms;    /* monotonic time of the next attempt */
     char last_reason[160];
+    struct sl_http_xfer *q_next;   /* in an xf_pool's queue (http_pool.h) */
     /* the attempt */
-    CURL *h;
+    CURL *h;                   /* the handle it runs on; NULL when not running (http_pool.c) */
     size_t got_at_start;
     int checked;               /* the response's headers were checked (at the first body byte) */
     sl_http_resp resp;         /* the response's headers (http_parse.h) */

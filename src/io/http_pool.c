@@ -1,0 +1,143 @@
+/* http_pool.c - transfers on one multi handle (see http_pool.h). */
+#include "io/http_pool.h"
+
+#include <stdlib.h>
+
+sl_status xf_pool_init(xf_pool *p, const sl_http_tune *t, unsigned n_easy, sl_err *err)
+{
+    *p = (xf_pool){.n_easy = n_easy ? n_easy : 1};
+    p->multi = curl_multi_init();
+    p->idle = calloc(2 * (size_t)p->n_easy, sizeof *p->idle);   /* the idle stack, then all */
+    int ok = p->multi && p->idle;
+    for (unsigned k = 0; ok && k < p->n_easy; k++) {
+        ok = (p->idle[p->n_easy + k] = p->idle[k] = xf_easy_new(t)) != NULL;
+        p->n_idle += ok;
+    }
+    if (!ok) {
+        xf_pool_free(p);
+        return sl_err_set(err, SL_E_NOMEM, "out of memory (starting libcurl)");
+    }
+    curl_multi_setopt(p->multi, CURLMOPT_MAX_HOST_CONNECTIONS, (long)p->n_easy);
+    curl_multi_setopt(p->multi, CURLMOPT_PIPELINING, (long)CURLPIPE_MULTIPLEX);
+    return SL_OK;
+}
+
+void xf_pool_push(xf_pool *p, sl_http_xfer *x)
+{
+    x->q_next = NULL;
+    if (p->tail)
+        p->tail->q_next = x;
+    else
+        p->head = x;
+    p->tail = x;
+}
+
+int xf_pool_busy(const xf_pool *p)
+{
+    return p->running > 0 || p->head != NULL;
+}
+
+/* The first waiting transfer whose backoff has passed (out of the queue), or NULL; *wait_ms
+ * shortened to when the next one is due. */
+static sl_http_xfer *take_due(xf_pool *p, uint64_t now, long *wait_ms)
+{
+    sl_http_xfer *prev = NULL;
+    for (sl_http_xfer *x = p->head; x; prev = x, x = x->q_next) {
+        if (x->not_before_ms <= now) {
+            if (prev)
+                prev->q_next = x->q_next;
+            else
+                p->head = x->q_next;
+            if (p->tail == x)
+                p->tail = prev;
+            return x;
+        }
+        const long w = (long)(x->not_before_ms - now);
+        *wait_ms = w < *wait_ms ? w : *wait_ms;
+    }
+    return NULL;
+}
+
+static sl_status start_due(xf_pool *p, long *wait_ms, sl_err *err)
+{
+    const uint64_t now = xf_now_ms();
+    while (p->n_idle > 0) {
+        sl_http_xfer *x = take_due(p, now, wait_ms);
+        if (!x)
+            return SL_OK;
+        CURL *h = p->idle[--p->n_idle];
+        SL_TRY(xf_prepare(x, h, err));   /* x->h = h */
+        curl_easy_setopt(h, CURLOPT_PRIVATE, x);
+        const CURLMcode mc = curl_multi_add_handle(p->multi, h);
+        SL_CHECK(mc == CURLM_OK, err, SL_E_IO, "%s: curl: %s", x->obj->name, curl_multi_strerror(mc));
+        p->running++;
+    }
+    return SL_OK;
+}
+
+/* Judges the transfers that ended; *completed counts those handed to done. */
+static sl_status reap(xf_pool *p, void (*done)(void *, sl_http_xfer *), void *user, unsigned *completed,
+                      sl_err *err)
+{
+    int left = 0;
+    for (CURLMsg *m; (m = curl_multi_info_read(p->multi, &left)) != NULL;) {
+        if (m->msg != CURLMSG_DONE)
+            continue;
+        sl_http_xfer *x = NULL;
+        CURL *h = m->easy_handle;
+        const CURLcode rc = m->data.result;
+        curl_easy_getinfo(h, CURLINFO_PRIVATE, (char **)&x);
+        curl_multi_remove_handle(p->multi, h);
+        p->idle[p->n_idle++] = h;
+        p->running--;
+        const int r = xf_finish(x, rc, err);
+        x->h = NULL;   /* not running: xf_pool_drop leaves it alone */
+        if (r == XF_FAIL)
+            return err->st;
+        if (r == XF_RETRY) {
+            xf_pool_push(p, x);
+        } else {
+            done(user, x);
+            (*completed)++;
+        }
+    }
+    return SL_OK;
+}
+
+sl_status xf_pool_step(xf_pool *p, void (*done)(void *user, sl_http_xfer *x), void *user, sl_err *err)
+{
+    long wait_ms = 1000;
+    unsigned completed = 0;
+    SL_TRY(start_due(p, &wait_ms, err));
+    int still = 0;
+    const CURLMcode mc = curl_multi_perform(p->multi, &still);
+    SL_CHECK(mc == CURLM_OK, err, SL_E_IO, "curl: %s", curl_multi_strerror(mc));
+    SL_TRY(reap(p, done, user, &completed, err));
+    if (completed > 0 || (p->head && p->n_idle > 0 && p->head->not_before_ms <= xf_now_ms()))
+        return SL_OK;   /* something to hand over, or to start, now */
+    if (xf_pool_busy(p))
+        curl_multi_poll(p->multi, NULL, 0, (int)(wait_ms > 0 ? wait_ms : 0), NULL);
+    return SL_OK;
+}
+
+void xf_pool_drop(xf_pool *p, sl_http_xfer *x)
+{
+    if (!x->h || !p->multi)
+        return;
+    curl_multi_remove_handle(p->multi, x->h);
+    curl_easy_setopt(x->h, CURLOPT_ERRORBUFFER, NULL);   /* in x, which may go first */
+    p->idle[p->n_idle++] = x->h;
+    p->running--;
+    x->h = NULL;
+}
+
+void xf_pool_free(xf_pool *p)
+{
+    for (unsigned k = 0; p->idle && k < p->n_easy; k++)
+        if (p->idle[p->n_easy + k])
+            curl_easy_cleanup(p->idle[p->n_easy + k]);
+    if (p->multi)
+        curl_multi_cleanup(p->multi);
+    free(p->idle);
+    *p = (xf_pool){0};
+}
