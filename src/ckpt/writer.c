@@ -389,7 +389,7 @@ const char *sl_writer_errmsg(const sl_writer *w)
 
 /* ---- temporary files of runs that died ---- */
 
-/* "<final>.tmp.XXXXXX" (mkostemp's six characters): the length of <final>, or 0. */
+/* "<final>.tmp.XXXXXX" (sl_file_temp_create's six characters): the length of <final>, or 0. */
 static size_t wr_tmp_final_len(const char *name)
 {
     const size_t n = strlen(name), k = sizeof(".tmp.XXXXXX") - 1;
