@@ -102,12 +102,8 @@ cat >"$T/w/shared/configs/llama-3-70b.json" <<'JSON'
 JSON
 HUBM="$T/hub/models--Qwen--Qwen3-8B" COMMIT=0123456789abcdef0123456789abcdef01234567
 "$SL" synth --config "$T/qwen3-8b-small.json" "$T/q8" --max-shard-size 400KB >/dev/null || fail "synth of the hub model"
-mkdir -p "$HUBM/blobs" "$HUBM/snapshots/$COMMIT" "$HUBM/refs"
-for f in "$T/q8"/*; do
-    h=$(sha256sum "$f" | cut -c1-64)
-    cp "$f" "$HUBM/blobs/$h"
-    ln -s "../../blobs/$h" "$HUBM/snapshots/$COMMIT/$(basename "$f")"
-done
+hub_snapshot "$HUBM" $COMMIT "$T/q8"
+mkdir -p "$HUBM/refs"
 echo $COMMIT >"$HUBM/refs/main"
 export HF_HUB_CACHE="$T/hub"
 unset HUGGINGFACE_HUB_CACHE HF_HOME HF_HUB_OFFLINE

@@ -17,18 +17,9 @@ tiny_config "$T/tiny.json"
 "$SL" synth --config "$T/tiny.json" "$T/a" --max-shard-size 600KB >/dev/null || { fail "synth a"; finish; }
 "$SL" synth --config "$T/tiny.json" "$T/b" --seed 7 >/dev/null || { fail "synth b"; finish; }
 
-# snapshot COMMIT SRC: the files of SRC as blobs and links, as the hub client stores them
 M="$T/hub/models--org--tiny"
-snapshot() {
-    mkdir -p "$M/blobs" "$M/snapshots/$1"
-    for f in "$2"/*; do
-        h=$(sha256sum "$f" | cut -c1-64)
-        cp "$f" "$M/blobs/$h"
-        ln -s "../../blobs/$h" "$M/snapshots/$1/$(basename "$f")"
-    done
-}
-snapshot $C1 "$T/a"
-snapshot $C2 "$T/b"
+hub_snapshot "$M" $C1 "$T/a"
+hub_snapshot "$M" $C2 "$T/b"
 mkdir -p "$M/refs"
 echo $C1 >"$M/refs/main"
 printf '%s' $C2 >"$M/refs/v2"

@@ -37,12 +37,8 @@ done
 # 2. the Hugging Face cache: the blob names are the digests
 M="$T/hub/models--org--tiny"
 C=1111111111111111111111111111111111111111
-mkdir -p "$M/blobs" "$M/snapshots/$C" "$M/refs"
-for f in "$CK"/*; do
-    h=$(sha256sum "$f" | cut -c1-64)
-    cp "$f" "$M/blobs/$h"
-    ln -s "../../blobs/$h" "$M/snapshots/$C/$(basename "$f")"
-done
+hub_snapshot "$M" $C "$CK"
+mkdir -p "$M/refs"
 echo $C >"$M/refs/main"
 out=$(HF_HUB_CACHE="$T/hub" "$SL" load hf://org/tiny --tp 2 --verify --checksums --json 2>"$T/err") \
     || fail "hf cache: $(cat "$T/err")"

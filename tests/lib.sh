@@ -34,6 +34,17 @@ tiny_ckpt() {
     fi
     CK="$T/ck"
 }
+# hub_snapshot MODELDIR COMMIT SRC: the files of SRC as MODELDIR's snapshot COMMIT, blobs named by
+# sha256 and links to them, as huggingface_hub stores them (refs are the caller's)
+hub_snapshot() {
+    local f h
+    mkdir -p "$1/blobs" "$1/snapshots/$2"
+    for f in "$3"/*; do
+        h=$(sha256sum "$f" | cut -c1-64)
+        cp "$f" "$1/blobs/$h"
+        ln -s "../../blobs/$h" "$1/snapshots/$2/$(basename "$f")"
+    done
+}
 one_line_error() { # rc file pattern
     [ "$1" -eq 1 ] && [ "$(wc -l <"$2")" -eq 1 ] && grep -q "^shardload: error: .*$3" "$2"
 }
