@@ -467,9 +467,7 @@ static sl_status rules_load_builtin(sl_err *err, sl_arch *m, const json_t *cfg)
  * config its parts were planned with (given as a file, as text, or the checkpoint's own). */
 static sl_status config_keep_text(sl_err *err, sl_arch *m, const json_t *cfg)
 {
-    char *text = json_dumps(cfg, JSON_INDENT(2));
-    m->config_text = text ? sl_arena_strndup(&m->arena, text, strlen(text)) : NULL;
-    free(text);
+    m->config_text = json_dumps(cfg, JSON_INDENT(2));
     SL_CHECK(m->config_text != NULL, err, SL_E_NOMEM, "out of memory");
     return SL_OK;
 }
@@ -527,5 +525,6 @@ void sl_arch_free(sl_arch *m)
     if (m == NULL)
         return;
     sl_arena_free(&m->arena);
+    free(m->config_text);
     free(m);
 }

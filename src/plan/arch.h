@@ -126,8 +126,9 @@ typedef struct sl_arch {
     int64_t n_moe_layers;
     int has_moe;                  /* the table has a "moe" entry */
     int skip_extra_layers;        /* "skip_extra_layers": checkpoint layers >= L are skipped (MTP) */
-    const char *config_text;      /* the config as parsed, dumped as JSON (arena): what reshard
-                                     writes beside its parts, whatever the source (file, text) */
+    char *config_text;            /* the config as parsed, dumped as JSON (json_dumps; freed by
+                                     sl_arch_free unless a plan took it): what reshard and synth
+                                     write beside their files, whatever the source (file, text) */
     struct {
         int on;                   /* quantization_config: an FP8 format */
         sl_quant_scheme scheme;

@@ -524,8 +524,9 @@ static sl_status plan_build_impl(sl_plan *p, const sl_checkpoint *ck, const sl_p
     c.m = m;
     if (st == SL_OK) {
         p->tied = m->cfg.tied;
-        p->config_text = sl_arena_strndup(&p->arena, m->config_text, strlen(m->config_text));
-        st = p->config_text ? sl_plan_tied_names(p, m) : sl_err_set(&p->err, SL_E_NOMEM, "out of memory");
+        p->config_text = m->config_text;   /* taken, not copied: the description goes before the plan */
+        m->config_text = NULL;
+        st = sl_plan_tied_names(p, m);
     }
     if (st == SL_OK) {
         st = plan_dtype(&c, o);
@@ -576,5 +577,6 @@ void sl_plan_free(sl_plan *p)
         return;
     sl_err_clear(&p->err);
     sl_arena_free(&p->arena);
+    free(p->config_text);
     free(p);
 }

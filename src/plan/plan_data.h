@@ -81,8 +81,9 @@ struct sl_plan {
     const char *tied_stored; /* tied: the name pre-sharded files keep the last stage's copy of
                                 tied_param under (arena); NULL when not tied */
     const char *tied_param;
-    const char *config_text; /* the config the plan was built from, as JSON text (arena; NULL for a
-                                plan from boxes): reshard writes it as the output's config.json */
+    char *config_text;       /* the config the plan was built from, as JSON text (taken from the
+                                sl_arch, freed by sl_plan_free; NULL for a plan from boxes):
+                                reshard writes it as the output's config.json */
 };
 
 /* The tensor name a pre-sharded file stores parameter `param` of device d under: its own, except
