@@ -24,6 +24,10 @@ char *sl_text_sanitize(const char *msg, size_t max);
  * the offset of the first byte of s[0..n) that begins no valid sequence, or n when all is valid.
  * The safetensors header (st_utf8_check) and the keys of an S3 listing are checked with it. */
 size_t sl_text_utf8_check(const unsigned char *s, size_t n);
+/* Code point cp (at most U+10FFFF, not a surrogate: the caller's check) as UTF-8 at o: 1 to 4
+ * bytes, their count returned. The JSON header's \u escapes and an S3 page's references decode
+ * with it. */
+size_t sl_text_utf8_put(char *o, uint32_t cp);
 /* FNV-1a of the NUL-terminated s: the planner's name tables hash with it. */
 uint64_t sl_text_hash(const char *s);
 /* Whether c is an ASCII letter or digit, whatever the locale (isalnum follows it: in a Latin-1

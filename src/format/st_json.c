@@ -99,30 +99,6 @@ static bool read_hex4(const unsigned char *p, const unsigned char *end, unsigned
     return true;
 }
 
-static size_t put_utf8(char *o, unsigned cp)
-{
-    if (cp < 0x80) {
-        o[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        o[0] = (char)(0xC0 | (cp >> 6));
-        o[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xE0 | (cp >> 12));
-        o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        o[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    o[0] = (char)(0xF0 | (cp >> 18));
-    o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    o[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    o[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
 /* Decodes the \u escape at p (pointing after "\u"); combines a surrogate pair. */
 static sl_status unescape_u(st_lex *lx, const unsigned char **pp, unsigned *cp)
 {
@@ -190,7 +166,7 @@ static sl_status unescape(st_lex *lx, const unsigned char *s, const unsigned cha
         unsigned cp = 0;
         SL_TRY(unescape_u(lx, &s, &cp));
         out->has_nul |= cp == 0;
-        n += put_utf8(o + n, cp);
+        n += sl_text_utf8_put(o + n, cp);
     }
     o[n] = '\0';
     out->s = o;

@@ -87,30 +87,6 @@ static long char_ref_value(const char *r, size_t n)
     return v;
 }
 
-static size_t utf8_put(char *w, unsigned long cp)
-{
-    if (cp < 0x80) {
-        w[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        w[0] = (char)(0xC0 | cp >> 6);
-        w[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        w[0] = (char)(0xE0 | cp >> 12);
-        w[1] = (char)(0x80 | (cp >> 6 & 0x3F));
-        w[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    w[0] = (char)(0xF0 | cp >> 18);
-    w[1] = (char)(0x80 | (cp >> 12 & 0x3F));
-    w[2] = (char)(0x80 | (cp >> 6 & 0x3F));
-    w[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
 /* The reference at r[0, end) (r[0] is '&', ';' ends it) written to w as UTF-8: its length in the
  * text, with *wn the bytes written; 0 when it is malformed or unknown, or names a code point that
  * is no character (0, a surrogate, past U+10FFFF). S3 writes a key's characters that XML 1.0
@@ -129,7 +105,7 @@ static size_t xml_ref(const char *r, const char *end, char *w, size_t *wn)
         const long cp = char_ref_value(r + 2, n - 1);
         if (cp <= 0 || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
             return 0;
-        *wn = utf8_put(w, (unsigned long)cp);
+        *wn = sl_text_utf8_put(w, (uint32_t)cp);
         return n + 2;
     }
     for (size_t k = 0; k < sizeof ents / sizeof ents[0]; k++)
