@@ -71,6 +71,20 @@ def _config_opts(ck: Checkpoint | None, config: Any) -> tuple[bytes | None, byte
         return N.fspath(config), None
     return None, _config_text(config)
 
+
+def _plan_opts(ck: Checkpoint | None, config: Any, dtype: Any, rules: Any) -> N.PlanOpts:
+    """sl_plan_opts with the config (a path, or text kept on the struct for the C call), the
+    target dtype and the rule table; the mesh fields are the caller's."""
+    opts = N.PlanOpts()
+    N.lib.sl_plan_opts_init(ctypes.byref(opts))
+    opts.dtype = target_value(dtype)
+    path, text = _config_opts(ck, config)
+    opts.config_path = path
+    opts.config_json, opts.config_json_len = text, len(text) if text is not None else 0
+    opts.rules_path = N.fspath(rules) if rules is not None else None
+    setattr(opts, "_keep", text)   # the text opts points to lives as long as opts
+    return opts
+
 _LAYOUTS = {"tp": 0, "spmd": 1}
 _LAYOUT_NAMES = {0: "tp", 1: "spmd", 2: "boxes"}
 
@@ -126,15 +140,9 @@ class Plan:
         if ck is None and config is None:
             raise ValueError("plan needs a checkpoint path or config= (a config.json, a dict or "
                              "a transformers config)")
-        opts = N.PlanOpts()
-        N.lib.sl_plan_opts_init(ctypes.byref(opts))
+        opts = _plan_opts(ck, config, dtype, rules)
         opts.tp, opts.pp, opts.layout = tp, pp, _LAYOUTS[layout]
         opts.ep = 1 if ep else 0
-        opts.dtype = target_value(dtype)
-        path, text = _config_opts(ck, config)   # text: borrowed by the C call, kept alive here
-        opts.config_path = path
-        opts.config_json, opts.config_json_len = text, len(text) if text is not None else 0
-        opts.rules_path = N.fspath(rules) if rules is not None else None
         self._h = ctypes.c_void_p()
         st = N.lib.sl_plan_build(ck.handle if ck else None, ctypes.byref(opts),
                                  ctypes.byref(self._h))

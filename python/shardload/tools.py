@@ -7,10 +7,9 @@ from typing import Any
 
 from . import _interrupt
 from . import _native as N
-from ._dtypes import target_value
 from .checkpoint import opened
 from .model import _load_opts
-from .plan import ConfigSource, Plan, _config_opts
+from .plan import ConfigSource, Plan, _plan_opts
 
 _ERRLEN = 1024
 
@@ -48,13 +47,7 @@ def synth(config: ConfigSource, out: Any, *, dtype: Any = None, seed: int = 1234
         raise ValueError(f"seed must be an int >= 0, got {seed!r}")
     if config is None:
         raise TypeError("synth needs a config: a config.json's path, a dict or a transformers config")
-    opts = N.PlanOpts()
-    N.lib.sl_plan_opts_init(ctypes.byref(opts))
-    opts.dtype = target_value(dtype)
-    path, text = _config_opts(None, config)   # text: borrowed by the C call, kept alive here
-    opts.config_path = path
-    opts.config_json, opts.config_json_len = text, len(text) if text is not None else 0
-    opts.rules_path = N.fspath(rules) if rules is not None else None
+    opts = _plan_opts(None, config, dtype, rules)   # synth takes its config, dtype and rules
     err = ctypes.create_string_buffer(_ERRLEN)
     args = (ctypes.byref(opts), N.fspath(out), seed, _size("max_shard_size", max_shard_size), err, _ERRLEN)
     st = _interrupt.call(lambda: N.lib.sl_synth_opts(*args))
