@@ -27,6 +27,7 @@ Each process loads its addressable devices only, reading only the bytes they nee
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import time
@@ -37,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from . import _interrupt
+from . import _native as N
 from ._dtypes import NAMES, numpy_dtype, target_value
 from .checkpoint import Checkpoint, Tensor, opened
 from .model import _load_opts, _run, _set_list
@@ -330,9 +332,10 @@ def _dest_table(plan: Plan, devs: list[int], staging: _Staging, slot: int | None
 
 def _fill_group(ck: Checkpoint, group: Group, n_devices: int, dtype: Any, opts: dict[str, Any],
                 progress: "_Progress", staging: _Staging,
-                slot: int | None) -> tuple[list[tuple[Any, str, np.ndarray]], float]:
+                slot: int | None) -> tuple[list[tuple[Any, str, np.ndarray]], float, int]:
     """Plans one group's boxes and loads them into host buffers from `staging`: (device, tensor
-    name, buffer) per box, in the group's order, and the C load's seconds. Runs on the loader
+    name, buffer) per box, in the group's order, the C load's seconds and the bytes its engine
+    read. Runs on the loader
     thread (ctypes releases the GIL for the C load), while the caller hands the previous group to
     JAX."""
     plan = Plan.from_boxes(ck, [b for _, bs in group for _, b in bs], n_devices, dtype)
@@ -345,8 +348,11 @@ def _fill_group(ck: Checkpoint, group: Group, n_devices: int, dtype: Any, opts: 
         _set_list(o, keep, "devices", "n_devices", devs)
         o.param_dest, o.n_param_dest = table, len(plan.devices)
         t0 = time.perf_counter()
-        _run(ck, plan, o, progress.group(plan.read_bytes or 0))
+        native = _run(ck, plan, o, progress.group(plan.read_bytes or 0))
         seconds = time.perf_counter() - t0
+        st = N.LoadStats()
+        N.lib.sl_model_stats(native.h, ctypes.byref(st))
+        del native  # the model's devices are the caller's buffers: nothing of it is needed
         progress.next(plan.read_bytes or 0)
     finally:
         plan.close()
@@ -356,7 +362,7 @@ def _fill_group(ck: Checkpoint, group: Group, n_devices: int, dtype: Any, opts: 
         for dev, (name, d, _, _) in bs:
             out.append((dev, name, bufs[(d, nth[d])]))
             nth[d] += 1
-    return out, seconds
+    return out, seconds, int(st.bytes_read)
 
 
 def _aliases(a: Any, buf: np.ndarray) -> bool:
@@ -461,7 +467,8 @@ def load(path: Any, mesh: Any, shardings: ShardingSpec = None, *, dtype: Any = N
     implements it; dma=False, or SHARDLOAD_JAX_DMA=0 when dma is None, keeps them plain. A dict
     passed as `stats` is filled with what the load did: "staging" ("dma-mapped" or "plain"),
     "dma" (mapped, off, unused, or the backend's refusal), groups, slabs, reused, copied and
-    adopted bytes, seconds."""
+    adopted bytes, read_bytes (what the plan reads), bytes_read (what the engine read, over
+    all its C loads), seconds."""
     import jax
     if isinstance(staging, bool) or not isinstance(staging, int) or staging < (2 << 20):
         raise ValueError("staging must be an int of at least 2 MiB")
@@ -492,7 +499,7 @@ def load(path: Any, mesh: Any, shardings: ShardingSpec = None, *, dtype: Any = N
         groups = _groups(items, lambda: state["budget"], dtype)
         shards: dict[str, list[Any]] = {}
         sent: list[Any] = []  # the arrays of the group handed to JAX last
-        count = {"groups": 0, "copied_bytes": 0, "adopted_bytes": 0}
+        count = {"groups": 0, "copied_bytes": 0, "adopted_bytes": 0, "bytes_read": 0}
         secs = {"c_load_seconds": 0.0, "put_seconds": 0.0}
 
         def submit(ex: ThreadPoolExecutor, group: Group) -> Any:
@@ -505,9 +512,10 @@ def load(path: Any, mesh: Any, shardings: ShardingSpec = None, *, dtype: Any = N
                 ahead = submit(ex, group) if group else None
                 try:
                     while ahead is not None:
-                        boxes, c_seconds = ahead[0].result()
+                        boxes, c_seconds, c_read = ahead[0].result()
                         slot = ahead[1]
                         secs["c_load_seconds"] += c_seconds
+                        count["bytes_read"] += c_read
                         t0 = time.perf_counter()
                         # The previous group's transfers are done (JAX holds a host buffer until
                         # its transfer completes), so two groups at most are alive, this one and

@@ -1,0 +1,90 @@
+"""One process of a 2-process JAX job on CPU (tests/python/test_jax_multihost.py starts two):
+jax.distributed over loopback, 4 CPU devices each, a global (2, 4) mesh ("data", "model") whose
+row p is process p's devices. For each sharding case it loads the checkpoint with
+shardload.jax.load, checks every addressable shard against the oracle bit for bit, checks the
+global arrays with a jitted reduction that runs over both processes' shards, and reports the
+bytes this process's engine read (stats["bytes_read"]) and its plan's. Prints one JSON line.
+
+Usage: jax_multihost_worker.py PORT PROCESS_ID CHECKPOINT"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.sharding import Mesh, PartitionSpec as P  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the oracle
+import oracle_shards as oracle  # noqa: E402
+import shardload.jax as sj  # noqa: E402
+
+SEED = 7  # the values test_jax_multihost.py wrote
+
+
+def word_sum(a: jax.Array) -> int:
+    """The sum mod 2**32 of the array's 16- or 32-bit words, computed by XLA over the whole
+    global array (both processes' shards): equal to the oracle's only if every shard is right."""
+    bits = jnp.uint32 if a.dtype.itemsize == 4 else jnp.uint16
+    return int(jax.jit(lambda x: jnp.sum(jax.lax.bitcast_convert_type(x, bits)
+                                         .astype(jnp.uint32)))(a))
+
+
+def oracle_word_sum(w: np.ndarray) -> int:
+    return int(np.sum(w.view(np.uint32 if w.itemsize == 4 else np.uint16).astype(np.uint32),
+                      dtype=np.uint32))
+
+
+def check(arrays: dict, want: dict, dst: str | None) -> int:
+    shards = 0
+    for name, a in arrays.items():
+        w = want[name] if dst is None else oracle.convert(want[name], "BF16", dst)
+        assert a.shape == w.shape, name
+        for s in a.addressable_shards:
+            assert s.device.process_index == jax.process_index(), (name, s.device)
+            got = np.asarray(s.data).view(np.uint8)
+            assert np.array_equal(got, np.ascontiguousarray(w[s.index]).view(np.uint8)), \
+                (name, s.device, s.index)
+            shards += 1
+        assert word_sum(a) == oracle_word_sum(w), name
+    return shards
+
+
+def main() -> None:
+    port, pid, path = int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2,
+                               process_id=pid, initialization_timeout=60)
+    assert jax.device_count() == 8 and jax.local_device_count() == 4
+    mesh = Mesh(np.array(jax.devices()).reshape(2, 4), ("data", "model"))
+    assert all(d.process_index == pid for d in mesh.devices[pid])
+    cfg = json.loads((path / "config.json").read_text())
+    want = {k: v[1] for k, v in
+            oracle.checkpoint_tensors("llama", cfg, "BF16", np.random.default_rng(SEED)).items()}
+    cases = {
+        # rows split between the processes, replicated over each one's 4 devices
+        "halves": ([(r".", P("data"))], None),
+        # each process's half of the rows, in 4 column tiles (1-D: 4 tiles, replicated over data)
+        "tiles": ([(r"norm\.weight$|inv_freq$", P("model")), (r".", P("data", "model"))], "F32"),
+        # the default spmd rule on the last axis: every process needs every byte
+        "default": (None, None),
+    }
+    report = {}
+    for case, (rules, dst) in cases.items():
+        stats: dict = {}
+        arrays = sj.load(path, mesh, rules, dtype=None if dst is None else "float32",
+                         stats=stats)
+        report[case] = {"read": stats["bytes_read"], "plan_read": stats["read_bytes"],
+                        "shards": check(arrays, want, dst), "tensors": len(arrays)}
+        del arrays
+    print(json.dumps(report), flush=True)
+    jax.distributed.shutdown()
+
+
+if __name__ == "__main__":
+    main()
