@@ -185,15 +185,38 @@ void cli_json_str(FILE *f, const char *s)
  * more, so that a longer text is refused by the planner, not cut to a valid-looking prefix. */
 #define CLI_CONFIG_MAX ((size_t)16 << 20)
 
-/* f's text, malloc'd, *len bytes; NULL on a read error or out of memory. */
+/* f's text, malloc'd, *len bytes (at most CLI_CONFIG_MAX + 1); NULL on a read error or out of
+ * memory (never a prefix). The buffer doubles from 64 KiB, so a config of a few KiB does not cost
+ * the bound. */
 static char *cli_config_read(FILE *f, size_t *len)
 {
-    char *buf = malloc(CLI_CONFIG_MAX + 1);
-    *len = buf ? fread(buf, 1, CLI_CONFIG_MAX + 1, f) : 0;
-    if (buf && ferror(f)) {
+    size_t cap = 0, n = 0;
+    char *buf = NULL;
+    for (;;) {
+        if (n == cap) {
+            if (cap == CLI_CONFIG_MAX + 1)
+                break;   /* one byte over the bound: the planner refuses it */
+            size_t grown = cap ? 2 * cap : (size_t)64 << 10;
+            if (grown > CLI_CONFIG_MAX + 1)
+                grown = CLI_CONFIG_MAX + 1;
+            char *p = realloc(buf, grown);
+            if (!p) {
+                free(buf);
+                return NULL;
+            }
+            buf = p;
+            cap = grown;
+        }
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (got == 0 || ferror(f))
+            break;
+    }
+    if (ferror(f)) {
         free(buf);
         return NULL;
     }
+    *len = n;
     return buf;
 }
 

@@ -252,6 +252,19 @@ def test_cli_config_from_stdin(cli: str, tiny_ckpt: Path, tiny_config: Path, tmp
     one = run("plan", str(tiny_ckpt), "--config", "-",
               stdin=json.dumps(dict(TINY, num_hidden_layers=1)))
     assert one.returncode == 1 and "not claimed" in one.stderr
+    # stdin is read in growing pieces up to the library's 16 MiB bound, and one byte past it is
+    # the planner's refusal, not a text cut short
+    plan2 = ["plan", "--config", "-", "--tp", "2", "--json"]
+    small = json.loads(run(*plan2, stdin=text).stdout)
+    for size in (300 << 10, 16 << 20):
+        padded = run(*plan2, stdin=" " * (size - len(text)) + text)
+        assert padded.returncode == 0 and json.loads(padded.stdout) == small, padded.stderr
+    over = run(*plan2, stdin=" " * ((16 << 20) + 1 - len(text)) + text)
+    assert over.returncode == 1
+    assert over.stderr == ("shardload: error: <stdin>: 16777217 bytes, over the 16777216-byte "
+                           "limit\n")
+    empty = run(*plan2, stdin="")
+    assert empty.returncode == 1 and empty.stderr.startswith("shardload: error: <stdin>: ")
     twice = run("plan", "--config", "-", "--config", "-", stdin=text)
     assert twice.returncode == 2 and "given twice" in twice.stderr
     dist = run("load", str(tiny_ckpt), "--config", "-", "--dist", "cooperative", stdin=text)
