@@ -266,12 +266,20 @@ def is_deepseek(arch):
     return arch.startswith("deepseek")
 
 
+def n_experts(cfg, key, alias):
+    """The expert count: transformers 5 writes Qwen3-MoE's num_experts as num_local_experts (its
+    config's attribute_map), and reads Mixtral's num_local_experts under either name."""
+    v = cfg.get(key)
+    return v if v is not None else cfg.get(alias) or 0
+
+
 def moe_info(arch, cfg):
     """(E, I of an expert, Is of the shared expert, the MoE-block prefix) from the spec's table."""
     if arch == "mixtral":
-        return cfg["num_local_experts"], cfg["intermediate_size"], 0, "block_sparse_moe."
+        return (n_experts(cfg, "num_local_experts", "num_experts"), cfg["intermediate_size"], 0,
+                "block_sparse_moe.")
     if arch in ("qwen2_moe", "qwen3_moe"):
-        return (cfg.get("num_experts", 0), cfg["moe_intermediate_size"],
+        return (n_experts(cfg, "num_experts", "num_local_experts"), cfg["moe_intermediate_size"],
                 cfg.get("shared_expert_intermediate_size") or 0, "mlp.")
     if is_deepseek(arch):
         return (cfg.get("n_routed_experts") or 0, cfg["moe_intermediate_size"],
@@ -283,7 +291,8 @@ def is_moe_layer(arch, cfg, layer):
     if arch == "mixtral":
         return True
     if arch in ("qwen2_moe", "qwen3_moe"):
-        return (layer not in (cfg.get("mlp_only_layers") or []) and cfg.get("num_experts", 0) > 0
+        return (layer not in (cfg.get("mlp_only_layers") or [])
+                and n_experts(cfg, "num_experts", "num_local_experts") > 0
                 and (layer + 1) % cfg.get("decoder_sparse_step", 1) == 0)
     if is_deepseek(arch):
         return (cfg.get("n_routed_experts") is not None and layer >= cfg.get("first_k_dense_replace", 0)
@@ -341,8 +350,8 @@ def ep_range(E, T, r):
 
 def dims(cfg):
     H, nh = cfg["hidden_size"], cfg["num_attention_heads"]
-    K = cfg.get("num_key_value_heads", nh)
-    D = cfg.get("head_dim", H // nh)
+    K = cfg.get("num_key_value_heads") or nh   # null, as transformers writes an unset key: absent
+    D = cfg.get("head_dim") or H // nh
     return H, nh, K, D, cfg["intermediate_size"], cfg["vocab_size"], cfg["num_hidden_layers"]
 
 

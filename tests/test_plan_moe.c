@@ -350,6 +350,12 @@ static void table_errors(void)
         {"\"E\":{\"key\":\"num_local_experts\",\"dflt\":1}", "unknown key \"dflt\""},
         {"\"E\":\"no_such_key\"", "config has no 'no_such_key'"},
         {"\"E\":{\"key\":\"num_local_experts\",\"equals\":3}", "\"equals\" must be a string"},
+        {"\"E\":{\"key\":[]}", "needs a config key (a string or a list of strings"},
+        {"\"E\":{\"key\":[\"num_local_experts\",7]}", "\"key\"[1] is not a string"},
+        {"\"E\":{\"key\":[\"no_such_key\",\"nor_this\"]}", "config has no 'no_such_key'"},
+        {"\"B\":{\"key\":\"m\",\"equals\":\"x\",\"default\":1}", "must be a string or an object of strings"},
+        {"\"B\":{\"key\":\"m\",\"equals\":\"x\",\"default\":{\"MixtralForCausalLM\":1}}",
+         "\"default\" for 'MixtralForCausalLM' is not a string"},
     };
     for (size_t i = 0; i < sizeof sym_cases / sizeof sym_cases[0]; i++) {
         char text[1024];
@@ -363,6 +369,57 @@ static void table_errors(void)
     }
 }
 
+/* A symbol's key may be a list, the first the config has (transformers' aliases); an "equals"
+ * symbol's "default" is the value assumed when the config lacks the key, alone or by architecture
+ * (DeepSeek-V3's topk_method "noaux_tc"). Each case: whether rule 'b' (when B) is planned, and E. */
+static void symbol_forms(void)
+{
+    static const struct {
+        const char *cfg_extra, *b, *what;
+        int has_b;
+    } cases[] = {
+        {"", "{\"key\":\"m\",\"equals\":\"x\"}", "absent, no default", 0},
+        {"", "{\"key\":\"m\",\"equals\":\"x\",\"default\":\"x\"}", "absent, default x", 1},
+        {"", "{\"key\":\"m\",\"equals\":\"x\",\"default\":\"y\"}", "absent, default y", 0},
+        {",\"m\":null", "{\"key\":\"m\",\"equals\":\"x\",\"default\":\"x\"}", "null: absent", 1},
+        {"", "{\"key\":\"m\",\"equals\":\"x\",\"default\":{\"MixtralForCausalLM\":\"x\"}}",
+         "absent, this architecture's default x", 1},
+        {"", "{\"key\":\"m\",\"equals\":\"x\",\"default\":{\"OtherForCausalLM\":\"x\"}}",
+         "absent, only another architecture's default", 0},
+        {",\"m\":\"y\"", "{\"key\":\"m\",\"equals\":\"x\",\"default\":{\"MixtralForCausalLM\":\"x\"}}",
+         "present y: the default is not used", 0},
+        {",\"m\":\"x\"", "{\"key\":\"m\",\"equals\":\"x\"}", "present x", 1},
+    };
+    char cfg[300], rules[300];
+    snprintf(cfg, sizeof cfg, "%s/sym.json", dir);
+    snprintf(rules, sizeof rules, "%s/sym-rules.json", dir);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[1024];
+        /* num_experts is absent, num_local_experts (8) present: the list takes the second */
+        snprintf(text, sizeof text, "{\"architectures\":[\"MixtralForCausalLM\"],\"hidden_size\":48,"
+                 "\"intermediate_size\":96,\"num_attention_heads\":6,\"num_hidden_layers\":2,"
+                 "\"vocab_size\":192,\"num_local_experts\":8,\"torch_dtype\":\"bfloat16\"%s}",
+                 cases[i].cfg_extra);
+        tu_write_text(cfg, text);
+        snprintf(text, sizeof text, "{\"symbols\":{\"E\":{\"key\":[\"num_experts\",\"num_local_experts\"]},"
+                 "\"B\":%s},\"rules\":[{\"tensor\":\"e\",\"shape\":[\"E\"],\"shard\":\"replicated\","
+                 "\"place\":\"first\"},{\"tensor\":\"b\",\"shape\":[\"H\"],\"shard\":\"replicated\","
+                 "\"place\":\"first\",\"when\":\"B\"}]}", cases[i].b);
+        tu_write_text(rules, text);
+        sl_plan *p = NULL;
+        const sl_status st = build(NULL, cfg, rules, 1, 1, 0, SL_LAYOUT_TP, &p);
+        EXPECT(st == SL_OK, "%s", cases[i].what);
+        if (st == SL_OK) {
+            const sl_plan_param_t *e = tu_param(p, 0, "e");
+            EXPECT(e && e->ndim == 1 && e->shape[0] == 8, "%s", cases[i].what);
+            EXPECT((tu_param(p, 0, "b") != NULL) == cases[i].has_b, "%s", cases[i].what);
+        } else {
+            fprintf(stderr, "  %s\n", sl_plan_errmsg(p));
+        }
+        sl_plan_free(p);
+    }
+}
+
 int main(void)
 {
     tu_tmpdir(dir, sizeof dir, "test_plan_moe");
@@ -372,6 +429,7 @@ int main(void)
     mesh_errors();
     checkpoint_errors();
     table_errors();
+    symbol_forms();
     tu_rm_rf(dir);
     if (expect_failures)
         fprintf(stderr, "%d failure(s)\n", expect_failures);

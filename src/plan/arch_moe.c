@@ -52,6 +52,60 @@ int sl_arch_sym_find(const sl_arch_config *c, const char *s, size_t n)
     return -1;
 }
 
+/* The config key a symbol reads: "key" is a name or a list of names, the first one the config has
+ * (transformers' aliases: Qwen3-MoE's num_experts is written as num_local_experts by transformers
+ * 5), else the first, for the message that it is missing. */
+static sl_status sym_key_pick(sl_err *err, const char *name, const json_t *key, const json_t *cfg,
+                              const json_t **out)
+{
+    if (json_is_string(key)) {
+        *out = key;
+        return SL_OK;
+    }
+    SL_CHECK(json_is_array(key) && json_array_size(key) > 0, err, SL_E_CONFIG, "rule table symbol "
+             "'%s' needs a config key (a string or a list of strings, alone or as {\"key\": ...})",
+             name);
+    size_t k;
+    const json_t *v;
+    *out = NULL;
+    json_array_foreach((json_t *)(uintptr_t)key, k, v) {
+        SL_CHECK(json_is_string(v), err, SL_E_CONFIG, "rule table symbol '%s': \"key\"[%zu] is not "
+                 "a string", name, k);
+        const json_t *cv = json_object_get(cfg, json_string_value(v));
+        if (*out == NULL && cv != NULL && !json_is_null(cv))
+            *out = v;
+    }
+    if (*out == NULL)
+        *out = json_array_get(key, 0);
+    return SL_OK;
+}
+
+/* An "equals" symbol's value when the config lacks its key: "default" is the string assumed then,
+ * or an object of such strings by architecture (what that architecture's transformers config class
+ * assumes: DeepSeek-V3's topk_method is "noaux_tc", V2's "greedy"); NULL when none applies. */
+static sl_status sym_equals_default(sl_err *err, const char *name, const json_t *dflt,
+                                    const char *arch, const char **out)
+{
+    *out = NULL;
+    if (dflt == NULL)
+        return SL_OK;
+    if (json_is_string(dflt)) {
+        *out = json_string_value(dflt);
+        return SL_OK;
+    }
+    SL_CHECK(json_is_object(dflt), err, SL_E_CONFIG, "rule table symbol '%s': \"default\" of an "
+             "\"equals\" symbol must be a string or an object of strings by architecture", name);
+    const char *a;
+    const json_t *v;
+    json_object_foreach((json_t *)(uintptr_t)dflt, a, v) {
+        SL_CHECK(json_is_string(v), err, SL_E_CONFIG, "rule table symbol '%s': \"default\" for "
+                 "'%s' is not a string", name, a);
+        if (arch && strcmp(a, arch) == 0)
+            *out = json_string_value(v);
+    }
+    return SL_OK;
+}
+
 static sl_status sym_add(sl_err *err, sl_arch *m, const char *name, const json_t *v, const json_t *cfg)
 {
     sl_arch_config *c = &m->cfg;
@@ -73,20 +127,27 @@ static sl_status sym_add(sl_err *err, sl_arch *m, const char *name, const json_t
         SL_CHECK(eq == NULL || json_is_string(eq), err, SL_E_CONFIG,
                  "rule table symbol '%s': \"equals\" must be a string", name);
         /* the range of a config value (sl_arch_config_sym): a default is used as one */
-        SL_CHECK(dflt == NULL || (json_is_integer(dflt) && json_integer_value(dflt) >= 0 &&
-                                  json_integer_value(dflt) <= (json_int_t)1 << 40),
+        SL_CHECK(eq != NULL || dflt == NULL ||
+                     (json_is_integer(dflt) && json_integer_value(dflt) >= 0 &&
+                      json_integer_value(dflt) <= (json_int_t)1 << 40),
                  err, SL_E_CONFIG, "rule table symbol '%s': \"default\" must be an integer in "
                  "[0, 2^40]", name);
     }
-    SL_CHECK(json_is_string(key), err, SL_E_CONFIG, "rule table symbol '%s' needs a config key "
-             "(a string, or {\"key\": ..., \"default\": N})", name);
+    SL_CHECK(key != NULL, err, SL_E_CONFIG, "rule table symbol '%s' needs a config key (a string, "
+             "or {\"key\": ..., \"default\": N})", name);
+    SL_TRY(sym_key_pick(err, name, key, cfg, &key));
     const int32_t i = c->n_syms;
     snprintf(c->sym_name[i], SL_ARCH_SYM_LEN, "%s", name);
     c->sym_key[i] = sl_arena_strndup(&m->arena, json_string_value(key), json_string_length(key));
     SL_CHECK(c->sym_key[i] != NULL, err, SL_E_NOMEM, "out of memory");
     if (eq) {   /* 1 when the config's string equals it (DeepSeek's topk_method "noaux_tc"), else 0 */
         const json_t *cv = json_object_get(cfg, c->sym_key[i]);
-        c->sym_val[i] = json_is_string(cv) && strcmp(json_string_value(cv), json_string_value(eq)) == 0;
+        const char *s = json_is_string(cv) ? json_string_value(cv) : NULL;
+        const char *absent = NULL;
+        SL_TRY(sym_equals_default(err, name, dflt, c->architecture, &absent));
+        if (cv == NULL || json_is_null(cv))
+            s = absent;
+        c->sym_val[i] = s != NULL && strcmp(s, json_string_value(eq)) == 0;
     } else {
         SL_TRY(sl_arch_config_sym(err, cfg, c->sym_key[i],
                                   dflt ? (int64_t)json_integer_value(dflt) : -1, &c->sym_val[i]));
