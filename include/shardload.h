@@ -301,8 +301,9 @@ typedef struct sl_box {
  * addressable_devices_indices_map, GSPMD tiles), instead of a layout rule: no config, no padding.
  * Boxes must lie inside their tensors, and a tensor has at most one box per device; boxes of
  * several devices may overlap (replicated parts are read once and copied to each). dtype: the
- * target (F32, F16, BF16, converted on the way), or -1 when every tensor named has one dtype, kept
- * as it is. Errors name the tensor. The plan loads with sl_load like any other (layout
+ * target (F32, F16, BF16, converted on the way), or -1 to keep each tensor in its own dtype
+ * (sl_plan_dtype is then the first box's; sub-byte dtypes such as F4 cannot be boxed). Errors
+ * name the tensor. The plan loads with sl_load like any other (layout
  * SL_LAYOUT_BOXES, tp = n_devices, pp = 1); it cannot be resharded. */
 sl_status sl_plan_build_boxes(const sl_checkpoint *ck, const sl_box *boxes, int64_t n_boxes,
                               int32_t n_devices, int32_t dtype, sl_plan **out);

@@ -244,6 +244,76 @@ static void test_refusals(const sl_checkpoint *ck)
     sl_plan_free(p);
 }
 
+/* No target dtype: each box keeps its tensor's own dtype, whatever the others' (a checkpoint may
+ * mix them: transformers keeps DeepSeek-V3's router F32 in a bf16 model), bytes exact. With a
+ * target, only floats convert; sub-byte elements cannot be boxed either way. */
+static void test_mixed_dtypes(const char *dir)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/mixed.safetensors", dir);
+    static const struct {
+        const char *name;
+        sl_dtype dt;
+        uint32_t ndim;
+        uint64_t shape[2], bytes;
+    } mt[] = {{"m32", SL_DTYPE_F32, 2, {4, 6}, 96}, {"m16", SL_DTYPE_BF16, 2, {6, 4}, 48},
+              {"mi", SL_DTYPE_I32, 1, {5}, 20}, {"m4", SL_DTYPE_F4, 1, {8}, 4}};
+    unsigned char raw[4][96];
+    sl_writer *w = NULL;
+    int64_t idx[4];
+    EXPECT(sl_writer_open(path, &w) == SL_OK, "mixed: writer: %s", sl_writer_errmsg(w));
+    for (int t = 0; t < 4; t++)
+        EXPECT(sl_writer_add(w, mt[t].name, mt[t].dt, mt[t].ndim, mt[t].shape, &idx[t]) == SL_OK,
+               "mixed: add %s: %s", mt[t].name, sl_writer_errmsg(w));
+    EXPECT(sl_writer_begin(w) == SL_OK, "mixed: begin: %s", sl_writer_errmsg(w));
+    for (int t = 0; t < 4; t++) {
+        for (uint64_t k = 0; k < mt[t].bytes; k++)
+            raw[t][k] = (unsigned char)(t * 64 + k * 7 + 1);
+        EXPECT(sl_writer_write(w, idx[t], 0, raw[t], mt[t].bytes) == SL_OK, "mixed: write");
+    }
+    EXPECT(sl_writer_finish(w) == SL_OK, "mixed: finish: %s", sl_writer_errmsg(w));
+    sl_checkpoint *ck = NULL;
+    EXPECT(sl_checkpoint_open(path, &ck) == SL_OK, "mixed: open: %s", sl_checkpoint_errmsg(ck));
+    const uint64_t s32[2] = {1, 0}, l32[2] = {2, 6}, s16[2] = {0, 1}, l16[2] = {6, 2}, si[1] = {2},
+                   li[1] = {3}, s4[1] = {0}, l4[1] = {4};
+    const sl_box b[4] = {{"m32", 0, 2, s32, l32}, {"m16", 1, 2, s16, l16}, {"mi", 2, 1, si, li},
+                         {"m4", 0, 1, s4, l4}};
+    sl_plan *p = NULL;
+    sl_model *m = NULL;
+    sl_load_opts o;
+    sl_load_opts_init(&o);
+    sl_status st = sl_plan_build_boxes(ck, b, 3, N_DEV, -1, &p);
+    EXPECT(st == SL_OK, "mixed: plan: %s", sl_plan_errmsg(p));
+    if (st == SL_OK)
+        st = sl_load(ck, p, &o, &m);
+    EXPECT(st == SL_OK, "mixed: load: %s", sl_model_errmsg(m));
+    if (st == SL_OK) {
+        EXPECT(sl_plan_dtype(p) == SL_DTYPE_F32, "mixed: the plan's dtype is the first box's");
+        unsigned char want[3][48];
+        memcpy(want[0], raw[0] + 1 * 24, 48);                      /* rows 1-2 of m32 */
+        for (int r = 0; r < 6; r++)                                /* columns 1-2 of m16 */
+            memcpy(want[1] + r * 4, raw[1] + r * 8 + 2, 4);
+        memcpy(want[2], raw[2] + 8, 12);                           /* elements 2-4 of mi */
+        const sl_dtype dts[3] = {SL_DTYPE_F32, SL_DTYPE_BF16, SL_DTYPE_I32};
+        const uint64_t nb[3] = {48, 24, 12};
+        for (int d = 0; d < 3; d++) {
+            sl_param_info pi;
+            EXPECT(sl_plan_param(p, d, 0, &pi) == SL_OK && pi.dtype == dts[d] && pi.nbytes == nb[d],
+                   "mixed: device %d keeps %s", d, sl_dtype_name(dts[d]));
+            EXPECT(memcmp(sl_model_param_host_ptr(m, d, 0), want[d], nb[d]) == 0,
+                   "mixed: device %d's bytes", d);
+        }
+    }
+    sl_model_free(m);
+    sl_plan_free(p);
+    refused(ck, b, 3, SL_DTYPE_BF16, SL_E_UNSUPPORTED, "tensor 'mi': no conversion from I32 to BF16");
+    refused(ck, &b[3], 1, -1, SL_E_UNSUPPORTED,
+            "tensor 'm4': F4 elements are smaller than a byte, and a box cuts whole bytes");
+    refused(ck, &b[3], 1, SL_DTYPE_F32, SL_E_UNSUPPORTED, "tensor 'm4': F4 elements are smaller");
+    sl_checkpoint_close(ck);
+    unlink(path);
+}
+
 int main(void)
 {
     char dir[512], path[600];
@@ -256,6 +326,7 @@ int main(void)
         test_random_boxes(ck);
         test_replicated(ck);
         test_refusals(ck);
+        test_mixed_dtypes(dir);
     }
     sl_checkpoint_close(ck);
     unlink(path);

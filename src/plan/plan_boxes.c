@@ -22,6 +22,7 @@ typedef struct box_ctx {
     const sl_checkpoint *ck;
     int64_t *n_params;        /* per device: boxes seen (then parameters written) */
     int64_t *n_ops;           /* per device: operations needed (then written) */
+    int keep;                 /* no target dtype: each parameter in its tensor's dtype */
 } box_ctx;
 
 /* ---- checks ------------------------------------------------------------------------------ */
@@ -48,10 +49,13 @@ static sl_status box_tensor(box_ctx *c, const sl_box *b, sl_tensor_info *ti)
     return SL_OK;
 }
 
-/* The plan's dtype: the caller's target, or the one dtype every boxed tensor has. */
+/* The plan's dtype: the caller's target, or (none given, each tensor kept in its own dtype) the
+ * first boxed tensor's. A checkpoint may mix dtypes: transformers keeps DeepSeek-V3's router
+ * weight and e_score_correction_bias F32 in a bf16 model. */
 static sl_status box_dtype(box_ctx *c, const sl_box *boxes, int64_t n, int32_t dtype)
 {
     sl_tensor_info ti;
+    c->keep = dtype < 0;
     if (dtype >= 0) {
         SL_CHECK(dtype == SL_DTYPE_F32 || dtype == SL_DTYPE_F16 || dtype == SL_DTYPE_BF16,
                  &c->p->err, SL_E_INVALID_ARG, "dtype: convert to F32, F16 or BF16, not %s",
@@ -60,12 +64,14 @@ static sl_status box_dtype(box_ctx *c, const sl_box *boxes, int64_t n, int32_t d
     }
     for (int64_t i = 0; i < n; i++) {
         SL_TRY(box_tensor(c, &boxes[i], &ti));
-        if (dtype < 0 && i == 0)
-            c->p->dtype = ti.dtype;
-        SL_CHECK(dtype >= 0 || ti.dtype == c->p->dtype, &c->p->err, SL_E_INVALID_ARG,
-                 "tensors '%.*s' (%s) and '%.*s' (%s) differ in dtype: choose a target dtype",
-                 BOX_NAME_MAX, boxes[0].tensor, sl_dtype_name(c->p->dtype), BOX_NAME_MAX,
-                 boxes[i].tensor, sl_dtype_name(ti.dtype));
+        SL_CHECK(sl_dtype_bits(ti.dtype) % 8 == 0, &c->p->err, SL_E_UNSUPPORTED,
+                 "tensor '%.*s': %s elements are smaller than a byte, and a box cuts whole bytes",
+                 BOX_NAME_MAX, boxes[i].tensor, sl_dtype_name(ti.dtype));
+        if (c->keep) {
+            if (i == 0)
+                c->p->dtype = ti.dtype;
+            continue;
+        }
         SL_CHECK(ti.dtype == c->p->dtype ||
                      ti.dtype == SL_DTYPE_F32 || ti.dtype == SL_DTYPE_F16 || ti.dtype == SL_DTYPE_BF16,
                  &c->p->err, SL_E_UNSUPPORTED, "tensor '%.*s': no conversion from %s to %s",
@@ -162,12 +168,13 @@ static sl_status box_param(box_ctx *c, const sl_box *b, const sl_tensor_info *ti
 {
     sl_plan *p = c->p;
     sl_plan_device *pd = &p->devices[b->device];
-    const uint64_t es = sl_dtype_bits(p->dtype) / 8, ses = sl_dtype_bits(ti->dtype) / 8;
+    const sl_dtype dt = c->keep ? ti->dtype : p->dtype;
+    const uint64_t es = sl_dtype_bits(dt) / 8, ses = sl_dtype_bits(ti->dtype) / 8;
     const int64_t i = c->n_params[b->device]++;
     sl_plan_param_t *pp = &pd->params[i];
     pp->name = sl_arena_strndup(&p->arena, b->tensor, strlen(b->tensor));
     SL_CHECK(pp->name != NULL, &p->err, SL_E_NOMEM, "out of memory");
-    pp->dtype = p->dtype;
+    pp->dtype = dt;
     pp->ndim = b->ndim;
     memcpy(pp->shape, b->len, b->ndim * sizeof *b->len);
     pp->offset = pd->bytes;

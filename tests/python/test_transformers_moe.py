@@ -104,3 +104,24 @@ def test_every_parameter_equals_the_oracle(saved: tuple[str, Path, dict[str, Any
 def _from_f32(arr: np.ndarray, to: str) -> np.ndarray:
     """oracle.convert passes F32 arrays through unless told their source is F32 (FP8 scales)."""
     return oracle.convert(arr, "F32", to)
+
+
+def test_jax_load_keeps_each_dtype(saved: tuple[str, Path, dict[str, Any], dict[str, Any]]) -> None:
+    """shardload.jax.load with no dtype: every array in its checkpoint dtype (DeepSeek's F32
+    router next to bf16 weights), every shard the checkpoint's bytes at its index."""
+    jax = pytest.importorskip("jax")
+    if jax.device_count() < 4:
+        pytest.skip("needs 4 JAX devices (XLA_FLAGS=--xla_force_host_platform_device_count=8)")
+    import shardload.jax as sj
+    from jax.sharding import Mesh
+    name, path, _, ck = saved
+    arrays = sj.load(path, Mesh(np.array(jax.devices()[:4]), ("model",)))
+    assert arrays
+    for k, a in arrays.items():
+        src, w = ck[k]
+        assert np.dtype(a.dtype).itemsize == w.itemsize and (src == "F32") == (a.dtype == np.float32), k
+        for s in a.addressable_shards:
+            assert np.array_equal(np.asarray(s.data).view(np.uint8),
+                                  np.ascontiguousarray(w[s.index]).view(np.uint8)), (k, s.index)
+    if name.startswith("deepseek"):
+        assert {str(a.dtype) for a in arrays.values()} == {"bfloat16", "float32"}
