@@ -272,6 +272,7 @@ static void test_mixed_dtypes(const char *dir)
         EXPECT(sl_writer_write(w, idx[t], 0, raw[t], mt[t].bytes) == SL_OK, "mixed: write");
     }
     EXPECT(sl_writer_finish(w) == SL_OK, "mixed: finish: %s", sl_writer_errmsg(w));
+    sl_writer_free(w);
     sl_checkpoint *ck = NULL;
     EXPECT(sl_checkpoint_open(path, &ck) == SL_OK, "mixed: open: %s", sl_checkpoint_errmsg(ck));
     const uint64_t s32[2] = {1, 0}, l32[2] = {2, 6}, s16[2] = {0, 1}, l16[2] = {6, 2}, si[1] = {2},
