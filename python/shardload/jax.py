@@ -417,14 +417,78 @@ def _local_devices(mesh: Any) -> dict[Any, int]:
     return {d: i for i, d in enumerate(local)}
 
 
+def _axes(entry: Any) -> tuple[str, ...]:
+    """The mesh axes of one PartitionSpec entry (None, a name or a tuple of names)."""
+    if entry is None:
+        return ()
+    return tuple(entry) if isinstance(entry, tuple) else (entry,)
+
+
+def _read_sharding(s: Any, shape: tuple[int, ...]) -> Any:
+    """For dist="cooperative": the sharding each process reads a tensor with, so that no byte is
+    read by two processes. A NamedSharding that replicates the tensor over mesh axes whose devices
+    belong to several processes gets those axes added (minor) to the first dimension they divide
+    evenly: the processes then read disjoint parts (whole rows where it is dimension 0), and
+    going back to `s` is an all-gather over those axes. Anything else (another kind of Sharding,
+    no such axis, no dimension they divide) is read as `s` itself, by every process that needs it."""
+    from jax.sharding import NamedSharding, PartitionSpec
+    if not isinstance(s, NamedSharding) or len(s.spec) > len(shape):
+        return s
+    spec = list(s.spec) + [None] * (len(shape) - len(s.spec))
+    if any(e is PartitionSpec.UNCONSTRAINED for e in spec):
+        return s
+    mesh = s.mesh
+    used = {a for e in spec for a in _axes(e)}
+    procs = np.vectorize(lambda d: d.process_index, otypes=[int])(mesh.devices)
+    spans = tuple(a for k, a in enumerate(mesh.axis_names)
+                  if a not in used and bool((procs.min(axis=k) != procs.max(axis=k)).any()))
+    if not spans:
+        return s
+    extra = int(np.prod([mesh.shape[a] for a in spans]))
+    for k, n in enumerate(shape):
+        parts = int(np.prod([mesh.shape[a] for a in _axes(spec[k])]))
+        if n % (parts * extra) == 0:
+            spec[k] = _axes(spec[k]) + spans
+            return NamedSharding(mesh, PartitionSpec(*spec),  # type: ignore[no-untyped-call]
+                                 memory_kind=s.memory_kind)
+    return s
+
+
 def _items(ck: Checkpoint, mesh: Any, shardings: ShardingSpec, config: ConfigSource | None,
-           dtype: Any,
-           index: dict[Any, int]) -> tuple[dict[str, Any], list[tuple[Tensor, list[tuple[Any, Box]]]]]:
+           dtype: Any, index: dict[Any, int], cooperative: bool = False
+           ) -> tuple[dict[str, Any], dict[str, Any], list[tuple[Tensor, list[tuple[Any, Box]]]]]:
+    """The target sharding of every tensor, the one it is read with (the same unless
+    cooperative), and the boxes of this process's devices, in checkpoint order."""
     specs = _shardings(ck, mesh, shardings, config, dtype)
     order = {t.name: k for k, t in enumerate(ck.tensors)}
     tensors = {t.name: t for t in ck.tensors}
-    return specs, [(tensors[n], _boxes(n, tensors[n].shape, specs[n], index))
-                   for n in sorted(specs, key=order.__getitem__)]
+    reads = ({n: _read_sharding(sp, tensors[n].shape) for n, sp in specs.items()} if cooperative
+             else specs)
+    return specs, reads, [(tensors[n], _boxes(n, tensors[n].shape, reads[n], index))
+                          for n in sorted(specs, key=order.__getitem__)]
+
+
+def _dist(dist: str) -> bool:
+    if dist not in ("independent", "cooperative"):
+        raise ValueError(f"dist {dist!r}: expected 'independent' or 'cooperative'")
+    return dist == "cooperative"
+
+
+def _gathered(arrays: dict[str, Any], reads: dict[str, Any], specs: dict[str, Any]) -> int:
+    """Moves every array read with another sharding to its target one over the devices'
+    interconnect (XLA's collectives), one tensor at a time, deleting what was read: the devices
+    end with their target shards only. Returns the bytes this process's devices held as read."""
+    import jax
+    moved = 0
+    for n, a in arrays.items():
+        if reads[n] is specs[n]:
+            continue
+        moved += sum(sh.data.nbytes for sh in a.addressable_shards)
+        out = jax.device_put(a, specs[n])
+        out.block_until_ready()
+        a.delete()
+        arrays[n] = out
+    return moved
 
 
 def plan(path: Any, mesh: Any, shardings: ShardingSpec = None, *, dtype: Any = None,
@@ -433,7 +497,7 @@ def plan(path: Any, mesh: Any, shardings: ShardingSpec = None, *, dtype: Any = N
     plan(...).devices[i] is mesh.devices.flat's i-th local device. Reads no data."""
     with opened(path) as ck:
         index = _local_devices(mesh)
-        _, items = _items(ck, mesh, shardings, config, dtype, index)
+        _, _, items = _items(ck, mesh, shardings, config, dtype, index)
         return Plan.from_boxes(ck, [b for _, bs in items for _, b in bs], len(index), dtype)
 
 
@@ -458,10 +522,15 @@ def load(path: Any, mesh: Any, shardings: ShardingSpec = None, *, dtype: Any = N
          staging: int = 64 << 20, io: str = "auto", threads: int = 0,
          progress: Callable[[int, int], None] | None | bool = None,
          config: ConfigSource | None = None, dma: bool | None = None,
-         stats: dict[str, Any] | None = None) -> dict[str, Any]:
+         stats: dict[str, Any] | None = None, dist: str = "independent") -> dict[str, Any]:
     """The checkpoint's tensors as global jax.Arrays of their logical shapes, sharded as asked
     (default: the spmd rule on the mesh's last axis), each addressable device holding exactly
     its index. Host memory beyond the device arrays stays within `staging`.
+
+    dist="independent": each process reads the bytes its devices hold. dist="cooperative" (for
+    jax.distributed jobs): a tensor the shardings replicate across processes is read in disjoint
+    parts, one per process, and gathered to its sharding over the devices' interconnect, so that
+    each byte is read once per job.
 
     On devices that copy, the host buffers are DMA-mapped (client.dma_map) where the backend
     implements it; dma=False, or SHARDLOAD_JAX_DMA=0 when dma is None, keeps them plain. A dict
@@ -475,10 +544,11 @@ def load(path: Any, mesh: Any, shardings: ShardingSpec = None, *, dtype: Any = N
     if stats is not None and not isinstance(stats, dict):
         raise TypeError(f"stats must be None or a dict, got {type(stats).__name__}")
     use_dma = _use_dma(dma)
+    cooperative = _dist(dist)
     t_start = time.perf_counter()
     index = _local_devices(mesh)
     with opened(path) as ck:
-        specs, items = _items(ck, mesh, shardings, config, dtype, index)
+        specs, reads, items = _items(ck, mesh, shardings, config, dtype, index, cooperative)
         shapes = {t.name: t.shape for t, _ in items}
         whole = Plan.from_boxes(ck, [b for _, bs in items for _, b in bs], len(index), dtype)
         total = whole.read_bytes or 0  # also checks every box before a byte is read
@@ -546,10 +616,15 @@ def load(path: Any, mesh: Any, shardings: ShardingSpec = None, *, dtype: Any = N
             err = pool.close()
     if err is not None:
         raise err
-    out = {n: jax.make_array_from_single_device_arrays(shapes[n], specs[n], shards[n])
+    out = {n: jax.make_array_from_single_device_arrays(shapes[n], reads[n], shards[n])
            for n in specs}
+    shards.clear()
+    t0 = time.perf_counter()
+    gathered = _gathered(out, reads, specs)
     if stats is not None:
         stats.update(pool.report(), **count, read_bytes=total, **secs,
+                     gathered_tensors=sum(reads[n] is not specs[n] for n in specs),
+                     gathered_bytes=gathered, gather_seconds=time.perf_counter() - t0,
                      seconds=time.perf_counter() - t_start)
     return out
 
@@ -567,13 +642,13 @@ class _Devices:
 def load_into(path: Any, arrays: Mapping[str, Any], *, donate: bool = False,
               staging: int = 64 << 20, io: str = "auto", threads: int = 0,
               progress: Callable[[int, int], None] | None | bool = None,
-              dma: bool | None = None) -> dict[str, Any]:
+              dma: bool | None = None, dist: str = "independent") -> dict[str, Any]:
     """The checkpoint's tensors named in `arrays` (name -> jax.Array or jax.ShapeDtypeStruct
     with a sharding), each loaded with that array's sharding, shape and dtype (bf16, f16 and
     f32 converted on the way). JAX arrays are immutable, so these are new arrays, returned:
     nothing is written into the given ones. donate=True deletes the given jax.Arrays before the
     load (after every name, shape and dtype is checked), so that their device memory is free
-    for the new ones; they are gone if the load then fails."""
+    for the new ones; they are gone if the load then fails. dist: as in load."""
     import jax
     if not isinstance(arrays, Mapping):
         raise TypeError(f"arrays must be a mapping name -> jax.Array, got {type(arrays).__name__}")
@@ -602,7 +677,7 @@ def load_into(path: Any, arrays: Mapping[str, Any], *, donate: bool = False,
     out: dict[str, Any] = {}
     for target, specs in by_dtype.items():
         out.update(load(path, _Devices(specs.values()), specs, dtype=target, staging=staging,
-                        io=io, threads=threads, progress=progress, dma=dma))
+                        io=io, threads=threads, progress=progress, dma=dma, dist=dist))
     return {name: out[name] for name in arrays}
 
 

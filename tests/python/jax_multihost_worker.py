@@ -55,6 +55,20 @@ def check(arrays: dict, want: dict, dst: str | None) -> int:
     return shards
 
 
+def read_shardings(mesh: Mesh) -> None:
+    """What dist="cooperative" reads with: the axes a sharding replicates across processes
+    ("data" here) added, minor, to the first dimension they divide; else the sharding as it is."""
+    from jax.sharding import NamedSharding
+    cases = [(P(), (4, 6), ("data",), ()), (P(), (3, 6), (), ("data",)), (P(), (3, 5), (), ()),
+             (P(None, "model"), (6, 8), ("data",), ("model",)),
+             (P("model"), (8,), ("model", "data")), (P("model"), (4,), ("model",)),
+             (P("data", "model"), (4, 8), ("data",), ("model",))]
+    for spec, shape, *want in cases:
+        got = sj._read_sharding(NamedSharding(mesh, spec), shape)
+        norm = [sj._axes(e) for e in got.spec] + [()] * (len(shape) - len(got.spec))
+        assert norm == want, (spec, shape, got.spec)
+
+
 def main() -> None:
     port, pid, path = int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
@@ -66,21 +80,29 @@ def main() -> None:
     cfg = json.loads((path / "config.json").read_text())
     want = {k: v[1] for k, v in
             oracle.checkpoint_tensors("llama", cfg, "BF16", np.random.default_rng(SEED)).items()}
+    read_shardings(mesh)
     cases = {
         # rows split between the processes, replicated over each one's 4 devices
-        "halves": ([(r".", P("data"))], None),
+        "halves": ([(r".", P("data"))], None, "independent"),
         # each process's half of the rows, in 4 column tiles (1-D: 4 tiles, replicated over data)
-        "tiles": ([(r"norm\.weight$|inv_freq$", P("model")), (r".", P("data", "model"))], "F32"),
+        "tiles": ([(r"norm\.weight$|inv_freq$", P("model")), (r".", P("data", "model"))], "F32",
+                  "independent"),
         # the default spmd rule on the last axis: every process needs every byte
-        "default": (None, None),
+        "default": (None, None, "independent"),
+        # the same, each byte read by one process and gathered over the devices
+        "coop-default": (None, None, "cooperative"),
+        # nothing replicated across processes: nothing to gather
+        "coop-halves": ([(r".", P("data"))], None, "cooperative"),
     }
     report = {}
-    for case, (rules, dst) in cases.items():
+    for case, (rules, dst, dist) in cases.items():
         stats: dict = {}
         arrays = sj.load(path, mesh, rules, dtype=None if dst is None else "float32",
-                         stats=stats)
+                         stats=stats, dist=dist)
         report[case] = {"read": stats["bytes_read"], "plan_read": stats["read_bytes"],
-                        "shards": check(arrays, want, dst), "tensors": len(arrays)}
+                        "shards": check(arrays, want, dst), "tensors": len(arrays),
+                        "gathered": stats["gathered_tensors"],
+                        "specs": sorted({str(a.sharding.spec) for a in arrays.values()})}
         del arrays
     print(json.dumps(report), flush=True)
     jax.distributed.shutdown()

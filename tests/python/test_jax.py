@@ -358,6 +358,19 @@ def test_cpu_stats(tmp_path: Path) -> None:
     assert stats["read_bytes"] == sj.plan(path, mesh_2d()).read_bytes and stats["groups"] == 1
 
 
+def test_cooperative_in_one_process(tmp_path: Path) -> None:
+    """dist="cooperative" with one process: nothing is replicated across processes, so it loads
+    as the independent way does and gathers nothing (test_jax_multihost.py runs two)."""
+    path, want = make_ckpt(tmp_path / "c", "qwen3")
+    stats: dict = {}
+    arrays = sj.load(path, mesh_2d(), dist="cooperative", stats=stats)
+    check_shards(arrays, want)
+    assert stats["gathered_tensors"] == 0 and stats["gathered_bytes"] == 0, stats
+    assert stats["bytes_read"] >= stats["read_bytes"] == sj.plan(path, mesh_2d()).read_bytes
+    with pytest.raises(ValueError, match="dist 'mpi': expected 'independent' or 'cooperative'"):
+        sj.load(path, mesh_2d(), dist="mpi")
+
+
 def test_load_into(tmp_path: Path) -> None:
     """load_into takes each array's sharding, shape and dtype (converted on the way) and returns
     new arrays (JAX arrays are immutable); donate=True deletes the given ones first."""

@@ -3,7 +3,9 @@
 devices. Every shard is checked against the oracle, the global arrays against a reduction XLA
 runs over both processes, and the bytes each process read against what its devices need: with
 the rows split between the processes each reads about half the checkpoint, and the two halves
-together cover it (tests/python/jax_multihost_worker.py is one process)."""
+together cover it; with the default rule (replicated across the processes) each reads all of it,
+or, with dist="cooperative", half, the rest gathered over the devices
+(tests/python/jax_multihost_worker.py is one process)."""
 from __future__ import annotations
 
 import json
@@ -56,6 +58,8 @@ def run_job(path: Path) -> list[dict]:
 
 
 def test_two_processes_read_their_own_halves(tmp_path: Path) -> None:
+    """dist="independent": each process reads what its devices hold; dist="cooperative": what is
+    replicated across the processes is read in halves and gathered over the devices."""
     ck = oracle.checkpoint_tensors("llama", CONFIG, "BF16", np.random.default_rng(SEED))
     (tmp_path / "config.json").write_text(json.dumps(CONFIG))
     oracle.write_checkpoint(str(tmp_path), ck, 3, random.Random(3))
@@ -63,7 +67,7 @@ def test_two_processes_read_their_own_halves(tmp_path: Path) -> None:
     data = sum(a.nbytes for _, a in ck.values())
     r0, r1 = run_job(tmp_path)
     print(f"bytes read by process 0 / 1 (checkpoint files {files:,}):")
-    for case in ("halves", "tiles", "default"):
+    for case in ("halves", "tiles", "default", "coop-default", "coop-halves"):
         print(f"  {case}: {r0[case]['read']:,} / {r1[case]['read']:,} "
               f"(plans: {r0[case]['plan_read']:,} / {r1[case]['plan_read']:,})")
     for r in (r0, r1):
@@ -80,5 +84,17 @@ def test_two_processes_read_their_own_halves(tmp_path: Path) -> None:
                 (case, r[case])
             # a process reads its half, not the other process's (small tensors' halves merge)
             assert r[case]["read"] <= 0.56 * files, (case, r[case], files)
-    for case in ("halves", "tiles"):  # between them the two processes read every byte
+    for case in ("halves", "tiles", "coop-default"):  # between them, every byte
         assert r0[case]["read"] + r1[case]["read"] >= data, case
+    for r in (r0, r1):
+        # cooperative: the default rule's tensors are read in halves, one per process (1-D ones
+        # too: 512 / 2), and gathered to the same shardings as the independent load's
+        coop = r["coop-default"]
+        assert coop["tensors"] == r["default"]["tensors"] and coop["shards"] == r["default"]["shards"]
+        assert coop["specs"] == r["default"]["specs"] and coop["gathered"] == coop["tensors"]
+        # (o/down's column tiles of a half are read as whole rows of that half, more gaps)
+        assert coop["plan_read"] <= coop["read"] <= 1.1 * coop["plan_read"], coop
+        assert coop["read"] <= 0.56 * files, (coop, files)
+        # already split between the processes: read as the independent load reads, nothing moved
+        assert r["coop-halves"]["gathered"] == 0
+        assert r["coop-halves"]["read"] == r["halves"]["read"]
