@@ -116,6 +116,10 @@ def _shardings(ck: Checkpoint, mesh: Any, shardings: ShardingSpec, config: Confi
 def _boxes(name: str, shape: tuple[int, ...], sharding: Any,
            index: dict[Any, int]) -> list[tuple[Any, Box]]:
     """(device, box) of every addressable device of the sharding, in the mesh's order."""
+    spec = getattr(sharding, "spec", None)
+    if spec is not None and len(spec) > len(shape):  # JAX says only "list index out of range"
+        raise ValueError(f"tensor '{name}' {shape}: its PartitionSpec {spec} has {len(spec)} "
+                         f"entries for {len(shape)} dimension{'s' if len(shape) != 1 else ''}")
     try:
         imap = sharding.addressable_devices_indices_map(shape)
     except Exception as e:  # noqa: BLE001 - JAX's own message, with the tensor named

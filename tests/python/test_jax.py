@@ -391,6 +391,9 @@ def test_load_into(tmp_path: Path) -> None:
     assert given[q].is_deleted()
     with pytest.raises(ValueError, match=f"tensor '{q}': shape"):
         sj.load_into(path, {q: jax.ShapeDtypeStruct((2, 2), jnp.bfloat16, sharding=rows)})
+    with pytest.raises(ValueError, match=r"tensor 'model.norm.weight' \(64,\): its PartitionSpec "
+                       r"(P|PartitionSpec)\('data', 'model'\) has 2 entries for 1 dimension$"):
+        sj.load(path, mesh, [(r"norm", P("data", "model")), (r".", P())])
     with pytest.raises(KeyError, match="'nope', which is not in the checkpoint"):
         sj.load_into(path, {"nope": given[o]})
     with pytest.raises(ValueError, match="no sharding"):
@@ -481,6 +484,9 @@ def test_errors(tmp_path: Path) -> None:
     inv = "model.layers.0.self_attn.rotary_emb.inv_freq"  # 4 elements over 8 devices
     with pytest.raises(ValueError, match=f"tensor '{inv}' .*JAX rejects its sharding"):
         sj.load(path, mesh, {inv: P(("data", "model"))})
+    with pytest.raises(ValueError, match=r"tensor 'model.norm.weight' \(64,\): its PartitionSpec "
+                       r"(P|PartitionSpec)\('data', 'model'\) has 2 entries for 1 dimension$"):
+        sj.load(path, mesh, [(r"norm", P("data", "model")), (r".", P())])
     with pytest.raises(KeyError, match="'nope', which is not in the checkpoint"):
         sj.load(path, mesh, {"nope": P()})
     with pytest.raises(ValueError, match="no sharding rule matches"):
