@@ -103,6 +103,14 @@ def main() -> None:
                         "shards": check(arrays, want, dst), "tensors": len(arrays),
                         "gathered": stats["gathered_tensors"],
                         "specs": sorted({str(a.sharding.spec) for a in arrays.values()})}
+        if case == "coop-default":  # load_into takes dist too: the same shards, f32 on the way
+            like = {n: jax.ShapeDtypeStruct(a.shape, jnp.float32, sharding=a.sharding)
+                    for n, a in arrays.items()}
+            del arrays
+            into = sj.load_into(path, like, dist="cooperative")
+            report["coop-into"] = {"shards": check(into, want, "F32"), "tensors": len(into)}
+            del into
+            continue
         del arrays
     print(json.dumps(report), flush=True)
     jax.distributed.shutdown()

@@ -95,6 +95,7 @@ def test_two_processes_read_their_own_halves(tmp_path: Path) -> None:
         # (o/down's column tiles of a half are read as whole rows of that half, more gaps)
         assert coop["plan_read"] <= coop["read"] <= 1.1 * coop["plan_read"], coop
         assert coop["read"] <= 0.56 * files, (coop, files)
+        assert r["coop-into"] == {"shards": coop["shards"], "tensors": coop["tensors"]}
         # already split between the processes: read as the independent load reads, nothing moved
         assert r["coop-halves"]["gathered"] == 0
         assert r["coop-halves"]["read"] == r["halves"]["read"]
