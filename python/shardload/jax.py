@@ -490,7 +490,8 @@ def _gathered(arrays: dict[str, Any], reads: dict[str, Any], specs: dict[str, An
         moved += sum(sh.data.nbytes for sh in a.addressable_shards)
         out = jax.device_put(a, specs[n])
         out.block_until_ready()
-        a.delete()
+        if out is not a:  # (an equivalent sharding would give the array back)
+            a.delete()
         arrays[n] = out
     return moved
 
