@@ -3,7 +3,8 @@
 # one run, interleaved (A B C A B C ...) so that drift on a shared machine hits every contender alike.
 # Writes bench/RESULTS.md, bench/results.jsonl, bench/mpi.jsonl, bench/ring.jsonl (ring_sim.sh)
 # and bench/chart.png; RESULTS.md also carries bench/ring.md, bench/python_peers.md (python_peers.sh),
-# bench/jax_peers.md (jax_peers.py), bench/remote.md (remote.sh), bench/moe.md (moe.sh)
+# bench/jax_peers.md (jax_peers.py), bench/jax_dist.md (jax_dist.py), bench/remote.md (remote.sh),
+# bench/moe.md (moe.sh)
 # and, when present, bench/gpu.md.
 #
 # Knobs: BENCH_CONFIG (a name in ../shared/configs, default tinyllama-1.1b, about 2.2 GB in bf16),
@@ -135,6 +136,19 @@ if [[ ${BENCH_JAX:-1} != 0 ]]; then
          .venv/bin/python bench/jax_peers.py "$CK" bench/jax_peers.jsonl bench/jax_peers.md; }; then
     echo "bench: jax peers failed" >&2
     printf '## JAX peers (bench/jax_peers.py, issue 14 item 5)\n\nNot run: it failed in this run (see its output).\n' > bench/jax_peers.md
+  fi
+fi
+
+# ---- JAX, two processes (bench/jax_dist.py) ----------------------------------------------------------
+# shardload.jax.load in a two-process jax.distributed job on this machine, dist "independent"
+# against "cooperative": seconds, bytes each process read, gather seconds: bench/jax_dist.{jsonl,md}.
+# BENCH_JAX_DIST=0 skips it.
+if [[ ${BENCH_JAX_DIST:-1} != 0 ]]; then
+  echo "bench: JAX, two processes (bench/jax_dist.py)" >&2
+  if ! { scripts/pyenv.sh &&
+         .venv/bin/python bench/jax_dist.py "$CK" bench/jax_dist.jsonl bench/jax_dist.md; }; then
+    echo "bench: jax dist failed" >&2
+    printf '## JAX, two processes (bench/jax_dist.py)\n\nNot run: it failed in this run (see its output).\n' > bench/jax_dist.md
   fi
 fi
 

@@ -478,22 +478,16 @@ def _dist(dist: str) -> bool:
     return dist == "cooperative"
 
 
-def _gathered(arrays: dict[str, Any], reads: dict[str, Any], specs: dict[str, Any]) -> int:
-    """Moves every array read with another sharding to its target one over the devices'
-    interconnect (XLA's collectives), one tensor at a time, deleting what was read: the devices
-    end with their target shards only. Returns the bytes this process's devices held as read."""
+def _gather(a: Any, spec: Any) -> Any:
+    """An array read with another sharding, moved to `spec` over the devices' interconnect (XLA's
+    collectives: an all-gather over the axes the read added); what was read is deleted, so that
+    the devices keep their target shards only."""
     import jax
-    moved = 0
-    for n, a in arrays.items():
-        if reads[n] is specs[n]:
-            continue
-        moved += sum(sh.data.nbytes for sh in a.addressable_shards)
-        out = jax.device_put(a, specs[n])
-        out.block_until_ready()
-        if out is not a:  # (an equivalent sharding would give the array back)
-            a.delete()
-        arrays[n] = out
-    return moved
+    out = jax.device_put(a, spec)
+    out.block_until_ready()
+    if out is not a:  # (an equivalent sharding would give the array back)
+        a.delete()
+    return out
 
 
 def plan(path: Any, mesh: Any, shardings: ShardingSpec = None, *, dtype: Any = None,
@@ -573,9 +567,26 @@ def load(path: Any, mesh: Any, shardings: ShardingSpec = None, *, dtype: Any = N
         pool = _Staging(_clients(index), min(bounded, boxes_bytes), use_dma)
         groups = _groups(items, lambda: state["budget"], dtype)
         shards: dict[str, list[Any]] = {}
+        need = {t.name: len(bs) for t, bs in items}  # a tensor is whole once its boxes are put
+        out: dict[str, Any] = {}
         sent: list[Any] = []  # the arrays of the group handed to JAX last
-        count = {"groups": 0, "copied_bytes": 0, "adopted_bytes": 0, "bytes_read": 0}
-        secs = {"c_load_seconds": 0.0, "put_seconds": 0.0}
+        count = {"groups": 0, "copied_bytes": 0, "adopted_bytes": 0, "bytes_read": 0,
+                 "gathered_tensors": 0, "gathered_bytes": 0}
+        secs = {"c_load_seconds": 0.0, "put_seconds": 0.0, "gather_seconds": 0.0}
+
+        def assemble(n: str) -> Any:
+            """Tensor n's global array, once all its boxes are on their devices; under
+            cooperative, gathered to its sharding right away (while the next group loads), so
+            that the parts read never pile up."""
+            a = jax.make_array_from_single_device_arrays(shapes[n], reads[n], shards.pop(n, []))
+            if reads[n] is specs[n]:
+                return a
+            t0 = time.perf_counter()
+            count["gathered_bytes"] += sum(sh.data.nbytes for sh in a.addressable_shards)
+            count["gathered_tensors"] += 1
+            a = _gather(a, specs[n])
+            secs["gather_seconds"] += time.perf_counter() - t0
+            return a
 
         def submit(ex: ThreadPoolExecutor, group: Group) -> Any:
             slot = None if state["adopting"] else count["groups"] % 2
@@ -595,13 +606,19 @@ def load(path: Any, mesh: Any, shardings: ShardingSpec = None, *, dtype: Any = N
                         # The previous group's transfers are done (JAX holds a host buffer until
                         # its transfer completes), so two groups at most are alive, this one and
                         # the next, and the slab the next one is loaded into is free again.
+                        # (A gathered tensor's parts are deleted: their transfers were done.)
                         for a in sent:
-                            a.block_until_ready()
+                            if not a.is_deleted():
+                                a.block_until_ready()
                         group = next(groups, None)
                         ahead = submit(ex, group) if group else None
                         sent, copied, adopted = _put_group(boxes, shards)
                         secs["put_seconds"] += time.perf_counter() - t0
+                        done = [n for n in dict.fromkeys(b[1] for b in boxes)
+                                if len(shards[n]) == need[n]]
                         del boxes
+                        for n in done:
+                            out[n] = assemble(n)
                         count["copied_bytes"] += copied
                         count["adopted_bytes"] += adopted
                         if adopted and slot is not None:
@@ -612,26 +629,21 @@ def load(path: Any, mesh: Any, shardings: ShardingSpec = None, *, dtype: Any = N
                     _interrupt.stop(ahead[0] if ahead else None)
                     raise
         finally:
-            for xs in shards.values():  # no transfer still reads a slab being unmapped
-                for a in xs:
-                    try:
+            # no transfer still reads a slab being unmapped
+            for a in [a for xs in shards.values() for a in xs] + list(out.values()):
+                try:
+                    if not a.is_deleted():
                         a.block_until_ready()
-                    except Exception:  # noqa: BLE001 - the load's own error is the one raised
-                        pass
+                except Exception:  # noqa: BLE001 - the load's own error is the one raised
+                    pass
             err = pool.close()
-    if err is not None:
-        raise err
-    out = {n: jax.make_array_from_single_device_arrays(shapes[n], reads[n], shards[n])
-           for n in specs}
-    shards.clear()
-    t0 = time.perf_counter()
-    gathered = _gathered(out, reads, specs)
+        if err is not None:
+            raise err
+        out.update((n, assemble(n)) for n in specs if n not in out)  # tensors with no box here
     if stats is not None:
         stats.update(pool.report(), **count, read_bytes=total, **secs,
-                     gathered_tensors=sum(reads[n] is not specs[n] for n in specs),
-                     gathered_bytes=gathered, gather_seconds=time.perf_counter() - t0,
                      seconds=time.perf_counter() - t_start)
-    return out
+    return {n: out[n] for n in specs}
 
 
 class _Devices:

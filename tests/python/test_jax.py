@@ -238,6 +238,9 @@ class _Watched:
         self.waited = True
         return self.a.block_until_ready()  # type: ignore[attr-defined]
 
+    def is_deleted(self) -> bool:
+        return bool(self.a.is_deleted())  # type: ignore[attr-defined]
+
 
 def _as_copying_devices(monkeypatch: pytest.MonkeyPatch) -> list:
     """The CPU devices made to copy every put; returns (buffer address, array) of every box

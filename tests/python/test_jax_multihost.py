@@ -92,10 +92,12 @@ def test_two_processes_read_their_own_halves(tmp_path: Path) -> None:
         coop = r["coop-default"]
         assert coop["tensors"] == r["default"]["tensors"] and coop["shards"] == r["default"]["shards"]
         assert coop["specs"] == r["default"]["specs"] and coop["gathered"] == coop["tensors"]
+        assert coop["groups"] >= 10, coop
         # (o/down's column tiles of a half are read as whole rows of that half, more gaps)
         assert coop["plan_read"] <= coop["read"] <= 1.1 * coop["plan_read"], coop
         assert coop["read"] <= 0.56 * files, (coop, files)
         assert r["coop-into"] == {"shards": coop["shards"], "tensors": coop["tensors"]}
         # already split between the processes: read as the independent load reads, nothing moved
         assert r["coop-halves"]["gathered"] == 0
-        assert r["coop-halves"]["read"] == r["halves"]["read"]
+        assert r["coop-halves"]["plan_read"] == r["halves"]["plan_read"]
+        assert r["coop-halves"]["read"] <= 0.56 * files
