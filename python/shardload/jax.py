@@ -491,12 +491,14 @@ def _gather(a: Any, spec: Any) -> Any:
 
 
 def plan(path: Any, mesh: Any, shardings: ShardingSpec = None, *, dtype: Any = None,
-         config: ConfigSource | None = None) -> Plan:
+         config: ConfigSource | None = None, dist: str = "independent") -> Plan:
     """What each of this process's mesh devices would hold (the C planner's plan of the boxes):
-    plan(...).devices[i] is mesh.devices.flat's i-th local device. Reads no data."""
+    plan(...).devices[i] is mesh.devices.flat's i-th local device. Reads no data. With
+    dist="cooperative", the boxes it reads before the gather (read_bytes: this process's)."""
+    cooperative = _dist(dist)
     with opened(path) as ck:
         index = _local_devices(mesh)
-        _, _, items = _items(ck, mesh, shardings, config, dtype, index)
+        _, _, items = _items(ck, mesh, shardings, config, dtype, index, cooperative)
         return Plan.from_boxes(ck, [b for _, bs in items for _, b in bs], len(index), dtype)
 
 

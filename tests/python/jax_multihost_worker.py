@@ -102,6 +102,7 @@ def main() -> None:
         stats: dict = {}
         arrays = sj.load(path, mesh, rules, dtype=None if dst is None else "float32",
                          stats=stats, dist=dist)
+        assert stats["read_bytes"] == sj.plan(path, mesh, rules, dist=dist).read_bytes, case
         report[case] = {"read": stats["bytes_read"], "plan_read": stats["read_bytes"],
                         "shards": check(arrays, want, dst), "tensors": len(arrays),
                         "gathered": stats["gathered_tensors"], "groups": stats["groups"],
