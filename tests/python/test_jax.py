@@ -303,6 +303,29 @@ def test_copying_devices_reuse_two_slabs(tmp_path: Path, monkeypatch: pytest.Mon
     assert stats["groups"] == stats["reused"] + stats["slabs"] + stats["oversize_groups"]
 
 
+def test_copying_devices_mixed_dtypes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkpoint of mixed dtypes (F32 norms and gate weights among BF16 ones, as transformers
+    writes DeepSeek's router) through the slabs of devices that copy: each array in its own
+    dtype, every shard exact, F32 boxes of a slab at their alignment next to BF16 ones."""
+    cfg = dict(ARCHS["llama"], hidden_size=256, intermediate_size=512, vocab_size=4096,
+               torch_dtype="bfloat16")
+    tmp = tmp_path / "m"
+    tmp.mkdir()
+    (tmp / "config.json").write_text(json.dumps(cfg))
+    ck = oracle.checkpoint_tensors("llama", cfg, "BF16", np.random.default_rng(6))
+    for name in [n for n in ck if "norm" in n or "gate_proj" in n]:
+        ck[name] = ("F32", oracle.bf16_to_f32(ck[name][1]) * np.float32(1.5))
+    oracle.write_checkpoint(str(tmp), ck, 2, random.Random(6))
+    _as_copying_devices(monkeypatch)
+    stats: dict = {}
+    arrays = sj.load(tmp, mesh_1d(), staging=2 << 20, stats=stats)
+    check_shards(arrays, {k: v[1] for k, v in ck.items()})
+    assert stats["reused"] >= 3 and stats["adopted_bytes"] == 0, stats
+    f32 = {k for k, (dt, _) in ck.items() if dt == "F32"} & set(arrays)
+    assert f32 and all(arrays[k].dtype == np.float32 for k in f32)
+    assert all(a.dtype != np.float32 for k, a in arrays.items() if k not in f32)
+
+
 def test_dma_mapped_slabs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Where the client implements dma_map, each slab is mapped once, when allocated, and
     unmapped when the load ends; the shards are the same bytes as with plain slabs."""
