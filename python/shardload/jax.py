@@ -23,7 +23,9 @@ done), each DMA-mapped once (``client.dma_map``) where the backend implements it
 the load ends, failed or not (``dma=False`` or SHARDLOAD_JAX_DMA=0: plain host memory). A slab
 that a device adopted after all is never reused: it is that device's memory now.
 
-Each process loads its addressable devices only, reading only the bytes they need.
+Each process loads its addressable devices only, reading only the bytes they need; with
+dist="cooperative", what the shardings replicate across processes is read in disjoint parts, one
+per process, and all-gathered over the devices (``_read_sharding``, ``_gather``).
 """
 from __future__ import annotations
 
@@ -339,9 +341,8 @@ def _fill_group(ck: Checkpoint, group: Group, n_devices: int, dtype: Any, opts: 
                 slot: int | None) -> tuple[list[tuple[Any, str, np.ndarray]], float, int]:
     """Plans one group's boxes and loads them into host buffers from `staging`: (device, tensor
     name, buffer) per box, in the group's order, the C load's seconds and the bytes its engine
-    read. Runs on the loader
-    thread (ctypes releases the GIL for the C load), while the caller hands the previous group to
-    JAX."""
+    read. Runs on the loader thread (ctypes releases the GIL for the C load), while the caller
+    hands the previous group to JAX."""
     plan = Plan.from_boxes(ck, [b for _, bs in group for _, b in bs], n_devices, dtype)
     try:
         devs = sorted({b[1] for _, bs in group for _, b in bs})
