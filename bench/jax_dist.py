@@ -25,6 +25,8 @@ import subprocess
 import sys
 import time
 
+from jax_peers import drop_caches, files_of, warm  # this folder: the same cache handling
+
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "2"))
 MODES = ("independent", "cooperative")
 
@@ -56,27 +58,6 @@ print(json.dumps({"pid": pid, "seconds": secs, "bytes_read": st["bytes_read"], "
                   "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
 jax.distributed.shutdown()
 """
-
-
-def files_of(ck):
-    return [os.path.join(ck, f) for f in sorted(os.listdir(ck)) if f.endswith(".safetensors")]
-
-
-def drop_caches():
-    subprocess.run(["sync"], check=False)
-    try:
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-        return True
-    except OSError:
-        return False
-
-
-def warm(ck):
-    for f in files_of(ck):
-        with open(f, "rb") as h:
-            while h.read(16 << 20):
-                pass
 
 
 def free_port():
@@ -118,7 +99,7 @@ def main():
                 if cache == "hot":
                     warm(ck)
                 else:
-                    cold_ok = drop_caches() and cold_ok
+                    cold_ok = drop_caches(ck) and cold_ok
                 load = os.getloadavg()[0]
                 res = job(ck, dist)
                 if "error" in res:
