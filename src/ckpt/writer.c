@@ -269,7 +269,7 @@ sl_status sl_writer_begin(sl_writer *w)
     else if (sb.len > ST_MAX_HEADER)
         st = sl_err_set(&w->err, SL_E_HEADER_TOO_LARGE, "%s: header of %zu bytes exceeds 100,000,000", w->path,
                         sb.len);
-    else if (ck_pwrite_full(w->fd, len8, 8, 0) != 0 || ck_pwrite_full(w->fd, sb.data, sb.len, 8) != 0)
+    else if (sl_pwrite_full(w->fd, len8, 8, 0) != 0 || sl_pwrite_full(w->fd, sb.data, sb.len, 8) != 0)
         st = sl_err_set(&w->err, SL_E_IO, "%s: write: %s", w->tmp, strerror(errno));
     for (size_t i = 0; i < w->n && st == SL_OK; i++)
         w->t[i].offset += 8 + (uint64_t)sb.len;
@@ -329,7 +329,7 @@ sl_status sl_writer_write(sl_writer *w, int64_t idx, uint64_t offset, const void
     if (sl_cancel_requested())
         return wr_cancelled(w);
     SL_TRY(wr_reopen(w));
-    if (ck_pwrite_full(w->fd, data, n, t->offset + offset) != 0)
+    if (sl_pwrite_full(w->fd, data, n, t->offset + offset) != 0)
         return sl_err_set(&w->err, SL_E_IO, "%s: write: %s", w->tmp, strerror(errno));
     if (wr_mark(t, offset, end) != 0)
         return wr_nomem(w);

@@ -104,6 +104,25 @@ int sl_pread_full(int fd, void *buf, size_t n, uint64_t off)
     return 0;
 }
 
+int sl_pwrite_full(int fd, const void *buf, size_t n, uint64_t off)
+{
+    const unsigned char *p = buf;
+    while (n > 0) {
+        const ssize_t r = pwrite(fd, p, n, (off_t)off);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            if (r == 0)
+                errno = EIO;
+            return -1;
+        }
+        p += r;
+        n -= (size_t)r;
+        off += (uint64_t)r;
+    }
+    return 0;
+}
+
 sl_status sl_file_read_all(const char *path, size_t max, sl_status st, sl_err *err, char **buf,
                            size_t *len)
 {
@@ -200,25 +219,13 @@ sl_status sl_file_temp_commit(int fd, const char *tmp, const char *path, sl_err 
     return SL_OK;
 }
 
-static sl_status write_full(int fd, const char *p, size_t len, const char *tmp, sl_err *err)
-{
-    while (len) {
-        const ssize_t k = write(fd, p, len);
-        if (k < 0 && errno == EINTR)
-            continue;
-        SL_CHECK(k > 0, err, SL_E_IO, "%s: write failed: %s", tmp, k < 0 ? strerror(errno) : "no progress");
-        p += k;
-        len -= (size_t)k;
-    }
-    return SL_OK;
-}
-
 sl_status sl_file_write_atomic(const char *path, const void *data, size_t len, sl_err *err)
 {
     char *tmp = NULL;
     int fd = -1;
     SL_TRY(sl_file_temp_create(path, &fd, &tmp, err));
-    sl_status st = write_full(fd, data, len, tmp, err);
+    sl_status st = sl_pwrite_full(fd, data, len, 0) == 0
+                       ? SL_OK : sl_err_set(err, SL_E_IO, "%s: write failed: %s", tmp, strerror(errno));
     if (st == SL_OK)
         st = sl_file_temp_commit(fd, tmp, path, err);
     else

@@ -49,6 +49,9 @@ const char *sl_file_kind(unsigned mode);
 /* Reads exactly n bytes at off, retrying on EINTR and short reads. Returns 0, or -1 with errno set
  * (errno 0 when the file ended early). */
 int sl_pread_full(int fd, void *buf, size_t n, uint64_t off);
+/* Writes exactly n bytes at off, retrying on EINTR and short writes. Returns 0, or -1 with errno
+ * set (EIO when a write made no progress). */
+int sl_pwrite_full(int fd, const void *buf, size_t n, uint64_t off);
 
 /* Reads a whole regular file of at most max bytes into *buf (NUL-terminated, free() it) and *len.
  * Failures are recorded in err with status st and read "<path>: <what>", e.g. "<path>: not a
