@@ -81,6 +81,10 @@ void sl_http_cfg_free(sl_http_cfg *c);
 /* base (a directory or file URL as the user wrote it) + "/" + rel, normalised to one '/'. NULL when
  * out of memory. */
 char *sl_http_join(const char *base, const char *rel);
+/* s percent-encoded into dst (room for 3 * strlen(s) + 1): every byte but the unreserved ones
+ * (ASCII letters and digits, - _ . ~), and '/' when keep_slash (an S3 key in a path; a query
+ * value encodes it), as SigV4's canonical forms have them. */
+void sl_http_pct_encode(char *dst, const char *s, int keep_slash);
 /* Fills o for the user-form URL `name` (checked: scheme, host, bucket). */
 sl_status sl_http_obj_init(sl_http_obj *o, sl_http_cfg *c, const char *name, sl_err *err);
 void sl_http_obj_free(sl_http_obj *o);

@@ -146,13 +146,12 @@ char *sl_http_join(const char *base, const char *rel)
     return p;
 }
 
-/* S3 keys in a URL: every byte but the unreserved ones and '/' percent-encoded, as SigV4's
- * canonical URI has them (curl signs the path it is given). */
-static void put_key(char *dst, const char *key)
+void sl_http_pct_encode(char *dst, const char *s, int keep_slash)
 {
     static const char hex[] = "0123456789ABCDEF";
-    for (const unsigned char *k = (const unsigned char *)key; *k; k++) {
-        if (sl_text_ascii_alnum(*k) || *k == '-' || *k == '_' || *k == '.' || *k == '~' || *k == '/') {
+    for (const unsigned char *k = (const unsigned char *)s; *k; k++) {
+        if (sl_text_ascii_alnum(*k) || *k == '-' || *k == '_' || *k == '.' || *k == '~' ||
+            (keep_slash && *k == '/')) {
             *dst++ = (char)*k;
         } else {
             *dst++ = '%';
@@ -208,7 +207,7 @@ static sl_status s3_url(sl_http_obj *o, const sl_http_cfg *c, const char *rest, 
         free(k);
         return sl_err_set(err, SL_E_NOMEM, "out of memory");
     }
-    put_key(k, key);
+    sl_http_pct_encode(k, key, 1);   /* SigV4's canonical URI: curl signs the path it is given */
     if (virt)
         snprintf(o->url, n, "%s://%.*s.%s/%s", scheme, (int)bl, rest, host, k);
     else

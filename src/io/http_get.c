@@ -102,21 +102,6 @@ sl_status sl_http_get_all(sl_http_cfg *c, const char *name, size_t max, char **b
 
 /* ---- S3 ListObjectsV2 ---- */
 
-static void put_query(char *dst, const char *s)
-{
-    static const char hex[] = "0123456789ABCDEF";
-    for (const unsigned char *k = (const unsigned char *)s; *k; k++) {
-        if (sl_text_ascii_alnum(*k) || *k == '-' || *k == '_' || *k == '.' || *k == '~') {
-            *dst++ = (char)*k;
-        } else {
-            *dst++ = '%';
-            *dst++ = hex[*k >> 4];
-            *dst++ = hex[*k & 15];
-        }
-    }
-    *dst = '\0';
-}
-
 static int cmp_str(const void *a, const void *b)
 {
     return strcmp(*(char *const *)a, *(char *const *)b);
@@ -135,8 +120,8 @@ static char *list_url(const char *bucket_url, const char *prefix, const char *to
     const size_t n = strlen(bucket_url) + 3 * strlen(prefix) + (token ? 3 * strlen(token) : 0) + 128;
     char *u = malloc(n), *ep = malloc(3 * strlen(prefix) + 1), *et = malloc(token ? 3 * strlen(token) + 1 : 1);
     if (u && ep && et) {
-        put_query(ep, prefix);
-        put_query(et, token ? token : "");
+        sl_http_pct_encode(ep, prefix, 0);
+        sl_http_pct_encode(et, token ? token : "", 0);
         snprintf(u, n, "%s?%s%s%sdelimiter=%%2F&encoding-type=url&list-type=2&prefix=%s", bucket_url,
                  token ? "continuation-token=" : "", token ? et : "", token ? "&" : "", ep);
     } else {
