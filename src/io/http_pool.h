@@ -28,7 +28,8 @@ int xf_pool_busy(const xf_pool *p);
 sl_status xf_pool_step(xf_pool *p, void (*done)(void *user, sl_http_xfer *x), void *user, sl_err *err);
 /* x out of the multi handle if it runs (before the buffer it writes into goes). */
 void xf_pool_drop(xf_pool *p, sl_http_xfer *x);
-/* Every handle cleaned up (running transfers dropped first). */
+/* Every handle cleaned up; the caller drops the transfers still running first (xf_pool_drop),
+ * since their handles go here. */
 void xf_pool_free(xf_pool *p);
 
 #endif /* SL_IO_HTTP_POOL_H */
