@@ -263,7 +263,9 @@ static sl_status ignored_count(sl_err *err, sl_arch *m, int32_t ri, int64_t *nam
              (long long)m->cfg.L, (long long)m->cfg.E);
     sl_arena tmp = {0};
     for (int64_t l = 0; l < nl; l++) {
-        for (int64_t e = 0; sl_arch_rule_at(m, ri, l) && e < ne; e++) {
+        if (!sl_arch_rule_at(m, ri, l))
+            continue;
+        for (int64_t e = 0; e < ne; e++) {
             char *name = (char *)(uintptr_t)sl_arch_name_format(&tmp, r->tensor, l, e);
             if (!name) {
                 sl_arena_free(&tmp);
