@@ -30,6 +30,7 @@ per process, and all-gathered over the devices (``_read_sharding``, ``_gather``)
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import re
 import time
@@ -429,6 +430,15 @@ def _axes(entry: Any) -> tuple[str, ...]:
     return tuple(entry) if isinstance(entry, tuple) else (entry,)
 
 
+@functools.lru_cache(maxsize=16)
+def _spanning_axes(mesh: Any) -> tuple[str, ...]:
+    """The mesh's axes along which devices belong to different processes (once per mesh, not per
+    tensor: DeepSeek-V3 has 90,000 tensors)."""
+    procs = np.vectorize(lambda d: d.process_index, otypes=[int])(mesh.devices)
+    return tuple(a for k, a in enumerate(mesh.axis_names)
+                 if bool((procs.min(axis=k) != procs.max(axis=k)).any()))
+
+
 def _read_sharding(s: Any, shape: tuple[int, ...]) -> Any:
     """For dist="cooperative": the sharding each process reads a tensor with, so that no byte is
     read by two processes. A NamedSharding that replicates the tensor over mesh axes whose devices
@@ -444,9 +454,7 @@ def _read_sharding(s: Any, shape: tuple[int, ...]) -> Any:
         return s
     mesh = s.mesh
     used = {a for e in spec for a in _axes(e)}
-    procs = np.vectorize(lambda d: d.process_index, otypes=[int])(mesh.devices)
-    spans = tuple(a for k, a in enumerate(mesh.axis_names)
-                  if a not in used and bool((procs.min(axis=k) != procs.max(axis=k)).any()))
+    spans = tuple(a for a in _spanning_axes(mesh) if a not in used)
     if not spans:
         return s
     extra = int(np.prod([mesh.shape[a] for a in spans]))
