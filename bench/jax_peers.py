@@ -39,11 +39,11 @@ import json, os, resource, sys, time
 os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
 import jax, numpy as np
 from jax.sharding import Mesh, NamedSharding
-import shardload, shardload.jax as sj
+import shardload, shardload.jax as sj, shardload.jax._shardings as jsh
 path, how = sys.argv[1], sys.argv[2]
 mesh = Mesh(np.array(jax.devices()[:8]), ("model",))
 with shardload.open(path) as ck:
-    specs = {n: NamedSharding(mesh, s) for n, s in sj._default_specs(ck, mesh, None, None).items()}
+    specs = {n: NamedSharding(mesh, s) for n, s in jsh.default_specs(ck, mesh, None, None).items()}
     files = {}
     for t in ck.tensors:
         if t.name in specs:
@@ -118,13 +118,13 @@ import json, os, sys, time
 os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
 import jax, numpy as np
 from jax.sharding import Mesh
-import shardload.jax as sj
+import shardload.jax as sj, shardload.jax._loader as jl, shardload.jax._staging as jst
 def misaligned(shape, dtype, nbytes):
     raw = np.empty(nbytes + 128, np.uint8)
     off = -raw.ctypes.data % 64 + 16
     return raw[off:off + nbytes].view(dtype).reshape(shape)
-sj._host_buffer, sj._adopts = misaligned, lambda devices: False
-sj._slab = lambda nbytes: misaligned((nbytes,), np.uint8, nbytes)
+jst.host_buffer, jl.adopts = misaligned, lambda devices: False
+jst.slab = lambda nbytes: misaligned((nbytes,), np.uint8, nbytes)
 mesh = Mesh(np.array(jax.devices()[:8]), ("model",))
 jax.block_until_ready(jax.device_put(np.ones(1 << 20, np.uint8), jax.devices()[0]))
 st, t = {}, time.perf_counter()

@@ -23,6 +23,8 @@ from jax.sharding import Mesh, PartitionSpec as P  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the oracle
 import oracle_shards as oracle  # noqa: E402
 import shardload.jax as sj  # noqa: E402
+import shardload.jax._loader as jl  # noqa: E402
+import shardload.jax._shardings as jsh  # noqa: E402
 
 SEED = 7  # the values test_jax_multihost.py wrote
 
@@ -64,8 +66,8 @@ def read_shardings(mesh: Mesh) -> None:
              (P("model"), (8,), ("model", "data")), (P("model"), (4,), ("model",)),
              (P("data", "model"), (4, 8), ("data",), ("model",))]
     for spec, shape, *want in cases:
-        got = sj._read_sharding(NamedSharding(mesh, spec), shape)
-        norm = [sj._axes(e) for e in got.spec] + [()] * (len(shape) - len(got.spec))
+        got = jsh.read_sharding(NamedSharding(mesh, spec), shape)
+        norm = [jsh.axes(e) for e in got.spec] + [()] * (len(shape) - len(got.spec))
         assert norm == want, (spec, shape, got.spec)
 
 
@@ -98,7 +100,7 @@ def main() -> None:
     for case, (rules, dst, dist) in cases.items():
         # many groups (the CPU devices adopt the buffers, so groups are otherwise 1 GiB: one
         # here): a tensor is gathered while later groups load, its parts deleted under them
-        sj._ADOPTED_GROUP = (1 << 20) if dist == "cooperative" else (1 << 30)
+        jl.ADOPTED_GROUP = (1 << 20) if dist == "cooperative" else (1 << 30)
         stats: dict = {}
         arrays = sj.load(path, mesh, rules, dtype=None if dst is None else "float32",
                          stats=stats, dist=dist)

@@ -28,6 +28,10 @@ from sl_fixtures import CONFIGS  # noqa: E402  (puts tests/ on the path, for the
 import oracle_shards as oracle  # noqa: E402
 import shardload  # noqa: E402
 import shardload.jax as sj  # noqa: E402
+import shardload.jax._groups as jg  # noqa: E402
+import shardload.jax._loader as jl  # noqa: E402
+import shardload.jax._shardings as jsh  # noqa: E402
+import shardload.jax._staging as jst  # noqa: E402
 
 # The oracle's architectures with sizes every mesh axis here divides (JAX wants even splits).
 ARCHS = {
@@ -121,14 +125,14 @@ def test_callable_sharding(tmp_path: Path) -> None:
 
 
 def _spy(monkeypatch: pytest.MonkeyPatch, name: str, record: list) -> None:
-    """Wraps shardload.jax's function `name`, appending (args, result) of each call to record."""
-    fn = getattr(sj, name)
+    """Wraps shardload.jax._loader's function `name`, appending (args, result) of each call to record."""
+    fn = getattr(jl, name)
 
     def call(*args: object) -> object:
         out = fn(*args)
         record.append((args, out))
         return out
-    monkeypatch.setattr(sj, name, call)
+    monkeypatch.setattr(jl, name, call)
 
 
 def make_big_ckpt(tmp: Path) -> tuple[Path, dict]:
@@ -152,9 +156,9 @@ def test_buffers_never_reused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     flight, through slabs. A CPU device_put adopts its buffer, so a reused slab would change
     arrays made earlier: each slab is retired once adopted, and the arrays are all exact."""
     path, want = make_big_ckpt(tmp_path / "r")
-    monkeypatch.setattr(sj, "_adopts", lambda devices: False)
+    monkeypatch.setattr(jl, "adopts", lambda devices: False)
     fills: list = []
-    _spy(monkeypatch, "_fill_group", fills)
+    _spy(monkeypatch, "fill_group", fills)
     stats: dict = {}
     arrays = sj.load(path, mesh_1d(), staging=2 << 20, stats=stats)
     assert len(fills) >= 5
@@ -168,9 +172,9 @@ def test_cpu_devices_adopt_the_buffers(tmp_path: Path, monkeypatch: pytest.Monke
     """On CPU devices every box's 64-byte aligned buffer becomes its device array (device_put
     copies none of them), which is why groups there are not bounded by the staging budget."""
     path, want = make_ckpt(tmp_path / "a", "llama")
-    assert sj._adopts(list(mesh_1d().devices.flat))
+    assert jst.adopts(list(mesh_1d().devices.flat))
     puts: list = []
-    _spy(monkeypatch, "_put_group", puts)
+    _spy(monkeypatch, "put_group", puts)
     arrays = sj.load(path, mesh_1d(), staging=2 << 20)
     assert len(puts) == 1 and puts[0][1][1] == 0  # one group, 0 bytes copied
     check_shards(arrays, want)
@@ -192,20 +196,20 @@ def test_copied_buffers_bound_the_groups(tmp_path: Path, monkeypatch: pytest.Mon
         buf = raw[off:off + nbytes].view(dtype).reshape(shape)
         live.append((weakref.ref(raw), nbytes))
         return buf
-    monkeypatch.setattr(sj, "_host_buffer", misaligned)
-    monkeypatch.setattr(sj, "_slab", lambda nbytes: misaligned((nbytes,), np.uint8, nbytes))
-    monkeypatch.setattr(sj, "_adopts", lambda devices: True)  # as if the probe had said so
-    monkeypatch.setattr(sj, "_ADOPTED_GROUP", 1 << 20)
+    monkeypatch.setattr(jst, "host_buffer", misaligned)
+    monkeypatch.setattr(jst, "slab", lambda nbytes: misaligned((nbytes,), np.uint8, nbytes))
+    monkeypatch.setattr(jl, "adopts", lambda devices: True)  # as if the probe had said so
+    monkeypatch.setattr(jl, "ADOPTED_GROUP", 1 << 20)
     fills: list = []
     peak = [0]
-    fill = sj._fill_group
+    fill = jl.fill_group
 
     def counting_fill(*args: object) -> object:
         out = fill(*args)
         peak[0] = max(peak[0], sum(n for r, n in live if r() is not None))
         fills.append(args[1])
         return out
-    monkeypatch.setattr(sj, "_fill_group", counting_fill)
+    monkeypatch.setattr(jl, "fill_group", counting_fill)
     staging = 2 << 20
     bound = (staging - (1 << 20)) // 2  # what is left after the engine's staging, halved
     arrays = sj.load(path, mesh_1d(), staging=staging)
@@ -247,11 +251,11 @@ def _as_copying_devices(monkeypatch: pytest.MonkeyPatch) -> list:
     handed to JAX, and checks, whenever a group is about to be loaded into a slab again, that
     load waited for every array put from that slab (a CPU copy is often done by then anyway:
     is_ready() alone would not notice a missing wait)."""
-    monkeypatch.setattr(sj, "_host_buffer", _misaligned)
-    monkeypatch.setattr(sj, "_slab", lambda nbytes: _misaligned((nbytes,), np.uint8, nbytes))
-    monkeypatch.setattr(sj, "_adopts", lambda devices: False)
+    monkeypatch.setattr(jst, "host_buffer", _misaligned)
+    monkeypatch.setattr(jst, "slab", lambda nbytes: _misaligned((nbytes,), np.uint8, nbytes))
+    monkeypatch.setattr(jl, "adopts", lambda devices: False)
     put: list = []
-    put_group, take = sj._put_group, sj._Staging.take
+    put_group, take = jl.put_group, jst.Staging.take
 
     def spy_put(boxes: list, shards: dict) -> tuple:
         arrays, copied, adopted = put_group(boxes, shards)
@@ -265,8 +269,8 @@ def _as_copying_devices(monkeypatch: pytest.MonkeyPatch) -> list:
             lo, hi = slab.ctypes.data, slab.ctypes.data + slab.nbytes
             assert all(w.waited for addr, w in list(put) if lo <= addr < hi)
         return take(self, slot, params)  # type: ignore[arg-type]
-    monkeypatch.setattr(sj, "_put_group", spy_put)
-    monkeypatch.setattr(sj._Staging, "take", spy_take)
+    monkeypatch.setattr(jl, "put_group", spy_put)
+    monkeypatch.setattr(jst.Staging, "take", spy_take)
     return put
 
 
@@ -332,7 +336,7 @@ def test_dma_mapped_slabs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     path, want = make_big_ckpt(tmp_path / "d")
     _as_copying_devices(monkeypatch)
     fake = FakeClient()
-    monkeypatch.setattr(sj, "_clients", lambda devices: [fake])
+    monkeypatch.setattr(jl, "clients", lambda devices: [fake])
     stats: dict = {}
     arrays = sj.load(path, mesh_1d(), staging=2 << 20, stats=stats)
     check_shards(arrays, want)
@@ -349,7 +353,7 @@ def test_dma_turned_off_and_unmapped_on_failure(tmp_path: Path,
     path, want = make_big_ckpt(tmp_path / "o")
     _as_copying_devices(monkeypatch)
     fake = FakeClient()
-    monkeypatch.setattr(sj, "_clients", lambda devices: [fake])
+    monkeypatch.setattr(jl, "clients", lambda devices: [fake])
     stats: dict = {}
     check_shards(sj.load(path, mesh_1d(), staging=2 << 20, dma=False, stats=stats), want)
     assert stats["staging"] == "plain" and stats["dma"] == "off" and stats["reused"] >= 5
@@ -365,7 +369,7 @@ def test_dma_turned_off_and_unmapped_on_failure(tmp_path: Path,
         sj.load(path, mesh_1d(), staging=2 << 20, progress=stop)
     assert len(fake.maps) == 2 and sorted(fake.unmaps) == sorted(a for a, _ in fake.maps)
     bad = FakeClient(RuntimeError("unmap failed"))
-    monkeypatch.setattr(sj, "_clients", lambda devices: [bad])
+    monkeypatch.setattr(jl, "clients", lambda devices: [bad])
     with pytest.raises(RuntimeError, match="unmap failed"):
         sj.load(path, mesh_1d(), staging=2 << 20)
     assert len(bad.unmaps) == 2
@@ -434,19 +438,19 @@ def test_pieces_of_a_large_tensor() -> None:
     mesh = mesh_2d()
     shape = (1024, 64)
 
-    class T:  # the two fields _pieces reads
+    class T:  # the field pieces reads
         pass
     tensor = T()
     tensor.shape = shape  # type: ignore[attr-defined]
-    index = sj._local_devices(mesh)
-    rows = sj._boxes("w", shape, NamedSharding(mesh, P("model", None)), index)
-    pieces = sj._pieces(tensor, rows, 2, 40_000)  # 4 distinct boxes of 32 KiB, each on 2 devices
+    index = jsh.local_devices(mesh)
+    rows = jsh.boxes("w", shape, NamedSharding(mesh, P("model", None)), index)
+    pieces = jg.pieces(tensor, rows, 2, 40_000)  # 4 distinct boxes of 32 KiB, each on 2 devices
     assert [len(p) for p in pieces] == [2, 2, 2, 2]
     assert all(len({b[2] for _, b in p}) == 1 for p in pieces)  # a box and its copy
     assert sorted(d.id for p in pieces for d, _ in p) == sorted(d.id for d, _ in rows)
-    assert len(sj._pieces(tensor, rows, 2, 70_000)) == 4  # 2 copies x 32 KiB fill a piece
-    cols = sj._boxes("w", shape, NamedSharding(mesh, P(None, "model")), index)
-    assert sj._pieces(tensor, cols, 2, 40_000) == [cols]  # would read every row 4 times
+    assert len(jg.pieces(tensor, rows, 2, 70_000)) == 4  # 2 copies x 32 KiB fill a piece
+    cols = jsh.boxes("w", shape, NamedSharding(mesh, P(None, "model")), index)
+    assert jg.pieces(tensor, cols, 2, 40_000) == [cols]  # would read every row 4 times
 
 
 def test_progress_and_loader_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -454,7 +458,7 @@ def test_progress_and_loader_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     groups; an exception raised on the loader thread (here by the callback) is load's error."""
     import threading
     path, _ = make_ckpt(tmp_path / "g", "mistral")
-    monkeypatch.setattr(sj, "_adopts", lambda devices: False)
+    monkeypatch.setattr(jl, "adopts", lambda devices: False)
     seen: list[tuple[int, int]] = []
     sj.load(path, mesh_2d(), staging=2 << 20, progress=lambda d, t: seen.append((d, t)))
     total = sj.plan(path, mesh_2d()).read_bytes

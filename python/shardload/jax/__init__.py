@@ -1,0 +1,165 @@
+"""shardload.jax: checkpoints straight into jax.Arrays sharded over a Mesh, each device getting
+exactly its index of each tensor, with bounded host memory.
+
+How: every tensor's sharding says which index box each addressable device holds
+(``addressable_devices_indices_map``). The boxes become plans of the C core
+(``sl_plan_build_boxes``: no layout rule, any sharding): one of them all, built first (it checks
+every box before a byte is read), then one per group of consecutive tensors, loaded on a loader
+thread into fresh 64-byte aligned host buffers, one per box, while the previous group goes to its
+devices in one batched ``jax.device_put``; the global arrays are assembled with
+``jax.make_array_from_single_device_arrays``.
+
+Host memory: an eighth of the staging budget is the engine's own staging; the rest holds the
+buffers of two groups (the one being loaded, the one whose transfers JAX is finishing), so host
+memory beyond the device arrays stays within the budget. A tensor larger than a group is cut
+into pieces of whole boxes when its boxes split dimension 0 only (disjoint byte ranges); one split
+along another dimension stays one group (pieces would read its rows again), the one case over
+the budget. On CPU devices XLA adopts an aligned host buffer as the device buffer (no copy): there a
+group's buffers *are* device arrays, fresh for each group, so groups are large (few C loads); every
+put is checked, and the first buffer JAX copies instead brings the bound back. On devices that
+copy, the groups go through two slabs of the group bound, used in turn and reused once JAX has
+finished with the previous group loaded into that slab (its arrays are ready: the transfers are
+done), each DMA-mapped once (``client.dma_map``) where the backend implements it and unmapped when
+the load ends, failed or not (``dma=False`` or SHARDLOAD_JAX_DMA=0: plain host memory). A slab
+that a device adopted after all is never reused: it is that device's memory now.
+
+Each process loads its addressable devices only, reading only the bytes they need; with
+dist="cooperative", what the shardings replicate across processes is read in disjoint parts, one
+per process, and all-gathered over the devices (``_shardings.read_sharding``, ``_loader.gather``).
+
+Where things are: _shardings.py (which box each device holds), _groups.py (boxes into groups
+that fit the budget), _staging.py (the host buffers), _loader.py (the load loop).
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from .._dtypes import numpy_dtype
+from ..checkpoint import opened
+from ..plan import ConfigSource, Plan
+from ._loader import Loader
+from ._shardings import ShardingSpec, items, local_devices
+
+_DMA_ENV = "SHARDLOAD_JAX_DMA"  # "0": never dma_map the slabs
+
+
+def _dist(dist: str) -> bool:
+    if dist not in ("independent", "cooperative"):
+        raise ValueError(f"dist {dist!r}: expected 'independent' or 'cooperative'")
+    return dist == "cooperative"
+
+
+def plan(path: Any, mesh: Any, shardings: ShardingSpec = None, *, dtype: Any = None,
+         config: ConfigSource | None = None, dist: str = "independent") -> Plan:
+    """What each of this process's mesh devices would hold (the C planner's plan of the boxes):
+    plan(...).devices[i] is mesh.devices.flat's i-th local device. Reads no data. With
+    dist="cooperative", the boxes it reads before the gather (read_bytes: this process's)."""
+    cooperative = _dist(dist)
+    with opened(path) as ck:
+        index = local_devices(mesh)
+        _, _, its = items(ck, mesh, shardings, config, dtype, index, cooperative)
+        return Plan.from_boxes(ck, [b for _, bs in its for _, b in bs], len(index), dtype)
+
+
+def _use_dma(dma: bool | None) -> bool:
+    if dma is not None and not isinstance(dma, bool):
+        raise TypeError(f"dma must be None or a bool, got {type(dma).__name__}")
+    return dma if dma is not None else os.environ.get(_DMA_ENV, "1") != "0"
+
+
+def load(path: Any, mesh: Any, shardings: ShardingSpec = None, *, dtype: Any = None,
+         staging: int = 64 << 20, io: str = "auto", threads: int = 0,
+         progress: Callable[[int, int], None] | None | bool = None,
+         config: ConfigSource | None = None, dma: bool | None = None,
+         stats: dict[str, Any] | None = None, dist: str = "independent") -> dict[str, Any]:
+    """The checkpoint's tensors as global jax.Arrays of their logical shapes, sharded as asked
+    (default: the spmd rule on the mesh's last axis), each addressable device holding exactly
+    its index. Host memory beyond the device arrays stays within `staging`.
+
+    dist="independent": each process reads the bytes its devices hold. dist="cooperative" (for
+    jax.distributed jobs): a tensor the shardings replicate across processes is read in disjoint
+    parts, one per process, and gathered to its sharding over the devices' interconnect, so that
+    each byte is read once per job.
+
+    On devices that copy, the host buffers are DMA-mapped (client.dma_map) where the backend
+    implements it; dma=False, or SHARDLOAD_JAX_DMA=0 when dma is None, keeps them plain. A dict
+    passed as `stats` is filled with what the load did: "staging" ("dma-mapped" or "plain"),
+    "dma" (mapped, off, unused, or the backend's refusal), groups, slabs, reused, copied and
+    adopted bytes, read_bytes (what the plan reads), bytes_read (what the engine read, over
+    all its C loads), seconds."""
+    if isinstance(staging, bool) or not isinstance(staging, int) or staging < (2 << 20):
+        raise ValueError("staging must be an int of at least 2 MiB")
+    if stats is not None and not isinstance(stats, dict):
+        raise TypeError(f"stats must be None or a dict, got {type(stats).__name__}")
+    use_dma = _use_dma(dma)
+    cooperative = _dist(dist)
+    t_start = time.perf_counter()
+    index = local_devices(mesh)
+    with opened(path) as ck:
+        specs, reads, its = items(ck, mesh, shardings, config, dtype, index, cooperative)
+        loader = Loader(ck, its, specs, reads, index, dtype, staging,
+                        {"io": io, "threads": threads}, progress, use_dma)
+        out = loader.run()
+    if stats is not None:
+        stats.update(loader.stats(), seconds=time.perf_counter() - t_start)
+    return out
+
+
+class _Devices:
+    """The devices of some shardings in id order: what load needs of a mesh when every tensor's
+    Sharding is given."""
+
+    def __init__(self, shardings: Iterable[Any]) -> None:
+        devs = sorted({d for s in shardings for d in s.device_set}, key=lambda d: d.id)
+        self.devices = np.empty(len(devs), dtype=object)
+        self.devices[:] = devs
+
+
+def load_into(path: Any, arrays: Mapping[str, Any], *, donate: bool = False,
+              staging: int = 64 << 20, io: str = "auto", threads: int = 0,
+              progress: Callable[[int, int], None] | None | bool = None,
+              dma: bool | None = None, dist: str = "independent") -> dict[str, Any]:
+    """The checkpoint's tensors named in `arrays` (name -> jax.Array or jax.ShapeDtypeStruct
+    with a sharding), each loaded with that array's sharding, shape and dtype (bf16, f16 and
+    f32 converted on the way). JAX arrays are immutable, so these are new arrays, returned:
+    nothing is written into the given ones. donate=True deletes the given jax.Arrays before the
+    load (after every name, shape and dtype is checked), so that their device memory is free
+    for the new ones; they are gone if the load then fails. dist: as in load."""
+    import jax
+    if not isinstance(arrays, Mapping):
+        raise TypeError(f"arrays must be a mapping name -> jax.Array, got {type(arrays).__name__}")
+    by_dtype: dict[Any, dict[str, Any]] = {}
+    with opened(path) as ck:
+        tensors = {t.name: t for t in ck.tensors}
+        for name, a in arrays.items():
+            t = tensors.get(name)
+            if t is None:
+                raise KeyError(f"arrays names '{name}', which is not in the checkpoint")
+            if tuple(a.shape) != t.shape:
+                raise ValueError(f"tensor '{name}': shape {tuple(a.shape)}, the checkpoint has "
+                                 f"{t.shape}")
+            if getattr(a, "sharding", None) is None:
+                raise ValueError(f"tensor '{name}': the array has no sharding")
+            dt = np.dtype(a.dtype)
+            target = dt.name if dt.name in ("bfloat16", "float16", "float32") else None
+            if target is None and dt != numpy_dtype(t.dtype):
+                raise ValueError(f"tensor '{name}': dtype {dt}, the checkpoint has {t.dtype} "
+                                 "(conversions go to bf16, f16 or f32 only)")
+            by_dtype.setdefault(target, {})[name] = a.sharding
+    if donate:
+        for a in arrays.values():
+            if isinstance(a, jax.Array):
+                a.delete()
+    out: dict[str, Any] = {}
+    for target, specs in by_dtype.items():
+        out.update(load(path, _Devices(specs.values()), specs, dtype=target, staging=staging,
+                        io=io, threads=threads, progress=progress, dma=dma, dist=dist))
+    return {name: out[name] for name in arrays}
+
+
+__all__ = ["load", "load_into", "plan"]

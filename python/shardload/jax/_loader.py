@@ -1,0 +1,259 @@
+"""One load into jax.Arrays: each group's C load on a loader thread into host buffers, each group
+handed to its devices (one batched device_put) while the next one loads, and each global array
+assembled (under dist="cooperative", gathered to its sharding) as soon as its boxes are on their
+devices."""
+from __future__ import annotations
+
+import ctypes
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from .. import _interrupt
+from .. import _native as N
+from ..checkpoint import Checkpoint
+from ..model import _load_opts, _run, _set_list
+from ..plan import Plan
+from ._groups import Group, groups, padded
+from ._shardings import Item
+from ._staging import Staging, adopts, aliases, clients
+
+ENGINE_PART = 8  # the engine's staging is staging // ENGINE_PART
+ADOPTED_GROUP = 1 << 30  # bytes of boxes per C load when the devices adopt the buffers
+Received = list[tuple[Any, str, np.ndarray]]  # (device, tensor name, buffer) of each box
+
+
+def _dest_table(plan: Plan, devs: list[int], staging: Staging, slot: int | None,
+                bufs: dict[tuple[int, int], np.ndarray]) -> tuple[Any, list[Any]]:
+    """param_dest for the devices of a group: a buffer per box, from `staging`."""
+    table = (ctypes.POINTER(ctypes.c_void_p) * len(plan.devices))()
+    params = [(d, i, p) for d in devs for i, p in enumerate(plan.devices[d].params)]
+    for (d, i, _), buf in zip(params, staging.take(slot, [p for _, _, p in params])):
+        bufs[(d, i)] = buf
+    rows = []
+    for d in devs:
+        ptrs = [bufs[(d, i)].ctypes.data if p.nbytes else None
+                for i, p in enumerate(plan.devices[d].params)]
+        rows.append((ctypes.c_void_p * max(len(ptrs), 1))(*ptrs))
+        table[d] = ctypes.cast(rows[-1], ctypes.POINTER(ctypes.c_void_p))
+    return table, rows
+
+
+def fill_group(ck: Checkpoint, group: Group, n_devices: int, dtype: Any, opts: dict[str, Any],
+               progress: Progress, staging: Staging,
+               slot: int | None) -> tuple[Received, float, int]:
+    """Plans one group's boxes and loads them into host buffers from `staging`: (device, tensor
+    name, buffer) per box, in the group's order, the C load's seconds and the bytes its engine
+    read. Runs on the loader thread (ctypes releases the GIL for the C load), while the caller
+    hands the previous group to JAX."""
+    plan = Plan.from_boxes(ck, [b for _, bs in group for _, b in bs], n_devices, dtype)
+    try:
+        devs = sorted({b[1] for _, bs in group for _, b in bs})
+        bufs: dict[tuple[int, int], np.ndarray] = {}
+        table, rows = _dest_table(plan, devs, staging, slot, bufs)
+        o = _load_opts("cpu", opts["io"], opts["staging"], opts["threads"], False, 1234)
+        keep: list[Any] = [rows]
+        _set_list(o, keep, "devices", "n_devices", devs)
+        o.param_dest, o.n_param_dest = table, len(plan.devices)
+        t0 = time.perf_counter()
+        native = _run(ck, plan, o, progress.group(plan.read_bytes or 0))
+        seconds = time.perf_counter() - t0
+        st = N.LoadStats()
+        N.lib.sl_model_stats(native.h, ctypes.byref(st))
+        del native  # the model's devices are the caller's buffers: nothing of it is needed
+        progress.next(plan.read_bytes or 0)
+    finally:
+        plan.close()
+    nth = dict.fromkeys(devs, 0)  # device d's i-th parameter is its i-th box of the group
+    out = []
+    for _, bs in group:
+        for dev, (name, d, _, _) in bs:
+            out.append((dev, name, bufs[(d, nth[d])]))
+            nth[d] += 1
+    return out, seconds, int(st.bytes_read)
+
+
+
+def put_group(boxes: Received,
+              shards: dict[str, list[Any]]) -> tuple[list[Any], int, int]:
+    """Hands a group's buffers to their devices (one batched device_put): the arrays, the bytes
+    JAX copied and the bytes it adopted (the buffer became the device array)."""
+    import jax
+    arrays = jax.device_put([b for _, _, b in boxes], [dev for dev, _, _ in boxes])
+    copied = adopted = 0
+    for (_, name, buf), a in zip(boxes, arrays):
+        shards.setdefault(name, []).append(a)
+        if buf.nbytes and aliases(a, buf):
+            adopted += buf.nbytes
+        else:
+            copied += buf.nbytes
+    return arrays, copied, adopted
+
+
+class Progress:
+    """One (done, total) over every group's load, in the whole plan's read bytes: a group's
+    (done, total) from the engine (which counts the gaps it reads through) is scaled to the
+    group plan's read bytes, so that the last report is (total, total)."""
+
+    def __init__(self, fn: Callable[[int, int], None] | None | bool, total: int) -> None:
+        self.fn, self.total, self.base = fn, total, 0
+
+    def group(self, size: int) -> Any:
+        if not callable(self.fn):
+            return False
+        fn, base = self.fn, self.base
+
+        def call(done: int, total: int) -> None:
+            fn(base + (done * size // total if total else size), self.total)
+        return call
+
+    def next(self, size: int) -> None:
+        self.base += size
+
+
+def gather(a: Any, spec: Any) -> Any:
+    """An array read with another sharding, moved to `spec` over the devices' interconnect (XLA's
+    collectives: an all-gather over the axes the read added); what was read is deleted, so that
+    the devices keep their target shards only."""
+    import jax
+    out = jax.device_put(a, spec)
+    out.block_until_ready()
+    if out is not a:  # (an equivalent sharding would give the array back)
+        a.delete()
+    return out
+
+
+class Loader:
+    """One load: the groups of this process's boxes, the group loading ahead on the loader
+    thread, the shards handed to JAX and the global arrays assembled from them.
+
+    Host memory: an eighth of the staging budget is the engine's staging (populated afresh by
+    each C load: a small one costs less set-up and read no slower here); the rest holds the boxes
+    of two groups, one being loaded while the other goes to JAX. Unless the devices adopt the
+    buffers: then a group's buffers are its device arrays, not host memory beyond them, and
+    groups are large (fresh buffers are first touched by each C load); the first buffer JAX
+    copies brings the bound back."""
+
+    def __init__(self, ck: Checkpoint, items: list[Item], specs: dict[str, Any],
+                 reads: dict[str, Any], index: dict[Any, int], dtype: Any, staging: int,
+                 opts: dict[str, Any], progress: Callable[[int, int], None] | None | bool,
+                 dma: bool) -> None:
+        self.ck, self.specs, self.reads, self.dtype = ck, specs, reads, dtype
+        self.n_devices = len(index)
+        self.shapes = {t.name: t.shape for t, _ in items}
+        self.need = {t.name: len(bs) for t, bs in items}  # whole once its boxes are put
+        whole = Plan.from_boxes(ck, [b for _, bs in items for _, b in bs], len(index), dtype)
+        try:
+            self.total = whole.read_bytes or 0  # also checks every box before a byte is read
+            boxes_bytes = sum(padded(p.nbytes) for d in whole.devices for p in d.params)
+        finally:
+            whole.close()
+        engine = max(staging // ENGINE_PART, 1 << 20)
+        self.bounded = (staging - engine) // 2
+        self.adopting = adopts(index)
+        self.budget = ADOPTED_GROUP if self.adopting else self.bounded
+        self.opts = dict(opts, staging=engine)
+        self.progress = Progress(progress, self.total)
+        self.pool = Staging(clients(index), min(self.bounded, boxes_bytes), dma)
+        self.groups = groups(items, lambda: self.budget, dtype)
+        self.ahead: tuple[Future[tuple[Received, float, int]], int | None] | None = None
+        self.shards: dict[str, list[Any]] = {}
+        self.out: dict[str, Any] = {}
+        self.sent: list[Any] = []  # the arrays of the group handed to JAX last
+        self.count = {"groups": 0, "copied_bytes": 0, "adopted_bytes": 0, "bytes_read": 0,
+                      "gathered_tensors": 0, "gathered_bytes": 0}
+        self.secs = {"c_load_seconds": 0.0, "put_seconds": 0.0, "gather_seconds": 0.0}
+
+    def run(self) -> dict[str, Any]:
+        """Every tensor's global array, in the order of the shardings."""
+        try:
+            with ThreadPoolExecutor(1, thread_name_prefix="shardload.jax") as ex:
+                try:
+                    self._submit(ex)
+                    while self.ahead is not None:
+                        self._receive(ex)
+                except KeyboardInterrupt:   # Ctrl-C: the C load of the next group stops too
+                    _interrupt.stop(self.ahead[0] if self.ahead else None)
+                    raise
+        finally:
+            self._settle()
+            err = self.pool.close()
+        if err is not None:
+            raise err
+        # tensors with no box on this process's devices
+        self.out.update((n, self._assemble(n)) for n in self.specs if n not in self.out)
+        return {n: self.out[n] for n in self.specs}
+
+    def stats(self) -> dict[str, Any]:
+        return {**self.pool.report(), **self.count, "read_bytes": self.total, **self.secs}
+
+    def _submit(self, ex: ThreadPoolExecutor) -> None:
+        """Starts the next group's C load on the loader thread (self.ahead: None once all are)."""
+        group = next(self.groups, None)
+        if group is None:
+            self.ahead = None
+            return
+        slot = None if self.adopting else self.count["groups"] % 2
+        self.count["groups"] += 1
+        self.ahead = (ex.submit(fill_group, self.ck, group, self.n_devices, self.dtype, self.opts,
+                                self.progress, self.pool, slot), slot)
+
+    def _receive(self, ex: ThreadPoolExecutor) -> None:
+        """Hands the group loaded ahead to its devices, once the next group's load has begun."""
+        assert self.ahead is not None
+        loading, slot = self.ahead
+        boxes, c_seconds, c_read = loading.result()  # (a Ctrl-C here stops self.ahead)
+        self.ahead = None
+        del loading  # (it holds the buffers too)
+        self.secs["c_load_seconds"] += c_seconds
+        self.count["bytes_read"] += c_read
+        t0 = time.perf_counter()
+        # The previous group's transfers are done (JAX holds a host buffer until its transfer
+        # completes), so two groups at most are alive, this one and the next, and the slab the
+        # next one is loaded into is free again. (A gathered tensor's parts are deleted: their
+        # transfers were done.)
+        for a in self.sent:
+            if not a.is_deleted():
+                a.block_until_ready()
+        self._submit(ex)
+        self.sent, copied, adopted = put_group(boxes, self.shards)
+        self.secs["put_seconds"] += time.perf_counter() - t0
+        done = [n for n in dict.fromkeys(b[1] for b in boxes)
+                if len(self.shards[n]) == self.need[n]]
+        del boxes
+        for n in done:
+            self.out[n] = self._assemble(n)
+        self.count["copied_bytes"] += copied
+        self.count["adopted_bytes"] += adopted
+        if adopted and slot is not None:
+            self.pool.retire(slot)  # that slab is device memory now
+        if copied:  # not adopted: the buffers are host memory after all
+            self.budget, self.adopting = self.bounded, False
+
+    def _assemble(self, n: str) -> Any:
+        """Tensor n's global array, once all its boxes are on their devices; under cooperative,
+        gathered to its sharding right away (while the next group loads), so that the parts read
+        never pile up."""
+        import jax
+        a = jax.make_array_from_single_device_arrays(self.shapes[n], self.reads[n],
+                                                     self.shards.pop(n, []))
+        if self.reads[n] is self.specs[n]:
+            return a
+        t0 = time.perf_counter()
+        self.count["gathered_bytes"] += sum(sh.data.nbytes for sh in a.addressable_shards)
+        self.count["gathered_tensors"] += 1
+        a = gather(a, self.specs[n])
+        self.secs["gather_seconds"] += time.perf_counter() - t0
+        return a
+
+    def _settle(self) -> None:
+        """Waits for every transfer still running: no transfer reads a slab being unmapped."""
+        for a in [a for xs in self.shards.values() for a in xs] + list(self.out.values()):
+            try:
+                if not a.is_deleted():
+                    a.block_until_ready()
+            except Exception:  # noqa: BLE001 - the load's own error is the one raised
+                pass

@@ -1,0 +1,170 @@
+"""Which index box of each tensor each of this process's devices holds: the shardings asked for
+(a mapping, a callable, (regex, PartitionSpec) rules, or SHARDING.md's spmd rule by default), the
+boxes JAX's shardings give, and for dist="cooperative" the sharding a tensor is read with so that
+no byte is read by two processes."""
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from ..checkpoint import Checkpoint, Tensor
+from ..plan import ConfigSource, Plan
+
+ShardingSpec = Any  # a Mapping name -> Sharding, a callable, or a list of (regex, PartitionSpec)
+Box = tuple[str, int, tuple[int, ...], tuple[int, ...]]  # name, mesh device, start, length
+Item = tuple[Tensor, list[tuple[Any, Box]]]  # a tensor and (device, box) of each device
+
+
+def default_specs(ck: Checkpoint, mesh: Any, config: ConfigSource | None,
+                   dtype: Any) -> dict[str, Any]:
+    """SHARDING.md's spmd rule on the mesh's last axis, as the C planner applies it: each
+    tensor of the spmd plan is split along the dimension its tile is shorter in, else
+    replicated. Tensors the rule table skips (tied heads, rotary caches) are not loaded."""
+    from jax.sharding import PartitionSpec
+    axis = mesh.axis_names[-1]
+    n = int(mesh.shape[axis])
+    plan = Plan(ck, config=config, tp=n, layout="spmd", dtype=dtype)
+    shapes = {t.name: t.shape for t in ck.tensors}
+    out: dict[str, Any] = {}
+    for p in plan.devices[0].params:
+        whole = shapes[p.name]
+        split = [k for k in range(len(whole)) if p.shape[k] != whole[k]]
+        spec = [None] * len(whole)
+        if split:
+            spec[split[0]] = axis
+        out[p.name] = PartitionSpec(*spec)  # type: ignore[no-untyped-call]
+    plan.close()
+    return out
+
+
+def _sharding_of(name: str, t: Tensor, mesh: Any, shardings: ShardingSpec) -> Any:
+    """The Sharding of one tensor, from a mapping, a callable or (regex, PartitionSpec) rules."""
+    from jax.sharding import NamedSharding, PartitionSpec, Sharding
+    if callable(shardings):
+        s = shardings(name, t.shape, t.dtype)
+    elif isinstance(shardings, Mapping):
+        s = shardings[name]
+    else:
+        s = next((spec for pat, spec in shardings if re.search(pat, name)), None)
+        if s is None:
+            raise ValueError(f"tensor '{name}': no sharding rule matches it")
+    if isinstance(s, PartitionSpec):
+        s = NamedSharding(mesh, s)
+    if not isinstance(s, Sharding):
+        raise TypeError(f"tensor '{name}': expected a jax.sharding.Sharding or PartitionSpec, "
+                        f"got {type(s).__name__}")
+    return s
+
+
+def _shardings(ck: Checkpoint, mesh: Any, shardings: ShardingSpec, config: ConfigSource | None,
+               dtype: Any) -> dict[str, Any]:
+    by_name = {t.name: t for t in ck.tensors}
+    if shardings is None:
+        specs = default_specs(ck, mesh, config, dtype)
+        return {n: _sharding_of(n, by_name[n], mesh, specs) for n in specs}
+    if isinstance(shardings, Mapping):
+        missing = [n for n in shardings if n not in by_name]
+        if missing:
+            raise KeyError(f"shardings names '{missing[0]}', which is not in the checkpoint")
+        names: Iterable[str] = shardings
+    elif callable(shardings) or isinstance(shardings, (list, tuple)):
+        names = by_name
+    else:
+        raise TypeError("shardings must be None, a mapping name -> Sharding, a callable "
+                        "(name, shape, dtype) -> Sharding or a list of (regex, PartitionSpec)")
+    return {n: _sharding_of(n, by_name[n], mesh, shardings) for n in names}
+
+
+def boxes(name: str, shape: tuple[int, ...], sharding: Any,
+          index: dict[Any, int]) -> list[tuple[Any, Box]]:
+    """(device, box) of every addressable device of the sharding, in the mesh's order."""
+    spec = getattr(sharding, "spec", None)
+    if spec is not None and len(spec) > len(shape):  # JAX says only "list index out of range"
+        raise ValueError(f"tensor '{name}' {shape}: its PartitionSpec {spec} has {len(spec)} "
+                         f"entries for {len(shape)} dimension{'s' if len(shape) != 1 else ''}")
+    try:
+        imap = sharding.addressable_devices_indices_map(shape)
+    except Exception as e:  # noqa: BLE001 - JAX's own message, with the tensor named
+        raise ValueError(f"tensor '{name}' {shape}: JAX rejects its sharding: {e}") from e
+    out = []
+    for dev, idx in imap.items():
+        if dev not in index:
+            raise ValueError(f"tensor '{name}': its sharding uses {dev}, not a device of the mesh")
+        start, length = [], []
+        for k, sl in enumerate(idx):
+            a, b, step = sl.indices(shape[k])
+            if step != 1:
+                raise ValueError(f"tensor '{name}': strided index {sl} on {dev}")
+            start.append(a)
+            length.append(max(b - a, 0))
+        out.append((dev, (name, index[dev], tuple(start), tuple(length))))
+    return sorted(out, key=lambda x: x[1][1])
+
+
+def local_devices(mesh: Any) -> dict[Any, int]:
+    """This process's devices of the mesh, in the mesh's order: mesh device index i."""
+    import jax
+    local = [d for d in mesh.devices.flat if d.process_index == jax.process_index()]
+    return {d: i for i, d in enumerate(local)}
+
+
+def axes(entry: Any) -> tuple[str, ...]:
+    """The mesh axes of one PartitionSpec entry (None, a name or a tuple of names)."""
+    if entry is None:
+        return ()
+    return tuple(entry) if isinstance(entry, tuple) else (entry,)
+
+
+@functools.lru_cache(maxsize=16)
+def _spanning_axes(mesh: Any) -> tuple[str, ...]:
+    """The mesh's axes along which devices belong to different processes (once per mesh, not per
+    tensor: DeepSeek-V3 has 90,000 tensors)."""
+    procs = np.vectorize(lambda d: d.process_index, otypes=[int])(mesh.devices)
+    return tuple(a for k, a in enumerate(mesh.axis_names)
+                 if bool((procs.min(axis=k) != procs.max(axis=k)).any()))
+
+
+def read_sharding(s: Any, shape: tuple[int, ...]) -> Any:
+    """For dist="cooperative": the sharding each process reads a tensor with, so that no byte is
+    read by two processes. A NamedSharding that replicates the tensor over mesh axes whose devices
+    belong to several processes gets those axes added (minor) to the first dimension they divide
+    evenly: the processes then read disjoint parts (whole rows where it is dimension 0), and
+    going back to `s` is an all-gather over those axes. Anything else (another kind of Sharding,
+    no such axis, no dimension they divide) is read as `s` itself, by every process that needs it."""
+    from jax.sharding import NamedSharding, PartitionSpec
+    if not isinstance(s, NamedSharding) or len(s.spec) > len(shape):
+        return s
+    spec = list(s.spec) + [None] * (len(shape) - len(s.spec))
+    if any(e is PartitionSpec.UNCONSTRAINED for e in spec):
+        return s
+    mesh = s.mesh
+    used = {a for e in spec for a in axes(e)}
+    spans = tuple(a for a in _spanning_axes(mesh) if a not in used)
+    if not spans:
+        return s
+    extra = int(np.prod([mesh.shape[a] for a in spans]))
+    for k, n in enumerate(shape):
+        parts = int(np.prod([mesh.shape[a] for a in axes(spec[k])]))
+        if n % (parts * extra) == 0:
+            spec[k] = axes(spec[k]) + spans
+            return NamedSharding(mesh, PartitionSpec(*spec),  # type: ignore[no-untyped-call]
+                                 memory_kind=s.memory_kind)
+    return s
+
+
+def items(ck: Checkpoint, mesh: Any, shardings: ShardingSpec, config: ConfigSource | None,
+          dtype: Any, index: dict[Any, int], cooperative: bool = False
+          ) -> tuple[dict[str, Any], dict[str, Any], list[Item]]:
+    """The target sharding of every tensor, the one it is read with (the same unless
+    cooperative), and the boxes of this process's devices, in checkpoint order."""
+    specs = _shardings(ck, mesh, shardings, config, dtype)
+    order = {t.name: k for k, t in enumerate(ck.tensors)}
+    tensors = {t.name: t for t in ck.tensors}
+    reads = ({n: read_sharding(sp, tensors[n].shape) for n, sp in specs.items()} if cooperative
+             else specs)
+    return specs, reads, [(tensors[n], boxes(n, tensors[n].shape, reads[n], index))
+                          for n in sorted(specs, key=order.__getitem__)]
