@@ -330,6 +330,37 @@ def test_copying_devices_mixed_dtypes(tmp_path: Path, monkeypatch: pytest.Monkey
     assert all(a.dtype != np.float32 for k, a in arrays.items() if k not in f32)
 
 
+def test_fp8_dtypes_share_groups(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An FP8 checkpoint (F8_E4M3 weights, F32 scales and BF16 norms alternating in checkpoint
+    order) in its own dtypes: groups hold tensors of every dtype (on adopting CPU devices, one
+    group for all, where one group per dtype run made 90 of these 164 tensors), and every shard is exact, also
+    through the slabs of devices that copy."""
+    cfg = dict(oracle.FP8_MORE[("llama-pt", "llama")], torch_dtype="bfloat16")
+    tmp = tmp_path / "f"
+    tmp.mkdir()
+    (tmp / "config.json").write_text(json.dumps(cfg))
+    ck = oracle.checkpoint_tensors("llama", cfg, "BF16", np.random.default_rng(8), "F32")
+    oracle.write_checkpoint(str(tmp), ck, 2, random.Random(8))
+    assert {dt for dt, _ in ck.values()} == {"F8_E4M3", "F32", "BF16"}
+    want = {k: v[1] for k, v in ck.items() if "rotary_emb" not in k}
+    rules = {k: P() for k in want}  # every device holds every tensor whole
+
+    def exact(arrays: dict) -> None:
+        assert set(arrays) == set(want)
+        for k, a in arrays.items():
+            assert {s.data.tobytes() for s in a.addressable_shards} == {want[k].tobytes()}, k
+    stats: dict = {}
+    arrays = sj.load(tmp, mesh_1d(), rules, stats=stats)
+    exact(arrays)
+    assert str(arrays["model.layers.0.mlp.up_proj.weight"].dtype) == "float8_e4m3fn"
+    assert stats["groups"] == 1 and stats["copied_bytes"] == 0, stats
+    _as_copying_devices(monkeypatch)
+    arrays = sj.load(tmp, mesh_1d(), rules, staging=2 << 20, stats=stats)
+    exact(arrays)
+    bound = ((2 << 20) - (1 << 20)) // 2  # a group's room: half what the engine leaves
+    assert stats["groups"] <= 2 * -(-stats["read_bytes"] * 8 // bound), stats  # 8 copies
+
+
 def test_dma_mapped_slabs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Where the client implements dma_map, each slab is mapped once, when allocated, and
     unmapped when the load ends; the shards are the same bytes as with plain slabs."""

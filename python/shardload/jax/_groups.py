@@ -59,28 +59,26 @@ def _piece(t: Tensor, boxes: list[tuple[Any, Box]], width: int,
 def groups(items: list[Item], budget: Callable[[], int | None],
            target: Any) -> Iterator[Group]:
     """Consecutive tensors (checkpoint order) whose boxes fit the budget together (None: no
-    bound; asked afresh for each group), one source dtype per group when no target dtype is
-    given (a plan has one dtype). A tensor larger than the budget is cut into pieces of whole
-    boxes where no byte is read twice (pieces), else a group of its own."""
+    bound; asked afresh for each group), whatever their dtypes (a box plan without a target
+    keeps each tensor's: FP8 weights, F32 scales and BF16 norms alternate in checkpoint order).
+    A tensor larger than the budget is cut into pieces of whole boxes where no byte is read twice
+    (pieces), else a group of its own."""
     group: Group = []
-    size, key, limit = 0, None, budget()
+    size, limit = 0, budget()
     to = NAMES[target_value(target)] if target is not None else None
     for t, all_boxes in items:
         width = numpy_dtype(to or t.dtype).itemsize  # packed types: an upper bound
-        k = t.dtype if target is None else None
         rest = all_boxes
         while rest:
             boxes = _piece(t, rest, width, limit)
             n = sum(_box_bytes(b, width) for _, b in boxes)
-            if group and ((limit is not None and size + n > limit) or k != key):
+            if group and limit is not None and size + n > limit:
                 yield group
                 group, size, limit = [], 0, budget()
                 boxes = _piece(t, rest, width, limit)  # cut afresh: the budget may have changed
                 n = sum(_box_bytes(b, width) for _, b in boxes)
             taken = {dev for dev, _ in boxes}  # a tensor has one box per device at most
             rest = [db for db in rest if db[0] not in taken]
-            if not group:
-                key = k
             group.append((t, boxes))
             size += n
     if group:
