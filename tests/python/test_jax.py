@@ -257,8 +257,8 @@ def _as_copying_devices(monkeypatch: pytest.MonkeyPatch) -> list:
     put: list = []
     put_group, take = jl.put_group, jst.Staging.take
 
-    def spy_put(boxes: list, shards: dict) -> tuple:
-        arrays, copied, adopted = put_group(boxes, shards)
+    def spy_put(boxes: list, shards: dict, kinds: dict) -> tuple:
+        arrays, copied, adopted = put_group(boxes, shards, kinds)
         watched = [_Watched(a) for a in arrays]
         put.extend((buf.ctypes.data, w) for (_, _, buf), w in zip(boxes, watched))
         return watched, copied, adopted
@@ -461,6 +461,36 @@ def test_load_into(tmp_path: Path) -> None:
         sj.load_into(path, {o: jax.ShapeDtypeStruct(want[o].shape, jnp.bfloat16)})
     with pytest.raises(ValueError, match="dtype int8"):
         sj.load_into(path, {o: jax.ShapeDtypeStruct(want[o].shape, jnp.int8, sharding=cols)})
+
+
+@pytest.mark.parametrize("kind", ["pinned_host", "unpinned_host"])
+def test_memory_kinds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    """Shardings that name a memory kind (host offloading: "pinned_host") get their shards in that
+    memory, as make_array_from_single_device_arrays requires (it refused shards in the devices'
+    default memory: "Memory kind mismatch"); every shard exact, through load, load_into and the
+    slabs of devices that copy."""
+    import jax.numpy as jnp
+    mesh = mesh_2d()
+    if kind not in {m.kind for m in mesh.devices.flat[0].addressable_memories()}:
+        pytest.skip(f"this JAX's CPU devices have no {kind} memory")
+    path, want = make_ckpt(tmp_path / "k", "qwen3")
+
+    def pick(name: str, shape: tuple, dtype: str) -> NamedSharding:
+        return NamedSharding(mesh, P("data", "model") if len(shape) == 2 else P(),
+                             memory_kind=kind)
+
+    def in_kind(arrays: dict) -> None:
+        check_shards(arrays, want)
+        assert {a.sharding.memory_kind for a in arrays.values()} == {kind}
+        assert {s.data.sharding.memory_kind for a in arrays.values()
+                for s in a.addressable_shards} == {kind}
+    in_kind(sj.load(path, mesh, pick))
+    q = "model.layers.0.self_attn.q_proj.weight"
+    given = {q: jax.ShapeDtypeStruct(want[q].shape, jnp.bfloat16,
+                                     sharding=pick(q, want[q].shape, "BF16"))}
+    in_kind(sj.load_into(path, given))
+    _as_copying_devices(monkeypatch)
+    in_kind(sj.load(path, mesh, pick, staging=2 << 20))
 
 
 def test_pieces_of_a_large_tensor() -> None:

@@ -77,12 +77,23 @@ def fill_group(ck: Checkpoint, group: Group, n_devices: int, dtype: Any, opts: d
 
 
 
-def put_group(boxes: Received,
-              shards: dict[str, list[Any]]) -> tuple[list[Any], int, int]:
-    """Hands a group's buffers to their devices (one batched device_put): the arrays, the bytes
-    JAX copied and the bytes it adopted (the buffer became the device array)."""
+def _target(dev: Any, kind: str | None) -> Any:
+    """Where a box goes: its device, in the memory its tensor's sharding names (a sharding of
+    memory_kind "pinned_host" wants its shards in host memory, not the device's default)."""
+    if kind is None or kind == dev.default_memory().kind:
+        return dev
+    from jax.sharding import SingleDeviceSharding
+    return SingleDeviceSharding(dev, memory_kind=kind)
+
+
+def put_group(boxes: Received, shards: dict[str, list[Any]],
+              kinds: dict[str, str | None]) -> tuple[list[Any], int, int]:
+    """Hands a group's buffers to their devices (one batched device_put), each in the memory kind
+    `kinds` gives its tensor: the arrays, the bytes JAX copied and the bytes it adopted (the
+    buffer became the device array)."""
     import jax
-    arrays = jax.device_put([b for _, _, b in boxes], [dev for dev, _, _ in boxes])
+    arrays = jax.device_put([b for _, _, b in boxes],
+                            [_target(dev, kinds.get(name)) for dev, name, _ in boxes])
     copied = adopted = 0
     for (_, name, buf), a in zip(boxes, arrays):
         shards.setdefault(name, []).append(a)
@@ -145,6 +156,7 @@ class Loader:
         self.n_devices = len(index)
         self.shapes = {t.name: t.shape for t, _ in items}
         self.need = {t.name: len(bs) for t, bs in items}  # whole once its boxes are put
+        self.kinds = {n: getattr(r, "memory_kind", None) for n, r in reads.items()}
         whole = Plan.from_boxes(ck, [b for _, bs in items for _, b in bs], len(index), dtype)
         try:
             self.total = whole.read_bytes or 0  # also checks every box before a byte is read
@@ -219,7 +231,7 @@ class Loader:
             if not a.is_deleted():
                 a.block_until_ready()
         self._submit(ex)
-        self.sent, copied, adopted = put_group(boxes, self.shards)
+        self.sent, copied, adopted = put_group(boxes, self.shards, self.kinds)
         self.secs["put_seconds"] += time.perf_counter() - t0
         done = [n for n in dict.fromkeys(b[1] for b in boxes)
                 if len(self.shards[n]) == self.need[n]]
