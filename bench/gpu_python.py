@@ -103,6 +103,7 @@ def jax_checks(ck, r):
     r["jax_dma_load_s"], r["jax_plain_load_s"] = min(times["dma"]), min(times["plain"])
     r["jax_dma_load_all_s"], r["jax_plain_load_all_s"] = times["dma"], times["plain"]
     r["jax_equal_cpu"] = all(equal)   # every load above: default, dma-mapped and plain
+    host_memory(ck, mesh, specs, ref, r)
     del ref
     from safetensors import safe_open
 
@@ -118,6 +119,29 @@ def jax_checks(ck, r):
                     out[n] = jax.device_put(h.get_tensor(n), specs[n])
         return jax.block_until_ready(out)
     _, r["jax_peer_device_put_s"] = timed(peer)
+
+
+def host_memory(ck, mesh, specs, ref, r):
+    """The same shardings with memory_kind "pinned_host" (JAX's host offloading): each shard in
+    its GPU's pinned host memory, equal to the CPU result; or why not (a platform without it)."""
+    import jax
+    import numpy as np
+    import shardload.jax as sj
+    from jax.sharding import NamedSharding
+    kinds = {m.kind for m in mesh.devices.flat[0].addressable_memories()}
+    if "pinned_host" not in kinds:
+        r["jax_pinned_skipped"] = f"no pinned_host memory (memories: {sorted(kinds)})"
+        return
+    pinned = {n: NamedSharding(mesh, s.spec, memory_kind="pinned_host") for n, s in specs.items()}
+    try:
+        arrays, r["jax_pinned_load_s"] = timed(lambda: jax.block_until_ready(sj.load(ck, mesh, pinned)))
+    except Exception as e:  # noqa: BLE001 - reported, the rest of the check goes on
+        r["jax_pinned_error"] = f"{type(e).__name__}: {e}"[:300]
+        return
+    r["jax_pinned_in_kind"] = all(sh.data.sharding.memory_kind == "pinned_host"
+                                  for a in arrays.values() for sh in a.addressable_shards)
+    r["jax_pinned_equal_cpu"] = all(np.array_equal(np.asarray(arrays[n]).view(np.uint8),
+                                                   ref[n].view(np.uint8)) for n in arrays)
 
 
 def main():

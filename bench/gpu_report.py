@@ -71,6 +71,11 @@ def python_line(p):
                  f"{p['jax_dma_load_s']:.2f} s (staging {p.get('jax_dma_stats', {}).get('staging', '?')}) "
                  f"vs plain (dma=False) {p['jax_plain_load_s']:.2f} s "
                  f"({fmt(ratio(p['jax_plain_load_s'], p['jax_dma_load_s']))}x)")
+    if "jax_pinned_load_s" in p:
+        line += (f"; into pinned host memory (memory_kind \"pinned_host\") {p['jax_pinned_load_s']:.2f} s, "
+                 f"in that memory: {yn[p['jax_pinned_in_kind']]}, equal: {yn[p['jax_pinned_equal_cpu']]}")
+    elif "jax_pinned_error" in p or "jax_pinned_skipped" in p:
+        line += f"; pinned host memory: {p.get('jax_pinned_error') or p.get('jax_pinned_skipped')}"
     return line + ".\n"
 
 

@@ -47,3 +47,6 @@ def test_gpu_python_dry_run(tmp_path: Path, fake_cudart: str) -> None:
     assert "cuda checksums = cpu: yes" in line
     assert "`shardload.jax.load` onto the GPUs" in line and "equal to its CPU result: yes" in line
     assert "slabs DMA-mapped" in line and "vs plain (dma=False)" in line
+    # JAX's CPU devices have pinned_host memory too: the host-offloading load ran and is exact
+    assert p["jax_pinned_in_kind"] is True and p["jax_pinned_equal_cpu"] is True, p
+    assert "into pinned host memory" in line and "in that memory: yes, equal: yes" in line
