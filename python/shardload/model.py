@@ -59,7 +59,8 @@ class _ProgressBridge:
                 self.bar = tqdm(total=0, unit="B", unit_scale=True, desc=label)
             except ImportError:
                 pass
-        self.c = N.PROGRESS_FN(self._call) if (self.fn or self.bar) else N.PROGRESS_FN()
+        # (not `self.bar`: a tqdm bar of total 0 is falsy, and the bar was never updated)
+        self.c = N.PROGRESS_FN(self._call) if (self.fn or self.bar is not None) else N.PROGRESS_FN()
 
     def _call(self, _user: Any, done: int, total: int) -> None:
         if self.error is not None:

@@ -5,6 +5,7 @@ devices."""
 from __future__ import annotations
 
 import ctypes
+import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -107,15 +108,25 @@ def put_group(boxes: Received, shards: dict[str, list[Any]],
 class Progress:
     """One (done, total) over every group's load, in the whole plan's read bytes: a group's
     (done, total) from the engine (which counts the gaps it reads through) is scaled to the
-    group plan's read bytes, so that the last report is (total, total)."""
+    group plan's read bytes, so that the last report is (total, total). progress=None shows one
+    tqdm bar for the whole load when stderr is a terminal and tqdm is installed, as
+    shardload.load does (a bar per C load would be one per group)."""
 
     def __init__(self, fn: Callable[[int, int], None] | None | bool, total: int) -> None:
         self.fn, self.total, self.base = fn, total, 0
+        self.bar: Any = None
+        if fn is None and sys.stderr.isatty():
+            try:
+                from tqdm import tqdm
+            except ImportError:
+                return
+            self.bar = tqdm(total=total, unit="B", unit_scale=True, desc="shardload.jax")
 
     def group(self, size: int) -> Any:
-        if not callable(self.fn):
+        fn = self.fn if callable(self.fn) else self._bar if self.bar is not None else None
+        if fn is None:
             return False
-        fn, base = self.fn, self.base
+        base = self.base
 
         def call(done: int, total: int) -> None:
             fn(base + (done * size // total if total else size), self.total)
@@ -123,6 +134,13 @@ class Progress:
 
     def next(self, size: int) -> None:
         self.base += size
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+    def _bar(self, done: int, total: int) -> None:
+        self.bar.update(done - self.bar.n)
 
 
 def gather(a: Any, spec: Any) -> Any:
@@ -192,6 +210,7 @@ class Loader:
                     raise
         finally:
             self._settle()
+            self.progress.close()
             err = self.pool.close()
         if err is not None:
             raise err

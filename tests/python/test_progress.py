@@ -1,0 +1,77 @@
+"""progress=None: one tqdm bar on a terminal, for shardload.load and shardload.jax.load alike
+(JAX's load is many C loads, one per group: still one bar, ending at the plan's bytes), and
+nothing at all when stderr is not a terminal. Each load runs in a subprocess whose stderr is a
+pseudo-terminal."""
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import struct
+import subprocess
+import sys
+import termios
+import time
+from pathlib import Path
+
+import pytest
+
+from sl_fixtures import tiny_ckpt, tiny_config  # noqa: F401 - fixtures
+
+pytest.importorskip("tqdm")
+
+LOADS = {
+    "load": "import shardload; shardload.load(sys.argv[1], tp=2, staging=4 << 20)",
+    # groups of 64 KiB (CPU devices adopt the buffers, so groups are otherwise 1 GiB: one here)
+    "jax": ("import jax, numpy as np, shardload.jax as sj, shardload.jax._loader as jl; "
+            "from jax.sharding import Mesh; jl.ADOPTED_GROUP = 64 << 10; sj.load(sys.argv[1], Mesh(np.array(jax.devices()[:1]), ('model',)), "
+            "staging=2 << 20, stats=st); print(st['groups'], st['read_bytes'])"),
+}
+
+
+def _run(code: str, ckpt: Path, tty: bool) -> tuple[str, str]:
+    """stdout and stderr of `code` run with stderr on a pseudo-terminal (tty) or a pipe."""
+    argv = [sys.executable, "-c", "import sys; st = {}; " + code, str(ckpt)]
+    if not tty:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        return r.stdout, r.stderr
+    master, slave = pty.openpty()
+    # a terminal of 120 columns: on one of 0 (a fresh pty's size) tqdm draws nothing
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=slave, text=True)
+    os.close(slave)
+    err = b""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the child closed its end: all is read
+            break
+        if not chunk:
+            break
+        err += chunk
+    os.close(master)
+    out, _ = p.communicate(timeout=10)
+    assert p.returncode == 0, err.decode(errors="replace")
+    return out, err.decode(errors="replace")
+
+
+@pytest.mark.parametrize("front", LOADS)
+def test_one_bar_on_a_terminal(tiny_ckpt: Path, front: str) -> None:
+    out, err = _run(LOADS[front], tiny_ckpt, tty=True)
+    label = "shardload.jax" if front == "jax" else "shardload"
+    bars = [line for line in err.replace("\r", "\n").splitlines() if line.startswith(label + ":")]
+    assert bars, err
+    assert "100%" in bars[-1], bars[-1]
+    if front == "jax":
+        groups = int(out.split()[0])
+        assert groups > 1, out  # several C loads, yet one bar: every line is the same bar's
+        assert {line.startswith("shardload.jax:") for line in bars} == {True}
+        assert not [line for line in err.splitlines() if line.startswith("shardload:")], err
+
+
+@pytest.mark.parametrize("front", LOADS)
+def test_nothing_when_not_a_terminal(tiny_ckpt: Path, front: str) -> None:
+    _, err = _run(LOADS[front], tiny_ckpt, tty=False)
+    assert "shardload" not in err and "%" not in err, err
