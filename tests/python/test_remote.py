@@ -108,6 +108,26 @@ def test_http_open_plan_load(http: str, tiny_ckpt: Path) -> None:  # noqa: F811
     assert _sums(shardload.load(f"{http}/ck/", tp=4)) == _sums(shardload.load(tiny_ckpt, tp=4))
 
 
+def test_http_jax_load(http: str, tiny_ckpt: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """shardload.jax.load from a URL, in one C load and in many (groups of 256 KiB, as on
+    devices that copy): every array equal to the local load's, the plan's bytes read."""
+    jax = pytest.importorskip("jax")
+    import numpy as np
+    from jax.sharding import Mesh
+
+    import shardload.jax as sj
+    import shardload.jax._loader as jl
+    mesh = Mesh(np.array(jax.devices()[:1]), ("model",))  # (the vocabulary, 1001, splits no further)
+    local = {n: np.asarray(a) for n, a in sj.load(tiny_ckpt, mesh).items()}
+    for group in (1 << 30, 256 << 10):
+        monkeypatch.setattr(jl, "ADOPTED_GROUP", group)
+        st: dict = {}
+        got = sj.load(f"{http}/ck/", mesh, stats=st)
+        assert set(got) == set(local)
+        assert all(np.asarray(a).tobytes() == local[n].tobytes() for n, a in got.items())
+        assert st["bytes_read"] >= st["read_bytes"] > 0 and (st["groups"] > 1) == (group < 1 << 30)
+
+
 def test_http_blocking_gets_from_threads(http: str, tiny_ckpt: Path, tmp_path: Path) -> None:  # noqa: F811
     """One open checkpoint's blocking GETs (config.json, a planner's sl_checkpoint_read) share
     one curl handle; ctypes drops the GIL, so threads call them at once: they must take turns."""
