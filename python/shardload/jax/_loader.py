@@ -77,7 +77,6 @@ def fill_group(ck: Checkpoint, group: Group, n_devices: int, dtype: Any, opts: d
     return out, seconds, int(st.bytes_read)
 
 
-
 def _target(dev: Any, kind: str | None) -> Any:
     """Where a box goes: its device, in the memory its tensor's sharding names (a sharding of
     memory_kind "pinned_host" wants its shards in host memory, not the device's default)."""
