@@ -5,6 +5,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,16 @@ import shardload
 from sl_fixtures import TINY, tiny_ckpt, tiny_config, write_config  # noqa: F401 - fixtures
 
 STAGING = 64 << 10   # small slots: many read requests, so a stop has many chances to be seen
+
+
+@pytest.fixture(autouse=True)
+def _sigint_raises() -> Iterator[None]:
+    """Python's own SIGINT handler for these tests: a process started with SIGINT ignored (a
+    background job of a non-interactive shell, as `make test &` in a script) keeps it ignored,
+    and no KeyboardInterrupt would ever be raised."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
 
 
 def _sigint() -> None:
