@@ -69,6 +69,7 @@ typedef struct cli_opts {
     int write_manifest;          /* --write-manifest (reshard) */
     uint64_t max_part;           /* --max-part-size; 0: default */
     int32_t gpus[1024];          /* --gpus: lo.gpus points here */
+    int32_t devices[1024];       /* --devices (load): lo.devices points here */
     const char *pos[2];          /* positional arguments */
     int n_pos;
 } cli_opts;

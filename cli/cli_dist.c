@@ -32,6 +32,9 @@ int cli_dist_wanted(const cli_opts *a, int *rc)
     if (a->po.config_json)   /* after parsing, only --config - has set it */
         *rc = cli_usage_error(a->cmd, "--config - is for one process (under MPI only rank 0 reads "
                               "stdin): give a FILE");
+    else if (a->lo.devices)
+        *rc = cli_usage_error(a->cmd, "--devices is for one process; under MPI each rank holds "
+                              "--devices-per-rank mesh devices");
     return 1;
 }
 

@@ -17,7 +17,7 @@ static void load_help(FILE *out)
             "                      [--device cpu|cuda|pjrt] [--io auto|direct|buffered] [--threads N]\n"
             "                      [--staging MiB] [--request MiB] [--format auto|dummy] [--seed S]\n"
             "                      [--checksums] [--json] [--config FILE] [--rules FILE]\n"
-            "                      [--gpus LIST] [--numa] [--pjrt-plugin PATH]\n\n"
+            "                      [--gpus LIST] [--numa] [--pjrt-plugin PATH] [--devices LIST]\n\n"
             "Loads a safetensors checkpoint into a mesh of devices, each device getting exactly its\n"
             "shard (SHARDING.md), reading each checkpoint byte once in large parallel requests under\n"
             "a fixed host staging budget; then reports the time, throughput, bytes read, the bytes\n"
@@ -37,6 +37,8 @@ static void load_help(FILE *out)
             "  --numa          cpu: bind device d's memory to NUMA node d %% number of nodes\n"
             "  --gpus LIST     cuda: GPU of each mesh device, e.g. 0,1,0,1; default device d on\n"
             "                  GPU d %% number of GPUs\n"
+            "  --devices LIST  load these mesh devices only, e.g. 3 (what an engine's rank 3\n"
+            "                  holds: only the bytes they need are read); default all\n"
             "  --pjrt-plugin PATH  pjrt: the PJRT plugin to load (XLA's CPU plugin\n"
             "                  xla_cpu_pjrt.so, JAX's xla_cuda_plugin.so, libtpu.so); each\n"
             "                  parameter becomes one PJRT buffer of its dtype and shape, device d\n"
@@ -102,7 +104,7 @@ static const char *const load_allowed[] = {
     "--tp",      "--pp",     "--layout", "--dtype",  "--device", "--io",   "--threads",
     "--staging", "--request", "--format", "--seed",   "--config", "--rules",  "--gpus", "--dist",
     "--devices-per-rank",    "--json",   "--checksums", "--numa", "--pjrt-plugin", "--ep",
-    CLI_REMOTE_OPTIONS, "--verify", "--manifest", NULL};
+    "--devices", CLI_REMOTE_OPTIONS, "--verify", "--manifest", NULL};
 
 /* Returns -1 after --help, else an exit code (CLI_EXIT_OK to go on). */
 static int load_parse(int argc, char **argv, cli_opts *a)
@@ -156,10 +158,11 @@ static uint64_t peak_rss_bytes(void)
 
 /* ---- output ----------------------------------------------------------------------------------- */
 
+/* d: the model's local device (the plan knows it by its mesh index). */
 static int load_print_checksums(const sl_plan *p, const sl_model *m, int32_t d, int json)
 {
     sl_param_info pi;
-    for (int64_t i = 0; sl_plan_param(p, d, i, &pi) == SL_OK; i++) {
+    for (int64_t i = 0; sl_plan_param(p, sl_model_device_index(m, d), i, &pi) == SL_OK; i++) {
         uint64_t h = 0;
         if (sl_model_param_xxh3(m, d, i, &h) != SL_OK)
             return cli_fail("%s", sl_model_errmsg(m));
@@ -187,7 +190,8 @@ static void load_print_mem(const sl_model *m, int32_t d, int json)
         cli_json_str(stdout, staging);
     } else if (staging) {
         char sb[CLI_TEXT_NAME];
-        printf("device %d: staging %s\n", (int)d, cli_text(staging, sb, sizeof sb));
+        printf("device %d: staging %s\n", (int)sl_model_device_index(m, d),
+               cli_text(staging, sb, sizeof sb));
     }
     if (sl_model_device_mem(m, d, &before, &after) != SL_OK)
         return;
@@ -202,7 +206,7 @@ static void load_print_mem(const sl_model *m, int32_t d, int json)
     char where[32] = "";
     if (gpu >= 0)
         snprintf(where, sizeof where, "GPU %d ", gpu);
-    printf("device %d: %sfree memory %s -> %s bytes (%s used)\n", (int)d, where,
+    printf("device %d: %sfree memory %s -> %s bytes (%s used)\n", (int)sl_model_device_index(m, d), where,
            cli_commas(before, b1, sizeof b1), cli_commas(after, b2, sizeof b2),
            cli_commas(before >= after ? before - after : 0, b3, sizeof b3));
 }
@@ -227,8 +231,8 @@ static int load_print_json(const cli_opts *a, const sl_plan *p, const sl_model *
            s->verified_bytes);
     printf("\"devices\":[");
     for (int32_t d = 0; d < sl_model_device_count(m); d++) {
-        printf("%s{\"index\":%d,\"allocated_bytes\":%" PRIu64, d ? "," : "", (int)d,
-               sl_model_device_allocated(m, d));
+        printf("%s{\"index\":%d,\"allocated_bytes\":%" PRIu64, d ? "," : "",
+               (int)sl_model_device_index(m, d), sl_model_device_allocated(m, d));
         load_print_mem(m, d, 1);
         if (a->checksums) {
             printf(",\"params\":[");
@@ -260,9 +264,10 @@ static int load_print_text(const cli_opts *a, const sl_plan *p, const sl_model *
         printf("verified %" PRId64 " files (%s bytes checked)\n", s->verified_files,
                cli_commas(s->verified_bytes, b1, sizeof b1));
     for (int32_t d = 0; d < sl_model_device_count(m); d++) {
-        printf("device %d: %s bytes allocated (plan %s)\n", (int)d,
+        const int32_t g = sl_model_device_index(m, d);   /* its mesh index */
+        printf("device %d: %s bytes allocated (plan %s)\n", (int)g,
                cli_commas(sl_model_device_allocated(m, d), b1, sizeof b1),
-               cli_commas(sl_plan_device_bytes(p, d), b2, sizeof b2));
+               cli_commas(sl_plan_device_bytes(p, g), b2, sizeof b2));
         load_print_mem(m, d, 0);
         if (a->checksums && load_print_checksums(p, m, d, 0) != CLI_EXIT_OK)
             return CLI_EXIT_FAIL;

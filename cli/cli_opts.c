@@ -14,28 +14,46 @@ static int opts_int(const cli_opts *o, const char *name, const char *v, int64_t 
     return CLI_EXIT_OK;
 }
 
-/* "0,1,1,0": the GPU of each mesh device, in mesh order. */
-static int opts_gpus(cli_opts *o, const char *v)
+/* "0,1,1,0": a comma-separated list of integers in [0, hi], at most cap of them, into out. */
+static int opts_list(const cli_opts *o, const char *opt, const char *what, const char *v,
+                     int64_t hi, int32_t *out, size_t cap, int32_t *n_out)
 {
-    const size_t cap = sizeof o->gpus / sizeof o->gpus[0];
     char item[16];
-    o->lo.n_gpus = 0;
+    size_t n_items = 0;
     for (const char *p = v;; p++) {
         const size_t n = strcspn(p, ",");
-        int64_t g = 0;
-        if (n == 0 || n >= sizeof item || (size_t)o->lo.n_gpus == cap)
-            return cli_usage_error(o->cmd, "--gpus needs a comma-separated list of GPU numbers");
+        int64_t x = 0;
+        if (n == 0 || n >= sizeof item || n_items == cap)
+            return cli_usage_error(o->cmd, "%s needs a comma-separated list of %s numbers (at most %zu)",
+                                   opt, what, cap);
         memcpy(item, p, n);
         item[n] = '\0';
-        if (cli_parse_int(item, 0, 65535, &g) != 0)
-            return cli_usage_error(o->cmd, "--gpus: bad GPU number '%s'", item);
-        o->gpus[o->lo.n_gpus++] = (int32_t)g;
+        if (cli_parse_int(item, 0, hi, &x) != 0)
+            return cli_usage_error(o->cmd, "%s: bad %s number '%s'", opt, what, item);
+        out[n_items++] = (int32_t)x;
         p += n;
         if (!*p)
             break;
     }
-    o->lo.gpus = o->gpus;
+    *n_out = (int32_t)n_items;
     return CLI_EXIT_OK;
+}
+
+/* --gpus: the GPU of each mesh device, in mesh order. */
+static int opts_gpus(cli_opts *o, const char *v)
+{
+    o->lo.gpus = o->gpus;
+    return opts_list(o, "--gpus", "GPU", v, 65535, o->gpus, sizeof o->gpus / sizeof o->gpus[0],
+                     &o->lo.n_gpus);
+}
+
+/* --devices: the mesh devices this process loads (an engine rank's: --devices 3); the library
+ * checks them against the plan. */
+static int opts_devices(cli_opts *o, const char *v)
+{
+    o->lo.devices = o->devices;
+    return opts_list(o, "--devices", "mesh device", v, 65535, o->devices,
+                     sizeof o->devices / sizeof o->devices[0], &o->lo.n_devices);
 }
 
 /* --staging and --request, one rule: a plain number is MiB, whatever its size; a number with a
@@ -115,6 +133,8 @@ static int opts_value(cli_opts *o, const char *opt, const char *v)
             rc = cli_usage_error(o->cmd, "--max-part-size needs a size, e.g. 5GB or 512MiB");
     } else if (!strcmp(opt, "--gpus")) {
         rc = opts_gpus(o, v);
+    } else if (!strcmp(opt, "--devices")) {
+        rc = opts_devices(o, v);
     } else if (!strcmp(opt, "--pjrt-plugin")) {
         o->lo.pjrt_plugin = v;
         /* XLA's plugins log INFO lines to stderr (absl) unless told not to, and stderr is the one

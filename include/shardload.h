@@ -506,8 +506,8 @@ sl_status sl_model_param_xxh3(const sl_model *m, int32_t dev, int64_t i, uint64_
 sl_status sl_model_device_mem(const sl_model *m, int32_t dev, uint64_t *free_before,
                               uint64_t *free_after);
 
-/* Mesh index of local device dev: dev for sl_load, its global index for sl_load_dist; -1 if out
- * of range. */
+/* Mesh index of local device dev: dev for sl_load (opts.devices[dev] when the load was given
+ * devices), its global index for sl_load_dist; -1 if out of range. */
 int32_t sl_model_device_index(const sl_model *m, int32_t dev);
 
 /* ---- multi-process loading (MPI) ---------------------------------------------------------------- */

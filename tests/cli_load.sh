@@ -74,14 +74,41 @@ fi
 "$SL" load "$T/nonexistent" >/dev/null 2>&1; [ $? -eq 1 ] || fail "missing path should exit 1"
 "$SL" load "$CK" --device cuda >/dev/null 2>"$T/err"; [ $? -eq 1 ] || fail "cuda should exit 1"
 
-# 6. usage
+# 6. --devices: the mesh devices of one rank's process, reported by their mesh index, bytes as in
+#    the whole load, only their bytes read
+full=$("$SL" load "$CK" --tp 4 --io buffered --checksums --json) || fail "tp 4 load"
+part=$("$SL" load "$CK" --tp 4 --io buffered --devices 3,1 --checksums --json) || fail "--devices 3,1"
+python3 - "$full" "$part" <<'PY' || fail "--devices 3,1: not devices 3 and 1 of the whole load"
+import json, sys
+full, part = (json.loads(a) for a in sys.argv[1:])
+by = {d["index"]: d for d in full["devices"]}
+assert [d["index"] for d in part["devices"]] == [3, 1], part["devices"]
+for d in part["devices"]:
+    assert d == by[d["index"]], d["index"]   # allocated bytes and every parameter's checksum
+assert 0 < part["bytes_read"] < full["bytes_read"], (part["bytes_read"], full["bytes_read"])
+PY
+out=$("$SL" load "$CK" --tp 4 --devices 2 2>&1) || fail "--devices 2: $out"
+echo "$out" | grep -q "^device 2: .* bytes allocated" || fail "no device 2 line: $out"
+! echo "$out" | grep -q "^device [013]:" || fail "devices not loaded are listed: $out"
+"$SL" load "$CK" --tp 4 --devices 4 >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "" || fail "--devices 4 of 4: $(cat "$T/err")"
+"$SL" load "$CK" --tp 4 --devices 1,1 >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "" || fail "--devices 1,1: $(cat "$T/err")"
+for bad in "" "1,,2" "a" "-1"; do
+    "$SL" load "$CK" --tp 4 --devices "$bad" >/dev/null 2>&1; [ $? -eq 2 ] || fail "--devices '$bad' should exit 2"
+done
+"$SL" load "$CK" --tp 4 --devices 0 --dist independent >/dev/null 2>"$T/err"
+[ $? -eq 2 ] && grep -q "devices is for one process" "$T/err" || fail "--devices with --dist: $(cat "$T/err")"
+"$SL" reshard "$CK" "$T/rs" --tp 2 --devices 0 >/dev/null 2>&1; [ $? -eq 2 ] || fail "reshard --devices should exit 2"
+
+# 7. usage
 "$SL" load >/dev/null 2>&1; [ $? -eq 2 ] || fail "no PATH should exit 2"
 "$SL" load "$CK" --io sideways >/dev/null 2>&1; [ $? -eq 2 ] || fail "bad --io should exit 2"
 "$SL" load "$CK" --bogus >/dev/null 2>&1; [ $? -eq 2 ] || fail "unknown option should exit 2"
 "$SL" load --format dummy >/dev/null 2>&1; [ $? -eq 2 ] || fail "dummy without config should exit 2"
 help=$("$SL" load --help) || fail "--help exit"
 for o in --tp --pp --layout --dtype --device --io --threads --staging --format --seed --checksums \
-         --json --config --rules --numa --gpus; do
+         --json --config --rules --numa --gpus --devices; do
     echo "$help" | grep -q -- "$o" || fail "--help lacks $o"
 done
 
