@@ -43,6 +43,24 @@ class _HostBuffer:
                                     "data": (ptr, False)}
 
 
+def wants_bar(progress: Progress) -> bool:
+    """Whether `progress` asks for a tqdm bar: True always (tqdm must be installed), None when
+    stderr is a terminal and tqdm is installed."""
+    if progress is True:
+        try:
+            import tqdm  # noqa: F401
+        except ImportError as e:
+            raise ImportError("progress=True draws a tqdm bar: pip install tqdm") from e
+        return True
+    if progress is not None or not sys.stderr.isatty():
+        return False
+    try:
+        import tqdm  # noqa: F401, F811
+    except ImportError:
+        return False
+    return True
+
+
 class _ProgressBridge:
     """The C progress callback: forwards to the user's callable (or a tqdm bar) and keeps the
     first exception it raises, re-raised once the load returns."""
@@ -53,12 +71,9 @@ class _ProgressBridge:
         self.error: BaseException | None = None
         if callable(progress):
             self.fn = progress
-        elif progress is None and sys.stderr.isatty():
-            try:
-                from tqdm import tqdm
-                self.bar = tqdm(total=0, unit="B", unit_scale=True, desc=label)
-            except ImportError:
-                pass
+        elif wants_bar(progress):
+            from tqdm import tqdm
+            self.bar = tqdm(total=0, unit="B", unit_scale=True, desc=label)
         # (not `self.bar`: a tqdm bar of total 0 is falsy, and the bar was never updated)
         self.c = N.PROGRESS_FN(self._call) if (self.fn or self.bar is not None) else N.PROGRESS_FN()
 

@@ -1,6 +1,7 @@
 """progress=None: one tqdm bar on a terminal, for shardload.load and shardload.jax.load alike
 (JAX's load is many C loads, one per group: still one bar, ending at the plan's bytes), and
-nothing at all when stderr is not a terminal. Each load runs in a subprocess whose stderr is a
+nothing at all when stderr is not a terminal; progress=True: a bar wherever stderr goes;
+progress=False: none. Each load runs in a subprocess whose stderr is a
 pseudo-terminal."""
 from __future__ import annotations
 
@@ -21,17 +22,18 @@ from sl_fixtures import tiny_ckpt, tiny_config  # noqa: F401 - fixtures
 pytest.importorskip("tqdm")
 
 LOADS = {
-    "load": "import shardload; shardload.load(sys.argv[1], tp=2, staging=4 << 20)",
+    "load": "import shardload; shardload.load(sys.argv[1], tp=2, staging=4 << 20, progress=P)",
     # groups of 64 KiB (CPU devices adopt the buffers, so groups are otherwise 1 GiB: one here)
     "jax": ("import jax, numpy as np, shardload.jax as sj, shardload.jax._loader as jl; "
             "from jax.sharding import Mesh; jl.ADOPTED_GROUP = 64 << 10; sj.load(sys.argv[1], Mesh(np.array(jax.devices()[:1]), ('model',)), "
-            "staging=2 << 20, stats=st); print(st['groups'], st['read_bytes'])"),
+            "staging=2 << 20, stats=st, progress=P); print(st['groups'], st['read_bytes'])"),
 }
 
 
-def _run(code: str, ckpt: Path, tty: bool) -> tuple[str, str]:
-    """stdout and stderr of `code` run with stderr on a pseudo-terminal (tty) or a pipe."""
-    argv = [sys.executable, "-c", "import sys; st = {}; " + code, str(ckpt)]
+def _run(code: str, ckpt: Path, tty: bool, progress: str = "None") -> tuple[str, str]:
+    """stdout and stderr of `code` (its progress= P) run with stderr on a pseudo-terminal (tty)
+    or a pipe."""
+    argv = [sys.executable, "-c", f"import sys; st = {{}}; P = {progress}; " + code, str(ckpt)]
     if not tty:
         r = subprocess.run(argv, capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr
@@ -58,8 +60,10 @@ def _run(code: str, ckpt: Path, tty: bool) -> tuple[str, str]:
 
 
 @pytest.mark.parametrize("front", LOADS)
-def test_one_bar_on_a_terminal(tiny_ckpt: Path, front: str) -> None:
-    out, err = _run(LOADS[front], tiny_ckpt, tty=True)
+@pytest.mark.parametrize("progress, tty", [("None", True), ("True", False)])
+def test_one_bar(tiny_ckpt: Path, front: str, progress: str, tty: bool) -> None:
+    """None: a bar on a terminal; True: a bar wherever stderr goes."""
+    out, err = _run(LOADS[front], tiny_ckpt, tty=tty, progress=progress)
     label = "shardload.jax" if front == "jax" else "shardload"
     bars = [line for line in err.replace("\r", "\n").splitlines() if line.startswith(label + ":")]
     assert bars, err
@@ -72,6 +76,8 @@ def test_one_bar_on_a_terminal(tiny_ckpt: Path, front: str) -> None:
 
 
 @pytest.mark.parametrize("front", LOADS)
-def test_nothing_when_not_a_terminal(tiny_ckpt: Path, front: str) -> None:
-    _, err = _run(LOADS[front], tiny_ckpt, tty=False)
+@pytest.mark.parametrize("progress, tty", [("None", False), ("False", True)])
+def test_no_bar(tiny_ckpt: Path, front: str, progress: str, tty: bool) -> None:
+    """None: nothing when stderr is not a terminal; False: nothing on a terminal either."""
+    _, err = _run(LOADS[front], tiny_ckpt, tty=tty, progress=progress)
     assert "shardload" not in err and "%" not in err, err

@@ -5,7 +5,6 @@ devices."""
 from __future__ import annotations
 
 import ctypes
-import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -16,7 +15,7 @@ import numpy as np
 from .. import _interrupt
 from .. import _native as N
 from ..checkpoint import Checkpoint
-from ..model import _load_opts, _run, _set_list
+from ..model import _load_opts, _run, _set_list, wants_bar
 from ..plan import Plan
 from ._groups import Group, groups, padded
 from ._shardings import Item
@@ -107,18 +106,15 @@ def put_group(boxes: Received, shards: dict[str, list[Any]],
 class Progress:
     """One (done, total) over every group's load, in the whole plan's read bytes: a group's
     (done, total) from the engine (which counts the gaps it reads through) is scaled to the
-    group plan's read bytes, so that the last report is (total, total). progress=None shows one
-    tqdm bar for the whole load when stderr is a terminal and tqdm is installed, as
-    shardload.load does (a bar per C load would be one per group)."""
+    group plan's read bytes, so that the last report is (total, total). A tqdm bar (progress
+    True, or None on a terminal: model.wants_bar) is one for the whole load, as shardload.load's
+    (a bar per C load would be one per group)."""
 
     def __init__(self, fn: Callable[[int, int], None] | None | bool, total: int) -> None:
         self.fn, self.total, self.base = fn, total, 0
         self.bar: Any = None
-        if fn is None and sys.stderr.isatty():
-            try:
-                from tqdm import tqdm
-            except ImportError:
-                return
+        if not callable(fn) and wants_bar(fn):
+            from tqdm import tqdm
             self.bar = tqdm(total=total, unit="B", unit_scale=True, desc="shardload.jax")
 
     def group(self, size: int) -> Any:
