@@ -51,8 +51,9 @@ def packed(name: str) -> bool:
     return name in ("F4", "F6_E2M3", "F6_E3M2")
 
 
-def target_value(dtype: Any) -> int:
-    """The sl_dtype a plan converts to: -1 for None (the config's torch_dtype)."""
+def target_value(dtype: Any, none_is: str = "the config's torch_dtype") -> int:
+    """The sl_dtype a plan converts to: -1 for None (none_is says what that means, for the
+    message)."""
     if dtype is None:
         return -1
     name = getattr(dtype, "name", None) if not isinstance(dtype, str) else dtype
@@ -61,8 +62,7 @@ def target_value(dtype: Any) -> int:
     name = str(name).removeprefix("torch.")
     canon = _ALIASES.get(name.lower(), name.upper())
     if canon not in TARGETS:
-        raise ValueError(f"dtype {dtype!r}: expected one of bf16, f16, f32 (or None for the "
-                         "config's torch_dtype)")
+        raise ValueError(f"dtype {dtype!r}: expected one of bf16, f16, f32 (or None for {none_is})")
     return VALUE[canon]
 
 

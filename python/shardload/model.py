@@ -117,8 +117,9 @@ def _load_opts(device: str, io: str, staging: int, threads: int, dummy: bool,
     for what, v in (("staging", staging), ("threads", threads), ("seed", seed)):
         if isinstance(v, bool) or not isinstance(v, int):
             raise TypeError(f"{what} must be an int, got {type(v).__name__}")
-    if staging <= 0 or threads < 0 or seed < 0:
-        raise ValueError("staging must be > 0 bytes, threads >= 0 and seed >= 0")
+    for what, v, low in (("staging", staging, 1), ("threads", threads, 0), ("seed", seed, 0)):
+        if v < low:
+            raise ValueError(f"{what} must be at least {low}, got {v}")
     o = N.LoadOpts()
     N.lib.sl_load_opts_init(ctypes.byref(o))
     o.device, o.io, o.staging_bytes = device.encode(), _IO[io], staging

@@ -584,6 +584,18 @@ def test_errors(tmp_path: Path) -> None:
         sj.load(path, mesh, [(r"embed", P())])
     with pytest.raises(TypeError, match="expected a jax.sharding.Sharding"):
         sj.load(path, mesh, {"model.norm.weight": "model"})
+    with pytest.raises(ValueError, match="tensor 'model.norm.weight': .*nope.* not found in mesh"):
+        sj.load(path, mesh, {"model.norm.weight": P("nope")})
+    for bad_mesh in ("mesh", None):
+        with pytest.raises(TypeError, match="mesh must be a jax.sharding.Mesh, got"):
+            sj.load(path, bad_mesh)
+        with pytest.raises(TypeError, match="mesh must be a jax.sharding.Mesh, got"):
+            sj.plan(path, bad_mesh)
+    with pytest.raises(ValueError, match=r"dtype 'int3': .*\(or None for each tensor's checkpoint "
+                       r"dtype\)$"):
+        sj.load(path, mesh, dtype="int3")
+    with pytest.raises(ValueError, match="threads must be at least 0, got -1$"):
+        sj.load(path, mesh, threads=-1)
     bad = tmp_path / "bad"  # vocab 1001: the default rule's split of dim 0 does not divide
     with pytest.raises(ValueError, match="tensor 'model.embed_tokens.weight' .*JAX rejects"):
         bad.mkdir()

@@ -39,13 +39,14 @@ from typing import Any
 
 import numpy as np
 
-from .._dtypes import numpy_dtype
+from .._dtypes import numpy_dtype, target_value
 from ..checkpoint import opened
 from ..plan import ConfigSource, Plan
 from ._loader import Loader
 from ._shardings import ShardingSpec, items, local_devices
 
 _DMA_ENV = "SHARDLOAD_JAX_DMA"  # "0": never dma_map the slabs
+_KEEP = "each tensor's checkpoint dtype"  # what dtype=None means here
 
 
 def _dist(dist: str) -> bool:
@@ -60,6 +61,7 @@ def plan(path: Any, mesh: Any, shardings: ShardingSpec = None, *, dtype: Any = N
     plan(...).devices[i] is mesh.devices.flat's i-th local device. Reads no data. With
     dist="cooperative", the boxes it reads before the gather (read_bytes: this process's)."""
     cooperative = _dist(dist)
+    target_value(dtype, _KEEP)
     with opened(path) as ck:
         index = local_devices(mesh)
         _, _, its = items(ck, mesh, shardings, config, dtype, index, cooperative)
@@ -98,6 +100,7 @@ def load(path: Any, mesh: Any, shardings: ShardingSpec = None, *, dtype: Any = N
         raise TypeError(f"stats must be None or a dict, got {type(stats).__name__}")
     use_dma = _use_dma(dma)
     cooperative = _dist(dist)
+    target_value(dtype, _KEEP)
     t_start = time.perf_counter()
     index = local_devices(mesh)
     with opened(path) as ck:

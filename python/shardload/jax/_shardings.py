@@ -53,7 +53,10 @@ def _sharding_of(name: str, t: Tensor, mesh: Any, shardings: ShardingSpec) -> An
         if s is None:
             raise ValueError(f"tensor '{name}': no sharding rule matches it")
     if isinstance(s, PartitionSpec):
-        s = NamedSharding(mesh, s)
+        try:
+            s = NamedSharding(mesh, s)
+        except ValueError as e:  # JAX's message names the axis, not the tensor
+            raise ValueError(f"tensor '{name}': {e}") from e
     if not isinstance(s, Sharding):
         raise TypeError(f"tensor '{name}': expected a jax.sharding.Sharding or PartitionSpec, "
                         f"got {type(s).__name__}")
@@ -108,6 +111,8 @@ def boxes(name: str, shape: tuple[int, ...], sharding: Any,
 def local_devices(mesh: Any) -> dict[Any, int]:
     """This process's devices of the mesh, in the mesh's order: mesh device index i."""
     import jax
+    if not isinstance(getattr(mesh, "devices", None), np.ndarray):
+        raise TypeError(f"mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}")
     local = [d for d in mesh.devices.flat if d.process_index == jax.process_index()]
     return {d: i for i, d in enumerate(local)}
 
