@@ -206,6 +206,8 @@ class Model:
                 "devices": devs}
 
     def _local_of(self, d: int) -> int:
+        if isinstance(d, bool) or not isinstance(d, int):
+            raise TypeError(f"mesh device must be an int, got {type(d).__name__}")
         if d not in self._local:
             raise IndexError(f"mesh device {d} is not loaded here (loaded: {self.devices})")
         return self._local[d]

@@ -190,6 +190,8 @@ def test_devices_loads_only_those(tiny_ckpt: Path) -> None:
     assert one.stats["bytes_read"] < full.stats["bytes_read"]  # its own rows only
     with pytest.raises(IndexError, match="not loaded"):
         one.numpy(0)
+    with pytest.raises(TypeError, match="mesh device must be an int, got str"):
+        one.numpy("2")
 
 
 def test_checksums_match_the_cli(tiny_ckpt: Path, cli: str) -> None:
