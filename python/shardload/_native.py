@@ -80,6 +80,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "sl_checkpoint_fetch": (c_int, [_P, c_char_p, c_char_p, c_char_p, c_size_t]),
     "sl_checkpoint_fetch_bytes": (c_int, [_P, c_char_p, POINTER(c_void_p), POINTER(c_size_t),
                                           c_char_p, c_size_t]),
+    "sl_checkpoint_read": (c_int, [_P, c_int64, c_uint64, c_void_p, c_size_t, c_char_p, c_size_t]),
     "sl_free": (None, [c_void_p]),
     "sl_hf_resolve": (c_int, [c_char_p, c_char_p, c_char_p, c_size_t, c_char_p, c_size_t]),
     "sl_write_manifest": (c_int, [c_char_p, c_char_p, c_char_p, c_size_t]),

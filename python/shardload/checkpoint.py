@@ -10,9 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from . import _native as N
 from . import _remote
-from ._dtypes import NAMES
+from ._dtypes import NAMES, element_shape, numpy_dtype
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,7 @@ class Checkpoint:
         self.metadata: dict[str, dict[str, str]] = {f: self._file_metadata(i)
                                                     for i, f in enumerate(self.files)}
         self.tensors: list[Tensor] = self._tensors()
+        self._names: dict[str, Tensor] | None = None   # name -> tensor, for read()
 
     def _file_metadata(self, f: int) -> dict[str, str]:
         out: dict[str, str] = {}
@@ -129,6 +132,26 @@ class Checkpoint:
                 finally:
                     N.lib.sl_free(buf)
             return self._config
+
+    def read(self, name: str) -> np.ndarray:
+        """One tensor's bytes as a new NumPy array of its dtype and shape (raw bits where NumPy
+        has none; packed sub-byte types as their bytes), read from its file or URL with the
+        checkpoint's checks: a file changed since the open raises SL_E_CHANGED naming it."""
+        t = self._by_name().get(name)
+        if t is None:
+            raise KeyError(f"checkpoint has no tensor {name!r}")
+        out = np.empty(element_shape(t.dtype, t.shape, t.nbytes), numpy_dtype(t.dtype))
+        err = ctypes.create_string_buffer(1024)
+        st = N.lib.sl_checkpoint_read(self.handle, self.files.index(t.file), t.offset,
+                                      out.ctypes.data, t.nbytes, err, len(err))
+        if st != 0:
+            N.raise_status(st, err.value)
+        return out
+
+    def _by_name(self) -> dict[str, Tensor]:
+        if self._names is None:
+            self._names = {t.name: t for t in self.tensors}
+        return self._names
 
     @property
     def _config_name(self) -> bytes:

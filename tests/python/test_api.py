@@ -35,6 +35,37 @@ def test_open(tiny_ckpt: Path) -> None:
         _ = ck.handle
 
 
+def test_read_one_tensor(ckpt_copy: Path) -> None:
+    """Checkpoint.read(name): each tensor's bytes as an array of its dtype and shape, equal to
+    the bytes the file's own header points at (read here with json and open(), not by
+    shardload); the checkpoint's checks hold (unknown name, closed, a file changed since the
+    open)."""
+    want = {}
+    for f in sorted(ckpt_copy.glob("*.safetensors")):
+        raw = f.read_bytes()
+        n = int.from_bytes(raw[:8], "little")
+        for name, e in json.loads(raw[8:8 + n]).items():
+            if name != "__metadata__":
+                lo, hi = e["data_offsets"]
+                want[name] = (e["dtype"], tuple(e["shape"]), raw[8 + n + lo:8 + n + hi])
+    with shardload.open(ckpt_copy) as ck:
+        assert {t.name for t in ck.tensors} == set(want)
+        for t in ck.tensors:
+            a = ck.read(t.name)
+            dt, shape, data = want[t.name]
+            assert (a.shape, str(a.dtype), dt) == (shape, "bfloat16", "BF16"), t.name
+            assert a.tobytes() == data, t.name
+        with pytest.raises(KeyError, match="checkpoint has no tensor 'nope'"):
+            ck.read("nope")
+        f = ck.files[0]
+        os.utime(f, ns=(0, 0))  # the file's identity is no longer the one opened
+        name = next(t.name for t in ck.tensors if t.file == f)
+        with pytest.raises(shardload.Error, match=f"{os.path.basename(f)}.*changed"):
+            ck.read(name)
+    with pytest.raises(ValueError, match="closed"):
+        ck.read(name)
+
+
 def test_an_open_checkpoint_in_place_of_a_path(tiny_ckpt: Path, tmp_path: Path) -> None:
     ck = shardload.open(tiny_ckpt)
     with shardload.load(ck, tp=2) as m, shardload.load(tiny_ckpt, tp=2) as want:
