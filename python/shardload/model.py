@@ -43,22 +43,22 @@ class _HostBuffer:
                                     "data": (ptr, False)}
 
 
+def _tqdm_installed() -> bool:
+    try:
+        import tqdm  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def wants_bar(progress: Progress) -> bool:
     """Whether `progress` asks for a tqdm bar: True always (tqdm must be installed), None when
     stderr is a terminal and tqdm is installed."""
     if progress is True:
-        try:
-            import tqdm  # noqa: F401
-        except ImportError as e:
-            raise ImportError("progress=True draws a tqdm bar: pip install tqdm") from e
+        if not _tqdm_installed():
+            raise ImportError("progress=True draws a tqdm bar: pip install tqdm")
         return True
-    if progress is not None or not sys.stderr.isatty():
-        return False
-    try:
-        import tqdm  # noqa: F401, F811
-    except ImportError:
-        return False
-    return True
+    return progress is None and sys.stderr.isatty() and _tqdm_installed()
 
 
 class _ProgressBridge:
