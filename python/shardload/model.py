@@ -114,10 +114,9 @@ def _load_opts(device: str, io: str, staging: int, threads: int, dummy: bool,
         raise ValueError(f"device {device!r}: expected 'cpu', 'cuda' or 'pjrt'")
     if io not in _IO:
         raise ValueError(f"io {io!r}: expected 'auto', 'direct' or 'buffered'")
-    for what, v in (("staging", staging), ("threads", threads), ("seed", seed)):
+    for what, v, low in (("staging", staging, 1), ("threads", threads, 0), ("seed", seed, 0)):
         if isinstance(v, bool) or not isinstance(v, int):
             raise TypeError(f"{what} must be an int, got {type(v).__name__}")
-    for what, v, low in (("staging", staging, 1), ("threads", threads, 0), ("seed", seed, 0)):
         if v < low:
             raise ValueError(f"{what} must be at least {low}, got {v}")
     o = N.LoadOpts()

@@ -43,7 +43,7 @@ from .._dtypes import numpy_dtype, target_value
 from ..checkpoint import opened
 from ..plan import ConfigSource, Plan
 from ._loader import Loader
-from ._shardings import ShardingSpec, items, local_devices
+from ._shardings import ShardingSpec, boxes_plan, items, local_devices
 
 _DMA_ENV = "SHARDLOAD_JAX_DMA"  # "0": never dma_map the slabs
 _KEEP = "each tensor's checkpoint dtype"  # what dtype=None means here
@@ -65,7 +65,7 @@ def plan(path: Any, mesh: Any, shardings: ShardingSpec = None, *, dtype: Any = N
     with opened(path) as ck:
         index = local_devices(mesh)
         _, _, its = items(ck, mesh, shardings, config, dtype, index, cooperative)
-        return Plan.from_boxes(ck, [b for _, bs in its for _, b in bs], len(index), dtype)
+        return boxes_plan(ck, its, len(index), dtype)
 
 
 def _use_dma(dma: bool | None) -> bool:
@@ -138,7 +138,7 @@ def load_into(path: Any, arrays: Mapping[str, Any], *, donate: bool = False,
         raise TypeError(f"arrays must be a mapping name -> jax.Array, got {type(arrays).__name__}")
     by_dtype: dict[Any, dict[str, Any]] = {}
     with opened(path) as ck:
-        tensors = {t.name: t for t in ck.tensors}
+        tensors = ck._by_name()
         for name, a in arrays.items():
             t = tensors.get(name)
             if t is None:

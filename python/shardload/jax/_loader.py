@@ -18,7 +18,7 @@ from ..checkpoint import Checkpoint
 from ..model import _load_opts, _run, _set_list, wants_bar
 from ..plan import Plan
 from ._groups import Group, groups, padded
-from ._shardings import Item
+from ._shardings import Item, boxes_plan
 from ._staging import Staging, adopts, aliases, clients
 
 ENGINE_PART = 8  # the engine's staging is staging // ENGINE_PART
@@ -49,7 +49,7 @@ def fill_group(ck: Checkpoint, group: Group, n_devices: int, dtype: Any, opts: d
     name, buffer) per box, in the group's order, the C load's seconds and the bytes its engine
     read. Runs on the loader thread (ctypes releases the GIL for the C load), while the caller
     hands the previous group to JAX."""
-    plan = Plan.from_boxes(ck, [b for _, bs in group for _, b in bs], n_devices, dtype)
+    plan = boxes_plan(ck, group, n_devices, dtype)
     try:
         devs = sorted({b[1] for _, bs in group for _, b in bs})
         bufs: dict[tuple[int, int], np.ndarray] = {}
@@ -170,7 +170,7 @@ class Loader:
         self.shapes = {t.name: t.shape for t, _ in items}
         self.need = {t.name: len(bs) for t, bs in items}  # whole once its boxes are put
         self.kinds = {n: getattr(r, "memory_kind", None) for n, r in reads.items()}
-        whole = Plan.from_boxes(ck, [b for _, bs in items for _, b in bs], len(index), dtype)
+        whole = boxes_plan(ck, items, len(index), dtype)
         try:
             self.total = whole.read_bytes or 0  # also checks every box before a byte is read
             boxes_bytes = sum(padded(p.nbytes) for d in whole.devices for p in d.params)

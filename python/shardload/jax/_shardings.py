@@ -28,10 +28,10 @@ def default_specs(ck: Checkpoint, mesh: Any, config: ConfigSource | None,
     axis = mesh.axis_names[-1]
     n = int(mesh.shape[axis])
     plan = Plan(ck, config=config, tp=n, layout="spmd", dtype=dtype)
-    shapes = {t.name: t.shape for t in ck.tensors}
+    tensors = ck._by_name()
     out: dict[str, Any] = {}
     for p in plan.devices[0].params:
-        whole = shapes[p.name]
+        whole = tensors[p.name].shape
         split = [k for k in range(len(whole)) if p.shape[k] != whole[k]]
         spec = [None] * len(whole)
         if split:
@@ -65,7 +65,7 @@ def _sharding_of(name: str, t: Tensor, mesh: Any, shardings: ShardingSpec) -> An
 
 def _shardings(ck: Checkpoint, mesh: Any, shardings: ShardingSpec, config: ConfigSource | None,
                dtype: Any) -> dict[str, Any]:
-    by_name = {t.name: t for t in ck.tensors}
+    by_name = ck._by_name()
     if shardings is None:
         specs = default_specs(ck, mesh, config, dtype)
         return {n: _sharding_of(n, by_name[n], mesh, specs) for n in specs}
@@ -168,8 +168,13 @@ def items(ck: Checkpoint, mesh: Any, shardings: ShardingSpec, config: ConfigSour
     cooperative), and the boxes of this process's devices, in checkpoint order."""
     specs = _shardings(ck, mesh, shardings, config, dtype)
     order = {t.name: k for k, t in enumerate(ck.tensors)}
-    tensors = {t.name: t for t in ck.tensors}
+    tensors = ck._by_name()
     reads = ({n: read_sharding(sp, tensors[n].shape) for n, sp in specs.items()} if cooperative
              else specs)
     return specs, reads, [(tensors[n], boxes(n, tensors[n].shape, reads[n], index))
                           for n in sorted(specs, key=order.__getitem__)]
+
+
+def boxes_plan(ck: Checkpoint, its: list[Item], n_devices: int, dtype: Any) -> Plan:
+    """The C planner's plan of every box of `its` (sl_plan_build_boxes): it checks them all."""
+    return Plan.from_boxes(ck, [b for _, bs in its for _, b in bs], n_devices, dtype)
