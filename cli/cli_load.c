@@ -162,7 +162,8 @@ static uint64_t peak_rss_bytes(void)
 static int load_print_checksums(const sl_plan *p, const sl_model *m, int32_t d, int json)
 {
     sl_param_info pi;
-    for (int64_t i = 0; sl_plan_param(p, sl_model_device_index(m, d), i, &pi) == SL_OK; i++) {
+    const int32_t g = sl_model_device_index(m, d);
+    for (int64_t i = 0; sl_plan_param(p, g, i, &pi) == SL_OK; i++) {
         uint64_t h = 0;
         if (sl_model_param_xxh3(m, d, i, &h) != SL_OK)
             return cli_fail("%s", sl_model_errmsg(m));
@@ -184,14 +185,14 @@ static void load_print_mem(const sl_model *m, int32_t d, int json)
 {
     uint64_t before = 0, after = 0;
     char b1[32], b2[32], b3[32];
+    const int g = (int)sl_model_device_index(m, d);      /* the mesh index, as printed */
     const char *staging = sl_model_device_staging(m, d); /* pjrt: dma-mapped or plain */
     if (staging && json) {
         printf(",\"staging_memory\":");
         cli_json_str(stdout, staging);
     } else if (staging) {
         char sb[CLI_TEXT_NAME];
-        printf("device %d: staging %s\n", (int)sl_model_device_index(m, d),
-               cli_text(staging, sb, sizeof sb));
+        printf("device %d: staging %s\n", g, cli_text(staging, sb, sizeof sb));
     }
     if (sl_model_device_mem(m, d, &before, &after) != SL_OK)
         return;
@@ -206,7 +207,7 @@ static void load_print_mem(const sl_model *m, int32_t d, int json)
     char where[32] = "";
     if (gpu >= 0)
         snprintf(where, sizeof where, "GPU %d ", gpu);
-    printf("device %d: %sfree memory %s -> %s bytes (%s used)\n", (int)sl_model_device_index(m, d), where,
+    printf("device %d: %sfree memory %s -> %s bytes (%s used)\n", g, where,
            cli_commas(before, b1, sizeof b1), cli_commas(after, b2, sizeof b2),
            cli_commas(before >= after ? before - after : 0, b3, sizeof b3));
 }

@@ -24,8 +24,8 @@ static int opts_list(const cli_opts *o, const char *opt, const char *what, const
         const size_t n = strcspn(p, ",");
         int64_t x = 0;
         if (n == 0 || n >= sizeof item || n_items == cap)
-            return cli_usage_error(o->cmd, "%s needs a comma-separated list of %s numbers (at most %zu)",
-                                   opt, what, cap);
+            return cli_usage_error(o->cmd, "%s needs a comma-separated list of %s numbers "
+                                   "(at most %zu)", opt, what, cap);
         memcpy(item, p, n);
         item[n] = '\0';
         if (cli_parse_int(item, 0, hi, &x) != 0)
