@@ -62,7 +62,8 @@ def jax_checks(ck, r):
     (client.dma_map, jax_dma_load_s) and plain (dma=False, jax_plain_load_s), interleaved, best of
     JAX_REPS; timed against the tpu-inference way (safe_open, then device_put(x, NamedSharding)
     per tensor). At the default 64 MiB staging most of Llama-3-8B's boxes on one GPU are larger
-    than a slab (fresh plain buffers): the pair with 512 MiB is where dma_map can show."""
+    than a slab: they go through the slabs in bands of rows, written into their buffers on the
+    GPU (stats parts, assemble_seconds); the pair with 512 MiB has fewer of them."""
     import jax
     import numpy as np
     import shardload.jax as sj
@@ -87,8 +88,9 @@ def jax_checks(ck, r):
         on = all(sh.device.platform == JAX_PLATFORM for a in arrays.values() for sh in a.addressable_shards)
         nbytes = sum(a.nbytes for a in arrays.values())
         del arrays
-        keep = ("staging", "dma", "groups", "slabs", "reused", "oversize_groups", "copied_bytes",
-                "c_load_seconds", "put_seconds")
+        keep = ("staging", "dma", "groups", "slabs", "reused", "oversize_groups", "parts",
+                "assembled_boxes", "copied_bytes", "c_load_seconds", "put_seconds",
+                "assemble_seconds")
         return s, {k: st[k] for k in keep}, on, nbytes
     r["jax_load_s"], r["jax_stats"], r["jax_on_gpus"], r["jax_bytes"] = run()
     r["jax_staging"], r["jax_dma"] = r["jax_stats"]["staging"], r["jax_stats"]["dma"]

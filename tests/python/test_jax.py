@@ -30,6 +30,7 @@ import shardload  # noqa: E402
 import shardload.jax as sj  # noqa: E402
 import shardload.jax._groups as jg  # noqa: E402
 import shardload.jax._loader as jl  # noqa: E402
+import shardload.jax._parts as jp  # noqa: E402
 import shardload.jax._shardings as jsh  # noqa: E402
 import shardload.jax._staging as jst  # noqa: E402
 
@@ -232,20 +233,6 @@ def _misaligned(shape: tuple, dtype: object, nbytes: int) -> np.ndarray:
     return raw[off:off + nbytes].view(dtype).reshape(shape)
 
 
-class _Watched:
-    """An array of a put, as load sees it: notes that load waited for it."""
-
-    def __init__(self, a: object) -> None:
-        self.a, self.waited = a, False
-
-    def block_until_ready(self) -> object:
-        self.waited = True
-        return self.a.block_until_ready()  # type: ignore[attr-defined]
-
-    def is_deleted(self) -> bool:
-        return bool(self.a.is_deleted())  # type: ignore[attr-defined]
-
-
 def _as_copying_devices(monkeypatch: pytest.MonkeyPatch) -> list:
     """The CPU devices made to copy every put; returns (buffer address, array) of every box
     handed to JAX, and checks, whenever a group is about to be loaded into a slab again, that
@@ -254,22 +241,27 @@ def _as_copying_devices(monkeypatch: pytest.MonkeyPatch) -> list:
     monkeypatch.setattr(jst, "host_buffer", _misaligned)
     monkeypatch.setattr(jst, "slab", lambda nbytes: _misaligned((nbytes,), np.uint8, nbytes))
     monkeypatch.setattr(jl, "adopts", lambda devices: False)
-    put: list = []
-    put_group, take = jl.put_group, jst.Staging.take
+    put: list = []  # (buffer address, array): the arrays stay alive, so their ids stay theirs
+    waited: set[int] = set()
+    put_group, take, wait = jl.put_group, jst.Staging.take, jl.wait
 
-    def spy_put(boxes: list, shards: dict, kinds: dict) -> tuple:
-        arrays, copied, adopted = put_group(boxes, shards, kinds)
-        watched = [_Watched(a) for a in arrays]
-        put.extend((buf.ctypes.data, w) for (_, _, buf), w in zip(boxes, watched))
-        return watched, copied, adopted
+    def spy_put(bufs: list, targets: list) -> tuple:
+        arrays, copied, adopted = put_group(bufs, targets)
+        put.extend((buf.ctypes.data, a) for buf, a in zip(bufs, arrays))
+        return arrays, copied, adopted
+
+    def spy_wait(arrays: list) -> None:
+        waited.update(id(a) for a in arrays)
+        wait(arrays)
 
     def spy_take(self: object, slot: object, params: list) -> list:
         slab = self.slabs[slot] if slot is not None else None  # type: ignore[attr-defined]
         if slab is not None:
             lo, hi = slab.ctypes.data, slab.ctypes.data + slab.nbytes
-            assert all(w.waited for addr, w in list(put) if lo <= addr < hi)
+            assert all(id(a) in waited for addr, a in list(put) if lo <= addr < hi)
         return take(self, slot, params)  # type: ignore[arg-type]
     monkeypatch.setattr(jl, "put_group", spy_put)
+    monkeypatch.setattr(jl, "wait", spy_wait)
     monkeypatch.setattr(jst.Staging, "take", spy_take)
     return put
 
@@ -303,7 +295,7 @@ def test_copying_devices_reuse_two_slabs(tmp_path: Path, monkeypatch: pytest.Mon
     assert stats["staging"] == "plain" and "UNIMPLEMENTED" in stats["dma"], stats
     assert stats["slabs"] == 2 and stats["reused"] >= 5 and stats["retired"] == 0, stats
     assert stats["slab_bytes"] == 2 * ((2 << 20) - (1 << 20)) // 2 and stats["dma_mapped_bytes"] == 0
-    assert stats["adopted_bytes"] == 0 and stats["copied_bytes"] == sum(w.a.nbytes for _, w in put)
+    assert stats["adopted_bytes"] == 0 and stats["copied_bytes"] == sum(a.nbytes for _, a in put)
     assert stats["groups"] == stats["reused"] + stats["slabs"] + stats["oversize_groups"]
 
 
@@ -512,6 +504,103 @@ def test_pieces_of_a_large_tensor() -> None:
     assert len(jg.pieces(tensor, rows, 2, 70_000)) == 4  # 2 copies x 32 KiB fill a piece
     cols = jsh.boxes("w", shape, NamedSharding(mesh, P(None, "model")), index)
     assert jg.pieces(tensor, cols, 2, 40_000) == [cols]  # would read every row 4 times
+
+
+def test_bands_of_boxes_over_the_bound() -> None:
+    """A tensor whose boxes do not fit a group and cannot be cut into whole boxes (split along
+    dimension 1, or one box over the bound) goes in bands where the devices assemble parts: the
+    next rows of every box, the same number for each, a group's buffers within the bound;
+    every row of every box is loaded once, in order. Without bands, a group over the bound."""
+    mesh = mesh_2d()
+    shape, limit = (1000, 64), 40_000
+
+    class T:  # the fields groups reads
+        pass
+    tensor = T()
+    tensor.shape, tensor.dtype = shape, "BF16"  # type: ignore[attr-defined]
+    index = jsh.local_devices(mesh)
+
+    def size(group: list) -> int:  # a buffer per device's box, copies too
+        return sum(jg.padded(int(np.prod(b[3])) * 2) for _, bs in group for _, b in bs)
+    for spec in [P(None, "model"), P(), P("data", None)]:
+        boxes = jsh.boxes("w", shape, NamedSharding(mesh, spec), index)
+        assert max(map(size, jg.groups([(tensor, boxes)], lambda: limit, None))) > limit
+        got = list(jg.groups([(tensor, boxes)], lambda: limit, None, lambda: True))
+        assert len(got) > 1, spec
+        rows: dict = {}
+        for g in got:
+            assert size(g) <= limit, spec
+            for _, bs in g:
+                assert len({b[3][0] for _, b in bs}) == 1  # one part shape per band
+                for dev, b in bs:
+                    rows.setdefault(dev, []).append((b[2][0], b[3][0]))
+        for dev, (_, _, start, length) in boxes:
+            parts = rows[dev]
+            assert parts[0][0] == start[0] and sum(n for _, n in parts) == length[0]
+            assert all(a + n == b for (a, n), (b, _) in zip(parts, parts[1:]))  # in order
+
+
+def test_parts_written_in_place() -> None:
+    """Each device writes the parts of its box into one buffer, in place (the buffer donated:
+    its address never changes, the finished box included, bitcast back to bf16), and bit for
+    bit: bf16 NaNs with payloads survive (a bf16 update on XLA's CPU goes through f32)."""
+    import warnings
+    import jax.numpy as jnp
+    devs = jax.devices()[:4]
+    shape = (10, 6)
+    bits = [np.arange(60, dtype=np.uint16).reshape(shape) * 97 + 0x3f00 + i for i in range(4)]
+    for b in bits:
+        b[0, :3] = [0x7f81, 0xffc3, 0x7fa5]  # NaNs: signalling, negative, with a payload
+    parts = jp.Parts()
+    addresses = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "Some donated buffers were not usable"
+        for r0, r1 in [(0, 4), (4, 8), (8, 10)]:
+            done = parts.add([(d, ("w", k, (r0, 0), (r1 - r0, 6)), ("w", k, (0, 0), shape),
+                               jax.device_put(bits[k][r0:r1].view(jp.view(jnp.bfloat16)), d),
+                               np.dtype(jnp.bfloat16)) for k, d in enumerate(devs)])
+            arrays = [a for _, _, a in done] or parts.arrays()
+            addresses.append([a.unsafe_buffer_pointer() for a in arrays])
+    assert len(done) == 4 and not parts.arrays()
+    assert all(a == addresses[0] for a in addresses), addresses
+    for k, (dev, name, a) in enumerate(done):
+        assert (dev, name, a.dtype, a.shape) == (devs[k], "w", jnp.bfloat16, shape)
+        assert np.array_equal(np.asarray(a).view(np.uint16), bits[k])
+    assert parts.count == {"parts": 12, "assembled_boxes": 4}
+
+
+@pytest.mark.parametrize("dtype,kind", [(None, None), ("F32", None), (None, "pinned_host")])
+def test_copying_devices_assemble_bands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         dtype: str | None, kind: str | None) -> None:
+    """On devices that copy, a box over the group bound (a replicated 2 MiB embedding under a
+    512 KiB bound) and a tensor split along dimension 1 go through the slabs in bands of rows,
+    each device writing its parts into one buffer: no fresh host buffer over the bound (the
+    fallback this replaces), every shard exact and box-sized, in its dtype and memory kind."""
+    path, want = make_big_ckpt(tmp_path / "b")
+    mesh = mesh_2d()
+    if kind and kind not in {m.kind for m in mesh.devices.flat[0].addressable_memories()}:
+        pytest.skip(f"this JAX's CPU devices have no {kind} memory")
+
+    def pick(name: str, shape: tuple, dt: str) -> NamedSharding:
+        spec = (P() if "embed" in name else P(None, "model") if "down" in name
+                else P("data", "model") if len(shape) == 2 else P())
+        return NamedSharding(mesh, spec, memory_kind=kind)
+    put = _as_copying_devices(monkeypatch)
+    stats: dict = {}
+    arrays = sj.load(path, mesh, pick, dtype=dtype, staging=2 << 20, stats=stats)
+    check_shards(arrays, want, dtype)
+    bound = ((2 << 20) - (1 << 20)) // 2
+    assert stats["oversize_groups"] == 0 and stats["slabs"] == 2, stats
+    assert max(a.nbytes for _, a in put) <= bound
+    embed = arrays["model.embed_tokens.weight"]
+    assert stats["parts"] >= 8 * 5 and stats["assembled_boxes"] >= 8 * 2, stats
+    assert all(s.data.shape == want["model.embed_tokens.weight"].shape
+               for s in embed.addressable_shards)
+    assert {s.data.dtype for a in arrays.values() for s in a.addressable_shards} == \
+        {np.dtype("float32" if dtype else "bfloat16")}
+    if kind:
+        assert {s.data.sharding.memory_kind for a in arrays.values()
+                for s in a.addressable_shards} == {kind}
 
 
 def test_progress_and_loader_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

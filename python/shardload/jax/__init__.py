@@ -12,11 +12,12 @@ devices in one batched ``jax.device_put``; the global arrays are assembled with
 Host memory: an eighth of the staging budget is the engine's own staging; the rest holds the
 buffers of two groups (the one being loaded, the one whose transfers JAX is finishing), so host
 memory beyond the device arrays stays within the budget. A tensor larger than a group is cut
-into pieces of whole boxes when its boxes split dimension 0 only (disjoint byte ranges); one split
-along another dimension stays one group (pieces would read its rows again), the one case over
-the budget. On CPU devices XLA adopts an aligned host buffer as the device buffer (no copy): there a
-group's buffers *are* device arrays, fresh for each group, so groups are large (few C loads); every
-put is checked, and the first buffer JAX copies instead brings the bound back. On devices that
+into pieces of whole boxes when its boxes split dimension 0 only (disjoint byte ranges); on devices
+that copy, one split along another dimension (pieces would read its rows again) or with a box
+larger than a group goes in bands of rows, which each device writes into one buffer in place
+(_parts.py). On CPU devices XLA adopts an aligned host buffer as the device buffer (no copy):
+there a group's buffers *are* device arrays, fresh for each group, so groups are large (few C
+loads); every put is checked, and the first buffer JAX copies instead brings the bound back. On devices that
 copy, the groups go through two slabs of the group bound, used in turn and reused once JAX has
 finished with the previous group loaded into that slab (its arrays are ready: the transfers are
 done), each DMA-mapped once (``client.dma_map``) where the backend implements it and unmapped when
@@ -28,7 +29,8 @@ dist="cooperative", what the shardings replicate across processes is read in dis
 per process, and all-gathered over the devices (``_shardings.read_sharding``, ``_loader.gather``).
 
 Where things are: _shardings.py (which box each device holds), _groups.py (boxes into groups
-that fit the budget), _staging.py (the host buffers), _loader.py (the load loop).
+that fit the budget), _staging.py (the host buffers), _parts.py (boxes written in parts on their
+devices), _loader.py (the load loop).
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """The boxes of consecutive tensors cut into groups that fit the staging budget: one C load
 each. A tensor larger than a group is cut into pieces of whole boxes where that reads no byte
-twice."""
+twice, else (on devices that copy) into bands: the next rows of each of its boxes, assembled on
+the devices (_parts)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
@@ -51,18 +52,63 @@ def pieces(t: Tensor, boxes: list[tuple[Any, Box]], width: int,
     return out
 
 
-def _piece(t: Tensor, boxes: list[tuple[Any, Box]], width: int,
-           limit: int | None) -> list[tuple[Any, Box]]:
-    return boxes if limit is None else pieces(t, boxes, width, limit)[0]
+def band(boxes: list[tuple[Any, Box]], width: int, limit: int) -> list[tuple[Any, Box]] | None:
+    """The first rows (dimension 0) of every box, as many as fit `limit` together (each device's
+    part has a buffer of its own, copies of a box too) and the same number for each (parts of
+    one shape share their compiled assembly); None where not even one row of each fits. A box
+    without bytes is taken whole."""
+    row = sum(int(np.prod(b[3][1:], dtype=np.int64)) * width for _, b in boxes)
+    rows = (limit - ALIGN * len(boxes)) // row if row else 0
+    if rows < 1:
+        return None
+    out = []
+    for dev, (name, d, start, length) in boxes:
+        if length[0] > rows and _box_bytes((name, d, start, length), width):
+            length = (rows,) + length[1:]
+        out.append((dev, (name, d, start, length)))
+    return out
 
 
-def groups(items: list[Item], budget: Callable[[], int | None],
-           target: Any) -> Iterator[Group]:
+def _bytes(boxes: list[tuple[Any, Box]], width: int) -> int:
+    return sum(_box_bytes(b, width) for _, b in boxes)
+
+
+def _cut(t: Tensor, rest: list[tuple[Any, Box]], width: int, limit: int | None,
+         bands: bool) -> list[tuple[Any, Box]]:
+    """The boxes (or parts of boxes) of `rest` to load next: all of them, else the first piece,
+    else (`bands`: the devices can assemble parts) the first band of every box: one distinct box
+    over the limit makes every box go in bands, so that the parts of all devices share shapes."""
+    if limit is None:
+        return rest
+    first = pieces(t, rest, width, limit)[0]
+    if not bands or _bytes(first, width) <= limit:
+        return first
+    return band(rest, width, limit) or first
+
+
+def _after(rest: list[tuple[Any, Box]], cut: list[tuple[Any, Box]]) -> list[tuple[Any, Box]]:
+    """What is left of `rest` once `cut` is loaded: the boxes of other devices, and the rows
+    after each band."""
+    taken = dict(cut)
+    out = []
+    for dev, b in rest:
+        c = taken.get(dev)
+        if c is None:
+            out.append((dev, b))
+        elif c[3] != b[3]:
+            out.append((dev, (b[0], b[1], (b[2][0] + c[3][0],) + b[2][1:],
+                              (b[3][0] - c[3][0],) + b[3][1:])))
+    return out
+
+
+def groups(items: list[Item], budget: Callable[[], int | None], target: Any,
+           bands: Callable[[], bool] = lambda: False) -> Iterator[Group]:
     """Consecutive tensors (checkpoint order) whose boxes fit the budget together (None: no
     bound; asked afresh for each group), whatever their dtypes (a box plan without a target
     keeps each tensor's: FP8 weights, F32 scales and BF16 norms alternate in checkpoint order).
     A tensor larger than the budget is cut into pieces of whole boxes where no byte is read twice
-    (pieces), else a group of its own."""
+    (pieces), else into bands of rows where bands() says the devices assemble parts (asked
+    afresh for each group), else a group of its own."""
     group: Group = []
     size, limit = 0, budget()
     to = NAMES[target_value(target)] if target is not None else None
@@ -70,15 +116,14 @@ def groups(items: list[Item], budget: Callable[[], int | None],
         width = numpy_dtype(to or t.dtype).itemsize  # packed types: an upper bound
         rest = all_boxes
         while rest:
-            boxes = _piece(t, rest, width, limit)
-            n = sum(_box_bytes(b, width) for _, b in boxes)
+            boxes = _cut(t, rest, width, limit, bands())
+            n = _bytes(boxes, width)
             if group and limit is not None and size + n > limit:
                 yield group
                 group, size, limit = [], 0, budget()
-                boxes = _piece(t, rest, width, limit)  # cut afresh: the budget may have changed
-                n = sum(_box_bytes(b, width) for _, b in boxes)
-            taken = {dev for dev, _ in boxes}  # a tensor has one box per device at most
-            rest = [db for db in rest if db[0] not in taken]
+                boxes = _cut(t, rest, width, limit, bands())  # the budget may have changed
+                n = _bytes(boxes, width)
+            rest = _after(rest, boxes)
             group.append((t, boxes))
             size += n
     if group:

@@ -18,12 +18,13 @@ from ..checkpoint import Checkpoint
 from ..model import _load_opts, _run, _set_list, wants_bar
 from ..plan import Plan
 from ._groups import Group, groups, padded
-from ._shardings import Item, boxes_plan
+from ._parts import Parts, view
+from ._shardings import Box, Item, boxes_plan
 from ._staging import Staging, adopts, aliases, clients
 
 ENGINE_PART = 8  # the engine's staging is staging // ENGINE_PART
 ADOPTED_GROUP = 1 << 30  # bytes of boxes per C load when the devices adopt the buffers
-Received = list[tuple[Any, str, np.ndarray]]  # (device, tensor name, buffer) of each box
+Received = list[tuple[Any, Box, np.ndarray]]  # (device, box or part of it, buffer) of each
 
 
 def _dest_table(plan: Plan, devs: list[int], staging: Staging, slot: int | None,
@@ -45,8 +46,9 @@ def _dest_table(plan: Plan, devs: list[int], staging: Staging, slot: int | None,
 def fill_group(ck: Checkpoint, group: Group, n_devices: int, dtype: Any, opts: dict[str, Any],
                progress: Progress, staging: Staging,
                slot: int | None) -> tuple[Received, float, int]:
-    """Plans one group's boxes and loads them into host buffers from `staging`: (device, tensor
-    name, buffer) per box, in the group's order, the C load's seconds and the bytes its engine
+    """Plans one group's boxes and loads them into host buffers from `staging`: (device, box,
+    buffer) per box (or part of a box), in the group's order, the C load's seconds and the bytes
+    its engine
     read. Runs on the loader thread (ctypes releases the GIL for the C load), while the caller
     hands the previous group to JAX."""
     plan = boxes_plan(ck, group, n_devices, dtype)
@@ -70,9 +72,9 @@ def fill_group(ck: Checkpoint, group: Group, n_devices: int, dtype: Any, opts: d
     nth = dict.fromkeys(devs, 0)  # device d's i-th parameter is its i-th box of the group
     out = []
     for _, bs in group:
-        for dev, (name, d, _, _) in bs:
-            out.append((dev, name, bufs[(d, nth[d])]))
-            nth[d] += 1
+        for dev, box in bs:
+            out.append((dev, box, bufs[(box[1], nth[box[1]])]))
+            nth[box[1]] += 1
     return out, seconds, int(st.bytes_read)
 
 
@@ -85,17 +87,20 @@ def _target(dev: Any, kind: str | None) -> Any:
     return SingleDeviceSharding(dev, memory_kind=kind)
 
 
-def put_group(boxes: Received, shards: dict[str, list[Any]],
-              kinds: dict[str, str | None]) -> tuple[list[Any], int, int]:
-    """Hands a group's buffers to their devices (one batched device_put), each in the memory kind
-    `kinds` gives its tensor: the arrays, the bytes JAX copied and the bytes it adopted (the
-    buffer became the device array)."""
+def wait(arrays: list[Any]) -> None:
+    """Waits for the arrays' transfers (a deleted one's were done: a gathered tensor's parts)."""
+    for a in arrays:
+        if not a.is_deleted():
+            a.block_until_ready()
+
+
+def put_group(bufs: list[np.ndarray], targets: list[Any]) -> tuple[list[Any], int, int]:
+    """Hands a group's buffers to their targets (one batched device_put): the arrays, the bytes
+    JAX copied and the bytes it adopted (the buffer became the device array)."""
     import jax
-    arrays = jax.device_put([b for _, _, b in boxes],
-                            [_target(dev, kinds.get(name)) for dev, name, _ in boxes])
+    arrays = jax.device_put(bufs, targets)
     copied = adopted = 0
-    for (_, name, buf), a in zip(boxes, arrays):
-        shards.setdefault(name, []).append(a)
+    for buf, a in zip(bufs, arrays):
         if buf.nbytes and aliases(a, buf):
             adopted += buf.nbytes
         else:
@@ -159,7 +164,8 @@ class Loader:
     of two groups, one being loaded while the other goes to JAX. Unless the devices adopt the
     buffers: then a group's buffers are its device arrays, not host memory beyond them, and
     groups are large (fresh buffers are first touched by each C load); the first buffer JAX
-    copies brings the bound back."""
+    copies brings the bound back, and from then on a box too large for a group comes in bands
+    of rows, written into its buffer on the device (Parts)."""
 
     def __init__(self, ck: Checkpoint, items: list[Item], specs: dict[str, Any],
                  reads: dict[str, Any], index: dict[Any, int], dtype: Any, staging: int,
@@ -170,6 +176,8 @@ class Loader:
         self.shapes = {t.name: t.shape for t, _ in items}
         self.need = {t.name: len(bs) for t, bs in items}  # whole once its boxes are put
         self.kinds = {n: getattr(r, "memory_kind", None) for n, r in reads.items()}
+        self.whole = {b[:2]: b for _, bs in items for _, b in bs}  # (name, device) -> its box
+        self.parts = Parts()
         whole = boxes_plan(ck, items, len(index), dtype)
         try:
             self.total = whole.read_bytes or 0  # also checks every box before a byte is read
@@ -183,14 +191,15 @@ class Loader:
         self.opts = dict(opts, staging=engine)
         self.progress = Progress(progress, self.total)
         self.pool = Staging(clients(index), min(self.bounded, boxes_bytes), dma)
-        self.groups = groups(items, lambda: self.budget, dtype)
+        self.groups = groups(items, lambda: self.budget, dtype, lambda: not self.adopting)
         self.ahead: tuple[Future[tuple[Received, float, int]], int | None] | None = None
         self.shards: dict[str, list[Any]] = {}
         self.out: dict[str, Any] = {}
         self.sent: list[Any] = []  # the arrays of the group handed to JAX last
         self.count = {"groups": 0, "copied_bytes": 0, "adopted_bytes": 0, "bytes_read": 0,
                       "gathered_tensors": 0, "gathered_bytes": 0}
-        self.secs = {"c_load_seconds": 0.0, "put_seconds": 0.0, "gather_seconds": 0.0}
+        self.secs = {"c_load_seconds": 0.0, "put_seconds": 0.0, "assemble_seconds": 0.0,
+                     "gather_seconds": 0.0}
 
     def run(self) -> dict[str, Any]:
         """Every tensor's global array, in the order of the shardings."""
@@ -214,7 +223,8 @@ class Loader:
         return {n: self.out[n] for n in self.specs}
 
     def stats(self) -> dict[str, Any]:
-        return {**self.pool.report(), **self.count, "read_bytes": self.total, **self.secs}
+        return {**self.pool.report(), **self.count, **self.parts.count, "read_bytes": self.total,
+                **self.secs}
 
     def _submit(self, ex: ThreadPoolExecutor) -> None:
         """Starts the next group's C load on the loader thread (self.ahead: None once all are)."""
@@ -241,14 +251,12 @@ class Loader:
         # completes), so two groups at most are alive, this one and the next, and the slab the
         # next one is loaded into is free again. (A gathered tensor's parts are deleted: their
         # transfers were done.)
-        for a in self.sent:
-            if not a.is_deleted():
-                a.block_until_ready()
+        wait(self.sent)
         self._submit(ex)
-        self.sent, copied, adopted = put_group(boxes, self.shards, self.kinds)
+        self.sent, copied, adopted = self._put(boxes)
         self.secs["put_seconds"] += time.perf_counter() - t0
-        done = [n for n in dict.fromkeys(b[1] for b in boxes)
-                if len(self.shards[n]) == self.need[n]]
+        done = [n for n in dict.fromkeys(b[0] for _, b, _ in boxes)
+                if len(self.shards.get(n, ())) == self.need[n]]
         del boxes
         for n in done:
             self.out[n] = self._assemble(n)
@@ -258,6 +266,32 @@ class Loader:
             self.pool.retire(slot)  # that slab is device memory now
         if copied:  # not adopted: the buffers are host memory after all
             self.budget, self.adopting = self.bounded, False
+
+    def _put(self, boxes: Received) -> tuple[list[Any], int, int]:
+        """Puts a group's buffers on their devices; a whole box becomes its tensor's shard there,
+        a part of one goes into that box's buffer (Parts: in the device's default memory, as
+        integers), the finished box moved to its tensor's memory kind if that is another."""
+        parts = [self.whole[b[:2]][3] != b[3] for _, b, _ in boxes]
+        bufs = [buf.view(view(buf.dtype)) if part else buf
+                for (_, _, buf), part in zip(boxes, parts)]
+        targets = [dev if part else _target(dev, self.kinds.get(b[0]))
+                   for (dev, b, _), part in zip(boxes, parts)]
+        arrays, copied, adopted = put_group(bufs, targets)
+        assembling = []
+        for (dev, b, buf), a, part in zip(boxes, arrays, parts):
+            if part:
+                assembling.append((dev, b, self.whole[b[:2]], a, buf.dtype))
+            else:
+                self.shards.setdefault(b[0], []).append(a)
+        if assembling:
+            t0 = time.perf_counter()
+            for dev, name, a in self.parts.add(assembling):
+                target = _target(dev, self.kinds.get(name))
+                if target is not dev:
+                    a = gather(a, target)
+                self.shards.setdefault(name, []).append(a)
+            self.secs["assemble_seconds"] += time.perf_counter() - t0
+        return arrays, copied, adopted
 
     def _assemble(self, n: str) -> Any:
         """Tensor n's global array, once all its boxes are on their devices; under cooperative,
@@ -277,7 +311,8 @@ class Loader:
 
     def _settle(self) -> None:
         """Waits for every transfer still running: no transfer reads a slab being unmapped."""
-        for a in [a for xs in self.shards.values() for a in xs] + list(self.out.values()):
+        for a in ([a for xs in self.shards.values() for a in xs] + list(self.out.values())
+                  + self.parts.arrays()):
             try:
                 if not a.is_deleted():
                     a.block_until_ready()

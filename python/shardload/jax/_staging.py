@@ -49,9 +49,9 @@ class Staging:
     group last loaded into a slab before loading into it again. A slab is DMA-mapped on the
     devices' clients when it is allocated, where they implement client.dma_map (the first
     refusal, e.g. UNIMPLEMENTED on CPU, stops the tries), and unmapped by close(). A group
-    larger than a slab (one box over the group bound) gets fresh plain buffers: mapping memory
-    used once costs more than the copy it saves; a slab a device adopted is retired (it is that
-    device's memory now)."""
+    larger than a slab (a box whose single row is over the group bound: groups cut anything
+    else in bands) gets fresh plain buffers: mapping memory used once costs more than the copy
+    it saves; a slab a device adopted is retired (it is that device's memory now)."""
 
     def __init__(self, clients: list[Any], size: int, dma: bool) -> None:
         self.clients, self.size = clients, -(-size // PAGE) * PAGE
