@@ -160,8 +160,9 @@ sl_status sl_checkpoint_fetch(const sl_checkpoint *ck, const char *name, const c
  * name in its folder and renamed, so a failed fetch never leaves part of a file there. */
 sl_status sl_checkpoint_fetch_bytes(const sl_checkpoint *ck, const char *name, char **buf, size_t *len,
                                     char *err, size_t errlen);
-/* n bytes at offset of file `file` into buf (local pread or ranged GET, the checkpoint's settings);
- * SL_E_INVALID_ARG past the file's end, SL_E_CHANGED if it changed since the open; message to err.
+/* n bytes at offset of file `file` into buf (local preads or ranged GETs of 64 MiB at most, the
+ * checkpoint's settings); SL_E_INVALID_ARG past the file's end, SL_E_CHANGED if it changed since
+ * the open, SL_E_CANCELLED after sl_cancel (checked between chunks); message to err.
  * Safe from several threads: a remote checkpoint's calls take turns on its one connection. */
 sl_status sl_checkpoint_read(const sl_checkpoint *ck, int64_t file, uint64_t offset, void *buf, size_t n,
                              char *err, size_t errlen);
@@ -604,8 +605,9 @@ sl_status sl_write_manifest(const char *dir, const char *name, char *err, size_t
 
 /* ---- cancelling --------------------------------------------------------------------------------- */
 
-/* Asks every sl_load, sl_reshard, sl_reshard_dist and sl_synth running in this process to stop:
- * each fails with SL_E_CANCELLED at its next check (between read requests, before each write)
+/* Asks every sl_load, sl_reshard, sl_reshard_dist, sl_synth and sl_checkpoint_read running in this
+ * process to stop: each fails with SL_E_CANCELLED at its next check (between read requests, before
+ * each write, between a read's 64 MiB chunks)
  * and, as after any failure, removes the files it had not finished. sl_cancel only stores to a
  * lock-free atomic, so a signal handler may call it (the CLI does, on SIGINT and SIGTERM); the
  * library installs no handler itself. The request holds until sl_cancel_clear. */

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _interrupt
 from . import _native as N
 from . import _remote
 from ._dtypes import NAMES, element_shape, numpy_dtype
@@ -136,14 +137,16 @@ class Checkpoint:
     def read(self, name: str) -> np.ndarray:
         """One tensor's bytes as a new NumPy array of its dtype and shape (raw bits where NumPy
         has none; packed sub-byte types as their bytes), read from its file or URL with the
-        checkpoint's checks: a file changed since the open raises SL_E_CHANGED naming it."""
+        checkpoint's checks: a file changed since the open raises SL_E_CHANGED naming it. Ctrl-C
+        and shardload.cancel() stop it within 64 MiB (CancelledError after cancel())."""
         t = self._by_name().get(name)
         if t is None:
             raise KeyError(f"checkpoint has no tensor {name!r}")
         out = np.empty(element_shape(t.dtype, t.shape, t.nbytes), numpy_dtype(t.dtype))
         err = ctypes.create_string_buffer(1024)
-        st = N.lib.sl_checkpoint_read(self.handle, self.files.index(t.file), t.offset,
-                                      out.ctypes.data, t.nbytes, err, len(err))
+        file, h = self.files.index(t.file), self.handle
+        st = _interrupt.call(lambda: N.lib.sl_checkpoint_read(h, file, t.offset, out.ctypes.data,
+                                                              t.nbytes, err, len(err)))
         if st != 0:
             N.raise_status(st, err.value)
         return out

@@ -3,9 +3,11 @@
  * of an expert's w1 and w3). A local file is opened by path and must still be the file the open
  * read (size and identity, as the loader checks); a remote one is read with a ranged GET of the
  * checkpoint's settings (CA bundle, S3 signing, retries; io/http_get.c), which must describe the
- * object the open saw (size, ETag, Last-Modified). */
+ * object the open saw (size, ETag, Last-Modified). It reads in chunks, so that a stop asked for with
+ * sl_cancel (Ctrl-C in Python) is seen within one chunk of a tensor of gigabytes. */
 #include "ckpt/checkpoint.h"
 #include "common/sl_bytes.h"
+#include "common/sl_cancel.h"
 #include "io/http.h"
 
 #include <errno.h>
@@ -13,6 +15,13 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+enum { READ_CHUNK = 64 << 20 };   /* bytes per read or ranged GET between checks for a stop */
+
+static sl_status read_cancelled(const ck_file *f, uint64_t offset, sl_err *e)
+{
+    return sl_err_set(e, SL_E_CANCELLED, "%s: cancelled before reading offset %" PRIu64, f->path, offset);
+}
 
 /* The local file still is the one whose header the open read. */
 static sl_status read_check_same(const ck_file *f, const struct stat *sb, sl_err *e)
@@ -35,11 +44,18 @@ static sl_status read_local(const ck_file *f, uint64_t offset, void *buf, size_t
     SL_CHECK(fd >= 0, e, errno == ENOENT ? SL_E_NOT_FOUND : SL_E_IO, "%s: cannot open: %s", f->path,
              strerror(errno));
     sl_status st = read_check_same(f, &sb, e);
-    if (st == SL_OK && sl_pread_full(fd, buf, n, offset) != 0)
-        st = errno ? sl_err_set(e, SL_E_IO, "%s: read of %zu bytes at offset %" PRIu64 ": %s", f->path, n,
-                                offset, strerror(errno))
-                   : sl_err_set(e, SL_E_CHANGED, "%s: short read at offset %" PRIu64 " (file changed "
-                                "since the checkpoint was opened?)", f->path, offset);
+    for (size_t done = 0; st == SL_OK && done < n;) {
+        const size_t k = n - done < READ_CHUNK ? n - done : READ_CHUNK;
+        const uint64_t at = offset + done;   /* no overflow: the caller checked offset + n */
+        if (sl_cancel_requested())
+            st = read_cancelled(f, at, e);
+        else if (sl_pread_full(fd, (char *)buf + done, k, at) != 0)
+            st = errno ? sl_err_set(e, SL_E_IO, "%s: read of %zu bytes at offset %" PRIu64 ": %s", f->path,
+                                    k, at, strerror(errno))
+                       : sl_err_set(e, SL_E_CHANGED, "%s: short read at offset %" PRIu64 " (file changed "
+                                    "since the checkpoint was opened?)", f->path, at);
+        done += k;
+    }
     close(fd);
     return st;
 }
@@ -57,9 +73,19 @@ static sl_status read_checked(const sl_checkpoint *ck, int64_t file, uint64_t of
              f->path, n, offset, f->size);
     if (n == 0)
         return SL_OK;
-    if (f->remote)   /* the checkpoint's settings and its kept-alive connection, as sl_checkpoint_fetch */
-        return sl_http_get_range(f->remote, offset, n, buf, e);
-    return read_local(f, offset, buf, n, e);
+    if (!f->remote)
+        return read_local(f, offset, buf, n, e);
+    /* the checkpoint's settings and its kept-alive connection, as sl_checkpoint_fetch */
+    for (size_t done = 0; done < n;) {
+        const size_t k = n - done < READ_CHUNK ? n - done : READ_CHUNK;
+        if (sl_cancel_requested())
+            return read_cancelled(f, offset + done, e);
+        const sl_status st = sl_http_get_range(f->remote, offset + done, k, (char *)buf + done, e);
+        if (st != SL_OK)
+            return st;
+        done += k;
+    }
+    return SL_OK;
 }
 
 sl_status sl_checkpoint_read(const sl_checkpoint *ck, int64_t file, uint64_t offset, void *buf, size_t n,

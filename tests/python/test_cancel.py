@@ -119,3 +119,45 @@ def test_ctrl_c_stops_a_jax_load_inside_the_c_call(tiny_ckpt: Path) -> None:
     done, total = stop.calls[-1]
     assert total > 0 and done < total, f"the load ran to the end ({done} of {total} bytes)"
     assert sjax.load(tiny_ckpt, mesh, staging=4 << 20)   # the request was withdrawn
+
+
+def test_cancel_stops_checkpoint_read(mid_ckpt: Path) -> None:
+    """Checkpoint.read of one tensor checks for a stop between its chunks: after cancel() it
+    raises CancelledError naming the file (it read to the end whatever was asked before), and
+    reads again once the request is withdrawn."""
+    ck = shardload.open(mid_ckpt)
+    t = max(ck.tensors, key=lambda t: t.nbytes)
+    shardload.cancel()
+    try:
+        with pytest.raises(shardload.CancelledError, match=r"\.safetensors: cancelled"):
+            ck.read(t.name)
+    finally:
+        shardload.clear_cancel()
+    assert ck.read(t.name).nbytes == t.nbytes
+
+
+def test_ctrl_c_during_checkpoint_read(mid_ckpt: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C during Checkpoint.read is seen while the C call runs (on a worker thread, as
+    load's): the library is asked to stop, the read fails at its next chunk (SL_E_CANCELLED),
+    and KeyboardInterrupt goes on. The C read is made to start late, once SIGINT has landed."""
+    import shardload._native as N
+    ck = shardload.open(mid_ckpt)
+    t = max(ck.tensors, key=lambda t: t.nbytes)
+    real = N.lib
+    statuses: list[int] = []
+
+    class Slow:
+        def __getattr__(self, name: str) -> object:
+            return getattr(real, name)
+
+        def sl_checkpoint_read(self, *args: object) -> int:
+            _sigint()
+            time.sleep(0.5)   # the main thread's wait sees the signal and calls sl_cancel
+            statuses.append(int(real.sl_checkpoint_read(*args)))
+            return statuses[-1]
+    monkeypatch.setattr(N, "lib", Slow())
+    with pytest.raises(KeyboardInterrupt):
+        ck.read(t.name)
+    assert statuses == [34]   # SL_E_CANCELLED: the C read stopped, not the wait alone
+    monkeypatch.setattr(N, "lib", real)
+    assert ck.read(t.name).nbytes == t.nbytes   # the request was withdrawn
