@@ -45,9 +45,9 @@ typedef struct sl_io {
 } sl_io;
 
 /* Opens an engine allowing `depth` requests in flight; `threads` caps the pread pool (0: up to
- * depth, at most 16). force: NULL or "" for automatic, "pread", "uring" or "uring-inline". The
- * environment variable SL_IO_ENGINE (same values) overrides an automatic choice (tests and
- * benchmarks use it). */
+ * depth, at most 16). force: NULL or "" for automatic, "pread", "uring" or "uring-inline" (the
+ * library reads no environment: the CLI passes SL_IO_ENGINE here, through sl_load_opts.io_engine,
+ * for tests and benchmarks). */
 sl_status sl_io_open(const char *force, unsigned depth, unsigned threads, sl_io *out, sl_err *err);
 void sl_io_close(sl_io *io);
 
