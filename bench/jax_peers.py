@@ -23,6 +23,8 @@ Two measurements of the path for devices that copy (GPU, TPU), on CPU, outside m
   jax_peers.py --copying CKPT      shardload.jax.load with every CPU device_put made to copy
                                    (buffers 16 bytes off XLA's alignment), dma=None vs dma=False,
                                    each run a fresh process: seconds and the load's stats
+                                   (BENCH_JAX_MESH=2,4: a (data, model) mesh instead of 8
+                                   devices on one axis; the default rule replicates over data)
 Each prints JSON lines, BENCH_ROUNDS rounds (default 3), with the load average.
 """
 import json
@@ -125,7 +127,8 @@ def misaligned(shape, dtype, nbytes):
     return raw[off:off + nbytes].view(dtype).reshape(shape)
 jst.host_buffer, jl.adopts = misaligned, lambda devices: False
 jst.slab = lambda nbytes: misaligned((nbytes,), np.uint8, nbytes)
-mesh = Mesh(np.array(jax.devices()[:8]), ("model",))
+shape = [int(n) for n in os.environ.get("BENCH_JAX_MESH", "8").split(",")]
+mesh = Mesh(np.array(jax.devices()[:8]).reshape(shape), ("data", "model")[-len(shape):])
 jax.block_until_ready(jax.device_put(np.ones(1 << 20, np.uint8), jax.devices()[0]))
 st, t = {}, time.perf_counter()
 jax.block_until_ready(sj.load(sys.argv[1], mesh, dma=None if sys.argv[2] == "auto" else False, stats=st))

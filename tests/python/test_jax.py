@@ -166,7 +166,13 @@ def test_buffers_never_reused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     check_shards(arrays, want)
     # each slab was adopted by the CPU devices (64-byte aligned), so none was loaded into again
     assert stats["reused"] == 0 and stats["retired"] == stats["slabs"] >= 5, stats
-    assert stats["copied_bytes"] == 0 and stats["staging"] == "plain"
+    # the 1-D norms' 8 copies shared one slab buffer: the devices after the first that adopted
+    # it got copies of their own, so that no two shards are one memory
+    shared = sum(a.nbytes * 7 for a in arrays.values() if a.sharding.is_fully_replicated)
+    assert shared and stats["copied_bytes"] == shared and stats["staging"] == "plain", stats
+    addresses = [s.data.unsafe_buffer_pointer() for a in arrays.values()
+                 for s in a.addressable_shards]
+    assert len(set(addresses)) == len(addresses)
 
 
 def test_cpu_devices_adopt_the_buffers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -297,6 +303,34 @@ def test_copying_devices_reuse_two_slabs(tmp_path: Path, monkeypatch: pytest.Mon
     assert stats["slab_bytes"] == 2 * ((2 << 20) - (1 << 20)) // 2 and stats["dma_mapped_bytes"] == 0
     assert stats["adopted_bytes"] == 0 and stats["copied_bytes"] == sum(a.nbytes for _, a in put)
     assert stats["groups"] == stats["reused"] + stats["slabs"] + stats["oversize_groups"]
+
+
+def test_copies_of_a_box_share_a_slab_buffer(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """On devices that copy, the copies of a box (a sharding replicated over the data axis) are
+    one buffer in the slab, put to each of its devices: the engine writes each box once, and a
+    group holds twice the boxes. Every shard exact, each in memory of its own."""
+    path, want = make_big_ckpt(tmp_path / "s")
+    mesh = mesh_2d()
+    spec = {n: NamedSharding(mesh, P("model") if len(w.shape) == 2 else P())
+            for n, w in want.items() if "rotary" not in n}
+    put = _as_copying_devices(monkeypatch)
+    calls: list[list[int]] = []  # each put's buffer addresses (slabs are reused across groups)
+    inner = jl.put_group
+
+    def spy(bufs: list, targets: list) -> tuple:
+        calls.append([b.ctypes.data for b in bufs])
+        return inner(bufs, targets)
+    monkeypatch.setattr(jl, "put_group", spy)
+    stats: dict = {}
+    arrays = sj.load(path, mesh, spec, staging=2 << 20, stats=stats)
+    check_shards(arrays, {n: want[n] for n in spec})
+    copies = {c.count(a) for c in calls for a in c}
+    assert copies == {2, 8}, copies  # rows split over "model": 2 copies; 1-D replicated: 8
+    assert stats["copied_bytes"] == sum(a.nbytes for _, a in put)
+    addresses = [s.data.unsafe_buffer_pointer() for a in arrays.values()
+                 for s in a.addressable_shards]
+    assert len(set(addresses)) == len(addresses)
 
 
 def test_copying_devices_mixed_dtypes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -509,7 +543,8 @@ def test_pieces_of_a_large_tensor() -> None:
 def test_bands_of_boxes_over_the_bound() -> None:
     """A tensor whose boxes do not fit a group and cannot be cut into whole boxes (split along
     dimension 1, or one box over the bound) goes in bands where the devices assemble parts: the
-    next rows of every box, the same number for each, a group's buffers within the bound;
+    next rows of every box, the same number for each, a group's buffers (a box's copies share
+    one) within the bound;
     every row of every box is loaded once, in order. Without bands, a group over the bound."""
     mesh = mesh_2d()
     shape, limit = (1000, 64), 40_000
@@ -520,8 +555,9 @@ def test_bands_of_boxes_over_the_bound() -> None:
     tensor.shape, tensor.dtype = shape, "BF16"  # type: ignore[attr-defined]
     index = jsh.local_devices(mesh)
 
-    def size(group: list) -> int:  # a buffer per device's box, copies too
-        return sum(jg.padded(int(np.prod(b[3])) * 2) for _, bs in group for _, b in bs)
+    def size(group: list) -> int:  # a buffer per distinct box (copies share it) of each entry
+        return sum(jg.padded(int(np.prod(b[3])) * 2) for _, bs in group
+                   for _, b in jg.distinct(bs))
     for spec in [P(None, "model"), P(), P("data", None)]:
         boxes = jsh.boxes("w", shape, NamedSharding(mesh, spec), index)
         assert max(map(size, jg.groups([(tensor, boxes)], lambda: limit, None))) > limit

@@ -17,8 +17,9 @@ that copy, one split along another dimension (pieces would read its rows again) 
 larger than a group goes in bands of rows, which each device writes into one buffer in place
 (_parts.py). On CPU devices XLA adopts an aligned host buffer as the device buffer (no copy):
 there a group's buffers *are* device arrays, fresh for each group, so groups are large (few C
-loads); every put is checked, and the first buffer JAX copies instead brings the bound back. On devices that
-copy, the groups go through two slabs of the group bound, used in turn and reused once JAX has
+loads); every put is checked, and the first buffer JAX copies instead brings the bound back. On
+devices that copy, the groups go through two slabs of the group bound (a box's copies on several
+devices one buffer in them, written once and put to each), used in turn and reused once JAX has
 finished with the previous group loaded into that slab (its arrays are ready: the transfers are
 done), each DMA-mapped once (``client.dma_map``) where the backend implements it and unmapped when
 the load ends, failed or not (``dma=False`` or SHARDLOAD_JAX_DMA=0: plain host memory). A slab

@@ -27,15 +27,32 @@ def _box_bytes(box: Box, itemsize: int) -> int:
     return padded(int(np.prod(box[3], dtype=np.int64)) * itemsize)
 
 
-def pieces(t: Tensor, boxes: list[tuple[Any, Box]], width: int,
-           limit: int) -> list[list[tuple[Any, Box]]]:
+def distinct(boxes: list[tuple[Any, Box]]) -> list[tuple[Any, Box]]:
+    """One (device, box) per distinct box of a tensor: the first device holding it."""
+    seen: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
+    out = []
+    for d, b in boxes:
+        if (b[2], b[3]) not in seen:
+            seen.add((b[2], b[3]))
+            out.append((d, b))
+    return out
+
+
+def room(boxes: list[tuple[Any, Box]], width: int, share: bool) -> int:
+    """The slab bytes of a tensor's boxes: a buffer per device's box, or per distinct box where
+    its copies share one (share: devices that copy from it, not adopt it)."""
+    return sum(_box_bytes(b, width) for _, b in (distinct(boxes) if share else boxes))
+
+
+def pieces(t: Tensor, boxes: list[tuple[Any, Box]], width: int, limit: int,
+           share: bool = False) -> list[list[tuple[Any, Box]]]:
     """A tensor's boxes cut into pieces of at most `limit` bytes (at least one distinct box each)
     where that reads no byte twice: the boxes split dimension 0 only, so distinct boxes are
     disjoint byte ranges (a box on several devices stays in one piece, read once). Otherwise,
     or when they fit, one piece of all of them."""
     whole = all(b[2][k] == 0 and b[3][k] == t.shape[k]
                 for _, b in boxes for k in range(1, len(t.shape)))
-    if not whole or sum(_box_bytes(b, width) for _, b in boxes) <= limit:
+    if not whole or room(boxes, width, share) <= limit:
         return [boxes]
     same: dict[tuple[tuple[int, ...], tuple[int, ...]], list[tuple[Any, Box]]] = {}
     for db in boxes:
@@ -43,7 +60,7 @@ def pieces(t: Tensor, boxes: list[tuple[Any, Box]], width: int,
     out: list[list[tuple[Any, Box]]] = []
     size = 0
     for copies in same.values():
-        n = _box_bytes(copies[0][1], width) * len(copies)
+        n = room(copies, width, share)
         if not out or size + n > limit:
             out.append([])
             size = 0
@@ -52,13 +69,15 @@ def pieces(t: Tensor, boxes: list[tuple[Any, Box]], width: int,
     return out
 
 
-def band(boxes: list[tuple[Any, Box]], width: int, limit: int) -> list[tuple[Any, Box]] | None:
-    """The first rows (dimension 0) of every box, as many as fit `limit` together (each device's
-    part has a buffer of its own, copies of a box too) and the same number for each (parts of
-    one shape share their compiled assembly); None where not even one row of each fits. A box
-    without bytes is taken whole."""
-    row = sum(int(np.prod(b[3][1:], dtype=np.int64)) * width for _, b in boxes)
-    rows = (limit - ALIGN * len(boxes)) // row if row else 0
+def band(boxes: list[tuple[Any, Box]], width: int, limit: int,
+         share: bool = False) -> list[tuple[Any, Box]] | None:
+    """The first rows (dimension 0) of every box, as many as fit `limit` together (room: copies
+    of a box in one buffer where they share) and the same number for each (parts of one shape
+    share their compiled assembly); None where not even one row of each fits. A box without
+    bytes is taken whole."""
+    buffers = distinct(boxes) if share else boxes
+    row = sum(int(np.prod(b[3][1:], dtype=np.int64)) * width for _, b in buffers)
+    rows = (limit - ALIGN * len(buffers)) // row if row else 0
     if rows < 1:
         return None
     out = []
@@ -69,21 +88,18 @@ def band(boxes: list[tuple[Any, Box]], width: int, limit: int) -> list[tuple[Any
     return out
 
 
-def _bytes(boxes: list[tuple[Any, Box]], width: int) -> int:
-    return sum(_box_bytes(b, width) for _, b in boxes)
-
-
 def _cut(t: Tensor, rest: list[tuple[Any, Box]], width: int, limit: int | None,
-         bands: bool) -> list[tuple[Any, Box]]:
+         copying: bool) -> list[tuple[Any, Box]]:
     """The boxes (or parts of boxes) of `rest` to load next: all of them, else the first piece,
-    else (`bands`: the devices can assemble parts) the first band of every box: one distinct box
-    over the limit makes every box go in bands, so that the parts of all devices share shapes."""
+    else (`copying`: the devices copy, so they can assemble parts) the first band of every box:
+    one distinct box over the limit makes every box go in bands, so that the parts of all
+    devices share shapes."""
     if limit is None:
         return rest
-    first = pieces(t, rest, width, limit)[0]
-    if not bands or _bytes(first, width) <= limit:
+    first = pieces(t, rest, width, limit, copying)[0]
+    if not copying or room(first, width, copying) <= limit:
         return first
-    return band(rest, width, limit) or first
+    return band(rest, width, limit, copying) or first
 
 
 def _after(rest: list[tuple[Any, Box]], cut: list[tuple[Any, Box]]) -> list[tuple[Any, Box]]:
@@ -102,13 +118,14 @@ def _after(rest: list[tuple[Any, Box]], cut: list[tuple[Any, Box]]) -> list[tupl
 
 
 def groups(items: list[Item], budget: Callable[[], int | None], target: Any,
-           bands: Callable[[], bool] = lambda: False) -> Iterator[Group]:
+           copying: Callable[[], bool] = lambda: False) -> Iterator[Group]:
     """Consecutive tensors (checkpoint order) whose boxes fit the budget together (None: no
     bound; asked afresh for each group), whatever their dtypes (a box plan without a target
     keeps each tensor's: FP8 weights, F32 scales and BF16 norms alternate in checkpoint order).
     A tensor larger than the budget is cut into pieces of whole boxes where no byte is read twice
-    (pieces), else into bands of rows where bands() says the devices assemble parts (asked
-    afresh for each group), else a group of its own."""
+    (pieces), else into bands of rows where copying() says the devices copy the buffers (asked
+    afresh for each group: then they can assemble parts, and a box's copies share a buffer),
+    else a group of its own."""
     group: Group = []
     size, limit = 0, budget()
     to = NAMES[target_value(target)] if target is not None else None
@@ -116,13 +133,14 @@ def groups(items: list[Item], budget: Callable[[], int | None], target: Any,
         width = numpy_dtype(to or t.dtype).itemsize  # packed types: an upper bound
         rest = all_boxes
         while rest:
-            boxes = _cut(t, rest, width, limit, bands())
-            n = _bytes(boxes, width)
+            copies = copying()
+            boxes = _cut(t, rest, width, limit, copies)
+            n = room(boxes, width, copies)
             if group and limit is not None and size + n > limit:
                 yield group
-                group, size, limit = [], 0, budget()
-                boxes = _cut(t, rest, width, limit, bands())  # the budget may have changed
-                n = _bytes(boxes, width)
+                group, size, limit, copies = [], 0, budget(), copying()
+                boxes = _cut(t, rest, width, limit, copies)  # the budget may have changed
+                n = room(boxes, width, copies)
             rest = _after(rest, boxes)
             group.append((t, boxes))
             size += n

@@ -17,7 +17,7 @@ from .. import _native as N
 from ..checkpoint import Checkpoint
 from ..model import _load_opts, _run, _set_list, wants_bar
 from ..plan import Plan
-from ._groups import Group, groups, padded
+from ._groups import Group, distinct, groups, padded
 from ._parts import Parts, view
 from ._shardings import Box, Item, boxes_plan
 from ._staging import Staging, adopts, aliases, clients
@@ -48,12 +48,14 @@ def fill_group(ck: Checkpoint, group: Group, n_devices: int, dtype: Any, opts: d
                slot: int | None) -> tuple[Received, float, int]:
     """Plans one group's boxes and loads them into host buffers from `staging`: (device, box,
     buffer) per box (or part of a box), in the group's order, the C load's seconds and the bytes
-    its engine
-    read. Runs on the loader thread (ctypes releases the GIL for the C load), while the caller
-    hands the previous group to JAX."""
-    plan = boxes_plan(ck, group, n_devices, dtype)
+    its engine read. In a slab (devices that copy) the copies of a box share one buffer, put to
+    each of their devices: the plan has the first device's box only (room() sized the group so).
+    Runs on the loader thread (ctypes releases the GIL for the C load), while the caller hands
+    the previous group to JAX."""
+    loaded = group if slot is None else [(t, distinct(bs)) for t, bs in group]
+    plan = boxes_plan(ck, loaded, n_devices, dtype)
     try:
-        devs = sorted({b[1] for _, bs in group for _, b in bs})
+        devs = sorted({b[1] for _, bs in loaded for _, b in bs})
         bufs: dict[tuple[int, int], np.ndarray] = {}
         table, rows = _dest_table(plan, devs, staging, slot, bufs)
         o = _load_opts("cpu", opts["io"], opts["staging"], opts["threads"], False, 1234)
@@ -69,12 +71,17 @@ def fill_group(ck: Checkpoint, group: Group, n_devices: int, dtype: Any, opts: d
         progress.next(plan.read_bytes or 0)
     finally:
         plan.close()
+
+    def key(dev: Any, box: Box) -> Any:  # which buffer a device's box is in
+        return dev if slot is None else (box[2], box[3])
     nth = dict.fromkeys(devs, 0)  # device d's i-th parameter is its i-th box of the group
-    out = []
-    for _, bs in group:
-        for dev, box in bs:
-            out.append((dev, box, bufs[(box[1], nth[box[1]])]))
+    out: Received = []
+    for (_, bs), (_, firsts) in zip(group, loaded):
+        of = {}
+        for dev, box in firsts:
+            of[key(dev, box)] = bufs[(box[1], nth[box[1]])]
             nth[box[1]] += 1
+        out += [(dev, box, of[key(dev, box)]) for dev, box in bs]
     return out, seconds, int(st.bytes_read)
 
 
@@ -96,12 +103,20 @@ def wait(arrays: list[Any]) -> None:
 
 def put_group(bufs: list[np.ndarray], targets: list[Any]) -> tuple[list[Any], int, int]:
     """Hands a group's buffers to their targets (one batched device_put): the arrays, the bytes
-    JAX copied and the bytes it adopted (the buffer became the device array)."""
+    JAX copied and the bytes it adopted (the buffer became the device array). A buffer put to
+    several devices (a box's copies) that two of them adopted would be one memory for both:
+    the later one gets a copy of its own."""
     import jax
     arrays = jax.device_put(bufs, targets)
     copied = adopted = 0
-    for buf, a in zip(bufs, arrays):
+    first: dict[int, Any] = {}
+    for i, (buf, a) in enumerate(zip(bufs, arrays)):
+        was = first.setdefault(buf.ctypes.data, a)
         if buf.nbytes and aliases(a, buf):
+            if was is not a and aliases(was, buf):
+                arrays[i] = jax.device_put(a, a.sharding, may_alias=False)  # same memory kind
+                copied += buf.nbytes
+                continue
             adopted += buf.nbytes
         else:
             copied += buf.nbytes
