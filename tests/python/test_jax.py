@@ -10,6 +10,7 @@ import random
 import struct
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
@@ -303,6 +304,24 @@ def test_copying_devices_reuse_two_slabs(tmp_path: Path, monkeypatch: pytest.Mon
     assert stats["slab_bytes"] == 2 * ((2 << 20) - (1 << 20)) // 2 and stats["dma_mapped_bytes"] == 0
     assert stats["adopted_bytes"] == 0 and stats["copied_bytes"] == sum(a.nbytes for _, a in put)
     assert stats["groups"] == stats["reused"] + stats["slabs"] + stats["oversize_groups"]
+
+
+def test_f64_parts_without_x64(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An F64 tensor in parts, JAX without jax_enable_x64: the parts are not moved as uint64 (JAX
+    would make them uint32, half of each element); they arrive as F32, as a whole F64 box does."""
+    from safetensors.numpy import save_file
+    tmp_path.mkdir(exist_ok=True)
+    w = np.arange(600 * 1024, dtype=np.float64).reshape(600, 1024) * 0.5
+    save_file({"w.weight": w}, str(tmp_path / "model.safetensors"))
+    mesh = mesh_1d()
+    _as_copying_devices(monkeypatch)
+    stats: dict = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # JAX's "float64 requested, float32 used"
+        a = sj.load(tmp_path, mesh, {"w.weight": NamedSharding(mesh, P(None, "model"))},
+                    staging=2 << 20, stats=stats)["w.weight"]
+    assert not jax.config.jax_enable_x64 and stats["parts"] > 8
+    assert a.dtype == np.float32 and np.array_equal(np.asarray(a), w.astype(np.float32))
 
 
 def test_copies_of_a_box_share_a_slab_buffer(tmp_path: Path,

@@ -292,10 +292,11 @@ class Loader:
         targets = [dev if part else _target(dev, self.kinds.get(b[0]))
                    for (dev, b, _), part in zip(boxes, parts)]
         arrays, copied, adopted = put_group(bufs, targets)
+        from jax.dtypes import canonicalize_dtype as canonical  # what JAX makes of F64 without x64
         assembling = []
         for (dev, b, buf), a, part in zip(boxes, arrays, parts):
             if part:
-                assembling.append((dev, b, self.whole[b[:2]], a, buf.dtype))
+                assembling.append((dev, b, self.whole[b[:2]], a, canonical(buf.dtype)))
             else:
                 self.shards.setdefault(b[0], []).append(a)
         if assembling:

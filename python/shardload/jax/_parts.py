@@ -18,13 +18,15 @@ import numpy as np
 
 from ._shardings import Box
 
-_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+# (no uint64: without jax_enable_x64 JAX makes a uint64 array uint32, which would cut an F64 part
+# in half; F64 is native arithmetic on every backend, moved as it is)
+_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32}
 Part = tuple[Any, Box, Box, Any, Any]  # device, its box, the whole box, array on device, dtype
 
 
 def view(dtype: Any) -> Any:
     """The dtype a part travels and is assembled in: an unsigned integer of the same width for a
-    floating type (integers and bools move unchanged)."""
+    floating type of 1, 2 or 4 bytes (integers, bools and F64 move unchanged)."""
     dt = np.dtype(dtype)
     if dt.kind in "biu" or dt.itemsize not in _UINT:
         return dt
