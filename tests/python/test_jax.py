@@ -324,6 +324,22 @@ def test_f64_parts_without_x64(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert a.dtype == np.float32 and np.array_equal(np.asarray(a), w.astype(np.float32))
 
 
+def test_fp8_parts_bit_exact(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """F8_E4M3 in parts (split along dimension 1, 2 MiB under a 512 KiB bound): every byte
+    pattern, NaNs (0x7f, 0xff) included, arrives as it is in the file, in float8_e4m3fn."""
+    import jax.numpy as jnp
+    bits = np.random.default_rng(4).integers(0, 256, (1024, 2048), dtype=np.uint8)
+    oracle.write_checkpoint(str(tmp_path), {"w.weight": ("F8_E4M3", bits)}, 1, random.Random(4))
+    mesh = mesh_2d()
+    _as_copying_devices(monkeypatch)
+    stats: dict = {}
+    a = sj.load(tmp_path, mesh, {"w.weight": NamedSharding(mesh, P(None, "model"))},
+                staging=2 << 20, stats=stats)["w.weight"]
+    assert stats["parts"] > 8 and a.dtype == jnp.float8_e4m3fn
+    for sh in a.addressable_shards:
+        assert np.array_equal(np.asarray(sh.data).view(np.uint8), bits[sh.index])
+
+
 def test_copies_of_a_box_share_a_slab_buffer(tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """On devices that copy, the copies of a box (a sharding replicated over the data axis) are
