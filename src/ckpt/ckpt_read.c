@@ -18,6 +18,11 @@
 
 enum { READ_CHUNK = 64 << 20 };   /* bytes per read or ranged GET between checks for a stop */
 
+static size_t read_chunk(size_t n, size_t done)
+{
+    return n - done < READ_CHUNK ? n - done : READ_CHUNK;
+}
+
 static sl_status read_cancelled(const ck_file *f, uint64_t offset, sl_err *e)
 {
     return sl_err_set(e, SL_E_CANCELLED, "%s: cancelled before reading offset %" PRIu64, f->path, offset);
@@ -45,7 +50,7 @@ static sl_status read_local(const ck_file *f, uint64_t offset, void *buf, size_t
              strerror(errno));
     sl_status st = read_check_same(f, &sb, e);
     for (size_t done = 0; st == SL_OK && done < n;) {
-        const size_t k = n - done < READ_CHUNK ? n - done : READ_CHUNK;
+        const size_t k = read_chunk(n, done);
         const uint64_t at = offset + done;   /* no overflow: the caller checked offset + n */
         if (sl_cancel_requested())
             st = read_cancelled(f, at, e);
@@ -77,7 +82,7 @@ static sl_status read_checked(const sl_checkpoint *ck, int64_t file, uint64_t of
         return read_local(f, offset, buf, n, e);
     /* the checkpoint's settings and its kept-alive connection, as sl_checkpoint_fetch */
     for (size_t done = 0; done < n;) {
-        const size_t k = n - done < READ_CHUNK ? n - done : READ_CHUNK;
+        const size_t k = read_chunk(n, done);
         if (sl_cancel_requested())
             return read_cancelled(f, offset + done, e);
         const sl_status st = sl_http_get_range(f->remote, offset + done, k, (char *)buf + done, e);
