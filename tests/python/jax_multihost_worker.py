@@ -23,7 +23,6 @@ from jax.sharding import Mesh, PartitionSpec as P  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the oracle
 import oracle_shards as oracle  # noqa: E402
 import shardload.jax as sj  # noqa: E402
-import shardload.jax._loader as jl  # noqa: E402
 import shardload.jax._shardings as jsh  # noqa: E402
 
 SEED = 7  # the values test_jax_multihost.py wrote
@@ -98,12 +97,12 @@ def main() -> None:
     }
     report = {}
     for case, (rules, dst, dist) in cases.items():
-        # many groups (the CPU devices adopt the buffers, so groups are otherwise 1 GiB: one
-        # here): a tensor is gathered while later groups load, its parts deleted under them
-        jl.ADOPTED_GROUP = (1 << 20) if dist == "cooperative" else (1 << 30)
+        # many groups (a load that gathers keeps its groups within the staging bound, 512 KiB
+        # at 2 MiB): a tensor is gathered while later groups load, its parts deleted under them
         stats: dict = {}
         arrays = sj.load(path, mesh, rules, dtype=None if dst is None else "float32",
-                         stats=stats, dist=dist)
+                         stats=stats, dist=dist, staging=(2 << 20) if dist == "cooperative"
+                         else (64 << 20))
         assert stats["read_bytes"] == sj.plan(path, mesh, rules, dist=dist).read_bytes, case
         report[case] = {"read": stats["bytes_read"], "plan_read": stats["read_bytes"],
                         "shards": check(arrays, want, dst), "tensors": len(arrays),

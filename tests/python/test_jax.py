@@ -493,6 +493,24 @@ def test_cooperative_in_one_process(tmp_path: Path) -> None:
         sj.load(path, mesh_2d(), dist="mpi")
 
 
+def test_gathered_reads_keep_the_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What dist="cooperative" reads to gather is deleted once gathered, so it is memory beyond
+    the arrays even on CPU devices, which adopt the buffers: those loads keep groups within the
+    staging bound instead of 1 GiB ones (a whole 715 MB Llama's parts were alive at once in
+    bench/jax_dist.py, 332-348 MiB above the arrays, 221-234 MiB with the bound). The "data" axis
+    is made to look as if it spanned processes, so that one process reads with it and gathers."""
+    monkeypatch.setattr(jsh, "_spanning_axes", lambda mesh: ("data",))
+    path, want = make_big_ckpt(tmp_path / "g")
+    fills: list = []
+    _spy(monkeypatch, "fill_group", fills)
+    stats: dict = {}
+    arrays = sj.load(path, mesh_2d(), dist="cooperative", staging=2 << 20, stats=stats)
+    check_shards(arrays, want)
+    assert stats["gathered_tensors"] > 10 and stats["adopted_bytes"] > 0, stats
+    bound = ((2 << 20) - (1 << 20)) // 2
+    assert len(fills) > 4 and max(_group_bytes(args[1]) for args, _ in fills) <= bound
+
+
 def test_load_into(tmp_path: Path) -> None:
     """load_into takes each array's sharding, shape and dtype (converted on the way) and returns
     new arrays (JAX arrays are immutable); donate=True deletes the given ones first."""

@@ -202,7 +202,10 @@ class Loader:
         engine = max(staging // ENGINE_PART, 1 << 20)
         self.bounded = (staging - engine) // 2
         self.adopting = adopts(index)
-        self.budget = ADOPTED_GROUP if self.adopting else self.bounded
+        # What is read to be gathered (dist="cooperative") is deleted once gathered: beyond the
+        # arrays even where the devices adopt the buffers, so those groups keep the bound.
+        gathers = any(reads[n] is not specs[n] for n in specs)
+        self.budget = ADOPTED_GROUP if self.adopting and not gathers else self.bounded
         self.opts = dict(opts, staging=engine)
         self.progress = Progress(progress, self.total)
         self.pool = Staging(clients(index), min(self.bounded, boxes_bytes), dma)
