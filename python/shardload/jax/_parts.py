@@ -34,11 +34,11 @@ def view(dtype: Any) -> Any:
 
 
 @functools.lru_cache(maxsize=64)
-def _fns(devs: tuple[Any, ...]) -> tuple[Any, Any, Any, Any, Any]:
+def _fns(devs: tuple[Any, ...]) -> tuple[Any, Any, Any, Any]:
     """For a set of devices: the sharding of their buffers side by side (box k of device k at
     rows k*b0...) and the jitted writes of a part into them: the first (into zeros), a middle
-    one and the last (then bitcast to the tensor's dtype), each donating the buffer, and the
-    bitcast alone. First and last are fused so that a box shape costs three compiles at most."""
+    one and the last (then bitcast to the tensor's dtype), the latter two donating the buffer.
+    Zeros and the bitcast are fused in so that a box shape costs three compiles at most."""
     import jax
     import jax.numpy as jnp
     from jax import lax
@@ -64,8 +64,7 @@ def _fns(devs: tuple[Any, ...]) -> tuple[Any, Any, Any, Any, Any]:
     return (NamedSharding(mesh, rows),
             jax.jit(first, static_argnums=1),
             jax.jit(middle, donate_argnums=0),
-            jax.jit(last, static_argnums=3, donate_argnums=0),
-            jax.jit(lax.bitcast_convert_type, static_argnums=1, donate_argnums=0))
+            jax.jit(last, static_argnums=3, donate_argnums=0))
 
 
 class Parts:
@@ -94,9 +93,12 @@ class Parts:
                ps: list[Part]) -> list[tuple[Any, str, Any]]:
         import jax
         devs = tuple(p[0] for p in ps)
-        sharding, first, middle, last, cast = _fns(devs)
+        sharding, first, middle, last = _fns(devs)
         keys = [(name, p[2][1]) for p in ps]
         height, dtype = ps[0][1][3][0], ps[0][4]  # the part's rows, the tensor's dtype
+        # a box in parts has two at least (groups cut it only when it is taller than a band), so
+        # the first part is never the last: the last one's bitcast gives every box its dtype
+        assert row > 0 or height < shape[0], (name, shape, height)
         part = jax.make_array_from_single_device_arrays(
             (len(devs) * height,) + shape[1:], sharding, [p[3] for p in ps])
         if row == 0:
@@ -111,8 +113,6 @@ class Parts:
             for k, dev in zip(keys, devs):
                 self.bufs[k] = by_dev[dev]
             return []
-        if buf.dtype != dtype:  # (a box in one part: never cut so, but exact all the same)
-            buf = cast(buf, dtype)
         by_dev = {s.device: s.data for s in buf.addressable_shards}
         self.count["assembled_boxes"] += len(devs)
         return [(dev, name, by_dev[dev]) for dev in devs]
