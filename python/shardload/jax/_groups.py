@@ -38,10 +38,15 @@ def distinct(boxes: list[tuple[Any, Box]]) -> list[tuple[Any, Box]]:
     return out
 
 
+def _buffers(boxes: list[tuple[Any, Box]], share: bool) -> list[tuple[Any, Box]]:
+    """The boxes that take a slab buffer: each device's, or one per distinct box where its
+    copies share one (share: devices that copy from it, not adopt it)."""
+    return distinct(boxes) if share else boxes
+
+
 def room(boxes: list[tuple[Any, Box]], width: int, share: bool) -> int:
-    """The slab bytes of a tensor's boxes: a buffer per device's box, or per distinct box where
-    its copies share one (share: devices that copy from it, not adopt it)."""
-    return sum(_box_bytes(b, width) for _, b in (distinct(boxes) if share else boxes))
+    """The slab bytes of a tensor's boxes (_buffers)."""
+    return sum(_box_bytes(b, width) for _, b in _buffers(boxes, share))
 
 
 def pieces(t: Tensor, boxes: list[tuple[Any, Box]], width: int, limit: int,
@@ -75,7 +80,7 @@ def band(boxes: list[tuple[Any, Box]], width: int, limit: int,
     of a box in one buffer where they share) and the same number for each (parts of one shape
     share their compiled assembly); None where not even one row of each fits. A box without
     bytes is taken whole."""
-    buffers = distinct(boxes) if share else boxes
+    buffers = _buffers(boxes, share)
     row = sum(int(np.prod(b[3][1:], dtype=np.int64)) * width for _, b in buffers)
     rows = (limit - ALIGN * len(buffers)) // row if row else 0
     if rows < 1:
