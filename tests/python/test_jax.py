@@ -629,6 +629,29 @@ def test_bands_of_boxes_over_the_bound() -> None:
             assert all(a + n == b for (a, n), (b, _) in zip(parts, parts[1:]))  # in order
 
 
+def test_bands_that_fit_a_group_twice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bands of a tensor whose boxes split dimension 1 of three, two of which fit a group exactly
+    (eight boxes of 32 KiB rows under the 512 KiB bound of a 2 MiB staging): each band is a group
+    of its own (a plan holds one box of a tensor per device; two bands in one group were
+    refused, SL_E_DUPLICATE), and a band takes every row that fits, padding counted exactly
+    (two here, not one)."""
+    rng = np.random.default_rng(9)
+    w = rng.integers(0, 1 << 16, size=(8, 16, 4096), dtype=np.uint16)
+    oracle.write_checkpoint(str(tmp_path), {"w": ("BF16", w)}, 1, random.Random(9))
+    mesh = mesh_2d()
+    _as_copying_devices(monkeypatch)
+    stats: dict = {}
+    arrays = sj.load(tmp_path, mesh, {"w": NamedSharding(mesh, P("data", "model", None))},
+                     staging=2 << 20, stats=stats)
+    check_shards(arrays, {"w": w})
+    assert stats["groups"] == 2 and stats["parts"] == 16 and stats["assembled_boxes"] == 8, stats
+    monkeypatch.setattr(jg, "_rows", lambda buffers, width, limit: 1)  # bands of half a group
+    arrays = sj.load(tmp_path, mesh, {"w": NamedSharding(mesh, P("data", "model", None))},
+                     staging=2 << 20, stats=stats)
+    check_shards(arrays, {"w": w})
+    assert stats["groups"] == 3 and stats["parts"] == 24, stats  # 1, 1, then the last 2 rows
+
+
 def test_parts_written_in_place() -> None:
     """Each device writes the parts of its box into one buffer, in place (the buffer donated:
     its address never changes, the finished box included, bitcast back to bf16), and bit for

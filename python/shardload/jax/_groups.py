@@ -74,15 +74,26 @@ def pieces(t: Tensor, boxes: list[tuple[Any, Box]], width: int, limit: int,
     return out
 
 
+def _rows(buffers: list[tuple[Any, Box]], width: int, limit: int) -> int:
+    """The most rows of each buffer's box that fit `limit` together, each buffer padded: from
+    the count that leaves room for every padding, up while one more row still fits."""
+    row_bytes = [int(np.prod(b[3][1:], dtype=np.int64)) * width for _, b in buffers]
+    row = sum(row_bytes)
+    if not row:
+        return 0
+    rows = (limit - ALIGN * len(buffers)) // row
+    while sum(padded((rows + 1) * n) for n in row_bytes) <= limit:
+        rows += 1
+    return rows
+
+
 def band(boxes: list[tuple[Any, Box]], width: int, limit: int,
          share: bool = False) -> list[tuple[Any, Box]] | None:
     """The first rows (dimension 0) of every box, as many as fit `limit` together (room: copies
     of a box in one buffer where they share) and the same number for each (parts of one shape
     share their compiled assembly); None where not even one row of each fits. A box without
     bytes is taken whole."""
-    buffers = _buffers(boxes, share)
-    row = sum(int(np.prod(b[3][1:], dtype=np.int64)) * width for _, b in buffers)
-    rows = (limit - ALIGN * len(buffers)) // row if row else 0
+    rows = _rows(_buffers(boxes, share), width, limit)
     if rows < 1:
         return None
     out = []
@@ -122,6 +133,13 @@ def _after(rest: list[tuple[Any, Box]], cut: list[tuple[Any, Box]]) -> list[tupl
     return out
 
 
+def _again(rest: list[tuple[Any, Box]], cut: list[tuple[Any, Box]]) -> bool:
+    """Whether a device of `cut` still has rows in `rest` (cut was a band). Its next band must
+    go in another group: a plan holds one box of a tensor per device."""
+    taken = {dev for dev, _ in cut}
+    return any(dev in taken for dev, _ in rest)
+
+
 def groups(items: list[Item], budget: Callable[[], int | None], target: Any,
            copying: Callable[[], bool] = lambda: False) -> Iterator[Group]:
     """Consecutive tensors (checkpoint order) whose boxes fit the budget together (None: no
@@ -149,5 +167,8 @@ def groups(items: list[Item], budget: Callable[[], int | None], target: Any,
             rest = _after(rest, boxes)
             group.append((t, boxes))
             size += n
+            if _again(rest, boxes):  # a band: the next one goes to the same devices
+                yield group
+                group, size, limit = [], 0, budget()
     if group:
         yield group
