@@ -511,6 +511,21 @@ def test_gathered_reads_keep_the_bound(tmp_path: Path, monkeypatch: pytest.Monke
     assert len(fills) > 4 and max(_group_bytes(args[1]) for args, _ in fills) <= bound
 
 
+def test_gather_to_an_equivalent_sharding() -> None:
+    """gather deletes what was read once moved, except where device_put to an equivalent
+    sharding gave a new array over the same buffers (a one-device axis): deleting it deleted
+    the result (found with a randomized run, dist="cooperative" and pinned_host)."""
+    mesh = Mesh(np.array(jax.devices()[:1]), ("m",))
+    x = np.arange(8, dtype=np.float32)
+    for kind in (None, "pinned_host"):
+        a = jax.device_put(x, NamedSharding(mesh, P("m"), memory_kind=kind))
+        out = jl.gather(a, NamedSharding(mesh, P(None), memory_kind=kind))
+        assert not out.is_deleted() and np.array_equal(np.asarray(out), x)
+    a = jax.device_put(x, NamedSharding(mesh_2d(), P("data")))
+    out = jl.gather(a, NamedSharding(mesh_2d(), P()))
+    assert a.is_deleted() and np.array_equal(np.asarray(out), x)
+
+
 def test_load_into(tmp_path: Path) -> None:
     """load_into takes each array's sharding, shape and dtype (converted on the way) and returns
     new arrays (JAX arrays are immutable); donate=True deletes the given ones first."""

@@ -165,9 +165,20 @@ def gather(a: Any, spec: Any) -> Any:
     import jax
     out = jax.device_put(a, spec)
     out.block_until_ready()
-    if out is not a:  # (an equivalent sharding would give the array back)
+    if not _aliases(out, a):
         a.delete()
     return out
+
+
+def _aliases(out: Any, a: Any) -> bool:
+    """Whether out holds a buffer of a: device_put to an equivalent sharding gives a new array
+    over the same buffers (then deleting a would delete out)."""
+    try:
+        held = {(s.device, s.data.unsafe_buffer_pointer()) for s in a.addressable_shards}
+        return any((s.device, s.data.unsafe_buffer_pointer()) in held
+                   for s in out.addressable_shards)
+    except Exception:  # a backend without buffer pointers: a is then freed with its last use
+        return True
 
 
 class Loader:
