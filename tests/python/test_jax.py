@@ -660,11 +660,40 @@ def test_bands_that_fit_a_group_twice(tmp_path: Path, monkeypatch: pytest.Monkey
                      staging=2 << 20, stats=stats)
     check_shards(arrays, {"w": w})
     assert stats["groups"] == 2 and stats["parts"] == 16 and stats["assembled_boxes"] == 8, stats
-    monkeypatch.setattr(jg, "_rows", lambda buffers, width, limit: 1)  # bands of half a group
+    monkeypatch.setattr(jg, "_rows", lambda buffers, width, limit, k: 1)  # bands of half a group
     arrays = sj.load(tmp_path, mesh, {"w": NamedSharding(mesh, P("data", "model", None))},
                      staging=2 << 20, stats=stats)
     check_shards(arrays, {"w": w})
     assert stats["groups"] == 3 and stats["parts"] == 24, stats  # 1, 1, then the last 2 rows
+
+
+@pytest.mark.parametrize("shape,spec,deep", [
+    ((2, 256, 2048), P("data", None, "model"), 1), ((2, 256, 2048), P(None, "model"), 1),
+    ((2, 256, 2048), P(), 1), ((2, 8, 65536), P("data", "model", None), 2)])
+def test_rows_larger_than_a_group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                  shape: tuple, spec: P, deep: int) -> None:
+    """Where one row of every box does not fit a group (a 3-D tensor's row can be hundreds of
+    MiB: Llama 4's fused experts), the bands are a row's first elements along dimension 1, or
+    2 where not even one element of dimension 1 fits: boxes still, in row-major order,
+    assembled on the devices; no fresh host buffer over the bound (the old fallback:
+    oversize_groups), every shard exact."""
+    rng = np.random.default_rng(11)
+    w = rng.integers(0, 1 << 16, size=shape, dtype=np.uint16)
+    oracle.write_checkpoint(str(tmp_path), {"w": ("BF16", w)}, 1, random.Random(11))
+    mesh = mesh_2d()
+    fills: list = []
+    _spy(monkeypatch, "fill_group", fills)
+    put = _as_copying_devices(monkeypatch)
+    stats: dict = {}
+    arrays = sj.load(tmp_path, mesh, {"w": NamedSharding(mesh, spec)}, staging=2 << 20,
+                     stats=stats)
+    check_shards(arrays, {"w": w})
+    bound = ((2 << 20) - (1 << 20)) // 2
+    assert stats["oversize_groups"] == 0 and max(a.nbytes for _, a in put) <= bound, stats
+    assert stats["assembled_boxes"] == 8, stats
+    sizes = {b[3] for args, _ in fills for _, bs in args[1] for _, b in bs}
+    assert all(n[:deep] == (1,) * deep for n in sizes) and \
+        any(n[deep] < arrays["w"].addressable_shards[0].data.shape[deep] for n in sizes), sizes
 
 
 def test_parts_written_in_place() -> None:

@@ -14,8 +14,8 @@ buffers of two groups (the one being loaded, the one whose transfers JAX is fini
 memory beyond the device arrays stays within the budget. A tensor larger than a group is cut
 into pieces of whole boxes when its boxes split dimension 0 only (disjoint byte ranges); on devices
 that copy, one split along another dimension (pieces would read its rows again) or with a box
-larger than a group goes in bands of rows, which each device writes into one buffer in place
-(_parts.py). On CPU devices XLA adopts an aligned host buffer as the device buffer (no copy):
+larger than a group goes in bands of rows (of a row's first elements where one row is larger),
+which each device writes into one buffer in place (_parts.py). On CPU devices XLA adopts an aligned host buffer as the device buffer (no copy):
 there a group's buffers *are* device arrays, fresh for each group, so groups are large (few C
 loads); every put is checked, and the first buffer JAX copies instead brings the bound back. On
 devices that copy, the groups go through two slabs of the group bound (a box's copies on several

@@ -74,33 +74,53 @@ def pieces(t: Tensor, boxes: list[tuple[Any, Box]], width: int, limit: int,
     return out
 
 
-def _rows(buffers: list[tuple[Any, Box]], width: int, limit: int) -> int:
-    """The most rows of each buffer's box that fit `limit` together, each buffer padded: from
-    the count that leaves room for every padding, up while one more row still fits."""
-    row_bytes = [int(np.prod(b[3][1:], dtype=np.int64)) * width for _, b in buffers]
-    row = sum(row_bytes)
-    if not row:
+def _rows(buffers: list[tuple[Any, Box]], width: int, limit: int, k: int) -> int:
+    """The most units along dimension k (one element of each dimension before it, all of those
+    after it) of each buffer's box that fit `limit` together, each buffer padded: from the count
+    that leaves room for every padding, up while one more still fits."""
+    unit_bytes = [int(np.prod(b[3][k + 1:], dtype=np.int64)) * width for _, b in buffers]
+    unit = sum(unit_bytes)
+    if not unit:
         return 0
-    rows = (limit - ALIGN * len(buffers)) // row
-    while sum(padded((rows + 1) * n) for n in row_bytes) <= limit:
-        rows += 1
-    return rows
+    n = (limit - ALIGN * len(buffers)) // unit
+    while sum(padded((n + 1) * u) for u in unit_bytes) <= limit:
+        n += 1
+    return n
 
 
 def band(boxes: list[tuple[Any, Box]], width: int, limit: int,
          share: bool = False) -> list[tuple[Any, Box]] | None:
     """The first rows (dimension 0) of every box, as many as fit `limit` together (room: copies
     of a box in one buffer where they share) and the same number for each (parts of one shape
-    share their compiled assembly); None where not even one row of each fits. A box without
-    bytes is taken whole."""
-    rows = _rows(_buffers(boxes, share), width, limit)
-    if rows < 1:
+    share their compiled assembly). Where not even one row of each fits (a row of a 3-D
+    tensor's box can be hundreds of MiB: Llama 4's fused experts), the first row's first
+    elements along dimension 1, or 2, ...: the shallowest dimension along which one element of
+    each fits; the parts are still boxes, taken in row-major order. None where not even that
+    fits. A box without bytes is taken whole."""
+    buffers = _buffers(boxes, share)
+    for k in range(max(len(b[3]) for _, b in boxes)):
+        n = _rows(buffers, width, limit, k)
+        if n >= 1:
+            break
+    else:
         return None
     out = []
     for dev, (name, d, start, length) in boxes:
-        if length[0] > rows and _box_bytes((name, d, start, length), width):
-            length = (rows,) + length[1:]
+        if _box_bytes((name, d, start, length), width) and k < len(length):
+            length = (1,) * k + (min(n, length[k]),) + length[k + 1:]
         out.append((dev, (name, d, start, length)))
+    return out
+
+
+def _heads(rest: list[tuple[Any, Box]]) -> list[tuple[Any, Box]]:
+    """Each device's first box in `rest` (where a band is under way, a device's remainder is
+    several boxes, in row-major order)."""
+    seen: set[Any] = set()
+    out = []
+    for dev, b in rest:
+        if dev not in seen:
+            seen.add(dev)
+            out.append((dev, b))
     return out
 
 
@@ -109,27 +129,46 @@ def _cut(t: Tensor, rest: list[tuple[Any, Box]], width: int, limit: int | None,
     """The boxes (or parts of boxes) of `rest` to load next: all of them, else the first piece,
     else (`copying`: the devices copy, so they can assemble parts) the first band of every box:
     one distinct box over the limit makes every box go in bands, so that the parts of all
-    devices share shapes."""
+    devices share shapes. Once a band is under way, the next band of each device's first box."""
     if limit is None:
         return rest
+    heads = _heads(rest)
+    if len(heads) < len(rest):
+        return band(heads, width, limit, copying) or heads
     first = pieces(t, rest, width, limit, copying)[0]
     if not copying or room(first, width, copying) <= limit:
         return first
     return band(rest, width, limit, copying) or first
 
 
+def _remainder(b: Box, cut: Box) -> list[Box]:
+    """What is left of box b once `cut` (b's first elements in row-major order: one element of
+    each dimension before some k, the first of dimension k, all of those after it) is loaded:
+    the rest of dimension k, then of each dimension before it, innermost first, as boxes."""
+    name, d, s, n = b
+    c = cut[3]
+    diff = [j for j in range(len(n)) if c[j] != n[j]]
+    if not diff:
+        return []
+    k = diff[-1]
+    assert cut[2] == s and all(x == 1 for x in c[:k]), (b, cut)
+    out = []
+    if n[k] > c[k]:
+        out.append((name, d, s[:k] + (s[k] + c[k],) + s[k + 1:], c[:k] + (n[k] - c[k],) + n[k + 1:]))
+    for j in range(k - 1, -1, -1):
+        if n[j] > 1:
+            out.append((name, d, s[:j] + (s[j] + 1,) + s[j + 1:], (1,) * j + (n[j] - 1,) + n[j + 1:]))
+    return out
+
+
 def _after(rest: list[tuple[Any, Box]], cut: list[tuple[Any, Box]]) -> list[tuple[Any, Box]]:
-    """What is left of `rest` once `cut` is loaded: the boxes of other devices, and the rows
-    after each band."""
+    """What is left of `rest` once `cut` is loaded: the boxes of other devices, and what each
+    band left of its box (_remainder), in front of that device's other boxes."""
     taken = dict(cut)
     out = []
     for dev, b in rest:
-        c = taken.get(dev)
-        if c is None:
-            out.append((dev, b))
-        elif c[3] != b[3]:
-            out.append((dev, (b[0], b[1], (b[2][0] + c[3][0],) + b[2][1:],
-                              (b[3][0] - c[3][0],) + b[3][1:])))
+        c = taken.pop(dev, None)
+        out += [(dev, b)] if c is None else [(dev, r) for r in _remainder(b, c)]
     return out
 
 

@@ -1,13 +1,14 @@
-"""Boxes that arrive in row parts: a box larger than a group (on devices that copy: GPUs, TPUs)
-goes through the slabs a band of rows at a time, and each device writes its parts into one
-buffer of its own, in place (donated), so that host memory stays within the staging budget and
-the device holds the box and one part at most.
+"""Boxes that arrive in parts: a box larger than a group (on devices that copy: GPUs, TPUs)
+goes through the slabs a band of rows at a time (or of a row's first elements, where one row
+does not fit: _groups.band), and each device writes its parts into one buffer of its own, in
+place (donated), so that host memory stays within the staging budget and the device holds the
+box and one part at most.
 
 The buffers are of an unsigned integer type of the tensor's width: XLA's CPU backend has no
 bf16 arithmetic and runs a bf16 dynamic_update_slice as f32 over the whole buffer (a full copy
 per part, and a NaN's payload may change); integers move bytes as they are. A finished box is
 bitcast to its dtype (donated too). One call writes a part of every device that gets a part of
-that shape at that row: a shard_map over those devices, compiled once per shape for all of them
+that shape at that place: a shard_map over those devices, compiled once per shape for all of them
 (a single-device function is compiled for each device: 0.05-0.18 s each on JAX's CPU devices)."""
 from __future__ import annotations
 
@@ -49,18 +50,18 @@ def _fns(devs: tuple[Any, ...]) -> tuple[Any, Any, Any, Any]:
     def each(f: Any, *specs: Any) -> Any:  # f on each device's own rows
         return jax.shard_map(f, mesh=mesh, in_specs=specs, out_specs=rows)
 
-    def write(b: Any, x: Any, r: Any) -> Any:
-        return lax.dynamic_update_slice_in_dim(b, x, r, 0)
+    def write(b: Any, x: Any, at: Any) -> Any:  # at: the part's offset in the box, per dimension
+        return lax.dynamic_update_slice(b, x, tuple(at[j] for j in range(b.ndim)))
 
     def first(part: Any, shape: tuple[int, ...]) -> Any:
-        return each(lambda x: write(jnp.zeros(shape, x.dtype), x, 0), rows)(part)
+        return each(lambda x: write(jnp.zeros(shape, x.dtype), x, [0] * len(shape)), rows)(part)
 
-    def middle(buf: Any, part: Any, row: Any) -> Any:
-        return each(write, rows, rows, one)(buf, part, row)
+    def middle(buf: Any, part: Any, at: Any) -> Any:
+        return each(write, rows, rows, one)(buf, part, at)
 
-    def last(buf: Any, part: Any, row: Any, dtype: Any) -> Any:
-        return each(lambda b, x, r: lax.bitcast_convert_type(write(b, x, r), dtype),
-                    rows, rows, one)(buf, part, row)
+    def last(buf: Any, part: Any, at: Any, dtype: Any) -> Any:
+        return each(lambda b, x, a: lax.bitcast_convert_type(write(b, x, a), dtype),
+                    rows, rows, one)(buf, part, at)
     return (NamedSharding(mesh, rows),
             jax.jit(first, static_argnums=1),
             jax.jit(middle, donate_argnums=0),
@@ -69,7 +70,8 @@ def _fns(devs: tuple[Any, ...]) -> tuple[Any, Any, Any, Any]:
 
 class Parts:
     """The buffers of the boxes being assembled: (tensor name, mesh device index) -> device
-    buffer (its parts come in row order: a part's row says how far it is written)."""
+    buffer. Its parts come in row-major order: the first is at the box's origin, the last ends
+    at its far corner."""
 
     def __init__(self) -> None:
         self.bufs: dict[tuple[str, int], Any] = {}
@@ -78,37 +80,39 @@ class Parts:
     def add(self, parts: list[Part]) -> list[tuple[Any, str, Any]]:
         """Writes a group's parts into their boxes' buffers: (device, tensor name, array) of each
         box now complete, in its tensor's dtype. The parts of a call are those of one tensor at
-        the same row of boxes of the same shape."""
+        the same place in boxes of the same shape."""
         calls: dict[tuple[Any, ...], list[Part]] = {}
         for p in parts:
             _, box, whole, _, _ = p
-            calls.setdefault((box[0], box[2][0] - whole[2][0], box[3], whole[3]), []).append(p)
+            at = tuple(a - w for a, w in zip(box[2], whole[2]))
+            calls.setdefault((box[0], at, box[3], whole[3]), []).append(p)
         done = []
-        for (name, row, _, shape), ps in calls.items():
-            done += self._write(name, row, shape, ps)
+        for (name, at, size, shape), ps in calls.items():
+            done += self._write(name, at, size, shape, ps)
         self.count["parts"] += len(parts)
         return done
 
-    def _write(self, name: str, row: int, shape: tuple[int, ...],
-               ps: list[Part]) -> list[tuple[Any, str, Any]]:
+    def _write(self, name: str, at: tuple[int, ...], size: tuple[int, ...],
+               shape: tuple[int, ...], ps: list[Part]) -> list[tuple[Any, str, Any]]:
         import jax
         devs = tuple(p[0] for p in ps)
         sharding, first, middle, last = _fns(devs)
         keys = [(name, p[2][1]) for p in ps]
-        height, dtype = ps[0][1][3][0], ps[0][4]  # the part's rows, the tensor's dtype
-        # a box in parts has two at least (groups cut it only when it is taller than a band), so
+        dtype = ps[0][4]  # the tensor's dtype
+        final = all(a + n == m for a, n, m in zip(at, size, shape))  # it ends at the far corner
+        # a box in parts has two at least (groups cut it only when it is larger than a band), so
         # the first part is never the last: the last one's bitcast gives every box its dtype
-        assert row > 0 or height < shape[0], (name, shape, height)
+        assert any(at) or not final, (name, shape, size)
         part = jax.make_array_from_single_device_arrays(
-            (len(devs) * height,) + shape[1:], sharding, [p[3] for p in ps])
-        if row == 0:
+            (len(devs) * size[0],) + size[1:], sharding, [p[3] for p in ps])
+        if not any(at):
             buf = first(part, shape)
         else:
             buf = jax.make_array_from_single_device_arrays(
                 (len(devs) * shape[0],) + shape[1:], sharding, [self.bufs.pop(k) for k in keys])
-            buf = (last(buf, part, np.int32(row), dtype) if row + height == shape[0]
-                   else middle(buf, part, np.int32(row)))
-        if row + height < shape[0]:
+            offsets = np.array(at, np.int32)
+            buf = last(buf, part, offsets, dtype) if final else middle(buf, part, offsets)
+        if not final:
             by_dev = {s.device: s.data for s in buf.addressable_shards}
             for k, dev in zip(keys, devs):
                 self.bufs[k] = by_dev[dev]
