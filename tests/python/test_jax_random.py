@@ -118,6 +118,7 @@ def test_random_case(seed: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     copying = bool(rng.random() < 0.6)
     target = str(rng.choice(list(TARGETS))) if floats and rng.random() < 0.4 else None
     cooperative = bool(rng.random() < 0.3)
+    io, threads = str(rng.choice(["auto", "direct", "buffered"])), int(rng.choice([0, 1, 3]))
     kinds = {m.kind for m in mesh.devices.flat[0].addressable_memories()}
     kind = "pinned_host" if "pinned_host" in kinds and rng.random() < 0.3 else None
     if copying:
@@ -127,13 +128,14 @@ def test_random_case(seed: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     if cooperative:  # some axes taken to span processes: this process reads parts and gathers
         span = tuple(a for a in mesh.axis_names if rng.random() < 0.5)
         monkeypatch.setattr(jsh, "_spanning_axes", lambda m: span)
-    case = dict(seed=seed, mesh=dict(mesh.shape), staging=staging, copying=copying,
+    case = dict(seed=seed, mesh=dict(mesh.shape), staging=staging, io=io, threads=threads,
+                copying=copying,
                 target=target, cooperative=cooperative, kind=kind,
                 tensors={k: (dt, a.shape, s) for k, (dt, a, s) in tensors.items()})
     stats: dict = {}
     arrays = sj.load(tmp_path, mesh, {k: NamedSharding(mesh, s, memory_kind=kind)
                                       for k, (_, _, s) in tensors.items()},
-                     dtype=target, staging=staging, stats=stats,
+                     dtype=target, staging=staging, io=io, threads=threads, stats=stats,
                      dist="cooperative" if cooperative else "independent")
     assert set(arrays) == set(tensors), case
     for name, (dt, a, _) in tensors.items():
