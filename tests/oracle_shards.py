@@ -423,7 +423,8 @@ def checkpoint_tensors(arch, cfg, dtype, rng, scale_dt=None):
         if name.endswith("e_score_correction_bias"):   # F32 whatever the model's dtype
             out[name] = ("F32", f)
             continue
-        out[name] = ("F32", f) if dtype == "F32" else ("BF16", f32_to_bf16(f))
+        out[name] = (("F32", f) if dtype == "F32" else ("F16", f.astype(np.float16))
+                     if dtype == "F16" else ("BF16", f32_to_bf16(f)))
     # one input scale per expert in vLLM: w3's (up_proj's) equals w1's (gate_proj's) in the file
     g, u, _ = expert_names(arch)
     for name in list(out):
