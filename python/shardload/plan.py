@@ -137,6 +137,9 @@ class Plan:
                  pp: int = 1, ep: bool = False, layout: str = "tp", dtype: Any = None,
                  rules: Any = None) -> None:
         _check_mesh(tp, pp, ep, layout)
+        if ck is not None and not isinstance(ck, Checkpoint):
+            raise TypeError(f"Plan takes an open Checkpoint (shardload.open) or None, got "
+                            f"{type(ck).__name__}: shardload.plan(path) plans a path")
         if ck is None and config is None:
             raise ValueError("plan needs a checkpoint path or config= (a config.json, a dict or "
                              "a transformers config)")

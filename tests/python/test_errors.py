@@ -206,3 +206,13 @@ def test_every_status_has_a_family() -> None:
     for v in values:
         assert error_class(v) is not shardload.Error, f"{N.status_name(v)} ({v}) has no family"
     assert error_class(34) is shardload.CancelledError
+
+
+def test_plan_class_given_a_path(tiny_ckpt: Path) -> None:
+    """Plan takes an open Checkpoint; given a path it says so and what to call instead (it
+    failed with AttributeError: 'PosixPath' object has no attribute 'remote')."""
+    with pytest.raises(TypeError, match=r"Plan takes an open Checkpoint .* got PosixPath: "
+                                        r"shardload\.plan\(path\) plans a path"):
+        shardload.Plan(tiny_ckpt, tp=2)
+    with shardload.open(tiny_ckpt) as ck:
+        assert len(shardload.Plan(ck, tp=2).devices) == 2
