@@ -1,11 +1,12 @@
 """shardload.jax.load against NumPy on random cases: random tensors (0-3 dimensions, eight
 dtypes), shardings over random meshes (1-3 axes, an axis on any dimension, two on one), budgets,
-devices that adopt or copy the buffers, dtype targets, cooperative reads and memory kinds. Every
-case is a sharding JAX accepts; every addressable shard must equal NumPy slicing, bit for bit,
-in its memory kind, and on devices that copy no buffer may exceed the group bound. Cases are
-seeded, so a failure names its seed: SHARDLOAD_RANDOM_CASES=N runs N of them (default 150, about 20 s).
-Such runs found two defects that the hand-written cases missed (SL_E_DUPLICATE from two bands
-of one tensor in a group; a deleted array from gather)."""
+I/O modes and threads, devices that adopt or copy the buffers, dtype targets, cooperative reads
+and memory kinds. Every case is a sharding JAX accepts; every addressable shard must equal NumPy
+slicing, bit for bit, in its memory kind, and on devices that copy no buffer may exceed the group
+bound. Cases are seeded, so a failure names its seed: SHARDLOAD_RANDOM_CASES=N runs N of them
+(default 150, about 20 s). Such runs found three defects that the hand-written cases missed
+(SL_E_DUPLICATE from two bands of one tensor in a group; a deleted array from gather; a row
+larger than a group through a fresh host buffer)."""
 from __future__ import annotations
 
 import os

@@ -11,19 +11,20 @@ devices in one batched ``jax.device_put``; the global arrays are assembled with
 
 Host memory: an eighth of the staging budget is the engine's own staging; the rest holds the
 buffers of two groups (the one being loaded, the one whose transfers JAX is finishing), so host
-memory beyond the device arrays stays within the budget. A tensor larger than a group is cut
-into pieces of whole boxes when its boxes split dimension 0 only (disjoint byte ranges); on devices
-that copy, one split along another dimension (pieces would read its rows again) or with a box
-larger than a group goes in bands of rows (of a row's first elements where one row is larger),
-which each device writes into one buffer in place (_parts.py). On CPU devices XLA adopts an aligned host buffer as the device buffer (no copy):
-there a group's buffers *are* device arrays, fresh for each group, so groups are large (few C
-loads); every put is checked, and the first buffer JAX copies instead brings the bound back. On
-devices that copy, the groups go through two slabs of the group bound (a box's copies on several
-devices one buffer in them, written once and put to each), used in turn and reused once JAX has
-finished with the previous group loaded into that slab (its arrays are ready: the transfers are
-done), each DMA-mapped once (``client.dma_map``) where the backend implements it and unmapped when
-the load ends, failed or not (``dma=False`` or SHARDLOAD_JAX_DMA=0: plain host memory). A slab
-that a device adopted after all is never reused: it is that device's memory now.
+memory beyond the device arrays stays within the budget. A tensor larger than a group is cut into
+pieces of whole boxes when its boxes split dimension 0 only (disjoint byte ranges); on devices that
+copy, one split along another dimension (pieces would read its rows again) or with a box larger
+than a group goes in bands of rows (of a row's first elements where one row is larger), which each
+device writes into one buffer in place (_parts.py). On CPU devices XLA adopts an aligned host
+buffer as the device buffer (no copy): there a group's buffers *are* device arrays, fresh for each
+group, so groups are large (few C loads); every put is checked, and the first buffer JAX copies
+instead brings the bound back. On devices that copy, the groups go through two slabs of the group
+bound (a box's copies on several devices one buffer in them, written once and put to each), used in
+turn and reused once JAX has finished with the previous group loaded into that slab (its arrays are
+ready: the transfers are done), each DMA-mapped once (``client.dma_map``) where the backend
+implements it and unmapped when the load ends, failed or not (``dma=False`` or SHARDLOAD_JAX_DMA=0:
+plain host memory). A slab that a device adopted after all is never reused: it is that device's
+memory now.
 
 Each process loads its addressable devices only, reading only the bytes they need; with
 dist="cooperative", what the shardings replicate across processes is read in disjoint parts, one

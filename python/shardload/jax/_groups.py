@@ -130,11 +130,11 @@ def _cut(t: Tensor, rest: list[tuple[Any, Box]], width: int, limit: int | None,
     else (`copying`: the devices copy, so they can assemble parts) the first band of every box:
     one distinct box over the limit makes every box go in bands, so that the parts of all
     devices share shapes. Once a band is under way, the next band of each device's first box."""
-    if limit is None:
-        return rest
     heads = _heads(rest)
     if len(heads) < len(rest):
-        return band(heads, width, limit, copying) or heads
+        return heads if limit is None else band(heads, width, limit, copying) or heads
+    if limit is None:
+        return rest
     first = pieces(t, rest, width, limit, copying)[0]
     if not copying or room(first, width, copying) <= limit:
         return first
@@ -154,10 +154,12 @@ def _remainder(b: Box, cut: Box) -> list[Box]:
     assert cut[2] == s and all(x == 1 for x in c[:k]), (b, cut)
     out = []
     if n[k] > c[k]:
-        out.append((name, d, s[:k] + (s[k] + c[k],) + s[k + 1:], c[:k] + (n[k] - c[k],) + n[k + 1:]))
+        out.append((name, d, s[:k] + (s[k] + c[k],) + s[k + 1:],
+                    c[:k] + (n[k] - c[k],) + n[k + 1:]))
     for j in range(k - 1, -1, -1):
         if n[j] > 1:
-            out.append((name, d, s[:j] + (s[j] + 1,) + s[j + 1:], (1,) * j + (n[j] - 1,) + n[j + 1:]))
+            out.append((name, d, s[:j] + (s[j] + 1,) + s[j + 1:],
+                        (1,) * j + (n[j] - 1,) + n[j + 1:]))
     return out
 
 
