@@ -51,16 +51,17 @@ demo: all
 
 # Real libFuzzer runs (FUZZ_SECONDS each), seeded with fuzz/corpus/<target>; the inputs they find
 # go to $(FUZZB)/corpus/<target>, not into the committed corpus (the replay tests read it whole:
-# add an input there by hand when it reaches new code or once crashed).
+# add an input there by hand when it reaches new code or once crashed); crash, timeout and
+# slow-unit files to $(FUZZB)/artifacts/<target>/ (libFuzzer's default is the current directory).
 fuzz:
 	@scripts/deps.sh test
 	CC=clang cmake -S . -B $(FUZZB) -DSL_BUILD_FUZZ=ON -DSL_SANITIZE=address,undefined \
 	  -DCMAKE_C_FLAGS=-fsanitize=fuzzer-no-link >/dev/null
 	cmake --build $(FUZZB) -j $(JOBS)
 	for t in $$(cd fuzz && ls fuzz_*.c | sed 's/\.c$$//'); do \
-	  mkdir -p $(FUZZB)/corpus/$$t && \
+	  mkdir -p $(FUZZB)/corpus/$$t $(FUZZB)/artifacts/$$t && \
 	  $(FUZZB)/fuzz/$$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=60 \
-	    $(FUZZB)/corpus/$$t fuzz/corpus/$$t || exit 1; \
+	    -artifact_prefix=$(FUZZB)/artifacts/$$t/ $(FUZZB)/corpus/$$t fuzz/corpus/$$t || exit 1; \
 	done
 
 bench: all
