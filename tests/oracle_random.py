@@ -5,8 +5,9 @@ budgets down to 16 KiB and requests down to 4 KiB (chunk boundaries inside rows 
 elements: the checkpoints' tensors are not aligned to their element size), I/O mode and
 threads; and, where the build has the CUDA stand-in (tests/fake_cudart.c, which performs async
 copies only when they are fenced: a slot refilled too early gives wrong bytes), the cuda backend
-on 1-3 fake GPUs with a random device-to-GPU map. Every loaded device's parameters must have the
-oracle's XXH3 and size.
+on 1-3 fake GPUs with a random device-to-GPU map; and a third of the loads over HTTP, from a
+loopback range server (tests/http_range_server.py, started and stopped here). Every loaded
+device's parameters must have the oracle's XXH3 and size.
 
   python3 tests/oracle_random.py build/shardload [CASES] [SEED]
 
@@ -18,6 +19,7 @@ import random
 import subprocess
 import sys
 import tempfile
+import time
 
 import numpy as np
 
@@ -82,6 +84,21 @@ def expected(arch, cfg, ck, layout, T, P, ep, d):
             else o.expected_spmd(arch, cfg, ck, T, d))
 
 
+def serve(root):
+    """The range server on root, and its base URL, once it accepts connections."""
+    portfile = os.path.join(root, ".port")
+    here = os.path.dirname(os.path.abspath(__file__))
+    server = subprocess.Popen([sys.executable, os.path.join(here, "http_range_server.py"), root,
+                               portfile], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while not (os.path.exists(portfile) and open(portfile).read().strip()):
+        if server.poll() is not None or time.monotonic() > deadline:
+            server.kill()
+            raise SystemExit("oracle_random: the range server did not start")
+        time.sleep(0.05)
+    return server, "http://127.0.0.1:%s/" % open(portfile).read().strip()
+
+
 def check(exe, path, arch, cfg, ck, src_dt, case):
     layout, T, P, ep, target, devices, engine, env = case
     args = ["--tp", str(T), "--pp", str(P), "--layout", layout, "--dtype", target.lower()]
@@ -128,13 +145,20 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         models = [(name, arch, src) + build(tmp, name, arch, src, rng, shuffle)
                   for name, arch, src in MODELS]
-        for k in range(cases):
-            name, arch, src_dt, path, cfg, ck = r.choice(models)
-            case = pick(r, name, arch, cfg, fake)
-            err = check(exe, path, arch, cfg, ck, src_dt, case)
-            if err:
-                failed += 1
-                print("FAIL case %d (%s %s): %s" % (k, name, src_dt, err))
+        server, url = serve(tmp)
+        try:
+            for k in range(cases):
+                name, arch, src_dt, path, cfg, ck = r.choice(models)
+                case = pick(r, name, arch, cfg, fake)
+                if r.random() < 1 / 3:
+                    path = url + os.path.basename(path)
+                err = check(exe, path, arch, cfg, ck, src_dt, case)
+                if err:
+                    failed += 1
+                    print("FAIL case %d (%s %s): %s" % (k, name, src_dt, err))
+        finally:
+            server.terminate()
+            server.wait(timeout=10)
     print("%d passed, %d failed" % (cases - failed, failed))
     sys.exit(1 if failed else 0)
 
