@@ -8,6 +8,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 HERE = Path(__file__).resolve().parent
@@ -65,3 +66,21 @@ def fake_cudart() -> str:
     if not lib or not os.path.exists(lib):
         pytest.skip("SL_FAKE_CUDART is not set to the built stand-in")
     return lib
+
+
+def misaligned(shape: tuple, dtype: object, nbytes: int) -> np.ndarray:
+    """A host buffer 16 bytes off XLA's 64-byte alignment: a CPU device_put copies it (as a
+    GPU or TPU transfer does) instead of adopting it."""
+    raw = np.empty(nbytes + 128, np.uint8)
+    off = -raw.ctypes.data % 64 + 16
+    return raw[off:off + nbytes].view(dtype).reshape(shape)
+
+
+def devices_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """shardload.jax's host buffers and slabs misaligned, and its loader told the devices copy:
+    JAX's CPU devices then take the path of GPUs and TPUs (bounded groups, slabs, parts)."""
+    import shardload.jax._loader as jl
+    import shardload.jax._staging as jst
+    monkeypatch.setattr(jst, "host_buffer", misaligned)
+    monkeypatch.setattr(jst, "slab", lambda nbytes: misaligned((nbytes,), np.uint8, nbytes))
+    monkeypatch.setattr(jl, "adopts", lambda devices: False)

@@ -25,7 +25,7 @@ if jax.device_count() < 8:
 
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
-from sl_fixtures import CONFIGS  # noqa: E402  (puts tests/ on the path, for the oracle)
+from sl_fixtures import CONFIGS, devices_copy  # noqa: E402  (puts tests/ on the path)
 import oracle_shards as oracle  # noqa: E402
 import shardload  # noqa: E402
 import shardload.jax as sj  # noqa: E402
@@ -232,22 +232,12 @@ def test_copied_buffers_bound_the_groups(tmp_path: Path, monkeypatch: pytest.Mon
     assert peak[0] <= max(pairs[0], sizes[1] + bound, 2 * bound), (peak[0], sizes)
 
 
-def _misaligned(shape: tuple, dtype: object, nbytes: int) -> np.ndarray:
-    """A host buffer 16 bytes off XLA's 64-byte alignment: a CPU device_put copies it (as a
-    GPU or TPU transfer does) instead of adopting it."""
-    raw = np.empty(nbytes + 128, np.uint8)
-    off = -raw.ctypes.data % 64 + 16
-    return raw[off:off + nbytes].view(dtype).reshape(shape)
-
-
 def _as_copying_devices(monkeypatch: pytest.MonkeyPatch) -> list:
     """The CPU devices made to copy every put; returns (buffer address, array) of every box
     handed to JAX, and checks, whenever a group is about to be loaded into a slab again, that
     load waited for every array put from that slab (a CPU copy is often done by then anyway:
     is_ready() alone would not notice a missing wait)."""
-    monkeypatch.setattr(jst, "host_buffer", _misaligned)
-    monkeypatch.setattr(jst, "slab", lambda nbytes: _misaligned((nbytes,), np.uint8, nbytes))
-    monkeypatch.setattr(jl, "adopts", lambda devices: False)
+    devices_copy(monkeypatch)
     put: list = []  # (buffer address, array): the arrays stay alive, so their ids stay theirs
     waited: set[int] = set()
     put_group, take, wait = jl.put_group, jst.Staging.take, jl.wait

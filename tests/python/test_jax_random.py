@@ -26,12 +26,10 @@ if jax.device_count() < 8:
 
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
-import sl_fixtures  # noqa: E402,F401  (puts tests/ on the path, for the oracle)
+from sl_fixtures import devices_copy  # noqa: E402  (puts tests/ on the path, for the oracle)
 import oracle_shards as oracle  # noqa: E402
 import shardload.jax as sj  # noqa: E402
-import shardload.jax._loader as jl  # noqa: E402
 import shardload.jax._shardings as jsh  # noqa: E402
-import shardload.jax._staging as jst  # noqa: E402
 
 CASES = int(os.environ.get("SHARDLOAD_RANDOM_CASES", "150"))
 RAW = {"BF16": np.uint16, "F8_E4M3": np.uint8, "F16": np.float16, "F32": np.float32,
@@ -45,13 +43,6 @@ def _meshes() -> list[Mesh]:
     return [Mesh(d, ("m",)), Mesh(d.reshape(2, 4), ("data", "model")),
             Mesh(d.reshape(4, 2), ("data", "model")), Mesh(d.reshape(2, 2, 2), ("a", "b", "c")),
             Mesh(d[:4], ("m",)), Mesh(d.reshape(1, 8), ("data", "model"))]
-
-
-def _misaligned(shape: tuple, dtype: Any, nbytes: int) -> np.ndarray:
-    """16 bytes off XLA's 64-byte alignment: a CPU device_put copies it, as a GPU's does."""
-    raw = np.empty(nbytes + 128, np.uint8)
-    off = -raw.ctypes.data % 64 + 16
-    return raw[off:off + nbytes].view(dtype).reshape(shape)
 
 
 def _values(rng: np.random.Generator, dt: str, shape: tuple[int, ...]) -> np.ndarray:
@@ -123,9 +114,7 @@ def test_random_case(seed: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     kinds = {m.kind for m in mesh.devices.flat[0].addressable_memories()}
     kind = "pinned_host" if "pinned_host" in kinds and rng.random() < 0.3 else None
     if copying:
-        monkeypatch.setattr(jst, "host_buffer", _misaligned)
-        monkeypatch.setattr(jst, "slab", lambda n: _misaligned((n,), np.uint8, n))
-        monkeypatch.setattr(jl, "adopts", lambda devices: False)
+        devices_copy(monkeypatch)
     if cooperative:  # some axes taken to span processes: this process reads parts and gathers
         span = tuple(a for a in mesh.axis_names if rng.random() < 0.5)
         monkeypatch.setattr(jsh, "_spanning_axes", lambda m: span)
