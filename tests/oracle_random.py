@@ -79,11 +79,6 @@ def pick(r, name, arch, cfg, fake):
     return layout, T, P, ep, target, devices, engine, env
 
 
-def expected(arch, cfg, ck, layout, T, P, ep, d):
-    return (o.expected_tp(arch, cfg, ck, T, P, d, ep) if layout == "tp"
-            else o.expected_spmd(arch, cfg, ck, T, d))
-
-
 def serve(root):
     """The range server on root, and its base URL, once it accepts connections."""
     portfile = os.path.join(root, ".port")
@@ -100,36 +95,14 @@ def serve(root):
 
 
 def check(exe, path, arch, cfg, ck, src_dt, case):
+    """None, or what went wrong, with the command to rerun it."""
     layout, T, P, ep, target, devices, engine, env = case
-    args = ["--tp", str(T), "--pp", str(P), "--layout", layout, "--dtype", target.lower()]
-    args += (["--ep"] if ep else []) + engine
-    if devices is not None:
-        args += ["--devices", ",".join(map(str, devices))]
-    cmd = [exe, "load", path, "--checksums", "--json"] + args
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
-                       env=dict(os.environ, **env))
-    cmd = ["%s=%s" % kv for kv in env.items()] + cmd  # as a failure shows it
-    if p.returncode != 0:
-        return "%s failed (%d): %s" % (" ".join(cmd), p.returncode, p.stderr.strip())
-    rep = json.loads(p.stdout)
-    want_devs = devices if devices is not None else list(range(T * P))
-    if sorted(dev["index"] for dev in rep["devices"]) != want_devs:
-        return "%s: devices %s" % (" ".join(cmd), [dev["index"] for dev in rep["devices"]])
-    for dev in rep["devices"]:
-        exp = expected(arch, cfg, ck, layout, T, P, ep, dev["index"])
-        got = {q["name"]: q["xxh3"] for q in dev["params"]}
-        if set(got) != set(exp):
-            return "%s: dev %d params differ" % (" ".join(cmd), dev["index"])
-        nbytes = 0
-        for name, arr in exp.items():
-            f32 = name.endswith("e_score_correction_bias")
-            want = o.convert(arr, "F32" if f32 else src_dt, "F32" if f32 else target)
-            nbytes += want.nbytes
-            if got[name] != o.xxh3(want):
-                return "%s: dev %d %s differs" % (" ".join(cmd), dev["index"], name)
-        if dev["allocated_bytes"] != nbytes:
-            return "%s: dev %d allocated %d, oracle %d" % (" ".join(cmd), dev["index"],
-                                                           dev["allocated_bytes"], nbytes)
+    try:
+        o.check(exe, path, arch, cfg, ck, layout, T, P, src_dt, target, ep, devices, engine, env)
+    except AssertionError as e:
+        cmd = (["%s=%s" % kv for kv in env.items()] + [exe, "load", path] +
+               o.load_args(layout, T, P, target, ep, devices, engine))
+        return "%s: %s" % (" ".join(cmd), e)
     return None
 
 

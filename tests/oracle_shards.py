@@ -732,11 +732,13 @@ def expected_spmd(arch, cfg, ck, N, i):
 
 # ---- running shardload ---------------------------------------------------------------------------
 
-def run_load(exe, path, args):
+def run_load(exe, path, args, env=None):
     cmd = [exe, "load", path, "--checksums", "--json"] + args
-    p = subprocess.run(cmd, capture_output=True, text=True)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, **env) if env else None)
     if p.returncode != 0:
-        raise AssertionError("%s failed (%d): %s" % (" ".join(cmd), p.returncode, p.stderr.strip()))
+        shown = ["%s=%s" % kv for kv in (env or {}).items()] + cmd
+        raise AssertionError("%s failed (%d): %s" % (" ".join(shown), p.returncode, p.stderr.strip()))
     return json.loads(p.stdout)
 
 
@@ -781,15 +783,32 @@ def check_reshard(exe, path, arch, cfg, ck, T, P, ep, tmp):
                 raise AssertionError("reshard %s T=%d P=%d ep=%d dev %d: %s differs" % (arch, T, P, ep, d, name))
 
 
-def check(exe, path, arch, cfg, ck, layout, T, P, src_dt, dst_dt, ep=False):
+def expected(arch, cfg, ck, layout, T, P, d, ep=False):
+    """Mesh device d's parameters under layout tp or spmd."""
+    return (expected_tp(arch, cfg, ck, T, P, d, ep) if layout == "tp"
+            else expected_spmd(arch, cfg, ck, T, d))
+
+
+def load_args(layout, T, P, dst_dt, ep=False, devices=None, extra=()):
+    """shardload load's arguments for a case (after PATH)."""
     args = ["--tp", str(T), "--pp", str(P), "--layout", layout, "--dtype", dst_dt.lower()]
-    rep = run_load(exe, path, args + (["--ep"] if ep else []))
-    ndev = T * P
-    assert len(rep["devices"]) == ndev, "devices: %d != %d" % (len(rep["devices"]), ndev)
+    args += (["--ep"] if ep else []) + list(extra)
+    if devices is not None:
+        args += ["--devices", ",".join(map(str, devices))]
+    return args
+
+
+def check(exe, path, arch, cfg, ck, layout, T, P, src_dt, dst_dt, ep=False, devices=None,
+          extra=(), env=None):
+    """A load (of the mesh devices `devices`, default all; more arguments in extra, environment
+    variables in env) checked device by device against the oracle."""
+    rep = run_load(exe, path, load_args(layout, T, P, dst_dt, ep, devices, extra), env)
+    want = list(devices) if devices is not None else list(range(T * P))
+    got_devs = sorted(dev["index"] for dev in rep["devices"])
+    assert got_devs == want, "devices: %s != %s" % (got_devs, want)
     for dev in rep["devices"]:
         d = dev["index"]
-        exp = (expected_tp(arch, cfg, ck, T, P, d, ep) if layout == "tp"
-               else expected_spmd(arch, cfg, ck, T, d))
+        exp = expected(arch, cfg, ck, layout, T, P, d, ep)
         got = {p["name"]: p["xxh3"] for p in dev["params"]}
         if set(got) != set(exp):
             raise AssertionError("%s %s T=%d P=%d ep=%d dev %d: params differ: missing %s, extra %s" % (

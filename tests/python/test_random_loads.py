@@ -68,8 +68,7 @@ def test_random_load(seed: int, models: dict[str, tuple[Path, dict, dict]]) -> N
                 devices=devices, **opts)
 
     def want(d: int) -> dict[str, np.ndarray]:
-        exp = (oracle.expected_tp(arch, cfg, ck, T, P, d, ep) if layout == "tp"
-               else oracle.expected_spmd(arch, cfg, ck, T, d))
+        exp = oracle.expected(arch, cfg, ck, layout, T, P, d, ep)
         return {k: oracle.convert(v, src, target) for k, v in exp.items()}
 
     if r.random() < 0.3 and layout == "tp":  # load_into an engine's own tensors of one rank
