@@ -98,7 +98,7 @@ def band(boxes: list[tuple[Any, Box]], width: int, limit: int,
     each fits; the parts are still boxes, taken in row-major order. None where not even that
     fits. A box without bytes is taken whole."""
     buffers = _buffers(boxes, share)
-    for k in range(max(len(b[3]) for _, b in boxes)):
+    for k in range(len(boxes[0][1][3])):  # the boxes of a tensor share its dimensions
         n = _rows(buffers, width, limit, k)
         if n >= 1:
             break
@@ -106,7 +106,7 @@ def band(boxes: list[tuple[Any, Box]], width: int, limit: int,
         return None
     out = []
     for dev, (name, d, start, length) in boxes:
-        if _box_bytes((name, d, start, length), width) and k < len(length):
+        if _box_bytes((name, d, start, length), width):
             length = (1,) * k + (min(n, length[k]),) + length[k + 1:]
         out.append((dev, (name, d, start, length)))
     return out
