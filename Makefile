@@ -37,7 +37,7 @@ test-python: all
 	scripts/pyenv.sh
 	SL_CLI=$(abspath $(BUILD))/shardload SL_FAKE_CUDART=$(abspath $(BUILD))/tests/libfake_cudart.so \
 	  XLA_FLAGS=--xla_force_host_platform_device_count=8 \
-	  .venv/bin/python -m pytest -q -p no:cacheprovider tests/python
+	  .venv/bin/python -m pytest -q -p no:cacheprovider -n $(JOBS) tests/python
 
 test-asan:
 	CC=clang cmake -S . -B $(ASAN) -DSL_WERROR=ON -DSL_SANITIZE=address,undefined \

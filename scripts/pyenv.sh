@@ -16,7 +16,12 @@ fi
 if [[ ! -x $venv/bin/python ]] || ! cmp -s "$req" "$stamp"; then
   echo "shardload: creating $venv with $req" >&2
   "$py" -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check -r "$req"
+  # pip compiles every module it installs to bytecode on one core; compileall does the same on
+  # every core. Like pip, it goes on past the files this Python cannot compile (torch ships
+  # Python 3.12 syntax in its test helpers), so its status is not an error.
+  "$venv/bin/pip" install -q --disable-pip-version-check --no-compile -r "$req"
+  site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  env -u PYTHONDONTWRITEBYTECODE "$venv/bin/python" -m compileall -q -j 0 "$site" >/dev/null || :
   cp "$req" "$stamp"
 fi
 # --no-build-isolation: scikit-build-core is in the venv already, and CMake reuses build/py-*.
