@@ -91,6 +91,7 @@ class Checkpoint:
                                                     for i, f in enumerate(self.files)}
         self.tensors: list[Tensor] = self._tensors()
         self._names: dict[str, Tensor] | None = None   # name -> tensor, for read()
+        self._file_index: dict[str, int] | None = None   # path -> file number, for read()
 
     def _file_metadata(self, f: int) -> dict[str, str]:
         out: dict[str, str] = {}
@@ -144,12 +145,19 @@ class Checkpoint:
             raise KeyError(f"checkpoint has no tensor {name!r}")
         out = np.empty(element_shape(t.dtype, t.shape, t.nbytes), numpy_dtype(t.dtype))
         err = ctypes.create_string_buffer(1024)
-        file, h = self.files.index(t.file), self.handle
+        file, h = self._file_of(t), self.handle
         st = _interrupt.call(lambda: N.lib.sl_checkpoint_read(h, file, t.offset, out.ctypes.data,
                                                               t.nbytes, err, len(err)))
         if st != 0:
             N.raise_status(st, err.value)
         return out
+
+    def _file_of(self, t: Tensor) -> int:
+        """t's file number; a dict, not files.index: reading every tensor of a checkpoint of
+        many files would be quadratic in them."""
+        if self._file_index is None:
+            self._file_index = {f: i for i, f in enumerate(self.files)}
+        return self._file_index[t.file]
 
     def _by_name(self) -> dict[str, Tensor]:
         if self._names is None:
