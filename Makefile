@@ -1,5 +1,7 @@
 # Thin wrapper over CMake. `make test` and `make demo` set up everything on a fresh Debian 12.
 JOBS      ?= $(shell nproc)
+# pytest workers: one per core, at most 4 (each holds a JAX runtime and loads of up to 1 GB)
+PYTEST_JOBS ?= $(shell n=$$(nproc); echo $$(( n < 4 ? n : 4 )))
 BUILD     ?= build
 ASAN      ?= build-asan
 FUZZB     ?= build-fuzz
@@ -37,7 +39,7 @@ test-python: all
 	scripts/pyenv.sh
 	SL_CLI=$(abspath $(BUILD))/shardload SL_FAKE_CUDART=$(abspath $(BUILD))/tests/libfake_cudart.so \
 	  XLA_FLAGS=--xla_force_host_platform_device_count=8 \
-	  .venv/bin/python -m pytest -q -p no:cacheprovider -n $(JOBS) tests/python
+	  .venv/bin/python -m pytest -q -p no:cacheprovider -n $(PYTEST_JOBS) tests/python
 
 # -O1, as AddressSanitizer's documentation advises for speed: the unit tests ran in 189 s here
 # against 295 s at -O0, every check still on.
