@@ -29,6 +29,7 @@ import oracle_shards as o  # noqa: E402
 # (name, architecture, source dtype): the oracle's models, and FP8 ones of per-tensor, per-channel
 # and (DeepSeek-V3's) block scales
 MODELS = [("llama", "llama", "BF16"), ("qwen2", "qwen2", "F32"), ("qwen3", "qwen3", "BF16"),
+          ("qwen3", "qwen3", "F64"),
           ("mistral", "mistral", "F16"), ("mixtral", "mixtral", "BF16"),
           ("qwen2_moe", "qwen2_moe", "BF16"), ("deepseek_v3", "deepseek_v3", "BF16"),
           ("llama-pt", "llama", "BF16"), ("mixtral-ct", "mixtral", "BF16"),

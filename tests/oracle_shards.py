@@ -59,7 +59,8 @@ def bf16_to_f32(b):
     return (np.asarray(b, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
-NP_OF = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "F8_E4M3": np.uint8}
+NP_OF = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "F8_E4M3": np.uint8,
+         "F64": np.float64}
 
 
 def convert(arr, src, dst):
@@ -422,6 +423,9 @@ def checkpoint_tensors(arch, cfg, dtype, rng, scale_dt=None):
         f = rng.standard_normal(shp).astype(np.float32)
         if name.endswith("e_score_correction_bias"):   # F32 whatever the model's dtype
             out[name] = ("F32", f)
+            continue
+        if dtype == "F64":   # every bit of a double, so that each conversion rounds
+            out[name] = ("F64", f + rng.standard_normal(shp) * 2.0 ** -30)
             continue
         out[name] = (("F32", f) if dtype == "F32" else ("F16", f.astype(np.float16))
                      if dtype == "F16" else ("BF16", f32_to_bf16(f)))

@@ -1,6 +1,6 @@
 /* test_convert.c - F32/F16/BF16 conversions against bit-exact references: every 16-bit pattern
- * widened and narrowed back, and f32 narrowing (ties, subnormals, overflow, NaN) against a slow
- * integer reference of round-to-nearest-even. */
+ * widened and narrowed back, and f32 and f64 narrowing (ties, subnormals, overflow, NaN) against
+ * slow integer references of round-to-nearest-even. */
 #include "expect.h"
 #include "load/convert.h"
 #include "common/sl_pool.h"
@@ -263,11 +263,108 @@ static void test_parallel(void)
     sl_pool_free(NULL);
 }
 
+/* ---- F64 sources ---------------------------------------------------------------------------- */
+
+static double f64_from(uint64_t u)
+{
+    double d;
+    memcpy(&d, &u, 8);
+    return d;
+}
+
+/* F64 -> F32 round-to-nearest-even on the bit pattern, in integers (NaN: any NaN). */
+static uint32_t ref_f64_to_f32_bits(uint64_t u)
+{
+    const uint32_t sign = (uint32_t)(u >> 32) & 0x80000000u;
+    const int e = (int)((u >> 52) & 0x7ff);
+    const uint64_t mant = u & ((1ull << 52) - 1);
+    if (e == 0x7ff)
+        return sign | (mant ? 0x7fc00000u : 0x7f800000u);
+    if (e == 0)
+        return sign; /* an F64 subnormal is far below F32's least subnormal */
+    const int E = e - 1023 + 127;
+    if (E >= 1) { /* normal: keep 23 of 52 mantissa bits; a carry may reach the exponent */
+        const uint64_t rem = mant & ((1ull << 29) - 1), half = 1ull << 28;
+        uint64_t r = ((uint64_t)(E > 255 ? 255 : E) << 23) | (mant >> 29);
+        if (E > 254)
+            return sign | 0x7f800000u;
+        r += rem > half || (rem == half && (r & 1));
+        return sign | (uint32_t)(r >= 0x7f800000u ? 0x7f800000u : r);
+    }
+    const uint64_t sig = (1ull << 52) | mant;   /* subnormal F32: sig * 2^-(926 - e) of 2^-149 */
+    const int shift = 926 - e;
+    if (shift >= 64)
+        return sign;
+    uint64_t m = sig >> shift;
+    const uint64_t rem = sig & ((1ull << shift) - 1), half = 1ull << (shift - 1);
+    m += rem > half || (rem == half && (m & 1));
+    return sign | (uint32_t)m;
+}
+
+/* F64 into F32, BF16 and F16 against the integer reference (through F32 for 16 bits, as PyTorch
+ * converts: one value where rounding straight from F64 would differ is checked by name), with
+ * random doubles around F32's range and the edges: FLT_MAX and the halfway point above it,
+ * infinities, NaN, F32 subnormal ties and F64 subnormals. */
+static void test_f64_sources(void)
+{
+    enum { N = 20000, EDGES = 14 };
+    static uint64_t src[N];
+    const uint64_t edges[EDGES] = {
+        0x47efffffe0000000ull, /* FLT_MAX */
+        0x47efffffefffffffull, /* just below the halfway point: FLT_MAX */
+        0x47effffff0000000ull, /* halfway: tie away from odd FLT_MAX, inf */
+        0xc7f0000000000000ull, /* -2^128: -inf */
+        0x7ff0000000000000ull, 0xfff0000000000000ull, 0x7ff8000000000001ull, 0x7ff0000000000001ull,
+        0x36a0000000000000ull, /* 2^-149: the least F32 subnormal */
+        0x3690000000000000ull, /* 2^-150: tie to even, 0 */
+        0x3690000000000001ull, /* just above: 2^-149 */
+        0x0000000000000001ull, /* F64 subnormal: 0 */
+        0x8000000000000000ull, /* -0 */
+        0x3ff0100000040000ull, /* 1 + 2^-8 + 2^-30 */
+    };
+    uint64_t x = 88172645463325252ull;
+    for (int i = 0; i < N; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        const uint64_t exp = 1023 - 160 + x % 300;   /* 2^-160 .. 2^140 */
+        src[i] = i < EDGES ? edges[i] : (x & 0x800fffffffffffffull) | (exp << 52);
+        if (i >= EDGES && i % 7 == 0)   /* ties and near-ties of F32's rounding */
+            src[i] = (src[i] & ~((1ull << 29) - 1)) | (1ull << 28) | (x >> 60 & 1);
+    }
+    static float f32[N];
+    static uint16_t b16[N], h16[N];
+    EXPECT(sl_convert_supported(SL_DTYPE_F32, SL_DTYPE_F64) &&
+           sl_convert_supported(SL_DTYPE_BF16, SL_DTYPE_F64) &&
+           sl_convert_supported(SL_DTYPE_F16, SL_DTYPE_F64), "F64 sources supported");
+    EXPECT(!sl_convert_supported(SL_DTYPE_F64, SL_DTYPE_F32), "F64 is no target");
+    sl_convert(f32, SL_DTYPE_F32, src, SL_DTYPE_F64, N);
+    sl_convert(b16, SL_DTYPE_BF16, src, SL_DTYPE_F64, N);
+    sl_convert(h16, SL_DTYPE_F16, src, SL_DTYPE_F64, N);
+    for (int i = 0; i < N; i++) {
+        const float want = from_bits(ref_f64_to_f32_bits(src[i]));
+        if (isnan(want)) {
+            EXPECT(isnan(f32[i]) && is_nan16(b16[i], 1) && is_nan16(h16[i], 0), "F64 %016llx: NaN lost",
+                   (unsigned long long)src[i]);
+            continue;
+        }
+        EXPECT(bits(f32[i]) == bits(want), "F64 %016llx (%a) -> F32 %08x, want %08x",
+               (unsigned long long)src[i], f64_from(src[i]), bits(f32[i]), bits(want));
+        EXPECT(b16[i] == ref_f32_to_bf16(want), "F64 %016llx -> BF16 %04x, want %04x",
+               (unsigned long long)src[i], b16[i], ref_f32_to_bf16(want));
+        EXPECT(h16[i] == ref_f32_to_f16(want), "F64 %016llx -> F16 %04x, want %04x",
+               (unsigned long long)src[i], h16[i], ref_f32_to_f16(want));
+    }
+    EXPECT(bits(f32[1]) == 0x7f7fffffu && bits(f32[2]) == 0x7f800000u, "FLT_MAX's halfway point");
+    EXPECT(bits(f32[10]) == 1u && bits(f32[9]) == 0u, "the least subnormal's tie");
+    EXPECT(b16[EDGES - 1] == 0x3f80, "1 + 2^-8 + 2^-30 -> BF16 through F32 (PyTorch: 0x3f80), not "
+           "straight (0x3f81): %04x", b16[EDGES - 1]);
+}
+
 int main(void)
 {
     test_all_16bit();
     test_f32_narrowing();
     test_buffers();
+    test_f64_sources();
     test_pool();
     test_parallel();
     if (expect_failures)

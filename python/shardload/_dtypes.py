@@ -57,6 +57,11 @@ def target_value(dtype: Any, none_is: str = "the config's torch_dtype") -> int:
     if dtype is None:
         return -1
     name = getattr(dtype, "name", None) if not isinstance(dtype, str) else dtype
+    if isinstance(dtype, type):  # a scalar type (np.float32, jnp.bfloat16): its dtype has the name
+        try:
+            name = np.dtype(dtype).name
+        except TypeError:
+            name = None
     if name is None:
         name = str(dtype)
     name = str(name).removeprefix("torch.")

@@ -1,4 +1,4 @@
-/* convert.c - F32/F16/BF16 conversions. The f16 routines are the branch-light bit tricks of
+/* convert.c - F32/F16/BF16 conversions, and F64 to each of them. The f16 routines are the branch-light bit tricks of
  * Maratyszcza's FP16 library: they use the FPU's own round-to-nearest-even, so the loops below
  * vectorize. They assume the default rounding mode and no flush-to-zero, which is how a process
  * starts and what the library never changes. */
@@ -103,8 +103,26 @@ int sl_convert_supported(sl_dtype dst, sl_dtype src)
     if (dst == src)
         return 1;
     const int d_ok = dst == SL_DTYPE_F32 || dst == SL_DTYPE_F16 || dst == SL_DTYPE_BF16;
-    const int s_ok = src == SL_DTYPE_F32 || src == SL_DTYPE_F16 || src == SL_DTYPE_BF16;
+    const int s_ok = src == SL_DTYPE_F32 || src == SL_DTYPE_F16 || src == SL_DTYPE_BF16 ||
+                     src == SL_DTYPE_F64;
     return d_ok && s_ok;
+}
+
+/* F64 to F32, rounding to nearest even. The cast does that for every value F32 can hold; C leaves
+ * it undefined beyond, so those go to infinity here, as the FPU would take them: from the halfway
+ * point between FLT_MAX and 2^128 up (FLT_MAX's mantissa is odd, so the tie rounds away). */
+static inline float f64_to_f32(double v)
+{
+    if (__builtin_fabs(v) >= 0x1.ffffffp+127 && v == v)
+        return v < 0 ? -__builtin_inff() : __builtin_inff();
+    return (float)v;
+}
+
+static inline float load_f64(const unsigned char *p)
+{
+    double v;
+    memcpy(&v, p, 8);
+    return f64_to_f32(v);
 }
 
 static inline float load_f32(const unsigned char *p)
@@ -121,10 +139,14 @@ static inline uint16_t load_u16(const unsigned char *p)
     return v;
 }
 
+/* F64 goes through F32 on its way to 16 bits, as PyTorch's copy_ takes it (c10's BFloat16 and
+ * Half are made from a float): two roundings, which the oracle's NumPy casts repeat. */
 static inline float load_elem(const unsigned char *p, sl_dtype dt)
 {
     if (dt == SL_DTYPE_F32)
         return load_f32(p);
+    if (dt == SL_DTYPE_F64)
+        return load_f64(p);
     if (dt == SL_DTYPE_F16)
         return f16_to_f32(load_u16(p));
     return bf16_to_f32(load_u16(p));
@@ -165,6 +187,12 @@ void sl_convert(void *dst, sl_dtype dst_dt, const void *src, sl_dtype src_dt, si
         CONVERT_LOOP(SL_DTYPE_F16, SL_DTYPE_BF16, 2, 2)
     } else if (src_dt == SL_DTYPE_BF16 && dst_dt == SL_DTYPE_F16) {
         CONVERT_LOOP(SL_DTYPE_BF16, SL_DTYPE_F16, 2, 2)
+    } else if (src_dt == SL_DTYPE_F64 && dst_dt == SL_DTYPE_F32) {
+        CONVERT_LOOP(SL_DTYPE_F64, SL_DTYPE_F32, 8, 4)
+    } else if (src_dt == SL_DTYPE_F64 && dst_dt == SL_DTYPE_BF16) {
+        CONVERT_LOOP(SL_DTYPE_F64, SL_DTYPE_BF16, 8, 2)
+    } else if (src_dt == SL_DTYPE_F64 && dst_dt == SL_DTYPE_F16) {
+        CONVERT_LOOP(SL_DTYPE_F64, SL_DTYPE_F16, 8, 2)
     }
 }
 

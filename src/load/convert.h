@@ -10,7 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* 1 when sl_convert handles src -> dst (equal dtypes always; otherwise F32/F16/BF16 pairs). */
+/* 1 when sl_convert handles src -> dst (equal dtypes always; otherwise F32/F16/BF16 pairs, and
+ * F64 to any of the three, through F32 as PyTorch does). */
 int sl_convert_supported(sl_dtype dst, sl_dtype src);
 /* Converts n elements. The pair must be supported (equal dtypes are a memcpy). */
 void sl_convert(void *dst, sl_dtype dst_dt, const void *src, sl_dtype src_dt, size_t n);

@@ -92,9 +92,10 @@ static sl_status check_shape(plan_ctx *c, const sl_tensor_info *ti, const sl_arc
     return SL_E_SHAPE;
 }
 
+/* A source the engine converts to the plan's dtype (src/load/convert.h). */
 static int float_dtype(sl_dtype dt)
 {
-    return dt == SL_DTYPE_F32 || dt == SL_DTYPE_F16 || dt == SL_DTYPE_BF16;
+    return dt == SL_DTYPE_F32 || dt == SL_DTYPE_F16 || dt == SL_DTYPE_BF16 || dt == SL_DTYPE_F64;
 }
 
 /* FP8 (SHARDING-MOE-FP8.md): a quantized weight is F8_E4M3, copied bit for bit; F8_E5M2 is
