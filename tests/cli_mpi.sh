@@ -87,6 +87,17 @@ for x in $(echo "$out" | grep -o '"staging_peak":[0-9]*' | cut -d: -f2); do
     [ "$x" -le 262144 ] || fail "staging 256K: a rank's staging peak is $x"
 done
 
+# 2a. a budget too small for cooperative's slots (one per rank and one more, 16 KiB at least,
+# beside the conversion ring) is refused with the least one that holds them, and that one loads
+"${MPIRUN[@]}" -np 4 "$SL" load "$CK" --tp 4 --io buffered --json --staging 64K >/dev/null 2>"$T/err" &&
+    fail "staging 64K over 4 ranks: loaded"
+least=$(grep -o -- '--staging [0-9]*K' "$T/err" | head -1 | cut -d' ' -f2)
+grep -q 'dist cooperative over 4 ranks: a staging budget of 65536 bytes is too small' "$T/err" &&
+    [ -n "$least" ] || fail "staging 64K over 4 ranks: $(cat "$T/err")"
+out=$("${MPIRUN[@]}" -np 4 "$SL" load "$CK" --tp 4 --io buffered --checksums --json --staging "$least" 2>"$T/err") ||
+    fail "staging $least: $(cat "$T/err")"
+[ "$(echo "$out" | sums)" = "$ref" ] || fail "staging $least: checksums differ"
+
 # 2b. the same on the cuda stand-in (async copies out of the read slots while the next chunk is
 # read into the other): bytes equal, nothing misused
 FAKE=$(dirname "$SL")/tests/libfake_cudart.so

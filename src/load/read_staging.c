@@ -13,6 +13,7 @@
 
 _Static_assert(RD_MAX_SLOTS + RD_RING <= SL_DEVICE_MAX_MARKS,
                "one device mark per staging slot and per bounce piece");
+_Static_assert(SL_RD_MIN_SLOT == RD_SLOT_SLACK + RD_ALIGN, "read_step.h's least slot");
 
 /* ---- sizes ---------------------------------------------------------------------------------- */
 

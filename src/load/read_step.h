@@ -39,6 +39,9 @@ typedef struct sl_rd_setup {
  * 64 KiB to 4 MiB, at most a quarter. */
 uint64_t sl_rd_ring_budget(uint64_t staging);
 
+/* The least slot_bytes: one 4 KiB read with its O_DIRECT alignment and tail. */
+#define SL_RD_MIN_SLOT ((uint64_t)16 << 10)
+
 /* Opens the files and sizes two staging slots for the largest chunk. *out is set even on
  * failure (unless out of memory); close it with sl_rd_close. */
 sl_status sl_rd_open(const sl_rd_setup *s, sl_rd **out);

@@ -224,6 +224,17 @@ static sl_status dist_independent(dist_ctx *c)
 
 /* ---- cooperative ---------------------------------------------------------------------------- */
 
+/* The least budget that gives each of a rank's size + 1 slots SL_RD_MIN_SLOT bytes beside the
+ * ring (the ring takes at most a quarter, so this ends within a third above the first guess). */
+static uint64_t coop_least_staging(int size)
+{
+    const uint64_t slots = (uint64_t)size + 1;
+    uint64_t s = SL_RD_MIN_SLOT * slots;
+    while ((s - sl_rd_ring_budget(s)) / slots < SL_RD_MIN_SLOT)
+        s += 1024;
+    return s;
+}
+
 static sl_status dist_coop_setup(dist_ctx *c)
 {
     const int32_t n = c->n_mesh;
@@ -248,6 +259,15 @@ static sl_status dist_coop_setup(dist_ctx *c)
     const uint64_t staging = o->staging_bytes ? o->staging_bytes : SL_STAGING_DEFAULT;
     const uint64_t ring = sl_rd_ring_budget(staging);
     const uint64_t budget = sl_min_u64(staging - ring, INT_MAX) / ((uint64_t)c->size + 1);
+    if (budget < SL_RD_MIN_SLOT) {
+        const uint64_t least = coop_least_staging(c->size);
+        return sl_err_set(err, SL_E_INVALID_ARG, "--dist cooperative over %d ranks: a staging "
+                          "budget of %llu bytes is too small for %d slots of at least %llu KiB "
+                          "each beside the conversion ring: it needs at least %llu (--staging "
+                          "%lluK)", c->size, (unsigned long long)staging, c->size + 1,
+                          (unsigned long long)(SL_RD_MIN_SLOT >> 10), (unsigned long long)least,
+                          (unsigned long long)(least >> 10));
+    }
     /* The receive slots live in the engine's staging block, so that devices that copy
      * asynchronously (cuda) copy received pieces from page-locked memory too. */
     const sl_rd_setup s = {.files = c->job->files, .n_files = c->job->n_files, .p = c->job->plan,
