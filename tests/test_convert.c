@@ -342,8 +342,8 @@ static void test_f64_sources(void)
     for (int i = 0; i < N; i++) {
         const float want = from_bits(ref_f64_to_f32_bits(src[i]));
         if (isnan(want)) {
-            EXPECT(isnan(f32[i]) && is_nan16(b16[i], 1) && is_nan16(h16[i], 0), "F64 %016llx: NaN lost",
-                   (unsigned long long)src[i]);
+            EXPECT(isnan(f32[i]) && is_nan16(b16[i], 1) && is_nan16(h16[i], 0),
+                   "F64 %016llx: NaN lost", (unsigned long long)src[i]);
             continue;
         }
         EXPECT(bits(f32[i]) == bits(want), "F64 %016llx (%a) -> F32 %08x, want %08x",

@@ -1,7 +1,7 @@
-/* convert.c - F32/F16/BF16 conversions, and F64 to each of them. The f16 routines are the branch-light bit tricks of
- * Maratyszcza's FP16 library: they use the FPU's own round-to-nearest-even, so the loops below
- * vectorize. They assume the default rounding mode and no flush-to-zero, which is how a process
- * starts and what the library never changes. */
+/* convert.c - F32/F16/BF16 conversions, and F64 to each of them. The f16 routines are the
+ * branch-light bit tricks of Maratyszcza's FP16 library: they use the FPU's own
+ * round-to-nearest-even, so the loops below vectorize. They assume the default rounding mode and
+ * no flush-to-zero, which is how a process starts and what the library never changes. */
 #include "load/convert.h"
 
 #include <string.h>

@@ -16,7 +16,8 @@ torch = pytest.importorskip("torch")
 
 
 @pytest.fixture(scope="module")
-def f64_ckpt(tmp_path_factory: pytest.TempPathFactory, tiny_ckpt: Path) -> tuple[Path, dict]:  # noqa: F811
+def f64_ckpt(tmp_path_factory: pytest.TempPathFactory,
+             tiny_ckpt: Path) -> tuple[Path, dict]:  # noqa: F811
     """tiny_ckpt's tensors as F64, each with low bits set that F32 cannot hold (so that every
     conversion rounds, and a few round differently straight to 16 bits than through F32)."""
     from safetensors.numpy import save_file
@@ -30,7 +31,8 @@ def f64_ckpt(tmp_path_factory: pytest.TempPathFactory, tiny_ckpt: Path) -> tuple
             tensors[t.name] = x + x * rng.uniform(-2.0 ** -20, 2.0 ** -20, x.shape)
     # ties of bf16's rounding in F32 that are not ties in F64: through F32 they go to even
     tensors["model.norm.weight"][:4] = [1 + 2.0 ** -8 + 2.0 ** -30, -(1 + 2.0 ** -8 + 2.0 ** -30),
-                                         2.0 ** -8 + 2.0 ** -16 + 2.0 ** -38, 1 + 2.0 ** -11 + 2.0 ** -40]
+                                         2.0 ** -8 + 2.0 ** -16 + 2.0 ** -38,
+                                         1 + 2.0 ** -11 + 2.0 ** -40]
     save_file(tensors, str(out / "model.safetensors"))
     (out / "config.json").write_text(json.dumps(TINY))
     return out, tensors
