@@ -1,13 +1,15 @@
 """Random loads over MPI against one process: a random model, mesh and engine settings of
 oracle_random.py (which checks one process against the numpy oracle), loaded by 2-4 ranks on
 this host with --dist cooperative or independent and 1 or more devices per rank; every device's
-checksum and allocation must equal the single-process load's. A budget too small for
+checksum and allocation must equal the single-process load's; where the build has the CUDA
+stand-in (tests/fake_cudart.c), some loads go to fake GPUs, as in oracle_random, so that
+received pieces too are copied asynchronously out of staging. A budget too small for
 cooperative's slots is refused with the least --staging that holds them; the case is then
 loaded at that value. Skips (77) without mpirun or without MPI in the build.
 
   python3 tests/oracle_random_mpi.py build/shardload [CASES] [SEED]
 
-CASES defaults to 40 (about 25 s here), SEED to a fixed one; each failure prints its command."""
+CASES defaults to 40 (about 30 s here), SEED to a fixed one; each failure prints its command."""
 import json
 import os
 import random
@@ -46,17 +48,19 @@ def ranks(r, n):
     return n // k, k
 
 
-def run_case(exe, path, args, np_, k, dist):
-    """None, or what went wrong, with the command."""
-    ref = subprocess.run([exe, "load", path] + args, capture_output=True, text=True, env=ENV)
+def run_case(exe, path, args, np_, k, dist, env):
+    """None, or what went wrong, with the command (env: more environment variables)."""
+    env = dict(ENV, **env)
+    ref = subprocess.run([exe, "load", path] + args, capture_output=True, text=True, env=env)
     cmd = MPIRUN + ["-np", str(np_), exe, "load", path] + args + ["--dist", dist,
                                                                   "--devices-per-rank", str(k)]
-    got = subprocess.run(cmd, capture_output=True, text=True, env=ENV)
+    got = subprocess.run(cmd, capture_output=True, text=True, env=env)
     least = re.search(r"--dist cooperative over \d+ ranks: .* \(--staging (\d+K)\)", got.stderr)
     if got.returncode and least:
         cmd[cmd.index("--staging") + 1] = least.group(1)
-        got = subprocess.run(cmd, capture_output=True, text=True, env=ENV)
+        got = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if ref.returncode or got.returncode:
+        cmd = ["%s=%s" % kv for kv in env.items() if kv[0].startswith(("SL_CUDART", "FAKE"))] + cmd
         return "%s: exit %d (one process: %d): %s%s" % (" ".join(cmd), got.returncode,
                                                          ref.returncode, ref.stderr[-300:],
                                                          got.stderr[-300:])
@@ -74,6 +78,8 @@ def main():
         print("skip: no mpirun")
         sys.exit(77)
     rng, shuffle, r = np.random.default_rng(seed), random.Random(seed), random.Random(seed)
+    fake = os.path.join(os.path.dirname(exe), "tests", "libfake_cudart.so")
+    fake = fake if os.path.isfile(fake) else None
     failed = done = 0
     with tempfile.TemporaryDirectory() as tmp:
         models = [(name, arch, src) + R.build(tmp, name, arch, src, rng, shuffle)
@@ -85,14 +91,14 @@ def main():
             sys.exit(77)
         while done < cases:
             name, arch, src_dt, path, cfg, ck = r.choice(models)
-            layout, T, P, ep, target, _, engine, _ = R.pick(r, name, arch, cfg, None)
+            layout, T, P, ep, target, _, engine, env = R.pick(r, name, arch, cfg, fake)
             split = ranks(r, T * P)
             if split is None:
                 continue
             done += 1
             args = o.load_args(layout, T, P, target, ep, None, engine) + ["--checksums", "--json"]
             err = run_case(exe, path, args, split[0], split[1],
-                           r.choice(["cooperative", "independent"]))
+                           r.choice(["cooperative", "independent"]), env)
             if err:
                 failed += 1
                 print("FAIL case %d (%s %s): %s" % (done, name, src_dt, err))
