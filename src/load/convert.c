@@ -6,6 +6,7 @@
 
 #include <string.h>
 
+#include "common/sl_dtype.h"
 #include "common/sl_pool.h"
 
 static inline uint32_t f32_bits(float f)
@@ -103,9 +104,7 @@ int sl_convert_supported(sl_dtype dst, sl_dtype src)
     if (dst == src)
         return 1;
     const int d_ok = dst == SL_DTYPE_F32 || dst == SL_DTYPE_F16 || dst == SL_DTYPE_BF16;
-    const int s_ok = src == SL_DTYPE_F32 || src == SL_DTYPE_F16 || src == SL_DTYPE_BF16 ||
-                     src == SL_DTYPE_F64;
-    return d_ok && s_ok;
+    return d_ok && sl_dtype_converts(src);
 }
 
 /* F64 to F32, rounding to nearest even. The cast does that for every value F32 can hold; C leaves

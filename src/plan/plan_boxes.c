@@ -11,6 +11,7 @@
 #include "plan/plan_ctx.h"
 
 #include "common/sl_bytes.h"
+#include "common/sl_dtype.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -72,9 +73,8 @@ static sl_status box_dtype(box_ctx *c, const sl_box *boxes, int64_t n, int32_t d
                 c->p->dtype = ti.dtype;
             continue;
         }
-        SL_CHECK(ti.dtype == c->p->dtype || ti.dtype == SL_DTYPE_F32 || ti.dtype == SL_DTYPE_F16 ||
-                     ti.dtype == SL_DTYPE_BF16 || ti.dtype == SL_DTYPE_F64,   /* load/convert.h's */
-                 &c->p->err, SL_E_UNSUPPORTED, "tensor '%.*s': no conversion from %s to %s",
+        SL_CHECK(ti.dtype == c->p->dtype || sl_dtype_converts(ti.dtype), &c->p->err,
+                 SL_E_UNSUPPORTED, "tensor '%.*s': no conversion from %s to %s",
                  BOX_NAME_MAX, boxes[i].tensor, sl_dtype_name(ti.dtype), sl_dtype_name(c->p->dtype));
     }
     return SL_OK;

@@ -2,6 +2,7 @@
  * unclaimed tensors, wrong shapes, unconvertible dtypes and missing parameters are errors. */
 #include "plan/plan_ctx.h"
 
+#include "common/sl_dtype.h"
 #include "common/sl_grow.h"
 #include "common/sl_strbuf.h"
 #include "common/sl_strmap.h"
@@ -92,12 +93,6 @@ static sl_status check_shape(plan_ctx *c, const sl_tensor_info *ti, const sl_arc
     return SL_E_SHAPE;
 }
 
-/* A source the engine converts to the plan's dtype (src/load/convert.h). */
-static int float_dtype(sl_dtype dt)
-{
-    return dt == SL_DTYPE_F32 || dt == SL_DTYPE_F16 || dt == SL_DTYPE_BF16 || dt == SL_DTYPE_F64;
-}
-
 /* FP8 (SHARDING-MOE-FP8.md): a quantized weight is F8_E4M3, copied bit for bit; F8_E5M2 is
  * refused (vLLM would convert its values); a scale is F32, or BF16/F16 widened exactly. */
 static sl_status check_fp8_dtype(plan_ctx *c, const sl_tensor_info *ti)
@@ -120,7 +115,7 @@ static sl_status check_dtype(plan_ctx *c, const sl_tensor_info *ti, const sl_arc
     if (mt->dtype == SL_DTYPE_F8_E4M3)
         return check_fp8_dtype(c, ti);
     const int f8 = ti->dtype == SL_DTYPE_F8_E4M3 || ti->dtype == SL_DTYPE_F8_E5M2;
-    SL_CHECK(ti->dtype == c->p->dtype || float_dtype(ti->dtype), &c->p->err, SL_E_UNSUPPORTED,
+    SL_CHECK(ti->dtype == c->p->dtype || sl_dtype_converts(ti->dtype), &c->p->err, SL_E_UNSUPPORTED,
              "%s: checkpoint tensor '%s' has dtype %s, which cannot be converted to %s%s",
              tensor_file(c, ti), sl_text_name(ti->name, nb, sizeof nb), sl_dtype_name(ti->dtype) ? sl_dtype_name(ti->dtype) : "?",
              sl_dtype_name(c->p->dtype), !f8 ? "" : c->m->quant.on ? " (the config's quantization_config "
