@@ -15,7 +15,8 @@ static void load_help(FILE *out)
     fprintf(out,
             "usage: shardload load PATH [--tp T] [--pp P] [--ep] [--layout tp|spmd] [--dtype D]\n"
             "                      [--device cpu|cuda|pjrt] [--io auto|direct|buffered] [--threads N]\n"
-            "                      [--staging MiB] [--request MiB] [--format auto|dummy] [--seed S]\n"
+            "                      [--staging MiB] [--request MiB] [--read-gap G]\n"
+            "                      [--format auto|dummy] [--seed S]\n"
             "                      [--checksums] [--json] [--config FILE] [--rules FILE]\n"
             "                      [--gpus LIST] [--numa] [--pjrt-plugin PATH] [--devices LIST]\n\n"
             "Loads a safetensors checkpoint into a mesh of devices, each device getting exactly its\n"
@@ -56,7 +57,12 @@ static void load_help(FILE *out)
             "                  --staging and --request: a plain number is MiB (64 = 64 MiB,\n"
             "                  whatever its size); with a unit it is that size: 4096B, 512K,\n"
             "                  256M, 1G (or KiB/MiB/GiB; KB/MB/GB are powers of 1000); from\n"
-            "                  4 KiB to 1 TiB\n");
+            "                  4 KiB to 1 TiB\n"
+            "  --read-gap G    gaps between needed byte ranges under G are read rather than\n"
+            "                  skipped, so requests stay large; default 1MiB (at most); none:\n"
+            "                  read only the bytes the devices need (with --devices, a rank\n"
+            "                  then reads each row of a row-split weight apart, e.g. o_proj at\n"
+            "                  --tp 8: many small requests, for fast local storage)\n");
     /* two pieces: C99 promises string literals of 4095 bytes only */
     fprintf(out,
             "  --format F      auto (read the checkpoint, default) or dummy (no file is read: values\n"
@@ -104,7 +110,7 @@ static const char *const load_allowed[] = {
     "--tp",      "--pp",     "--layout", "--dtype",  "--device", "--io",   "--threads",
     "--staging", "--request", "--format", "--seed",   "--config", "--rules",  "--gpus", "--dist",
     "--devices-per-rank",    "--json",   "--checksums", "--numa", "--pjrt-plugin", "--ep",
-    "--devices", CLI_REMOTE_OPTIONS, "--verify", "--manifest", NULL};
+    "--devices", CLI_REMOTE_OPTIONS, "--verify", "--manifest", "--read-gap", NULL};
 
 /* Returns -1 after --help, else an exit code (CLI_EXIT_OK to go on). */
 static int load_parse(int argc, char **argv, cli_opts *a)

@@ -105,6 +105,23 @@ static int opts_enum(cli_opts *o, const char *opt, const char *v)
     return CLI_EXIT_OK;
 }
 
+/* --read-gap none|SIZE: a size needs its unit (64K, 4096B), since a gap is not MiB. */
+static int opts_read_gap(cli_opts *o, const char *v)
+{
+    uint64_t bytes = 0;
+    const int plain = v[0] != '\0' && v[strspn(v, "0123456789")] == '\0';
+    if (!strcmp(v, "none")) {
+        o->lo.read_gap = SL_READ_GAP_NONE;
+        return CLI_EXIT_OK;
+    }
+    if (!plain && cli_parse_size(v, &bytes) == 0 && bytes >= 1 && bytes <= (uint64_t)SL_READ_GAP_MAX) {
+        o->lo.read_gap = (int64_t)bytes;
+        return CLI_EXIT_OK;
+    }
+    return cli_usage_error(o->cmd, "--read-gap '%s': give none (read only the bytes the devices "
+                           "need) or a size with a unit from 1B to 1MiB (64K, 4096B)", v);
+}
+
 static int opts_value(cli_opts *o, const char *opt, const char *v)
 {
     int64_t x = 0;
@@ -128,6 +145,8 @@ static int opts_value(cli_opts *o, const char *opt, const char *v)
         rc = opts_mib(o, opt, v, &o->lo.staging_bytes);
     } else if (!strcmp(opt, "--request")) {
         rc = opts_mib(o, opt, v, &o->lo.request_bytes);
+    } else if (!strcmp(opt, "--read-gap")) {
+        rc = opts_read_gap(o, v);
     } else if (!strcmp(opt, "--max-part-size")) {
         if (cli_parse_size(v, &o->max_part) != 0 || o->max_part == 0)
             rc = cli_usage_error(o->cmd, "--max-part-size needs a size, e.g. 5GB or 512MiB");

@@ -432,7 +432,17 @@ typedef struct sl_load_opts {
      * CLI's --ca-bundle); NULL: the system's. A certificate that is not trusted fails at once,
      * naming the URL (not retried). */
     const char *ca_bundle;
+    /* Gaps between the byte ranges of a file that the devices need, read rather than skipped so
+     * that requests stay large: 0 (default): gaps under 1 MiB (a sixteenth of a smaller request);
+     * 1 to SL_READ_GAP_MAX: gaps under that many bytes; SL_READ_GAP_NONE: none, so that a process
+     * reads only the bytes its devices need (each row of a weight split along its rows, such as
+     * o_proj at tp > 1, becomes its own request; a file read with O_DIRECT is still read in whole
+     * 4 KiB pages, each once). Under sl_load_dist every rank must give the same value. */
+    int64_t read_gap;
 } sl_load_opts;
+
+#define SL_READ_GAP_NONE ((int64_t)-1)
+#define SL_READ_GAP_MAX ((int64_t)1 << 20)
 
 void sl_load_opts_init(sl_load_opts *o);
 

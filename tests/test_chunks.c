@@ -183,6 +183,8 @@ static int64_t want_chunks(const tcase *t, uint64_t request, uint64_t gap,
                     memset(need + op->src_offset + r * op->src_stride, 1,
                            op->row_elems * esize(op->src_dtype));
             }
+        /* O_DIRECT files read whole pages: gaps under one are read whatever `gap` says */
+        const uint64_t fgap = file_direct && file_direct[f] ? sl_max_u64(gap, 4096) : gap;
         for (uint64_t i = 0; i < t->file_size[f];) {
             if (!need[i]) {
                 i++;
@@ -191,7 +193,7 @@ static int64_t want_chunks(const tcase *t, uint64_t request, uint64_t gap,
             uint64_t e = i; /* the range: needed runs joined across gaps of at most `gap` */
             for (uint64_t j = i; j < t->file_size[f]; j++)
                 if (need[j]) {
-                    if (j > e + gap)
+                    if (j > e + fgap)
                         break;
                     e = j + 1;
                 }
@@ -278,10 +280,9 @@ static void check_elements(const rd_ops *o, const rd_chunks *cs)
     }
 }
 
-static void check_case(tcase *t, uint64_t request, const unsigned char *host_devs,
-                       unsigned char *const *host, const unsigned char *file_direct)
+static void check_case_gap(tcase *t, uint64_t request, uint64_t gap, const unsigned char *host_devs,
+                           unsigned char *const *host, const unsigned char *file_direct)
 {
-    const uint64_t gap = sl_min_u64((uint64_t)1 << 20, request / 16);
     sl_err err = {0};
     rd_ops o;
     rd_chunks cs;
@@ -320,6 +321,14 @@ static void check_case(tcase *t, uint64_t request, const unsigned char *host_dev
     rd_chunks_free(&cs);
     rd_ops_free(&o);
     sl_err_clear(&err);
+}
+
+/* The engine's default gap (rd_size_requests). */
+static void check_case(tcase *t, uint64_t request, const unsigned char *host_devs,
+                       unsigned char *const *host, const unsigned char *file_direct)
+{
+    check_case_gap(t, request, sl_min_u64((uint64_t)1 << 20, request / 16), host_devs, host,
+                   file_direct);
 }
 
 /* ---- cases ----------------------------------------------------------------------------------- */
@@ -366,6 +375,60 @@ static void test_random_direct(void)
         check_case(t, requests[2 + rnd(3)], host_devs, host, file_direct);
         case_free(t, host);
     }
+}
+
+/* opts.read_gap: small gaps or none (0: only touching runs join, each row of a strided
+ * operation its own span), with some files read with O_DIRECT (no host devices: file_direct
+ * alone), whose gaps under a page are read anyway. */
+static void test_random_small_gaps(void)
+{
+    static const uint64_t gaps[] = {0, 1, 7, 64, 4095, 4096, 5000};
+    for (int i = 0; i < 300; i++) {
+        tcase *t = calloc(1, sizeof *t);
+        random_plan(t, 0);
+        unsigned char file_direct[MAX_FILES] = {0};
+        for (int f = 0; f < MAX_FILES; f++)
+            file_direct[f] = rnd(2) == 0;
+        check_case_gap(t, requests[rnd(sizeof requests / sizeof requests[0])],
+                       gaps[rnd(sizeof gaps / sizeof gaps[0])], NULL, NULL, rnd(2) ? file_direct : NULL);
+        free(t);
+    }
+}
+
+/* Gap 0: a strided operation is read row by row (exactly its bytes), a contiguous one in one
+ * range; an O_DIRECT file joins rows less than a page apart. */
+static void test_no_gap(void)
+{
+    tcase *t = calloc(1, sizeof *t);
+    t->n_files = 1;
+    t->p.dtype = SL_DTYPE_BF16;
+    t->p.n_devices = 1;
+    t->p.devices = t->dev;
+    t->dev[0].ops = t->ops[0];
+    t->dev[0].n_ops = 2;
+    /* 100 rows of 256 bytes every 1024 (a column quarter of a row-split weight), then 64 KiB */
+    t->ops[0][0] = (sl_op){.kind = SL_OP_COPY, .src_dtype = SL_DTYPE_BF16, .file = 0, .tensor = -1,
+                           .src_offset = 0, .src_stride = 1024, .rows = 100, .row_elems = 128};
+    t->ops[0][1] = (sl_op){.kind = SL_OP_COPY, .src_dtype = SL_DTYPE_BF16, .file = 0, .tensor = -1,
+                           .src_offset = 1 << 20, .src_stride = 256, .rows = 256, .row_elems = 128};
+    t->file_size[0] = op_end(&t->ops[0][1]);
+    sl_err err = {0};
+    rd_ops o;
+    rd_chunks cs;
+    for (int direct = 0; direct < 2; direct++) {
+        const unsigned char fd[1] = {(unsigned char)direct};
+        const rd_chunk_opts co = {.request = 1 << 20, .merge_gap = 0, .file_direct = fd};
+        EXPECT(rd_ops_build(&t->p, 1, &o, &err) == SL_OK && rd_chunks_build(&o, &co, &cs, &err) == SL_OK,
+               "plan");
+        const int64_t want_n = direct ? 2 : 101;
+        const uint64_t want_bytes = direct ? 99 * 1024 + 256 + 65536 : 100 * 256 + 65536;
+        EXPECT(cs.n == want_n && cs.total_bytes == want_bytes, "O_DIRECT %d: %lld chunks, %llu bytes; "
+               "want %lld, %llu", direct, (long long)cs.n, (unsigned long long)cs.total_bytes,
+               (long long)want_n, (unsigned long long)want_bytes);
+        rd_chunks_free(&cs);
+        rd_ops_free(&o);
+    }
+    free(t);
 }
 
 /* A hand-made case: bf16 tensors at odd offsets, one element straddling every 4096 boundary. */
@@ -607,6 +670,8 @@ int main(void)
     test_random_blocks();
     test_unaligned();
     test_gap();
+    test_no_gap();
+    test_random_small_gaps();
     test_random_staged();
     test_random_direct();
     if (expect_failures)

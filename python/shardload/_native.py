@@ -50,7 +50,8 @@ class LoadOpts(Structure):
                 ("s3_secret_key", c_char_p), ("s3_session_token", c_char_p), ("s3_addressing", c_int32),
                 ("remote_connections", c_int32), ("remote_range_bytes", c_uint64),
                 ("remote_retries", c_int32), ("remote_backoff_ms", c_int32), ("remote_timeout_ms", c_int32),
-                ("verify", c_int32), ("manifest_path", c_char_p), ("ca_bundle", c_char_p)]
+                ("verify", c_int32), ("manifest_path", c_char_p), ("ca_bundle", c_char_p),
+                ("read_gap", c_int64)]
 
 
 class Box(Structure):

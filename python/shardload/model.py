@@ -126,6 +126,28 @@ def _load_opts(device: str, io: str, staging: int, threads: int, dummy: bool,
     return o
 
 
+ReadGap = int | str | None
+
+
+def read_gap_value(read_gap: ReadGap) -> int:
+    """sl_load_opts.read_gap for read_gap=: None (0) reads gaps under 1 MiB between needed
+    ranges, so requests stay large; "none" (-1) reads only the bytes the devices need; an int
+    reads gaps under that many bytes (1 to 1 MiB)."""
+    if read_gap is None:
+        return 0
+    if read_gap == "none":
+        return -1
+    if isinstance(read_gap, bool) or not isinstance(read_gap, int):
+        raise TypeError(f"read_gap must be None, 'none' or an int, got {read_gap!r}")
+    if not 1 <= read_gap <= 1 << 20:
+        raise ValueError(f"read_gap {read_gap}: give 1 to 1048576 bytes, 'none' or None")
+    return read_gap
+
+
+def _set_read_gap(o: N.LoadOpts, read_gap: ReadGap) -> None:
+    o.read_gap = read_gap_value(read_gap)
+
+
 def _set_list(o: N.LoadOpts, keep: list[Any], field: str, count: str,
               values: list[int] | None) -> None:
     if values is None:
@@ -308,7 +330,7 @@ def load(path: Any = None, *, tp: int = 1, pp: int = 1, ep: bool = False, layout
          threads: int = 0, dummy: bool = False, seed: int = 1234,
          config: ConfigSource | None = None,
          rules: Any = None, progress: Progress = None, pjrt_plugin: Any = None,
-         verify: bool = False, manifest: Any = None) -> Model:
+         verify: bool = False, manifest: Any = None, read_gap: ReadGap = None) -> Model:
     """Plans path for a tp x pp mesh and loads the devices this process wants (all by default).
 
     config: the model's config.json (default: the checkpoint's own), as a path, a mapping of its
@@ -319,8 +341,11 @@ def load(path: Any = None, *, tp: int = 1, pp: int = 1, ep: bool = False, layout
     file) or, in a Hugging Face cache, the blob each file links to; a mismatch is a LoadError.
     device="pjrt" puts each parameter in a PJRT buffer through the plugin at pjrt_plugin
     (e.g. XLA's CPU plugin xla_cpu_pjrt.so); its bytes come back with .read and .checksums.
+    read_gap="none" reads only the bytes the devices need (a rank's rows of a weight split along
+    its rows are then read apart, in many small requests); by default gaps under 1 MiB are read.
     """
     o = _load_opts(device, io, staging, threads, dummy, seed)
+    _set_read_gap(o, read_gap)
     keep: list[Any] = []
     if (pjrt_plugin is not None) != (device == "pjrt"):
         raise ValueError("pjrt_plugin= goes with device='pjrt', and device='pjrt' needs it")
@@ -397,7 +422,7 @@ def load_into(path: Any, tensors: Mapping[str, Any], *, tp: int = 1, pp: int = 1
               io: str = "auto", staging: int = 64 << 20, threads: int = 0,
               config: ConfigSource | None = None,
               rules: Any = None, progress: Progress = None, verify: bool = False,
-              manifest: Any = None) -> dict[str, Any]:
+              manifest: Any = None, read_gap: ReadGap = None) -> dict[str, Any]:
     """Fills an engine's own tensors (name -> tensor of mesh device `rank`) in place.
 
     Every name, shape, dtype and device is checked before any byte is read; no second copy of
@@ -406,6 +431,7 @@ def load_into(path: Any, tensors: Mapping[str, Any], *, tp: int = 1, pp: int = 1
     if not isinstance(tensors, Mapping):
         raise TypeError(f"tensors must be a mapping name -> tensor, got {type(tensors).__name__}")
     o = _load_opts("cpu", io, staging, threads, False, 1234)
+    _set_read_gap(o, read_gap)
     keep: list[Any] = []
     _set_verify(o, keep, verify, manifest)
     with opened(path) as ck:

@@ -144,11 +144,19 @@ typedef struct rd_span {
     uint64_t start, end;
 } rd_span;
 
-/* Rows closer than merge_gap are one span: the gap would be merged later anyway. */
+/* The gaps of file f that are read rather than skipped: under this many bytes. */
+static uint64_t rd_gap(const rd_chunk_opts *o, int32_t f)
+{
+    return o->file_direct && o->file_direct[f] ? sl_max_u64(o->merge_gap, RD_ALIGN) : o->merge_gap;
+}
+
+/* Rows that touch, or are closer than the gaps read, are one span: the gap would be merged later
+ * anyway. */
 static int64_t rd_op_span_count(const rd_chunk_opts *o, const rd_op *r)
 {
     const uint64_t row_bytes = r->op->row_elems * r->ssize;
-    if (r->op->rows == 1 || r->op->src_stride - row_bytes < o->merge_gap)
+    const uint64_t gap = r->op->src_stride - row_bytes;
+    if (r->op->rows == 1 || gap == 0 || gap < rd_gap(o, r->op->file))
         return 1;
     return (int64_t)r->op->rows;
 }
@@ -182,7 +190,7 @@ static int64_t rd_merge_spans(const rd_chunk_opts *o, rd_span *s, int64_t n)
 {
     int64_t m = 0;
     for (int64_t i = 0; i < n; i++) {
-        if (m && s[m - 1].file == s[i].file && s[i].start <= s[m - 1].end + o->merge_gap) {
+        if (m && s[m - 1].file == s[i].file && s[i].start <= s[m - 1].end + rd_gap(o, s[i].file)) {
             s[m - 1].end = sl_max_u64(s[m - 1].end, s[i].end);
             continue;
         }

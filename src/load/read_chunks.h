@@ -31,6 +31,7 @@
 
 #define RD_ALIGN 4096u
 #define RD_DIRECT_MIN ((uint64_t)2 << 20)   /* above merge_gap, so merged gaps never cross one */
+_Static_assert(SL_READ_GAP_MAX < RD_DIRECT_MIN, "opts.read_gap stays below RD_DIRECT_MIN");
 
 typedef struct rd_op {
     const sl_op *op;
@@ -68,8 +69,10 @@ typedef struct rd_chunks {
 typedef struct rd_chunk_opts {
     uint64_t request;        /* most bytes of a chunk's [a, b); a multiple of RD_ALIGN */
     uint64_t merge_gap;      /* gaps under this between needed ranges are read */
-    /* Direct reads (both NULL: none). host[d]: device d's host memory, or NULL when it has none;
-     * file_direct[f]: file f is read with O_DIRECT (no direct reads from it). */
+    /* Direct reads (host NULL: none). host[d]: device d's host memory, or NULL when it has none;
+     * file_direct[f] (may be NULL): file f is read with O_DIRECT, so no direct reads from it, and
+     * gaps under RD_ALIGN are read whatever merge_gap says (its reads are whole pages: skipping
+     * such a gap would read a page twice). */
     unsigned char *const *host;
     const unsigned char *file_direct;
     /* Whole files (NULL: none): whole[f] > 0 is file f's size, and its chunks cover [0, size)

@@ -92,17 +92,16 @@ static sl_status rd_plan_chunks(rd_ctx *x)
     uint64_t *vo = NULL;
     if (x->verify)
         SL_TRY(rd_verify_chunk_opts(x, &co, &vo));   /* vo is NULL when it fails */
-    if (x->allow_direct) {
-        file_direct = calloc((size_t)x->files.n + 1, 1);
-        if (!file_direct) {
-            free(vo);
-            return sl_err_set(x->err, SL_E_NOMEM, "out of memory");
-        }
-        for (int64_t f = 0; f < x->files.n; f++)
-            file_direct[f] = (unsigned char)x->files.v[f].direct;
-        co.host = x->host;
-        co.file_direct = file_direct;
+    file_direct = calloc((size_t)x->files.n + 1, 1);
+    if (!file_direct) {
+        free(vo);
+        return sl_err_set(x->err, SL_E_NOMEM, "out of memory");
     }
+    for (int64_t f = 0; f < x->files.n; f++)
+        file_direct[f] = (unsigned char)x->files.v[f].direct;
+    co.file_direct = file_direct;
+    if (x->allow_direct)
+        co.host = x->host;
     sl_status st = rd_chunks_build(&x->ops, &co, &x->chunks, x->err);
     if (st == SL_OK && co.whole)   /* files hashed whole take turns (read_verify.h) */
         st = rd_chunks_interleave(&x->chunks, x->err);
@@ -120,6 +119,10 @@ static sl_status rd_size(rd_ctx *x, const rd_config *c)
              "a staging budget of %llu bytes is too small: the least that holds is %llu bytes (16 KiB: "
              "one 4 KiB read and its O_DIRECT alignment)", (unsigned long long)x->o->staging_bytes,
              (unsigned long long)SL_STAGING_MIN);
+    SL_CHECK(x->o->read_gap >= SL_READ_GAP_NONE && x->o->read_gap <= SL_READ_GAP_MAX, x->err,
+             SL_E_INVALID_ARG, "a read gap of %lld bytes is not allowed: give 1 to %lld bytes, 0 "
+             "(automatic) or SL_READ_GAP_NONE (read only the bytes the devices need)",
+             (long long)x->o->read_gap, (long long)SL_READ_GAP_MAX);
     rd_size_requests(x);
     if (c->slot_bytes)
         SL_TRY(rd_size_slots(x, c->slot_bytes));

@@ -41,8 +41,11 @@ void rd_size_requests(rd_ctx *x)
 {
     rd_set_request(x, x->o->request_bytes ? x->o->request_bytes : RD_DEFAULT_REQUEST,
                    rd_staging_budget(x));
-    /* Gaps under 1 MiB (or a sixteenth of a small request) are cheaper to read than to skip. */
+    /* Gaps under 1 MiB (or a sixteenth of a small request) are cheaper to read than to skip,
+     * unless the caller would rather skip them (opts.read_gap). */
     x->merge_gap = sl_min_u64((uint64_t)1 << 20, x->request / 16);
+    if (x->o->read_gap)
+        x->merge_gap = x->o->read_gap < 0 ? 0 : (uint64_t)x->o->read_gap;
 }
 
 /* merge_gap stays as rd_size_requests set it, so the ranges (and bytes read) are the same as a

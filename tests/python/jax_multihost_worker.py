@@ -26,6 +26,7 @@ import shardload.jax as sj  # noqa: E402
 import shardload.jax._shardings as jsh  # noqa: E402
 
 SEED = 7  # the values test_jax_multihost.py wrote
+COLS = [(r"norm\.weight$|inv_freq$", P("data")), (r".", P(None, "data"))]
 
 
 def word_sum(a: jax.Array) -> int:
@@ -94,15 +95,20 @@ def main() -> None:
         "coop-default": (None, None, "cooperative"),
         # nothing replicated across processes: nothing to gather
         "coop-halves": ([(r".", P("data"))], None, "cooperative"),
+        # each process's half of every row: read whole by default (the other half is a small
+        # gap), exactly its own bytes with read_gap="none" (buffered reads: no page rounding)
+        "cols": (COLS, None, "independent"),
+        "cols-exact": (COLS, None, "independent"),
     }
     report = {}
     for case, (rules, dst, dist) in cases.items():
         # many groups (a load that gathers keeps its groups within the staging bound, 512 KiB
         # at 2 MiB): a tensor is gathered while later groups load, its parts deleted under them
         stats: dict = {}
+        exact = {"read_gap": "none", "io": "buffered"} if case == "cols-exact" else {}
         arrays = sj.load(path, mesh, rules, dtype=None if dst is None else "float32",
                          stats=stats, dist=dist, staging=(2 << 20) if dist == "cooperative"
-                         else (64 << 20))
+                         else (64 << 20), **exact)
         assert stats["read_bytes"] == sj.plan(path, mesh, rules, dist=dist).read_bytes, case
         report[case] = {"read": stats["bytes_read"], "plan_read": stats["read_bytes"],
                         "shards": check(arrays, want, dst), "tensors": len(arrays),

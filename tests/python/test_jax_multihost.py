@@ -4,7 +4,8 @@ devices. Every shard is checked against the oracle, the global arrays against a 
 runs over both processes, and the bytes each process read against what its devices need: with
 the rows split between the processes each reads about half the checkpoint, and the two halves
 together cover it; with the default rule (replicated across the processes) each reads all of it,
-or, with dist="cooperative", half, the rest gathered over the devices
+or, with dist="cooperative", half, the rest gathered over the devices; with the columns split,
+each reads every row whole by default and exactly its half with read_gap="none"
 (tests/python/jax_multihost_worker.py is one process)."""
 from __future__ import annotations
 
@@ -67,7 +68,7 @@ def test_two_processes_read_their_own_halves(tmp_path: Path) -> None:
     data = sum(a.nbytes for _, a in ck.values())
     r0, r1 = run_job(tmp_path)
     print(f"bytes read by process 0 / 1 (checkpoint files {files:,}):")
-    for case in ("halves", "tiles", "default", "coop-default", "coop-halves"):
+    for case in ("halves", "tiles", "default", "coop-default", "coop-halves", "cols", "cols-exact"):
         print(f"  {case}: {r0[case]['read']:,} / {r1[case]['read']:,} "
               f"(plans: {r0[case]['plan_read']:,} / {r1[case]['plan_read']:,})")
     for r in (r0, r1):
@@ -84,6 +85,13 @@ def test_two_processes_read_their_own_halves(tmp_path: Path) -> None:
                 (case, r[case])
             # a process reads its half, not the other process's (small tensors' halves merge)
             assert r[case]["read"] <= 0.56 * files, (case, r[case], files)
+    for r in (r0, r1):
+        # columns split between the processes: the default reads each row whole; read_gap="none"
+        # reads exactly what the process's devices hold, the same shards
+        assert r["cols"]["shards"] == r["cols-exact"]["shards"] == 4 * len(ck)
+        assert r["cols-exact"]["plan_read"] == r["cols"]["plan_read"] <= 0.56 * files
+        assert r["cols-exact"]["read"] == r["cols-exact"]["plan_read"], r["cols-exact"]
+        assert r["cols"]["read"] >= 0.9 * files, r["cols"]
     for case in ("halves", "tiles", "coop-default"):  # between them, every byte
         assert r0[case]["read"] + r1[case]["read"] >= data, case
     for r in (r0, r1):

@@ -45,6 +45,7 @@ import numpy as np
 
 from .._dtypes import numpy_dtype, target_value
 from ..checkpoint import opened
+from ..model import ReadGap, read_gap_value
 from ..plan import ConfigSource, Plan
 from ._loader import Loader
 from ._shardings import ShardingSpec, boxes_plan, items, local_devices
@@ -82,7 +83,8 @@ def load(path: Any, mesh: Any, shardings: ShardingSpec = None, *, dtype: Any = N
          staging: int = 64 << 20, io: str = "auto", threads: int = 0,
          progress: Callable[[int, int], None] | None | bool = None,
          config: ConfigSource | None = None, dma: bool | None = None,
-         stats: dict[str, Any] | None = None, dist: str = "independent") -> dict[str, Any]:
+         stats: dict[str, Any] | None = None, dist: str = "independent",
+         read_gap: ReadGap = None) -> dict[str, Any]:
     """The checkpoint's tensors as global jax.Arrays of their logical shapes, sharded as asked
     (default: the spmd rule on the mesh's last axis), each addressable device holding exactly
     its index. Host memory beyond the device arrays stays within `staging`.
@@ -90,7 +92,9 @@ def load(path: Any, mesh: Any, shardings: ShardingSpec = None, *, dtype: Any = N
     dist="independent": each process reads the bytes its devices hold. dist="cooperative" (for
     jax.distributed jobs): a tensor the shardings replicate across processes is read in disjoint
     parts, one per process, and gathered to its sharding over the devices' interconnect, so that
-    each byte is read once per job.
+    each byte is read once per job. read_gap="none": a process reads only the bytes its devices
+    hold (the gaps under 1 MiB between them, read by default to keep requests large, are skipped;
+    a weight split along its rows is then read row by row).
 
     On devices that copy, the host buffers are DMA-mapped (client.dma_map) where the backend
     implements it; dma=False, or SHARDLOAD_JAX_DMA=0 when dma is None, keeps them plain. A dict
@@ -100,6 +104,7 @@ def load(path: Any, mesh: Any, shardings: ShardingSpec = None, *, dtype: Any = N
     all its C loads), seconds."""
     if isinstance(staging, bool) or not isinstance(staging, int) or staging < (2 << 20):
         raise ValueError("staging must be an int of at least 2 MiB")
+    read_gap_value(read_gap)  # checked before any file is opened
     if stats is not None and not isinstance(stats, dict):
         raise TypeError(f"stats must be None or a dict, got {type(stats).__name__}")
     use_dma = _use_dma(dma)
@@ -110,7 +115,7 @@ def load(path: Any, mesh: Any, shardings: ShardingSpec = None, *, dtype: Any = N
     with opened(path) as ck:
         specs, reads, its = items(ck, mesh, shardings, config, dtype, index, cooperative)
         loader = Loader(ck, its, specs, reads, index, dtype, staging,
-                        {"io": io, "threads": threads}, progress, use_dma)
+                        {"io": io, "threads": threads, "read_gap": read_gap}, progress, use_dma)
         out = loader.run()
     if stats is not None:
         stats.update(loader.stats(), seconds=time.perf_counter() - t_start)
@@ -130,13 +135,14 @@ class _Devices:
 def load_into(path: Any, arrays: Mapping[str, Any], *, donate: bool = False,
               staging: int = 64 << 20, io: str = "auto", threads: int = 0,
               progress: Callable[[int, int], None] | None | bool = None,
-              dma: bool | None = None, dist: str = "independent") -> dict[str, Any]:
+              dma: bool | None = None, dist: str = "independent",
+              read_gap: ReadGap = None) -> dict[str, Any]:
     """The checkpoint's tensors named in `arrays` (name -> jax.Array or jax.ShapeDtypeStruct
     with a sharding), each loaded with that array's sharding, shape and dtype (bf16, f16 and
     f32 converted on the way). JAX arrays are immutable, so these are new arrays, returned:
     nothing is written into the given ones. donate=True deletes the given jax.Arrays before the
     load (after every name, shape and dtype is checked), so that their device memory is free
-    for the new ones; they are gone if the load then fails. dist: as in load."""
+    for the new ones; they are gone if the load then fails. dist and read_gap: as in load."""
     import jax
     if not isinstance(arrays, Mapping):
         raise TypeError(f"arrays must be a mapping name -> jax.Array, got {type(arrays).__name__}")
@@ -165,7 +171,8 @@ def load_into(path: Any, arrays: Mapping[str, Any], *, donate: bool = False,
     out: dict[str, Any] = {}
     for target, specs in by_dtype.items():
         out.update(load(path, _Devices(specs.values()), specs, dtype=target, staging=staging,
-                        io=io, threads=threads, progress=progress, dma=dma, dist=dist))
+                        io=io, threads=threads, progress=progress, dma=dma, dist=dist,
+                        read_gap=read_gap))
     return {name: out[name] for name in arrays}
 
 
