@@ -377,6 +377,20 @@ static void test_random_direct(void)
     }
 }
 
+/* A hand-made plan: one file, one device with n_ops operations (the caller fills them in and
+ * sets the file's size). */
+static tcase *one_file_case(sl_dtype dtype, int64_t n_ops)
+{
+    tcase *t = calloc(1, sizeof *t);
+    t->n_files = 1;
+    t->p.dtype = dtype;
+    t->p.n_devices = 1;
+    t->p.devices = t->dev;
+    t->dev[0].ops = t->ops[0];
+    t->dev[0].n_ops = n_ops;
+    return t;
+}
+
 /* opts.read_gap: small gaps or none (0: only touching runs join, each row of a strided
  * operation its own span), with some files read with O_DIRECT (no host devices: file_direct
  * alone), whose gaps under a page are read anyway. */
@@ -399,13 +413,7 @@ static void test_random_small_gaps(void)
  * range; an O_DIRECT file joins rows less than a page apart. */
 static void test_no_gap(void)
 {
-    tcase *t = calloc(1, sizeof *t);
-    t->n_files = 1;
-    t->p.dtype = SL_DTYPE_BF16;
-    t->p.n_devices = 1;
-    t->p.devices = t->dev;
-    t->dev[0].ops = t->ops[0];
-    t->dev[0].n_ops = 2;
+    tcase *t = one_file_case(SL_DTYPE_BF16, 2);
     /* 100 rows of 256 bytes every 1024 (a column quarter of a row-split weight), then 64 KiB */
     t->ops[0][0] = (sl_op){.kind = SL_OP_COPY, .src_dtype = SL_DTYPE_BF16, .file = 0, .tensor = -1,
                            .src_offset = 0, .src_stride = 1024, .rows = 100, .row_elems = 128};
@@ -434,13 +442,7 @@ static void test_no_gap(void)
 /* A hand-made case: bf16 tensors at odd offsets, one element straddling every 4096 boundary. */
 static void test_unaligned(void)
 {
-    tcase *t = calloc(1, sizeof *t);
-    t->n_files = 1;
-    t->p.dtype = SL_DTYPE_F32;
-    t->p.n_devices = 1;
-    t->p.devices = t->dev;
-    t->dev[0].ops = t->ops[0];
-    t->dev[0].n_ops = 1;
+    tcase *t = one_file_case(SL_DTYPE_F32, 1);
     t->ops[0][0] = (sl_op){.kind = SL_OP_COPY, .src_dtype = SL_DTYPE_F32, .file = 0, .tensor = -1,
                            .src_offset = 4094, .src_stride = 4096, .rows = 5, .row_elems = 1000};
     t->file_size[0] = op_end(&t->ops[0][0]);
@@ -465,13 +467,7 @@ static void test_gap(void)
 {
     const uint64_t gap = 4096 / 16;
     for (uint64_t g = gap - 1; g <= gap + 1; g++) {
-        tcase *t = calloc(1, sizeof *t);
-        t->n_files = 1;
-        t->p.dtype = SL_DTYPE_BF16;
-        t->p.n_devices = 1;
-        t->p.devices = t->dev;
-        t->dev[0].ops = t->ops[0];
-        t->dev[0].n_ops = 2;
+        tcase *t = one_file_case(SL_DTYPE_BF16, 2);
         t->ops[0][0] = (sl_op){.kind = SL_OP_COPY, .src_dtype = SL_DTYPE_BF16, .file = 0,
                                .tensor = -1, .src_offset = 10, .rows = 1, .row_elems = 50};
         t->ops[0][1] = t->ops[0][0];

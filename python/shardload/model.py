@@ -108,24 +108,6 @@ def _int_list(name: str, v: Iterable[int] | None) -> list[int] | None:
     return out
 
 
-def _load_opts(device: str, io: str, staging: int, threads: int, dummy: bool,
-               seed: int) -> N.LoadOpts:
-    if device not in ("cpu", "cuda", "pjrt"):
-        raise ValueError(f"device {device!r}: expected 'cpu', 'cuda' or 'pjrt'")
-    if io not in _IO:
-        raise ValueError(f"io {io!r}: expected 'auto', 'direct' or 'buffered'")
-    for what, v, low in (("staging", staging, 1), ("threads", threads, 0), ("seed", seed, 0)):
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise TypeError(f"{what} must be an int, got {type(v).__name__}")
-        if v < low:
-            raise ValueError(f"{what} must be at least {low}, got {v}")
-    o = N.LoadOpts()
-    N.lib.sl_load_opts_init(ctypes.byref(o))
-    o.device, o.io, o.staging_bytes = device.encode(), _IO[io], staging
-    o.threads, o.dummy, o.seed = threads, int(bool(dummy)), seed
-    return o
-
-
 ReadGap = int | str | None
 
 
@@ -144,8 +126,23 @@ def read_gap_value(read_gap: ReadGap) -> int:
     return read_gap
 
 
-def _set_read_gap(o: N.LoadOpts, read_gap: ReadGap) -> None:
+def _load_opts(device: str, io: str, staging: int, threads: int, dummy: bool,
+               seed: int, read_gap: ReadGap = None) -> N.LoadOpts:
+    if device not in ("cpu", "cuda", "pjrt"):
+        raise ValueError(f"device {device!r}: expected 'cpu', 'cuda' or 'pjrt'")
+    if io not in _IO:
+        raise ValueError(f"io {io!r}: expected 'auto', 'direct' or 'buffered'")
+    for what, v, low in (("staging", staging, 1), ("threads", threads, 0), ("seed", seed, 0)):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError(f"{what} must be an int, got {type(v).__name__}")
+        if v < low:
+            raise ValueError(f"{what} must be at least {low}, got {v}")
+    o = N.LoadOpts()
+    N.lib.sl_load_opts_init(ctypes.byref(o))
+    o.device, o.io, o.staging_bytes = device.encode(), _IO[io], staging
+    o.threads, o.dummy, o.seed = threads, int(bool(dummy)), seed
     o.read_gap = read_gap_value(read_gap)
+    return o
 
 
 def _set_list(o: N.LoadOpts, keep: list[Any], field: str, count: str,
@@ -344,8 +341,7 @@ def load(path: Any = None, *, tp: int = 1, pp: int = 1, ep: bool = False, layout
     read_gap="none" reads only the bytes the devices need (a rank's rows of a weight split along
     its rows are then read apart, in many small requests); by default gaps under 1 MiB are read.
     """
-    o = _load_opts(device, io, staging, threads, dummy, seed)
-    _set_read_gap(o, read_gap)
+    o = _load_opts(device, io, staging, threads, dummy, seed, read_gap)
     keep: list[Any] = []
     if (pjrt_plugin is not None) != (device == "pjrt"):
         raise ValueError("pjrt_plugin= goes with device='pjrt', and device='pjrt' needs it")
@@ -430,8 +426,7 @@ def load_into(path: Any, tensors: Mapping[str, Any], *, tp: int = 1, pp: int = 1
     """
     if not isinstance(tensors, Mapping):
         raise TypeError(f"tensors must be a mapping name -> tensor, got {type(tensors).__name__}")
-    o = _load_opts("cpu", io, staging, threads, False, 1234)
-    _set_read_gap(o, read_gap)
+    o = _load_opts("cpu", io, staging, threads, False, 1234, read_gap)
     keep: list[Any] = []
     _set_verify(o, keep, verify, manifest)
     with opened(path) as ck:

@@ -15,7 +15,7 @@ import numpy as np
 from .. import _interrupt
 from .. import _native as N
 from ..checkpoint import Checkpoint
-from ..model import _load_opts, _run, _set_list, _set_read_gap, wants_bar
+from ..model import _load_opts, _run, _set_list, wants_bar
 from ..plan import Plan
 from ._groups import Group, distinct, groups, padded
 from ._parts import Parts, view
@@ -58,10 +58,10 @@ def fill_group(ck: Checkpoint, group: Group, n_devices: int, dtype: Any, opts: d
         devs = sorted({b[1] for _, bs in loaded for _, b in bs})
         bufs: dict[tuple[int, int], np.ndarray] = {}
         table, rows = _dest_table(plan, devs, staging, slot, bufs)
-        o = _load_opts("cpu", opts["io"], opts["staging"], opts["threads"], False, 1234)
+        o = _load_opts("cpu", opts["io"], opts["staging"], opts["threads"], False, 1234,
+                       opts["read_gap"])
         keep: list[Any] = [rows]
         _set_list(o, keep, "devices", "n_devices", devs)
-        _set_read_gap(o, opts["read_gap"])
         o.param_dest, o.n_param_dest = table, len(plan.devices)
         t0 = time.perf_counter()
         native = _run(ck, plan, o, progress.group(plan.read_bytes or 0))
