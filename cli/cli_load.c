@@ -80,7 +80,8 @@ static void load_help(FILE *out)
             "  --json          machine-readable output: {\"seconds\",\"setup_seconds\",\"bytes_read\",\n"
             "                  \"gbps\",\"gbps_after_setup\",\n"
             "                  \"peak_rss_bytes\",\"io\",\"engine\",\"staging_peak\",\"verified_files\",\n"
-            "                  \"verified_bytes\",\"devices\":[{\"index\",\"allocated_bytes\",\n"
+            "                  \"verified_bytes\",\"read_requests\",\"read_depth_peak\",\n"
+            "                  \"devices\":[{\"index\",\"allocated_bytes\",\n"
             "                  \"params\":[{\"name\",\"xxh3\"}]}]} (params only with --checksums;\n"
             "                  cuda adds \"gpu\",\"mem_free_before\",\"mem_free_after\" per device;\n"
             "                  pjrt adds the mem_free pair where its plugin reports memory, and\n"
@@ -236,6 +237,8 @@ static int load_print_json(const cli_opts *a, const sl_plan *p, const sl_model *
            s->staging_peak);
     printf("\"verified_files\":%" PRId64 ",\"verified_bytes\":%" PRIu64 ",", s->verified_files,
            s->verified_bytes);
+    printf("\"read_requests\":%" PRIu64 ",\"read_depth_peak\":%u,", s->read_requests,
+           s->read_depth_peak);
     printf("\"devices\":[");
     for (int32_t d = 0; d < sl_model_device_count(m); d++) {
         printf("%s{\"index\":%d,\"allocated_bytes\":%" PRIu64, d ? "," : "",
@@ -265,6 +268,9 @@ static int load_print_text(const cli_opts *a, const sl_plan *p, const sl_model *
         printf("read %s of %s checkpoint bytes at %.2f GB/s (io %s, engine %s)\n",
                cli_commas(s->bytes_read, b1, sizeof b1), cli_commas(s->checkpoint_bytes, b2, sizeof b2),
                load_gbps(s, s->bytes_read), s->io, s->engine);
+    if (!a->lo.dummy && s->read_requests)
+        printf("%s read requests, at most %u in flight\n",
+               cli_commas(s->read_requests, b1, sizeof b1), s->read_depth_peak);
     printf("staging peak %s bytes; peak RSS %s bytes\n", cli_commas(s->staging_peak, b1, sizeof b1),
            cli_commas(peak_rss_bytes(), b2, sizeof b2));
     if (a->lo.verify)

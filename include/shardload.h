@@ -476,6 +476,10 @@ typedef struct sl_load_stats {
     int64_t verified_files;     /* opts.verify: files whose bytes were checked (SHA-256: whole;
                                    blocks: the blocks read), and the bytes hashed and equal */
     uint64_t verified_bytes;
+    /* read requests sent to the files (one per chunk; a retry counts again), and the most in
+       flight at once: many small requests (opts.read_gap) need depth to be fast */
+    uint64_t read_requests;
+    uint32_t read_depth_peak;
 } sl_load_stats;
 
 sl_status sl_model_stats(const sl_model *m, sl_load_stats *out);

@@ -63,7 +63,8 @@ class LoadStats(Structure):
     _fields_ = [("seconds", c_double), ("setup_seconds", c_double), ("bytes_read", c_uint64),
                 ("checkpoint_bytes", c_uint64), ("io", c_char_p), ("engine", c_char_p),
                 ("staging_peak", c_uint64), ("verified_files", c_int64),
-                ("verified_bytes", c_uint64)]
+                ("verified_bytes", c_uint64), ("read_requests", c_uint64),
+                ("read_depth_peak", c_uint32)]
 
 
 _STRUCTS = {"sl_tensor_info": TensorInfo, "sl_plan_opts": PlanOpts, "sl_param_info": ParamInfo,

@@ -221,6 +221,7 @@ class Model:
                 "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
                 "io": N.text(s.io), "engine": N.text(s.engine), "staging_peak": s.staging_peak,
                 "verified_files": s.verified_files, "verified_bytes": s.verified_bytes,
+                "read_requests": s.read_requests, "read_depth_peak": s.read_depth_peak,
                 "devices": devs}
 
     def _local_of(self, d: int) -> int:

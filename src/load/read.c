@@ -20,7 +20,7 @@ sl_status sl_load_read(const sl_load_file *files, int64_t n_files, const sl_plan
 {
     const rd_config c = {.files = files, .n_files = n_files, .p = p, .devs = devs, .o = o,
                          .err = err, .direct_reads = 1, .size_for_devices = 1, .slot_marks = 1,
-                         .verify = o->verify};
+                         .verify = o->verify, .pack = 1};
     rd_ctx x;
     sl_status st = rd_setup(&x, &c);
     if (st == SL_OK && x.chunks.n > 0) {
@@ -32,6 +32,8 @@ sl_status sl_load_read(const sl_load_file *files, int64_t n_files, const sl_plan
     if (x.planned)
         stats->io = rd_files_io_name(&x.files); /* after any EINVAL fallback */
     stats->bytes_read = x.bytes_read;
+    stats->read_requests = x.requests;
+    stats->read_depth_peak = x.reading_peak;
     stats->staging_peak = x.staging_peak + x.bounce_bytes;
     rd_free(&x);
     return st;

@@ -27,6 +27,8 @@
 
 #define RD_SLOT_SLACK (3u * RD_ALIGN)      /* alignment below a and above b_ext, plus the tail */
 #define RD_MAX_SLOTS 64u
+#define RD_PACK_MAX 32u                    /* chunks in one slot at most (rd_config.pack) */
+#define RD_PACK_REQUESTS 256u              /* requests in flight at most when slots pack */
 #define RD_MAX_REQUEST ((uint64_t)256 << 20)
 #define RD_DEFAULT_REQUEST ((uint64_t)16 << 20)
 #define RD_MIN_AUTO_REQUEST ((uint64_t)4 << 20)
@@ -84,14 +86,29 @@ void rd_files_close(rd_files *fs);
 
 /* ---- the context ----------------------------------------------------------------------------- */
 
-typedef struct rd_slot {
-    sl_io_req req;
-    unsigned char *buf;
+/* A slot holds one chunk, or several small consecutive chunks of one file (rd_config.pack), each
+ * read by its own request into its own part of the slot: with rows skipped (opts.read_gap) a
+ * load's chunks may be a few KiB each, and one chunk per slot left only a few requests in
+ * flight. The slot is scattered once all its parts are read. */
+typedef struct rd_slot rd_slot;
+
+typedef struct rd_part {
+    sl_io_req req;       /* req.user: this part */
+    rd_slot *slot;
     int64_t chunk;
+    unsigned char *buf;  /* where in the slot it is read (4096-aligned) */
+} rd_part;
+
+struct rd_slot {
+    rd_part *parts;      /* x->pack of them; [0, n_parts) hold chunks chunk, chunk + 1, ... */
+    unsigned n_parts;
+    unsigned pending;    /* parts still being read */
+    unsigned char *buf;
+    int64_t chunk;       /* its first chunk */
     unsigned index;
     int marked;          /* device copies from buf are pending under mark `index` */
     int held;            /* --verify: read, waiting for earlier chunks' hashing or its own */
-} rd_slot;
+};
 
 typedef struct rd_ctx {
     /* what is loaded, from rd_config */
@@ -108,9 +125,11 @@ typedef struct rd_ctx {
     /* sizes and staging (read_staging.c) */
     uint64_t request, merge_gap, slot_size;
     unsigned n_slots;
+    unsigned pack;                /* parts per slot: 1, or up to RD_PACK_MAX (rd_config.pack) */
     unsigned extra_slots;         /* rd_config.extra_slots, after the read slots */
     unsigned char *staging;
     rd_slot *slots;
+    rd_part *parts;               /* n_slots * pack, slot i's from i * pack */
     int32_t n_pinned;             /* local devices of [0, n_pinned) went through sl_device_pin */
     /* scatter (read_scatter.c) */
     unsigned char *bounce;        /* converted pieces for non-host devices */
@@ -126,6 +145,8 @@ typedef struct rd_ctx {
     /* pipeline (read_pipeline.c) */
     sl_io io;
     uint64_t bytes_read, done_bytes, staging_peak;
+    uint64_t requests;            /* read requests sent */
+    unsigned reading, reading_peak;   /* in flight now; at most */
     int planned;                  /* the chunks are built (stats.io is known) */
     int in_flight;                /* device copies (async: cuda) issued since the last rd_fence */
     int use_marks;                /* some local device is async: per-slot waits (rd_config) */
@@ -166,6 +187,10 @@ typedef struct rd_config {
     unsigned extra_slots;         /* slots for the caller after the read slots (sl_rd_extra) */
     int slot_marks;               /* the pipeline waits per slot when the devices have marks */
     int verify;                   /* opts.verify (the stepwise path: by blocks only) */
+    /* whole load: a slot may hold several small chunks of one file (rd_slot), each its own
+     * request, so that small chunks keep many requests in flight; not with --verify (hashed per
+     * slot) nor remote files (a connection per request) */
+    int pack;
 } rd_config;
 
 /* Sets up x for c: sizes, files, operations, chunks, the padding zeroed, staging and the read
@@ -181,7 +206,14 @@ void rd_size_requests(rd_ctx *x);
 sl_status rd_size_slots(rd_ctx *x, uint64_t slot_bytes);
 void rd_size_for_devices(rd_ctx *x);
 void rd_plan_ring(rd_ctx *x, uint64_t max_bytes);
-void rd_fit_slots(rd_ctx *x);
+/* packs: slots will hold several chunks (rd_config.pack), so they are sized for a share of all
+ * the staged bytes rather than for the largest chunk. */
+void rd_fit_slots(rd_ctx *x, int packs);
+/* Parts per slot, once the slots are counted. */
+void rd_size_packs(rd_ctx *x, int packs);
+/* The room chunk c takes in a slot: whole pages around it, as an O_DIRECT read of it needs (a
+ * buffered read needs no more). */
+uint64_t rd_chunk_room(const rd_chunk *c);
 /* Per-slot waits: some local device copies asynchronously (and so has marks: device.h). */
 int rd_can_mark(const rd_ctx *x);
 /* The bounce buffer or ring, the slots and the staging block (page-locked for async devices). */
@@ -205,10 +237,14 @@ void rd_start_pool(rd_ctx *x);
 sl_status rd_fence(rd_ctx *x);
 /* The read engine: the remote one when the files are remote (read_remote.c), else sl_io_open's. */
 sl_status rd_io_open(rd_ctx *x);
-/* Starts reading chunk `chunk` into slot s. */
+/* Starts reading chunk `chunk` into slot s, alone (its first part). */
 sl_status rd_submit(rd_ctx *x, rd_slot *s, int64_t chunk);
 /* Checks a completed read. Returns SL_OK with *resubmitted set when it was sent again. */
-sl_status rd_check(rd_ctx *x, rd_slot *s, int *resubmitted);
+sl_status rd_check(rd_ctx *x, rd_part *pt, int *resubmitted);
+/* Where the bytes [a, b_ext) of pt's chunk are once it is read. */
+const unsigned char *rd_part_data(const rd_ctx *x, const rd_part *pt);
+/* Requests in flight at most: the read engine's depth. */
+unsigned rd_io_depth(const rd_ctx *x);
 /* Every chunk, up to n_slots in flight, each scattered when it arrives. */
 sl_status rd_pipeline(rd_ctx *x);
 

@@ -1,8 +1,9 @@
-/* read_pipeline.c - up to n_slots reads in flight (io_uring or the pread pool), each completed
- * chunk scattered on the loading thread, and the device waits that make reusing a slot safe: per
- * slot marks when rd_config asks for them and some device is asynchronous (the oldest slot is
- * refilled first), else a fence before a refill (the slot just scattered is refilled first; the
- * stepwise path). docs/engine.md "Pipeline". */
+/* read_pipeline.c - up to n_slots slots being read (io_uring or the pread pool), each holding one
+ * chunk or several small ones (rd_slot), each completed slot scattered on the loading thread,
+ * and the device waits that make reusing a slot safe: per slot marks when rd_config asks for
+ * them and some device is asynchronous (the oldest slot is refilled first), else a fence before
+ * a refill (the slot just scattered is refilled first; the stepwise path). docs/engine.md
+ * "Pipeline". */
 #include "load/read_ctx.h"
 
 #include <errno.h>
@@ -62,78 +63,142 @@ static sl_status rd_wait_mark(rd_ctx *x, rd_slot *s)
 
 /* ---- reads ---------------------------------------------------------------------------------- */
 
-sl_status rd_submit(rd_ctx *x, rd_slot *s, int64_t chunk)
+/* Before slot s is refilled: no device copy may still read it. */
+static sl_status rd_slot_ready(rd_ctx *x, rd_slot *s)
 {
     if (s->marked)
         SL_TRY(rd_wait_mark(x, s));
     if (x->in_flight)
         SL_TRY(rd_fence(x));
+    return SL_OK;
+}
+
+/* Starts reading chunk `chunk` into pt->buf (also again, after an O_DIRECT refusal). */
+static sl_status rd_submit_part(rd_ctx *x, rd_part *pt, int64_t chunk)
+{
     const rd_chunk *c = &x->chunks.v[chunk];
     if (sl_cancel_requested())   /* sl_cancel: the caller's cleanup runs as after any failure */
         return sl_err_set(x->err, SL_E_CANCELLED, "%s: cancelled before reading offset %llu",
                           x->files.v[c->file].path, (unsigned long long)c->a);
     SL_TRY(rd_file_acquire(&x->files, c->file, x->err));   /* released by rd_check */
     const rd_file *f = &x->files.v[c->file];
-    s->chunk = chunk;
-    s->req.fd = f->fd;
-    s->req.obj = f->remote;
-    s->req.buf = c->dst ? c->dst : s->buf;
-    s->req.user = s;
-    s->req.buffered = !f->direct;
+    sl_io_req *r = &pt->req;
+    x->requests++;
+    if (++x->reading > x->reading_peak)
+        x->reading_peak = x->reading;
+    pt->chunk = chunk;
+    r->fd = f->fd;
+    r->obj = f->remote;
+    r->buf = c->dst ? c->dst : pt->buf;
+    r->user = pt;
+    r->buffered = !f->direct;
     if (f->direct && !c->dst) {
-        s->req.off = c->a / RD_ALIGN * RD_ALIGN;
-        s->req.len = (size_t)(sl_align_up(c->b_ext, RD_ALIGN) - s->req.off);
+        r->off = c->a / RD_ALIGN * RD_ALIGN;
+        r->len = (size_t)(sl_align_up(c->b_ext, RD_ALIGN) - r->off);
     } else {
-        s->req.off = c->a;
-        s->req.len = (size_t)(c->b_ext - c->a);
+        r->off = c->a;
+        r->len = (size_t)(c->b_ext - c->a);
     }
-    return x->io.ops->submit(x->io.ctx, &s->req, x->err);
+    return x->io.ops->submit(x->io.ctx, r, x->err);
 }
 
-sl_status rd_check(rd_ctx *x, rd_slot *s, int *resubmitted)
+sl_status rd_submit(rd_ctx *x, rd_slot *s, int64_t chunk)
 {
-    const rd_chunk *c = &x->chunks.v[s->chunk];
-    rd_file *f = &x->files.v[c->file];
-    const int64_t res = s->req.result;
-    *resubmitted = 0;
-    rd_file_release(&x->files, c->file);
-    if (res == -EINVAL && s->req.fd == f->fd && f->direct) {
-        SL_TRY(rd_file_fallback(f, x->err));
-        *resubmitted = 1;
-        return rd_submit(x, s, s->chunk);
+    SL_TRY(rd_slot_ready(x, s));
+    s->chunk = chunk;
+    s->n_parts = 1;
+    s->pending = 1;
+    s->parts[0].buf = s->buf;
+    return rd_submit_part(x, &s->parts[0], chunk);
+}
+
+/* Chunk c may join slot s, whose first chunk is `first`: both staged, from one file (so that the
+ * requests in flight hold no more files open than there are slots). */
+static int rd_joins(const rd_chunk *first, const rd_chunk *c)
+{
+    return !first->dst && !c->dst && c->file == first->file;
+}
+
+/* Fills slot s from chunk *next on: one chunk, or as many consecutive ones as rd_joins lets in,
+ * up to x->pack, side by side in pages. */
+static sl_status rd_fill(rd_ctx *x, rd_slot *s, int64_t *next, unsigned *reads)
+{
+    SL_TRY(rd_slot_ready(x, s));
+    const rd_chunk *first = &x->chunks.v[*next];
+    s->chunk = *next;
+    s->n_parts = 0;
+    s->pending = 0;
+    uint64_t used = 0;
+    while (*next < x->chunks.n && s->n_parts < x->pack) {
+        const rd_chunk *c = &x->chunks.v[*next];
+        const uint64_t room = rd_chunk_room(c);
+        if (s->n_parts && (!rd_joins(first, c) || used + room > x->slot_size))
+            break;
+        rd_part *pt = &s->parts[s->n_parts++];
+        pt->buf = s->buf + used;
+        used += room;
+        SL_TRY(rd_submit_part(x, pt, (*next)++));
+        s->pending++;
+        (*reads)++;
     }
-    if (res == -EINVAL && s->req.fd != f->fd) {
-        *resubmitted = 1; /* issued before the fallback */
-        return rd_submit(x, s, s->chunk);
-    }
-    if (res < 0)
-        return sl_err_set(x->err, SL_E_IO, "%s: read error at offset %llu: %s", f->path,
-                          (unsigned long long)s->req.off, strerror((int)-res));
-    x->bytes_read += (uint64_t)res;
-    if (s->req.off + (uint64_t)res < c->b_ext)
-        return sl_err_set(x->err, SL_E_CHANGED,
-                          "%s: short read at offset %llu (file changed since planning?)", f->path,
-                          (unsigned long long)(s->req.off + (uint64_t)res));
     return SL_OK;
 }
 
-static sl_status rd_complete(rd_ctx *x, rd_slot *s, int *resubmitted)
+const unsigned char *rd_part_data(const rd_ctx *x, const rd_part *pt)
 {
-    SL_TRY(rd_check(x, s, resubmitted));
-    if (*resubmitted)
-        return SL_OK;
-    const rd_chunk *c = &x->chunks.v[s->chunk];
-    /* By blocks the hash needs no order: it runs while the chunk is scattered (both only read
-     * the slot), and the slot comes back through rd_verify_done once both are done. */
-    if (x->verify && rd_verify_by_blocks(x->verify))
-        rd_verify_push(x->verify, c->file, c->a, c->b, c->dst ? c->dst : s->buf + (c->a - s->req.off), s);
-    if (!c->dst)
-        SL_TRY(rd_scatter_chunk(x, c, s->buf + (c->a - s->req.off)));
+    const rd_chunk *c = &x->chunks.v[pt->chunk];
+    return c->dst ? c->dst : pt->buf + (c->a - pt->req.off);
+}
+
+sl_status rd_check(rd_ctx *x, rd_part *pt, int *resubmitted)
+{
+    const rd_chunk *c = &x->chunks.v[pt->chunk];
+    rd_file *f = &x->files.v[c->file];
+    const sl_io_req *r = &pt->req;
+    const int64_t res = r->result;
+    *resubmitted = 0;
+    x->reading--;
+    rd_file_release(&x->files, c->file);
+    if (res == -EINVAL && r->fd == f->fd && f->direct) {
+        SL_TRY(rd_file_fallback(f, x->err));
+        *resubmitted = 1;
+        return rd_submit_part(x, pt, pt->chunk);
+    }
+    if (res == -EINVAL && r->fd != f->fd) {
+        *resubmitted = 1; /* issued before the fallback */
+        return rd_submit_part(x, pt, pt->chunk);
+    }
+    if (res < 0)
+        return sl_err_set(x->err, SL_E_IO, "%s: read error at offset %llu: %s", f->path,
+                          (unsigned long long)r->off, strerror((int)-res));
+    x->bytes_read += (uint64_t)res;
+    if (r->off + (uint64_t)res < c->b_ext)
+        return sl_err_set(x->err, SL_E_CHANGED,
+                          "%s: short read at offset %llu (file changed since planning?)", f->path,
+                          (unsigned long long)(r->off + (uint64_t)res));
+    return SL_OK;
+}
+
+/* Every part of s is read: its chunks go to the devices (and, by blocks, to the hash). */
+static sl_status rd_complete(rd_ctx *x, rd_slot *s)
+{
+    for (unsigned k = 0; k < s->n_parts; k++) {
+        const rd_part *pt = &s->parts[k];
+        const rd_chunk *c = &x->chunks.v[pt->chunk];
+        const unsigned char *data = rd_part_data(x, pt);
+        /* By blocks the hash needs no order: it runs while the chunk is scattered (both only
+         * read the slot), and the slot comes back through rd_verify_done once both are done
+         * (one chunk per slot under --verify: rd_config.pack). */
+        if (x->verify && rd_verify_by_blocks(x->verify))
+            rd_verify_push(x->verify, c->file, c->a, c->b, data, s);
+        if (!c->dst)
+            SL_TRY(rd_scatter_chunk(x, c, data));
+        x->done_bytes += c->b - c->a;
+        if (x->o->progress)
+            x->o->progress(x->o->progress_user, x->done_bytes, x->chunks.total_bytes);
+    }
     if (x->use_marks && x->in_flight)
         SL_TRY(rd_mark(x, s));
-    x->done_bytes += c->b - c->a;
-    if (x->o->progress)
-        x->o->progress(x->o->progress_user, x->done_bytes, x->chunks.total_bytes);
     return SL_OK;
 }
 
@@ -182,8 +247,7 @@ static void rd_verify_hand(rd_ctx *x, rd_slot *s)
                 continue;
             const rd_chunk *c = &x->chunks.v[h->chunk];
             h->held = 0;
-            rd_verify_push(x->verify, c->file, c->a, c->b,
-                           c->dst ? c->dst : h->buf + (c->a - h->req.off), h);
+            rd_verify_push(x->verify, c->file, c->a, c->b, rd_part_data(x, &h->parts[0]), h);
             x->verify_next++;
             found = 1;
         }
@@ -219,9 +283,8 @@ sl_status rd_pipeline(rd_ctx *x)
         if (x->verify)   /* with no read in flight and none to start, only hashing frees a slot */
             st = rd_verify_take(x, &fl, &busy, !reads && !(next < x->chunks.n && fl.count));
         while (st == SL_OK && next < x->chunks.n && fl.count) {
-            st = rd_submit(x, rd_take(&fl), next++);
+            st = rd_fill(x, rd_take(&fl), &next, &reads);
             busy++;
-            reads++;
             peak = busy > peak ? busy : peak;
         }
         if (st != SL_OK || !reads)
@@ -230,16 +293,22 @@ sl_status rd_pipeline(rd_ctx *x)
         st = x->io.ops->wait(x->io.ctx, &done, x->err);
         if (st != SL_OK)
             break;
+        rd_part *pt = done->user;
+        rd_slot *s = pt->slot;
         int again = 0;
-        st = rd_complete(x, done->user, &again);
+        st = rd_check(x, pt, &again);
         if (again)
             continue;
         reads--;
+        if (st == SL_OK && --s->pending)
+            continue;   /* the slot's other parts are still being read */
+        if (st == SL_OK)
+            st = rd_complete(x, s);
         if (st == SL_OK && x->verify) {
-            rd_verify_hand(x, done->user);
+            rd_verify_hand(x, s);
         } else {
             busy--;
-            rd_give(&fl, done->user);
+            rd_give(&fl, s);
         }
     }
     x->staging_peak = (uint64_t)peak * x->slot_size;

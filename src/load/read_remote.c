@@ -18,7 +18,7 @@ sl_status rd_io_open(rd_ctx *x)
     const sl_http_obj *obj = rd_remote_obj(x);
     if (!obj) {
         const unsigned threads = x->o->threads > 0 ? (unsigned)x->o->threads : 0;
-        return sl_io_open(x->o->io_engine, x->n_slots, threads, &x->io, x->err);
+        return sl_io_open(x->o->io_engine, rd_io_depth(x), threads, &x->io, x->err);
     }
     sl_http_tune t = obj->cfg->tune;
     const sl_load_opts *o = x->o;
@@ -34,5 +34,5 @@ sl_status rd_io_open(rd_ctx *x)
         t.backoff_ms = mine.backoff_ms;
     if (o->remote_timeout_ms > 0)
         t.timeout_ms = mine.timeout_ms;
-    return sl_io_http_open(&t, x->n_slots, &x->io, x->err);
+    return sl_io_http_open(&t, rd_io_depth(x), &x->io, x->err);
 }

@@ -157,6 +157,17 @@ static sl_status rd_check_budget(const rd_ctx *x, const rd_config *c)
     return SL_OK;
 }
 
+/* Slots hold several chunks when the caller lets them (rd_config.pack) and no file is remote. */
+static int rd_packs(const rd_ctx *x, const rd_config *c)
+{
+    if (!c->pack || x->verify)
+        return 0;
+    for (int64_t f = 0; f < x->files.n; f++)
+        if (x->files.v[f].used && x->files.v[f].remote)
+            return 0;
+    return 1;
+}
+
 sl_status rd_setup(rd_ctx *x, const rd_config *c)
 {
     /* size_for_devices chooses slots and ring itself */
@@ -186,8 +197,10 @@ sl_status rd_setup(rd_ctx *x, const rd_config *c)
     x->planned = 1;
     if (x->chunks.n == 0)
         return SL_OK;
-    rd_fit_slots(x);
+    const int packs = rd_packs(x, c);
+    rd_fit_slots(x, packs);
     rd_bound_open_files(x, c);
+    rd_size_packs(x, packs);
     SL_TRY(rd_check_budget(x, c));
     x->use_marks = c->slot_marks && rd_can_mark(x);
     rd_start_pool(x);

@@ -108,17 +108,43 @@ void rd_size_for_devices(rd_ctx *x)
     rd_set_request(x, req, budget);
 }
 
-/* A small checkpoint does not need the whole budget: no more slots than chunks, and slots only
- * as large as the largest chunk (plus alignment). */
-void rd_fit_slots(rd_ctx *x)
+uint64_t rd_chunk_room(const rd_chunk *c)
 {
-    uint64_t largest = 0;
+    return sl_align_up(c->b_ext, RD_ALIGN) - c->a / RD_ALIGN * RD_ALIGN;
+}
+
+/* A small checkpoint does not need the whole budget: no more slots than chunks, and slots only
+ * as large as the largest chunk (plus alignment), or, when they pack, as an equal share of all
+ * the staged chunks (so that they can all be in flight at once). */
+void rd_fit_slots(rd_ctx *x, int packs)
+{
+    uint64_t largest = 0, total = 0;
     for (int64_t i = 0; i < x->chunks.n; i++) {
-        if (!x->chunks.v[i].dst)
-            largest = sl_max_u64(largest, x->chunks.v[i].b_ext - x->chunks.v[i].a);
+        const rd_chunk *c = &x->chunks.v[i];
+        if (!c->dst) {
+            largest = sl_max_u64(largest, c->b_ext - c->a);
+            total += rd_chunk_room(c);
+        }
     }
-    x->slot_size = sl_min_u64(x->slot_size, sl_align_up(largest, RD_ALIGN) + 2 * RD_ALIGN);
     x->n_slots = (unsigned)sl_min_u64(x->n_slots, (uint64_t)x->chunks.n);
+    uint64_t fit = sl_align_up(largest, RD_ALIGN) + 2 * RD_ALIGN;
+    if (packs) {   /* a share, but no larger than a request-sized chunk needs */
+        const uint64_t share = sl_align_up(total / x->n_slots + 1, RD_ALIGN);
+        fit = sl_max_u64(fit, sl_min_u64(share, x->request + 2 * RD_ALIGN));
+    }
+    x->slot_size = sl_min_u64(x->slot_size, fit);
+}
+
+void rd_size_packs(rd_ctx *x, int packs)
+{
+    x->pack = 1;
+    if (packs)
+        x->pack = (unsigned)sl_max_u64(1, sl_min_u64(RD_PACK_MAX, RD_PACK_REQUESTS / x->n_slots));
+}
+
+unsigned rd_io_depth(const rd_ctx *x)
+{
+    return x->n_slots * x->pack;
 }
 
 int rd_can_mark(const rd_ctx *x)
@@ -180,15 +206,20 @@ sl_status rd_alloc_buffers(rd_ctx *x)
             return sl_err_set(x->err, SL_E_NOMEM, "out of memory");
     }
     x->slots = calloc(x->n_slots, sizeof *x->slots);
+    x->parts = calloc((size_t)x->n_slots * x->pack, sizeof *x->parts);
     x->staging = rd_staging_alloc(rd_staging_len(x));
-    if (!x->slots || !x->staging)
+    if (!x->slots || !x->parts || !x->staging)
         return sl_err_set(x->err, SL_E_NOMEM, "cannot allocate %llu bytes of staging",
                           (unsigned long long)rd_staging_len(x));
     if (x->ring)
         x->bounce = x->staging + rd_staging_len(x) - x->bounce_bytes;
     for (unsigned i = 0; i < x->n_slots; i++) {
-        x->slots[i].buf = x->staging + (size_t)i * x->slot_size;
-        x->slots[i].index = i;
+        rd_slot *sl = &x->slots[i];
+        sl->buf = x->staging + (size_t)i * x->slot_size;
+        sl->index = i;
+        sl->parts = x->parts + (size_t)i * x->pack;
+        for (unsigned k = 0; k < x->pack; k++)
+            sl->parts[k].slot = sl;
     }
     return rd_pin(x);
 }
@@ -196,12 +227,14 @@ sl_status rd_alloc_buffers(rd_ctx *x)
 void rd_free_buffers(rd_ctx *x)
 {
     free(x->slots);
+    free(x->parts);
     rd_unpin(x);
     if (x->staging)
         munmap(x->staging, rd_staging_len(x));
     if (!x->ring)
         free(x->bounce);
     x->slots = NULL;
+    x->parts = NULL;
     x->staging = NULL;
     x->bounce = NULL;
 }

@@ -121,14 +121,14 @@ sl_status sl_rd_read(sl_rd *r, int64_t i, const unsigned char **data)
         sl_io_req *done = NULL;
         int again = 0;
         SL_TRY(x->io.ops->wait(x->io.ctx, &done, x->err));
-        rd_slot *d = done->user;
+        rd_part *d = done->user;
         SL_TRY(rd_check(x, d, &again));
-        r->complete[d->index] = !again;
+        r->complete[d->slot->index] = !again;
     }
     r->pending[k] = -1;
     rd_slot *s = &x->slots[k];
     const rd_chunk *c = &x->chunks.v[i];
-    *data = s->buf + (c->a - s->req.off);
+    *data = rd_part_data(x, &s->parts[0]);
     if (x->verify) {   /* hashed while the caller exchanges and scatters it (both only read it) */
         s->held = 1;
         rd_verify_push(x->verify, c->file, c->a, c->b, *data, s);
@@ -229,6 +229,8 @@ void sl_rd_close(sl_rd *r, sl_load_stats *stats)
         return;
     if (stats) {
         stats->bytes_read = r->x.bytes_read;
+        stats->read_requests = r->x.requests;
+        stats->read_depth_peak = r->x.reading_peak;
         stats->staging_peak = r->x.staging_peak + r->x.bounce_bytes;
         stats->io = rd_files_io_name(&r->x.files);
         stats->engine = r->x.io.ops ? r->x.io.ops->name : "none";

@@ -33,6 +33,9 @@ def test_no_gap_reads_exactly_the_devices_bytes(ckpt: Path) -> None:
         assert exact.stats["bytes_read"] == alloc, (exact.stats["bytes_read"], alloc)
         assert full.stats["bytes_read"] > 1.2 * alloc  # the row-split weights read whole
         assert exact.checksums(rank) == full.checksums(rank)
+        # one request per half row, many in flight at once (slots hold several: rd_slot)
+        assert exact.stats["read_requests"] > 10 * full.stats["read_requests"]
+        assert exact.stats["read_depth_peak"] > 8, exact.stats["read_depth_peak"]
         # gaps up to 256 bytes read: o_proj's (half of its 512-byte rows), not down_proj's (512)
         some = shardload.load(ckpt, tp=2, devices=[rank], io="buffered", read_gap=257)
         assert alloc < some.stats["bytes_read"] < full.stats["bytes_read"]
@@ -56,6 +59,8 @@ def test_cli_read_gap(ckpt: Path, cli: str) -> None:  # noqa: F811
     exact, full = run("--read-gap", "none"), run()
     assert exact["bytes_read"] == exact["devices"][0]["allocated_bytes"] < full["bytes_read"]
     assert exact["devices"][0]["params"] == full["devices"][0]["params"]
+    assert exact["read_requests"] > full["read_requests"] > 0
+    assert exact["read_depth_peak"] > full["read_depth_peak"] > 0
     for bad in ("64", "2MiB", "0B", "lots"):
         p = subprocess.run([cli, "load", str(ckpt), "--read-gap", bad], capture_output=True,
                            text=True, timeout=60)
