@@ -36,6 +36,11 @@ sl_status sl_io_open(const char *force, unsigned depth, unsigned threads, sl_io 
     return sl_io_pread_open(depth, threads, out, err);
 }
 
+sl_status sl_io_flush(const sl_io *io, sl_err *err)
+{
+    return io->ops->flush ? io->ops->flush(io->ctx, err) : SL_OK;
+}
+
 void sl_io_close(sl_io *io)
 {
     if (io && io->ops)

@@ -31,8 +31,11 @@ typedef struct sl_io_req {
 
 typedef struct sl_io_ops {
     const char *name;
-    /* Queues r (owned by the caller until it comes back from wait). Never blocks on I/O. */
+    /* Queues r (owned by the caller until it comes back from wait). Never blocks on I/O. The
+     * read may start only at the next flush (or wait), so that several are sent at once. */
     sl_status (*submit)(void *ctx, sl_io_req *r, sl_err *err);
+    /* Starts what submit queued; NULL where submit starts each read itself. */
+    sl_status (*flush)(void *ctx, sl_err *err);
     /* Blocks until one submitted request completes and returns it in *done. */
     sl_status (*wait)(void *ctx, sl_io_req **done, sl_err *err);
     /* Waits for requests still in flight, then frees everything. Accepts NULL. */
@@ -50,6 +53,8 @@ typedef struct sl_io {
  * for tests and benchmarks). */
 sl_status sl_io_open(const char *force, unsigned depth, unsigned threads, sl_io *out, sl_err *err);
 void sl_io_close(sl_io *io);
+/* Starts every read submitted so far (ops->flush where the engine has one). */
+sl_status sl_io_flush(const sl_io *io, sl_err *err);
 
 sl_status sl_io_pread_open(unsigned depth, unsigned threads, sl_io *out, sl_err *err);
 /* SL_E_UNSUPPORTED when built without liburing or when the kernel refuses io_uring.

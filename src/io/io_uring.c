@@ -12,10 +12,12 @@
 typedef struct uring_ctx {
     struct io_uring ring;
     unsigned depth, in_flight;
+    unsigned unsent;     /* prepared, not yet given to the kernel (uring_send) */
     int inline_cached;   /* 1: leave buffered reads inline (SL_IO_ENGINE=uring-inline, to compare) */
 } uring_ctx;
 
-static sl_status uring_queue(uring_ctx *c, sl_io_req *r, sl_err *err)
+/* Prepares r's read (what is left of it) in the submission queue; uring_send sends it. */
+static sl_status uring_prep(uring_ctx *c, sl_io_req *r, sl_err *err)
 {
     struct io_uring_sqe *sqe = io_uring_get_sqe(&c->ring);
     if (!sqe)
@@ -32,10 +34,33 @@ static sl_status uring_queue(uring_ctx *c, sl_io_req *r, sl_err *err)
     if (r->buffered && !c->inline_cached)
         io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
 #endif
-    int rc = io_uring_submit(&c->ring);
-    if (rc < 0)
-        return sl_err_set(err, SL_E_IO, "io_uring_submit: %s", strerror(-rc));
+    c->unsent++;
     return SL_OK;
+}
+
+/* One io_uring_submit for every read prepared since the last: a slot of small chunks is one
+ * system call, not one per chunk. */
+static sl_status uring_send(uring_ctx *c, sl_err *err)
+{
+    while (c->unsent) {
+        int rc = io_uring_submit(&c->ring);
+        if (rc == -EINTR || rc == -EAGAIN || rc == -EBUSY)
+            continue;
+        if (rc < 0) {   /* never sent: nothing will complete for them */
+            c->in_flight -= c->unsent;
+            c->unsent = 0;
+            return sl_err_set(err, SL_E_IO, "io_uring_submit: %s", strerror(-rc));
+        }
+        /* 0: the ring held none (it counts what it sent, so this does not happen) */
+        c->unsent = rc == 0 || (unsigned)rc >= c->unsent ? 0 : c->unsent - (unsigned)rc;
+    }
+    return SL_OK;
+}
+
+static sl_status uring_queue(uring_ctx *c, sl_io_req *r, sl_err *err)
+{
+    SL_TRY(uring_prep(c, r, err));
+    return uring_send(c, err);
 }
 
 static sl_status uring_submit(void *ctx, sl_io_req *r, sl_err *err)
@@ -43,9 +68,14 @@ static sl_status uring_submit(void *ctx, sl_io_req *r, sl_err *err)
     uring_ctx *c = ctx;
     r->done = 0;
     r->result = 0;
-    SL_TRY(uring_queue(c, r, err));
+    SL_TRY(uring_prep(c, r, err));
     c->in_flight++;
     return SL_OK;
+}
+
+static sl_status uring_flush(void *ctx, sl_err *err)
+{
+    return uring_send(ctx, err);
 }
 
 /* Returns 1 when r is complete, 0 when it was resubmitted for its remaining bytes. */
@@ -75,6 +105,7 @@ static sl_status uring_wait(void *ctx, sl_io_req **out, sl_err *err)
     uring_ctx *c = ctx;
     if (!c->in_flight)
         return sl_err_set(err, SL_E_INVALID_ARG, "io_uring: wait with nothing in flight");
+    SL_TRY(uring_send(c, err));
     for (;;) {
         struct io_uring_cqe *cqe = NULL;
         int rc = io_uring_wait_cqe(&c->ring, &cqe);
@@ -102,6 +133,9 @@ static void uring_close(void *ctx)
     uring_ctx *c = ctx;
     if (!c)
         return;
+    sl_err ignored = {0};
+    (void)uring_send(c, &ignored);   /* what was prepared completes before the buffers go */
+    sl_err_clear(&ignored);
     while (c->in_flight) {
         struct io_uring_cqe *cqe = NULL;
         int rc = io_uring_wait_cqe(&c->ring, &cqe);
@@ -119,6 +153,7 @@ static void uring_close(void *ctx)
 static const sl_io_ops uring_ops = {
     .name = "io_uring",
     .submit = uring_submit,
+    .flush = uring_flush,
     .wait = uring_wait,
     .close = uring_close,
 };
@@ -126,6 +161,7 @@ static const sl_io_ops uring_ops = {
 static const sl_io_ops uring_inline_ops = {
     .name = "io_uring-inline",
     .submit = uring_submit,
+    .flush = uring_flush,
     .wait = uring_wait,
     .close = uring_close,
 };

@@ -109,7 +109,8 @@ sl_status rd_submit(rd_ctx *x, rd_slot *s, int64_t chunk)
     s->n_parts = 1;
     s->pending = 1;
     s->parts[0].buf = s->buf;
-    return rd_submit_part(x, &s->parts[0], chunk);
+    SL_TRY(rd_submit_part(x, &s->parts[0], chunk));
+    return sl_io_flush(&x->io, x->err);
 }
 
 /* Chunk c may join slot s, whose first chunk is `first`: both staged, from one file (so that the
@@ -141,7 +142,7 @@ static sl_status rd_fill(rd_ctx *x, rd_slot *s, int64_t *next, unsigned *reads)
         s->pending++;
         (*reads)++;
     }
-    return SL_OK;
+    return sl_io_flush(&x->io, x->err);
 }
 
 const unsigned char *rd_part_data(const rd_ctx *x, const rd_part *pt)
@@ -162,11 +163,13 @@ sl_status rd_check(rd_ctx *x, rd_part *pt, int *resubmitted)
     if (res == -EINVAL && r->fd == f->fd && f->direct) {
         SL_TRY(rd_file_fallback(f, x->err));
         *resubmitted = 1;
-        return rd_submit_part(x, pt, pt->chunk);
+        SL_TRY(rd_submit_part(x, pt, pt->chunk));
+        return sl_io_flush(&x->io, x->err);
     }
     if (res == -EINVAL && r->fd != f->fd) {
         *resubmitted = 1; /* issued before the fallback */
-        return rd_submit_part(x, pt, pt->chunk);
+        SL_TRY(rd_submit_part(x, pt, pt->chunk));
+        return sl_io_flush(&x->io, x->err);
     }
     if (res < 0)
         return sl_err_set(x->err, SL_E_IO, "%s: read error at offset %llu: %s", f->path,
