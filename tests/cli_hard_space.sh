@@ -18,7 +18,19 @@ JSON
 "$SL" synth --config "$T/huge.json" "$T/s" >/dev/null 2>"$T/err"
 one_line_error $? "$T/err" "bytes free: nothing was written" || fail "synth of 3 TB: $(cat "$T/err")"
 [ ! -e "$T/s" ] || fail "synth refused for space left the OUTDIR it created: $(ls -A "$T/s")"
+# OUTDIR's missing parents are made (as mkdir -p) and, when the write is refused, taken away
+"$SL" synth --config "$T/huge.json" "$T/n1/n2/s" >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "bytes free: nothing was written" || fail "nested synth of 3 TB: $(cat "$T/err")"
+[ ! -e "$T/n1" ] || fail "synth refused for space left the parents it created: $(find "$T/n1")"
+"$SL" synth --config "$T/tiny.json" "$T/m1/m2/ck" >/dev/null 2>"$T/err" || fail "nested synth: $(cat "$T/err")"
+"$SL" reshard "$T/m1/m2/ck" "$T/m1/r1/r2/out" --tp 2 >/dev/null 2>"$T/err" || fail "nested reshard: $(cat "$T/err")"
+a=$("$SL" load "$T/m1/m2/ck" --tp 2 --checksums | grep -v 'took\|GB/s\|staging\|requests')
+b=$("$SL" load "$T/m1/r1/r2/out" --tp 2 --checksums | grep -v 'took\|GB/s\|staging\|requests')
+[ -n "$a" ] && [ "$a" = "$b" ] || fail "the nested reshard's parameters differ from the nested synth's"
 mkdir "$T/s2" && echo keep >"$T/s2/mine.txt"
+"$SL" synth --config "$T/tiny.json" "$T/s2/mine.txt/x" >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "mine.txt/x: cannot create directory: Not a directory" ||
+    fail "synth under a regular file: $(cat "$T/err")"
 "$SL" synth --config "$T/huge.json" "$T/s2" >/dev/null 2>"$T/err" && fail "synth of 3 TB into s2 succeeded"
 [ "$(ls -A "$T/s2")" = mine.txt ] || fail "synth into an existing OUTDIR removed or left files: $(ls -A "$T/s2")"
 

@@ -149,7 +149,7 @@ typedef struct reshard {
     file_dev *fdevs;          /* plan->n_devices entries; only [first, first + count) are opened */
     sl_model_dev *mdevs;      /* likewise */
     ck_writer_set *parts_open;
-    int made_outdir;          /* this run created outdir: removed again (if empty) on failure */
+    int made_outdir;          /* directories this run created for outdir: removed (if empty) on failure */
     sl_err err;
 } reshard;
 
@@ -345,9 +345,7 @@ static int reshard_ours(void *user, const char *name)
 static sl_status reshard_open(reshard *r, int32_t first, int32_t count)
 {
     const int32_t n = r->plan->n_devices;
-    r->made_outdir = mkdir(r->outdir, 0755) == 0;
-    if (!r->made_outdir && errno != EEXIST)
-        return sl_err_set(&r->err, SL_E_IO, "%s: cannot create directory: %s", r->outdir, strerror(errno));
+    SL_TRY(sl_tools_make_dir(r->outdir, &r->made_outdir, &r->err));
     SL_TRY(reshard_check_space(r, first, count));
     SL_TRY(reshard_drop_config(r));
     reshard_span span = {first, count};
@@ -444,8 +442,8 @@ static void reshard_done(reshard *r, char *err, size_t errlen)
     free(r->fdevs);
     free(r->mdevs);
     ck_writer_set_free(r->parts_open);
-    if (r->made_outdir && r->err.st != SL_OK)   /* its unfinished parts are gone: nothing stays */
-        rmdir(r->outdir);
+    if (r->err.st != SL_OK)   /* its unfinished parts are gone: nothing stays */
+        sl_tools_unmake_dir(r->outdir, r->made_outdir);
     sl_err_export(&r->err, err, errlen);
     sl_err_clear(&r->err);
 }

@@ -44,7 +44,7 @@ typedef struct synth {
     synth_shard *shards;
     int64_t n_shards;
     int64_t n_written;       /* shards this run finished (removed again if it fails) */
-    int made_outdir;         /* this run created outdir (removed again if it fails) */
+    int made_outdir;         /* directories this run created for outdir (removed if it fails) */
     void *chunk;             /* SYNTH_CHUNK_ELEMS elements of the widest dtype */
     float *fchunk;
     sl_err err;
@@ -250,9 +250,7 @@ static sl_status synth_prepare(synth *s, const char *outdir, int32_t dtype)
         return sl_err_set(&s->err, SL_E_INVALID_ARG, "synth writes bf16, f16 or f32, not %s",
                           sl_dtype_name((sl_dtype)dtype) ? sl_dtype_name((sl_dtype)dtype) : "?");
     s->dtype = (sl_dtype)dtype;
-    s->made_outdir = mkdir(outdir, 0755) == 0;
-    if (!s->made_outdir && errno != EEXIST)
-        return sl_err_set(&s->err, SL_E_IO, "%s: cannot create directory: %s", outdir, strerror(errno));
+    SL_TRY(sl_tools_make_dir(outdir, &s->made_outdir, &s->err));
     s->tensors = calloc((size_t)s->desc->n_tensors + 1, sizeof(*s->tensors));
     s->chunk = malloc(SYNTH_CHUNK_ELEMS * 4);
     s->fchunk = malloc(SYNTH_CHUNK_ELEMS * sizeof(float));
@@ -343,8 +341,7 @@ static void synth_undo(synth *s)
     snprintf(path, sizeof(path), "%s/model.safetensors.index.json", s->outdir);
     if (s->n_written == s->n_shards && s->n_shards > 1)
         unlink(path);
-    if (s->made_outdir)
-        rmdir(s->outdir);   /* fails, and keeps it, if anything else was put there */
+    sl_tools_unmake_dir(s->outdir, s->made_outdir);   /* kept if anything else was put there */
 }
 
 static sl_status synth_run(synth *s, uint64_t max_shard)

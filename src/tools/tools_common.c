@@ -46,3 +46,76 @@ sl_status sl_tools_check_space(const char *dir, uint64_t need, uint64_t reclaime
              PRIu64 " bytes free: nothing was written", dir, need, avail);
     return SL_OK;
 }
+
+/* ---- output directories --------------------------------------------------------------------- */
+
+/* path without its trailing slashes ("/" stays), in buf; 0 when it does not fit. */
+static int tools_dir_copy(const char *path, char *buf, size_t n)
+{
+    size_t len = strlen(path);
+    while (len > 1 && path[len - 1] == '/')
+        len--;
+    if (len == 0 || len >= n)
+        return 0;
+    memcpy(buf, path, len);
+    buf[len] = 0;
+    return 1;
+}
+
+/* 0, or the errno of the directory that could not be made. Recursion depth: path components. */
+static int tools_mkdir_p(char *path, int *made)
+{
+    if (mkdir(path, 0755) == 0) {
+        (*made)++;
+        return 0;
+    }
+    if (errno == EEXIST) {
+        struct stat sb;
+        return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode) ? 0 : ENOTDIR;
+    }
+    if (errno != ENOENT)
+        return errno;
+    char *slash = strrchr(path, '/');
+    if (!slash || slash == path)
+        return ENOENT;
+    *slash = 0;
+    const int e = tools_mkdir_p(path, made);
+    *slash = '/';
+    if (e)
+        return e;
+    if (mkdir(path, 0755) == 0) {
+        (*made)++;
+        return 0;
+    }
+    return errno == EEXIST ? 0 : errno;   /* another rank of the same job made it just now */
+}
+
+sl_status sl_tools_make_dir(const char *dir, int *made, sl_err *err)
+{
+    char buf[4096];
+    *made = 0;
+    SL_CHECK(tools_dir_copy(dir, buf, sizeof buf), err, SL_E_INVALID_ARG,
+             "%.200s...: output directory name empty or too long", dir);
+    const int e = tools_mkdir_p(buf, made);
+    if (e) {
+        sl_tools_unmake_dir(dir, *made);
+        *made = 0;
+        return sl_err_set(err, SL_E_IO, "%s: cannot create directory: %s", dir, strerror(e));
+    }
+    return SL_OK;
+}
+
+void sl_tools_unmake_dir(const char *dir, int made)
+{
+    char buf[4096];
+    if (made <= 0 || !tools_dir_copy(dir, buf, sizeof buf))
+        return;
+    for (int k = 0; k < made; k++) {
+        if (rmdir(buf) != 0)
+            return;
+        char *slash = strrchr(buf, '/');
+        if (!slash || slash == buf)
+            return;
+        *slash = 0;
+    }
+}

@@ -18,4 +18,12 @@ sl_status sl_tools_check_space(const char *dir, uint64_t need, uint64_t reclaime
 /* Size of path if it is a regular file, else 0: what replacing it frees. */
 uint64_t sl_tools_file_size(const char *path);
 
+/* Creates dir and its missing parents (as `mkdir -p`, 0755); *made: how many of them this call
+ * created (0: dir was there), so that a failed run takes them away again (sl_tools_unmake_dir).
+ * A dir that exists but is not a directory, or that cannot be created: SL_E_IO naming it. */
+sl_status sl_tools_make_dir(const char *dir, int *made, sl_err *err);
+/* Removes the `made` directories that sl_tools_make_dir created for dir, deepest first, each only
+ * if empty (a directory someone else put a file into stays). */
+void sl_tools_unmake_dir(const char *dir, int made);
+
 #endif /* SL_TOOLS_COMMON_H */
