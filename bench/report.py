@@ -167,7 +167,7 @@ def main():
     # whose figures this machine cannot renew) are kept, not lost, when this file is rewritten.
     here = os.path.dirname(os.path.abspath(out))
     for extra in ("ring.md", "python_peers.md", "jax_peers.md", "jax_dist.md", "remote.md", "moe.md",
-                  "gpu.md"):   # python_peers.md: bench/python_peers.sh
+                  "read_gap.md", "gpu.md"):   # python_peers.md: bench/python_peers.sh
         path = os.path.join(here, extra)
         if os.path.exists(path):
             L += [open(path).read().rstrip(), ""]

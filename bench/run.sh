@@ -4,7 +4,7 @@
 # Writes bench/RESULTS.md, bench/results.jsonl, bench/mpi.jsonl, bench/ring.jsonl (ring_sim.sh)
 # and bench/chart.png; RESULTS.md also carries bench/ring.md, bench/python_peers.md (python_peers.sh),
 # bench/jax_peers.md (jax_peers.py), bench/jax_dist.md (jax_dist.py), bench/remote.md (remote.sh),
-# bench/moe.md (moe.sh)
+# bench/moe.md (moe.sh), bench/read_gap.md (read_gap.sh)
 # and, when present, bench/gpu.md.
 #
 # Knobs: BENCH_CONFIG (a name in ../shared/configs, default tinyllama-1.1b, about 2.2 GB in bf16),
@@ -173,6 +173,13 @@ if [[ ${BENCH_MOE:-1} != 0 ]]; then
     echo "bench: moe failed" >&2
     printf '## MoE: expert parallelism and FP8 (bench/moe.sh, issue 16 item 6)\n\nNot run: bench/moe.sh failed in this run (see its output).\n' > bench/moe.md
   fi
+fi
+
+# ---- reading only the needed bytes (bench/read_gap.sh): --read-gap none against the default ----
+echo "bench: read gaps (bench/read_gap.sh)" >&2
+if ! SL_CLI=$SL bash bench/read_gap.sh "$CK"; then
+  echo "bench: read_gap failed" >&2
+  printf '## Reading only the needed bytes (bench/read_gap.sh)\n\nNot run: bench/read_gap.sh failed in this run (see its output).\n' > bench/read_gap.md
 fi
 
 $PY bench/report.py "$OUT" bench/RESULTS.md bench/chart.png "$NAME" "$ALT_TP" "$have_torch" bench/mpi.jsonl
