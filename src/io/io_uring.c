@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define URING_ASYNC_MIN (64u << 10)   /* buffered reads from this size go to the kernel's workers */
+
 typedef struct uring_ctx {
     struct io_uring ring;
     unsigned depth, in_flight;
@@ -30,8 +32,10 @@ static sl_status uring_prep(uring_ctx *c, sl_io_req *r, sl_err *err)
     /* A buffered read that hits the page cache would otherwise be copied inline, inside
      * io_uring_submit, one request at a time on the caller's thread: punting it to the kernel's
      * workers copies several requests in parallel, which the cuda backend needs to keep the
-     * host-to-device link busy. */
-    if (r->buffered && !c->inline_cached)
+     * host-to-device link busy. A small read is cheaper copied inline than handed to a worker
+     * (rows read without gaps: 90,226 requests of a few KiB took 0.21 s with every one punted,
+     * 0.15 s inline), and one that misses the cache goes to a worker anyway. */
+    if (r->buffered && !c->inline_cached && n >= URING_ASYNC_MIN)
         io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
 #endif
     c->unsent++;
