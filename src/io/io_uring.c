@@ -48,7 +48,7 @@ static sl_status uring_send(uring_ctx *c, sl_err *err)
 {
     while (c->unsent) {
         int rc = io_uring_submit(&c->ring);
-        if (rc == -EINTR || rc == -EAGAIN || rc == -EBUSY)
+        if (rc == -EINTR)
             continue;
         if (rc < 0) {   /* never sent: nothing will complete for them */
             c->in_flight -= c->unsent;
