@@ -102,6 +102,46 @@ static void test_changed(void)
     free(data);
 }
 
+/* Truncated while slots of several small chunks are being read (rows read without gaps): the
+ * short read fails the load, with the other parts of its slot and other slots still in flight,
+ * and the failed model holds nothing. */
+static void test_changed_packed(void)
+{
+    const uint64_t rows = 128, stride = 8192, size = rows * stride;
+    unsigned char *data = malloc(size);
+    fill_random(data, size, 12);
+    char path[600];
+    snprintf(path, sizeof path, "%s/trunc_rows.bin", dir);
+    sl_plan *p = tp_new(1, SL_DTYPE_BF16, 1);
+    int64_t i = tp_param(p, 0, "w", rows, 32);
+    tp_copy(p, 0, i, SL_DTYPE_BF16, 0, 0, stride, 0, 32, rows, 32);
+    sl_load_file f = {path, size};
+    for (int e = 0; e < 2; e++) {
+        tu_write_file(path, data, size);
+        trunc_ctx t = {path, 0};
+        sl_load_opts o;
+        sl_load_opts_init(&o);
+        o.io = SL_IO_BUFFERED;
+        o.read_gap = SL_READ_GAP_NONE;
+        o.request_bytes = 64 << 10;
+        o.staging_bytes = 256 << 10;
+        o.progress = truncate_on_progress;
+        o.progress_user = &t;
+        sl_model *m = NULL;
+        int skip = 0;
+        sl_status st = run_load(&f, 1, p, &o, engines[e], &m, &skip);
+        if (!skip) {
+            EXPECT(st == SL_E_CHANGED && strstr(sl_model_errmsg(m), "short read at offset"),
+                   "packed short read (%s): %s %s", engines[e], sl_status_str(st), sl_model_errmsg(m));
+            EXPECT(sl_model_device_count(m) == 0, "no devices after failure");
+        }
+        sl_model_free(m);
+    }
+    unlink(path);
+    tp_free(p);
+    free(data);
+}
+
 /* A CUDA call failing in the middle of a load (the stand-in's fault injection): the load returns
  * the error naming the call, and the failed model holds no device and no GPU memory even before
  * sl_model_free, so an engine can retry or fall back with all of its memory. */
@@ -166,6 +206,7 @@ int main(void)
     /* first: a loaded CUDA runtime stays for the process, so the "none" case comes before
      * test_tp_layout_faults loads the stand-in; which also checks that a failed load is retried */
     test_changed();
+    test_changed_packed();
     test_tp_layout_faults(SL_DTYPE_BF16);
     test_tp_layout_faults(SL_DTYPE_F32);
     return tu_load_end();
