@@ -111,6 +111,7 @@ def main() -> None:
                          else (64 << 20), **exact)
         assert stats["read_bytes"] == sj.plan(path, mesh, rules, dist=dist).read_bytes, case
         report[case] = {"read": stats["bytes_read"], "plan_read": stats["read_bytes"],
+                        "requests": stats["read_requests"], "depth": stats["read_depth_peak"],
                         "shards": check(arrays, want, dst), "tensors": len(arrays),
                         "gathered": stats["gathered_tensors"], "groups": stats["groups"],
                         "specs": sorted({str(a.sharding.spec) for a in arrays.values()})}

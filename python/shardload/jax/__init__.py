@@ -101,7 +101,8 @@ def load(path: Any, mesh: Any, shardings: ShardingSpec = None, *, dtype: Any = N
     passed as `stats` is filled with what the load did: "staging" ("dma-mapped" or "plain"),
     "dma" (mapped, off, unused, or the backend's refusal), groups, slabs, reused, copied and
     adopted bytes, read_bytes (what the plan reads), bytes_read (what the engine read, over
-    all its C loads), seconds."""
+    all its C loads), read_requests (over all of them) and read_depth_peak (the most in flight
+    in any), seconds."""
     if isinstance(staging, bool) or not isinstance(staging, int) or staging < (2 << 20):
         raise ValueError("staging must be an int of at least 2 MiB")
     read_gap_value(read_gap)  # checked before any file is opened

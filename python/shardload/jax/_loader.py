@@ -25,6 +25,7 @@ from ._staging import Staging, adopts, aliases, clients
 ENGINE_PART = 8  # the engine's staging is staging // ENGINE_PART
 ADOPTED_GROUP = 1 << 30  # bytes of boxes per C load when the devices adopt the buffers
 Received = list[tuple[Any, Box, np.ndarray]]  # (device, box or part of it, buffer) of each
+Reads = tuple[int, int, int]  # a C load's bytes_read, read_requests, read_depth_peak
 
 
 def _dest_table(plan: Plan, devs: list[int], staging: Staging, slot: int | None,
@@ -45,11 +46,11 @@ def _dest_table(plan: Plan, devs: list[int], staging: Staging, slot: int | None,
 
 def fill_group(ck: Checkpoint, group: Group, n_devices: int, dtype: Any, opts: dict[str, Any],
                progress: Progress, staging: Staging,
-               slot: int | None) -> tuple[Received, float, int]:
+               slot: int | None) -> tuple[Received, float, Reads]:
     """Plans one group's boxes and loads them into host buffers from `staging`: (device, box,
-    buffer) per box (or part of a box), in the group's order, the C load's seconds and the bytes
-    its engine read. In a slab (devices that copy) the copies of a box share one buffer, put to
-    each of their devices: the plan has the first device's box only (room() sized the group so).
+    buffer) per box (or part of a box), in the group's order, the C load's seconds and Reads. In
+    a slab (devices that copy) the copies of a box share one buffer, put to each of their
+    devices: the plan has the first device's box only (room() sized the group so).
     Runs on the loader thread (ctypes releases the GIL for the C load), while the caller hands
     the previous group to JAX."""
     loaded = group if slot is None else [(t, distinct(bs)) for t, bs in group]
@@ -83,7 +84,7 @@ def fill_group(ck: Checkpoint, group: Group, n_devices: int, dtype: Any, opts: d
             of[key(dev, box)] = bufs[(box[1], nth[box[1]])]
             nth[box[1]] += 1
         out += [(dev, box, of[key(dev, box)]) for dev, box in bs]
-    return out, seconds, int(st.bytes_read)
+    return out, seconds, (int(st.bytes_read), int(st.read_requests), int(st.read_depth_peak))
 
 
 def _target(dev: Any, kind: str | None) -> Any:
@@ -222,12 +223,13 @@ class Loader:
         self.progress = Progress(progress, self.total)
         self.pool = Staging(clients(index), min(self.bounded, boxes_bytes), dma)
         self.groups = groups(items, lambda: self.budget, dtype, lambda: not self.adopting)
-        self.ahead: tuple[Future[tuple[Received, float, int]], int | None] | None = None
+        self.ahead: tuple[Future[tuple[Received, float, Reads]], int | None] | None = None
         self.shards: dict[str, list[Any]] = {}
         self.out: dict[str, Any] = {}
         self.sent: list[Any] = []  # the arrays of the group handed to JAX last
         self.count = {"groups": 0, "copied_bytes": 0, "adopted_bytes": 0, "bytes_read": 0,
-                      "gathered_tensors": 0, "gathered_bytes": 0}
+                      "read_requests": 0, "read_depth_peak": 0, "gathered_tensors": 0,
+                      "gathered_bytes": 0}
         self.secs = {"c_load_seconds": 0.0, "put_seconds": 0.0, "assemble_seconds": 0.0,
                      "gather_seconds": 0.0}
 
@@ -275,7 +277,9 @@ class Loader:
         self.ahead = None
         del loading  # (it holds the buffers too)
         self.secs["c_load_seconds"] += c_seconds
-        self.count["bytes_read"] += c_read
+        self.count["bytes_read"] += c_read[0]
+        self.count["read_requests"] += c_read[1]
+        self.count["read_depth_peak"] = max(self.count["read_depth_peak"], c_read[2])
         t0 = time.perf_counter()
         # The previous group's transfers are done (JAX holds a host buffer until its transfer
         # completes), so two groups at most are alive, this one and the next, and the slab the
