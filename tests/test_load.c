@@ -229,6 +229,54 @@ static void test_packed_rows(void)
     unlink(path);
 }
 
+/* Staged chunks between chunks read straight into device memory cannot share a slot (they are
+ * not consecutive), so the slots stay the size of one of them, as before slots held several:
+ * eight 4 MiB runs of device 0 alone (direct), each followed by 256 KiB that both devices hold
+ * (staged). Sizing the slots for a share of all the staged bytes once tripled the staging. */
+static void test_packed_fit(void)
+{
+    const uint64_t kib = 1024, big = 4096 * kib, small = 256 * kib, seg = big + small;
+    const uint64_t size = 8 * seg;
+    unsigned char *data = malloc(size);
+    fill_random(data, size, 17);
+    char path[600];
+    snprintf(path, sizeof path, "%s/fit.bin", dir);
+    tu_write_file(path, data, size);
+    static const char *names[8] = {"b0", "b1", "b2", "b3", "b4", "b5", "b6", "b7"};
+    sl_plan *p = tp_new(2, SL_DTYPE_BF16, 1);
+    for (uint64_t k = 0; k < 8; k++) {
+        int64_t i = tp_param(p, 0, names[k], 1, big / 2);
+        tp_copy(p, 0, i, SL_DTYPE_BF16, 0, k * seg, 0, 0, 0, 1, big / 2);
+        for (int32_t d = 0; d < 2; d++) {
+            i = tp_param(p, d, "s", 1, small / 2);
+            tp_copy(p, d, i, SL_DTYPE_BF16, 0, k * seg + big, 0, 0, 0, 1, small / 2);
+        }
+    }
+    sl_load_file f = {path, size};
+    unsigned char *fd[1] = {data};
+    for (int e = 0; e < 2; e++) {
+        sl_load_opts o;
+        sl_load_opts_init(&o);
+        o.io = SL_IO_BUFFERED;
+        sl_model *m = NULL;
+        int skip = 0;
+        sl_status st = run_load(&f, 1, p, &o, engines[e], &m, &skip);
+        if (!skip) {
+            sl_load_stats s = {0};
+            sl_model_stats(m, &s);
+            EXPECT(st == SL_OK && !compare_model(m, p, fd), "packed fit %s: %s", engines[e],
+                   sl_model_errmsg(m));
+            EXPECT(s.bytes_read == size, "packed fit: bytes_read %llu", (unsigned long long)s.bytes_read);
+            EXPECT(s.staging_peak <= 3 * (small + 12 * kib), "packed fit %s: staging peak %llu",
+                   engines[e], (unsigned long long)s.staging_peak);
+        }
+        sl_model_free(m);
+    }
+    tp_free(p);
+    free(data);
+    unlink(path);
+}
+
 /* ---- test 3b: large exclusive runs read straight into device memory ------------------------ */
 
 /* Runs of 2 MiB and more that one operation alone reads go straight into host device buffers; next
@@ -411,6 +459,7 @@ int main(void)
     test_read_once();
     test_random_plans();
     test_packed_rows();
+    test_packed_fit();
     test_direct_runs();
     test_dummy();
     return tu_load_end();

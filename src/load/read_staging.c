@@ -113,9 +113,34 @@ uint64_t rd_chunk_room(const rd_chunk *c)
     return sl_align_up(c->b_ext, RD_ALIGN) - c->a / RD_ALIGN * RD_ALIGN;
 }
 
+/* The most room RD_PACK_MAX consecutive chunks that could share a slot take (rd_fill's rule:
+ * staged, one file): what a slot needs so that packing is not cut short by its size. */
+static uint64_t rd_pack_room(const rd_ctx *x)
+{
+    uint64_t best = 0, sum = 0;
+    int64_t first = 0;   /* the window [first, i] of chunks that may share a slot */
+    for (int64_t i = 0; i < x->chunks.n; i++) {
+        const rd_chunk *c = &x->chunks.v[i];
+        if (c->dst) {
+            first = i + 1;
+            sum = 0;
+            continue;
+        }
+        if (i > first && c->file != x->chunks.v[i - 1].file) {
+            first = i;
+            sum = 0;
+        }
+        sum += rd_chunk_room(c);
+        if (i - first >= (int64_t)RD_PACK_MAX)
+            sum -= rd_chunk_room(&x->chunks.v[first++]);
+        best = sl_max_u64(best, sum);
+    }
+    return best;
+}
+
 /* A small checkpoint does not need the whole budget: no more slots than chunks, and slots only
- * as large as the largest chunk (plus alignment), or, when they pack, as an equal share of all
- * the staged chunks (so that they can all be in flight at once). */
+ * as large as the largest chunk (plus alignment), or, when they pack, as the chunks that could
+ * share one take, at most an equal share of all the staged chunks and what a request needs. */
 void rd_fit_slots(rd_ctx *x, int packs)
 {
     uint64_t largest = 0, total = 0;
@@ -128,9 +153,10 @@ void rd_fit_slots(rd_ctx *x, int packs)
     }
     x->n_slots = (unsigned)sl_min_u64(x->n_slots, (uint64_t)x->chunks.n);
     uint64_t fit = sl_align_up(largest, RD_ALIGN) + 2 * RD_ALIGN;
-    if (packs) {   /* a share, but no larger than a request-sized chunk needs */
+    if (packs) {
         const uint64_t share = sl_align_up(total / x->n_slots + 1, RD_ALIGN);
-        fit = sl_max_u64(fit, sl_min_u64(share, x->request + 2 * RD_ALIGN));
+        const uint64_t most = sl_min_u64(share, x->request + 2 * RD_ALIGN);   /* a chunk's slot */
+        fit = sl_max_u64(fit, sl_min_u64(rd_pack_room(x), most));
     }
     x->slot_size = sl_min_u64(x->slot_size, fit);
 }
