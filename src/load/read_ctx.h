@@ -206,8 +206,8 @@ void rd_size_requests(rd_ctx *x);
 sl_status rd_size_slots(rd_ctx *x, uint64_t slot_bytes);
 void rd_size_for_devices(rd_ctx *x);
 void rd_plan_ring(rd_ctx *x, uint64_t max_bytes);
-/* packs: slots will hold several chunks (rd_config.pack), so they are sized for a share of all
- * the staged bytes rather than for the largest chunk. */
+/* packs: slots will hold several chunks (rd_config.pack), so they are sized for the chunks that
+ * could share one (read_staging.c says how), not only for the largest chunk. */
 void rd_fit_slots(rd_ctx *x, int packs);
 /* Parts per slot, once the slots are counted. */
 void rd_size_packs(rd_ctx *x, int packs);
