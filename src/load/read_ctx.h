@@ -110,6 +110,13 @@ struct rd_slot {
     int held;            /* --verify: read, waiting for earlier chunks' hashing or its own */
 };
 
+/* Chunk c may share a slot whose first chunk is `first`: both staged, from one file (so that the
+ * requests in flight hold no more files open than there are slots). */
+static inline int rd_joins(const rd_chunk *first, const rd_chunk *c)
+{
+    return !first->dst && !c->dst && c->file == first->file;
+}
+
 typedef struct rd_ctx {
     /* what is loaded, from rd_config */
     const sl_plan *p;

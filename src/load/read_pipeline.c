@@ -102,27 +102,9 @@ static sl_status rd_submit_part(rd_ctx *x, rd_part *pt, int64_t chunk)
     return x->io.ops->submit(x->io.ctx, r, x->err);
 }
 
-sl_status rd_submit(rd_ctx *x, rd_slot *s, int64_t chunk)
-{
-    SL_TRY(rd_slot_ready(x, s));
-    s->chunk = chunk;
-    s->n_parts = 1;
-    s->pending = 1;
-    s->parts[0].buf = s->buf;
-    SL_TRY(rd_submit_part(x, &s->parts[0], chunk));
-    return sl_io_flush(&x->io, x->err);
-}
-
-/* Chunk c may join slot s, whose first chunk is `first`: both staged, from one file (so that the
- * requests in flight hold no more files open than there are slots). */
-static int rd_joins(const rd_chunk *first, const rd_chunk *c)
-{
-    return !first->dst && !c->dst && c->file == first->file;
-}
-
 /* Fills slot s from chunk *next on: one chunk, or as many consecutive ones as rd_joins lets in,
- * up to x->pack, side by side in pages. */
-static sl_status rd_fill(rd_ctx *x, rd_slot *s, int64_t *next, unsigned *reads)
+ * up to max_parts, side by side in pages. */
+static sl_status rd_fill(rd_ctx *x, rd_slot *s, int64_t *next, unsigned max_parts)
 {
     SL_TRY(rd_slot_ready(x, s));
     const rd_chunk *first = &x->chunks.v[*next];
@@ -130,7 +112,7 @@ static sl_status rd_fill(rd_ctx *x, rd_slot *s, int64_t *next, unsigned *reads)
     s->n_parts = 0;
     s->pending = 0;
     uint64_t used = 0;
-    while (*next < x->chunks.n && s->n_parts < x->pack) {
+    while (*next < x->chunks.n && s->n_parts < max_parts) {
         const rd_chunk *c = &x->chunks.v[*next];
         const uint64_t room = rd_chunk_room(c);
         if (s->n_parts && (!rd_joins(first, c) || used + room > x->slot_size))
@@ -140,9 +122,13 @@ static sl_status rd_fill(rd_ctx *x, rd_slot *s, int64_t *next, unsigned *reads)
         used += room;
         SL_TRY(rd_submit_part(x, pt, (*next)++));
         s->pending++;
-        (*reads)++;
     }
     return sl_io_flush(&x->io, x->err);
+}
+
+sl_status rd_submit(rd_ctx *x, rd_slot *s, int64_t chunk)
+{
+    return rd_fill(x, s, &chunk, 1);
 }
 
 const unsigned char *rd_part_data(const rd_ctx *x, const rd_part *pt)
@@ -160,14 +146,12 @@ sl_status rd_check(rd_ctx *x, rd_part *pt, int *resubmitted)
     *resubmitted = 0;
     x->reading--;
     rd_file_release(&x->files, c->file);
-    if (res == -EINVAL && r->fd == f->fd && f->direct) {
-        SL_TRY(rd_file_fallback(f, x->err));
+    /* O_DIRECT refused: the file goes on buffered, and this read again (also one issued through
+     * the direct fd before another read made the file fall back) */
+    if (res == -EINVAL && (r->fd != f->fd || f->direct)) {
+        if (r->fd == f->fd)
+            SL_TRY(rd_file_fallback(f, x->err));
         *resubmitted = 1;
-        SL_TRY(rd_submit_part(x, pt, pt->chunk));
-        return sl_io_flush(&x->io, x->err);
-    }
-    if (res == -EINVAL && r->fd != f->fd) {
-        *resubmitted = 1; /* issued before the fallback */
         SL_TRY(rd_submit_part(x, pt, pt->chunk));
         return sl_io_flush(&x->io, x->err);
     }
@@ -280,17 +264,17 @@ sl_status rd_pipeline(rd_ctx *x)
     for (unsigned i = 0; i < x->n_slots; i++)
         rd_give(&fl, &x->slots[i]);
     sl_status st = x->verify ? rd_verify_start(x->verify, x->n_slots, x->err) : SL_OK;
-    unsigned busy = 0, reads = 0, peak = 0;   /* slots out of the free list; of them, being read */
+    unsigned busy = 0, peak = 0;   /* slots out of the free list (x->reading: parts being read) */
     int64_t next = 0;
     while (st == SL_OK && (next < x->chunks.n || busy)) {
         if (x->verify)   /* with no read in flight and none to start, only hashing frees a slot */
-            st = rd_verify_take(x, &fl, &busy, !reads && !(next < x->chunks.n && fl.count));
+            st = rd_verify_take(x, &fl, &busy, !x->reading && !(next < x->chunks.n && fl.count));
         while (st == SL_OK && next < x->chunks.n && fl.count) {
-            st = rd_fill(x, rd_take(&fl), &next, &reads);
+            st = rd_fill(x, rd_take(&fl), &next, x->pack);
             busy++;
             peak = busy > peak ? busy : peak;
         }
-        if (st != SL_OK || !reads)
+        if (st != SL_OK || !x->reading)
             continue;
         sl_io_req *done = NULL;
         st = x->io.ops->wait(x->io.ctx, &done, x->err);
@@ -302,7 +286,6 @@ sl_status rd_pipeline(rd_ctx *x)
         st = rd_check(x, pt, &again);
         if (again)
             continue;
-        reads--;
         if (st == SL_OK && --s->pending)
             continue;   /* the slot's other parts are still being read */
         if (st == SL_OK)

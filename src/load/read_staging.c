@@ -113,23 +113,20 @@ uint64_t rd_chunk_room(const rd_chunk *c)
     return sl_align_up(c->b_ext, RD_ALIGN) - c->a / RD_ALIGN * RD_ALIGN;
 }
 
-/* The most room RD_PACK_MAX consecutive chunks that could share a slot take (rd_fill's rule:
- * staged, one file): what a slot needs so that packing is not cut short by its size. */
+/* The most room RD_PACK_MAX consecutive chunks that could share a slot take (rd_joins): what a
+ * slot needs so that packing is not cut short by its size. */
 static uint64_t rd_pack_room(const rd_ctx *x)
 {
     uint64_t best = 0, sum = 0;
     int64_t first = 0;   /* the window [first, i] of chunks that may share a slot */
     for (int64_t i = 0; i < x->chunks.n; i++) {
         const rd_chunk *c = &x->chunks.v[i];
-        if (c->dst) {
-            first = i + 1;
-            sum = 0;
-            continue;
-        }
-        if (i > first && c->file != x->chunks.v[i - 1].file) {
+        if (!rd_joins(&x->chunks.v[first], c)) {
             first = i;
             sum = 0;
         }
+        if (c->dst)
+            continue;
         sum += rd_chunk_room(c);
         if (i - first >= (int64_t)RD_PACK_MAX)
             sum -= rd_chunk_room(&x->chunks.v[first++]);
