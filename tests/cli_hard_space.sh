@@ -28,6 +28,11 @@ a=$("$SL" load "$T/m1/m2/ck" --tp 2 --checksums | grep -v 'took\|GB/s\|staging\|
 b=$("$SL" load "$T/m1/r1/r2/out" --tp 2 --checksums | grep -v 'took\|GB/s\|staging\|requests')
 [ -n "$a" ] && [ "$a" = "$b" ] || fail "the nested reshard's parameters differ from the nested synth's"
 mkdir "$T/s2" && echo keep >"$T/s2/mine.txt"
+# a directory that cannot be made below parents that were: the parents go again
+long=$(printf 'x%.0s' $(seq 300))
+"$SL" synth --config "$T/tiny.json" "$T/u1/u2/$long" >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "cannot create directory: File name too long" || fail "synth, name too long: $(cat "$T/err")"
+[ ! -e "$T/u1" ] || fail "a directory that could not be made left its parents: $(find "$T/u1")"
 "$SL" synth --config "$T/tiny.json" "$T/s2/mine.txt/x" >/dev/null 2>"$T/err"
 one_line_error $? "$T/err" "mine.txt/x: cannot create directory: Not a directory" ||
     fail "synth under a regular file: $(cat "$T/err")"

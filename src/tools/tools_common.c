@@ -62,11 +62,14 @@ static int tools_dir_copy(const char *path, char *buf, size_t n)
     return 1;
 }
 
-/* 0, or the errno of the directory that could not be made. Recursion depth: path components. */
-static int tools_mkdir_p(char *path, int *made)
+/* 0, or the errno of the directory that could not be made. *deepest: the length of the last
+ * (deepest) directory made, where a failed call's clean-up starts. Recursion depth: path
+ * components. */
+static int tools_mkdir_p(char *path, int *made, size_t *deepest)
 {
     if (mkdir(path, 0755) == 0) {
         (*made)++;
+        *deepest = strlen(path);
         return 0;
     }
     if (errno == EEXIST) {
@@ -79,12 +82,13 @@ static int tools_mkdir_p(char *path, int *made)
     if (!slash || slash == path)
         return ENOENT;
     *slash = 0;
-    const int e = tools_mkdir_p(path, made);
+    const int e = tools_mkdir_p(path, made, deepest);
     *slash = '/';
     if (e)
         return e;
     if (mkdir(path, 0755) == 0) {
         (*made)++;
+        *deepest = strlen(path);
         return 0;
     }
     return errno == EEXIST ? 0 : errno;   /* another rank of the same job made it just now */
@@ -96,9 +100,11 @@ sl_status sl_tools_make_dir(const char *dir, int *made, sl_err *err)
     *made = 0;
     SL_CHECK(tools_dir_copy(dir, buf, sizeof buf), err, SL_E_INVALID_ARG,
              "%.200s...: output directory name empty or too long", dir);
-    const int e = tools_mkdir_p(buf, made);
-    if (e) {
-        sl_tools_unmake_dir(dir, *made);
+    size_t deepest = 0;
+    const int e = tools_mkdir_p(buf, made, &deepest);
+    if (e) {   /* the parents it made go again, from the deepest up */
+        buf[deepest] = 0;
+        sl_tools_unmake_dir(buf, *made);
         *made = 0;
         return sl_err_set(err, SL_E_IO, "%s: cannot create directory: %s", dir, strerror(e));
     }
