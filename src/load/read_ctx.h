@@ -244,6 +244,8 @@ void rd_start_pool(rd_ctx *x);
 sl_status rd_fence(rd_ctx *x);
 /* The read engine: the remote one when the files are remote (read_remote.c), else sl_io_open's. */
 sl_status rd_io_open(rd_ctx *x);
+/* A used remote file's object, or NULL when the files are local (a checkpoint is all one). */
+const struct sl_http_obj *rd_remote_obj(const rd_ctx *x);
 /* Starts reading chunk `chunk` into slot s, alone (its first part). */
 sl_status rd_submit(rd_ctx *x, rd_slot *s, int64_t chunk);
 /* Checks a completed read. Returns SL_OK with *resubmitted set when it was sent again. */

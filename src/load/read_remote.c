@@ -5,7 +5,7 @@
 #include "load/read_ctx.h"
 #include "io/http.h"
 
-static const sl_http_obj *rd_remote_obj(const rd_ctx *x)
+const struct sl_http_obj *rd_remote_obj(const rd_ctx *x)
 {
     for (int64_t f = 0; f < x->files.n; f++)
         if (x->files.v[f].used && x->files.v[f].remote)

@@ -160,12 +160,7 @@ static sl_status rd_check_budget(const rd_ctx *x, const rd_config *c)
 /* Slots hold several chunks when the caller lets them (rd_config.pack) and no file is remote. */
 static int rd_packs(const rd_ctx *x, const rd_config *c)
 {
-    if (!c->pack || x->verify)
-        return 0;
-    for (int64_t f = 0; f < x->files.n; f++)
-        if (x->files.v[f].used && x->files.v[f].remote)
-            return 0;
-    return 1;
+    return c->pack && !x->verify && !rd_remote_obj(x);
 }
 
 sl_status rd_setup(rd_ctx *x, const rd_config *c)
