@@ -104,7 +104,8 @@ static sl_status dist_render(const sl_plan *p, const sl_model *m, int checksums,
 /* ---- job report (rank 0) ---------------------------------------------------------------------- */
 
 typedef struct dist_totals {
-    uint64_t read, sent, received, staging_max;
+    uint64_t read, sent, received, staging_max, requests;
+    uint32_t depth_max;
 } dist_totals;
 
 static dist_totals dist_sum(const sl_model *m)
@@ -116,6 +117,8 @@ static dist_totals dist_sum(const sl_model *m)
         t.sent += r.bytes_sent;
         t.received += r.bytes_received;
         t.staging_max = r.staging_peak > t.staging_max ? r.staging_peak : t.staging_max;
+        t.requests += r.read_requests;
+        t.depth_max = r.read_depth_peak > t.depth_max ? r.read_depth_peak : t.depth_max;
     }
     return t;
 }
@@ -139,19 +142,22 @@ static void dist_print_json(const sl_plan *p, const sl_model *m, const sl_dist_o
     printf("{\"seconds\":%.6f,\"bytes_read\":%" PRIu64 ",\"gbps\":%.3f,\"io\":\"%s\",\"engine\":"
            "\"%s\",\"staging_peak\":%" PRIu64 ",\"dist\":\"%s\",\"read_bytes_needed\":%" PRIu64
            ",\"read_amplification\":%.4f,\"bytes_exchanged\":%" PRIu64 ",\"verified_files\":%"
-           PRId64 ",\"verified_bytes\":%" PRIu64 ",\"devices\":[%s],\"ranks\":[",
+           PRId64 ",\"verified_bytes\":%" PRIu64 ",\"read_requests\":%" PRIu64
+           ",\"read_depth_peak\":%u,\"devices\":[%s],\"ranks\":[",
            s.seconds, t.read, s.seconds > 0 ? (double)t.read / s.seconds / 1e9 : 0.0, s.io,
            s.engine, t.staging_max, dist_name(d), sl_plan_read_bytes(p),
            dist_ratio(t.read, sl_plan_read_bytes(p)), t.sent, s.verified_files, s.verified_bytes,
-           devices);
+           t.requests, t.depth_max, devices);
     sl_rank_stats r;
     for (int32_t i = 0; sl_model_rank_stats(m, i, &r) == SL_OK; i++) {
         printf("%s{\"rank\":%d,\"devices\":[", i ? "," : "", (int)r.rank);
         for (int32_t k = 0; k < r.devices; k++)
             printf("%s%d", k ? "," : "", (int)(r.first_device + k));
         printf("],\"bytes_read\":%" PRIu64 ",\"bytes_sent\":%" PRIu64 ",\"bytes_received\":%" PRIu64
-               ",\"staging_peak\":%" PRIu64 ",\"seconds\":%.6f}",
-               r.bytes_read, r.bytes_sent, r.bytes_received, r.staging_peak, r.seconds);
+               ",\"staging_peak\":%" PRIu64 ",\"seconds\":%.6f,\"read_requests\":%" PRIu64
+               ",\"read_depth_peak\":%u}",
+               r.bytes_read, r.bytes_sent, r.bytes_received, r.staging_peak, r.seconds,
+               r.read_requests, r.read_depth_peak);
     }
     printf("]}\n");
 }
@@ -159,7 +165,7 @@ static void dist_print_json(const sl_plan *p, const sl_model *m, const sl_dist_o
 static void dist_print_text(const sl_plan *p, const sl_model *m, const sl_dist_opts *d,
                             const char *devices)
 {
-    char b1[32], b2[32], b3[32];
+    char b1[32], b2[32], b3[32], b4[32];
     sl_load_stats s;
     sl_model_stats(m, &s);
     const dist_totals t = dist_sum(m);
@@ -171,10 +177,11 @@ static void dist_print_text(const sl_plan *p, const sl_model *m, const sl_dist_o
            dist_ratio(t.read, sl_plan_read_bytes(p)), cli_commas(t.sent, b2, sizeof b2));
     sl_rank_stats r;
     for (int32_t i = 0; sl_model_rank_stats(m, i, &r) == SL_OK; i++)
-        printf("rank %d: devices %d-%d, read %s, sent %s, received %s bytes\n", (int)r.rank,
-               (int)r.first_device, (int)(r.first_device + r.devices - 1),
-               cli_commas(r.bytes_read, b1, sizeof b1), cli_commas(r.bytes_sent, b2, sizeof b2),
-               cli_commas(r.bytes_received, b3, sizeof b3));
+        printf("rank %d: devices %d-%d, read %s, sent %s, received %s bytes; %s read requests, "
+               "at most %u in flight\n", (int)r.rank, (int)r.first_device,
+               (int)(r.first_device + r.devices - 1), cli_commas(r.bytes_read, b1, sizeof b1),
+               cli_commas(r.bytes_sent, b2, sizeof b2), cli_commas(r.bytes_received, b3, sizeof b3),
+               cli_commas(r.read_requests, b4, sizeof b4), r.read_depth_peak);
     printf("staging peak per rank %s bytes (io %s, engine %s)\n",
            cli_commas(t.staging_max, b1, sizeof b1), s.io, s.engine);
     if (s.verified_files > 0)   /* --verify; independent: rank 0's, cooperative: the job's */

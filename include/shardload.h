@@ -574,6 +574,8 @@ typedef struct sl_rank_stats {
     uint64_t bytes_received;
     uint64_t staging_peak;
     double seconds;
+    uint64_t read_requests;         /* read requests this rank sent (sl_load_stats') */
+    uint32_t read_depth_peak;       /* most of them in flight at once */
 } sl_rank_stats;
 
 /* Ranks of the load that made m (1 for sl_load); every rank's figures are on every rank. */

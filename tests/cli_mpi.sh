@@ -57,6 +57,21 @@ for mesh in "--tp 4" "--tp 2 --pp 2"; do
             for x in "${r[@]:1}"; do sum=$((sum + x)); done
             [ "$sum" = "${r[0]}" ] || fail "$what: total ${r[0]} != sum of ranks $sum"
             echo "$out" | grep -q '"read_amplification":[0-9]' || fail "$what: no read_amplification"
+            # the job's read requests are the ranks' sum, its depth their largest, each rank's > 0
+            read -r -a q <<<"$(echo "$out" | grep -o '"read_requests":[0-9]*' | cut -d: -f2 | tr '\n' ' ')"
+            read -r -a dp <<<"$(echo "$out" | grep -o '"read_depth_peak":[0-9]*' | cut -d: -f2 | tr '\n' ' ')"
+            if [ ${#q[@]} -ne $((np + 1)) ] || [ ${#dp[@]} -ne $((np + 1)) ]; then
+                fail "$what: ${#q[@]} read_requests, ${#dp[@]} read_depth_peak values"
+            else
+                qs=0 dmax=0
+                for ((i = 1; i <= np; i++)); do
+                    [ "${q[i]}" -gt 0 ] && [ "${dp[i]}" -gt 0 ] || fail "$what: rank $((i - 1)) sent ${q[i]} requests, depth ${dp[i]}"
+                    qs=$((qs + q[i]))
+                    [ "${dp[i]}" -gt "$dmax" ] && dmax=${dp[i]}
+                done
+                [ "$qs" = "${q[0]}" ] && [ "$dmax" = "${dp[0]}" ] ||
+                    fail "$what: job ${q[0]} requests depth ${dp[0]}, ranks' sum $qs and largest $dmax"
+            fi
             if [ $dist = cooperative ]; then
                 [ "$sum" = "$ref_read" ] || fail "$what: ranks read $sum, one process $ref_read"
                 [ "$(echo "$out" | json_num bytes_exchanged)" -gt 0 ] || fail "$what: nothing exchanged"
@@ -141,7 +156,8 @@ fi
 # 3. text report on rank 0 only
 out=$("${MPIRUN[@]}" -np 2 "$SL" load "$CK" --tp 2 2>&1) || fail "text report: $out"
 [ "$(echo "$out" | grep -c '^Loading weights took')" -eq 1 ] || fail "text report: $out"
-echo "$out" | grep -q "^rank 1: devices 1-1, read" || fail "no per-rank line: $out"
+echo "$out" | grep -q "^rank 1: devices 1-1, read .* read requests, at most [1-9][0-9]* in flight$" ||
+    fail "no per-rank line: $out"
 echo "$out" | grep -q "read amplification" || fail "no read amplification: $out"
 
 # 4. failures end every rank with exit 1 and one error line, without hanging
