@@ -48,6 +48,8 @@ int cli_parse_dtype(const char *s, sl_dtype *out);
 void cli_json_str(FILE *f, const char *s);
 /* "1,234,567" into buf. */
 const char *cli_commas(uint64_t v, char *buf, size_t len);
+/* This process's peak resident set, in bytes (0 when unknown). */
+uint64_t cli_peak_rss_bytes(void);
 
 /* 1 when started by an MPI launcher (mpirun sets OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK). */
 int cli_dist_launched(void);

@@ -104,15 +104,18 @@ static sl_status dist_render(const sl_plan *p, const sl_model *m, int checksums,
 /* ---- job report (rank 0) ---------------------------------------------------------------------- */
 
 typedef struct dist_totals {
-    uint64_t read, sent, received, staging_max, requests;
+    uint64_t read, sent, received, staging_max, requests, rss_max;
     uint32_t depth_max;
+    double setup_max;
 } dist_totals;
 
-static dist_totals dist_sum(const sl_model *m)
+static dist_totals dist_sum(const sl_model *m, const uint64_t *rss)
 {
     dist_totals t = {0};
     sl_rank_stats r;
     for (int32_t i = 0; sl_model_rank_stats(m, i, &r) == SL_OK; i++) {
+        t.rss_max = rss[i] > t.rss_max ? rss[i] : t.rss_max;
+        t.setup_max = r.setup_seconds > t.setup_max ? r.setup_seconds : t.setup_max;
         t.read += r.bytes_read;
         t.sent += r.bytes_sent;
         t.received += r.bytes_received;
@@ -133,19 +136,26 @@ static const char *dist_name(const sl_dist_opts *d)
     return d->strategy == SL_DIST_INDEPENDENT ? "independent" : "cooperative";
 }
 
+/* The single-process JSON's figures for the job (setup_seconds and peak_rss_bytes: the largest
+ * rank's; gbps_after_setup over the slowest rank's time less the slowest set-up), then the
+ * job's own. */
 static void dist_print_json(const sl_plan *p, const sl_model *m, const sl_dist_opts *d,
-                            const char *devices)
+                            const char *devices, const uint64_t *rss)
 {
     sl_load_stats s;
     sl_model_stats(m, &s);
-    const dist_totals t = dist_sum(m);
-    printf("{\"seconds\":%.6f,\"bytes_read\":%" PRIu64 ",\"gbps\":%.3f,\"io\":\"%s\",\"engine\":"
+    const dist_totals t = dist_sum(m, rss);
+    const double after = s.seconds - t.setup_max;
+    printf("{\"seconds\":%.6f,\"setup_seconds\":%.6f,\"bytes_read\":%" PRIu64 ",\"gbps\":%.3f,"
+           "\"gbps_after_setup\":%.3f,\"peak_rss_bytes\":%" PRIu64, s.seconds, t.setup_max, t.read,
+           s.seconds > 0 ? (double)t.read / s.seconds / 1e9 : 0.0,
+           after > 0 ? (double)t.read / after / 1e9 : 0.0, t.rss_max);
+    printf(",\"io\":\"%s\",\"engine\":"
            "\"%s\",\"staging_peak\":%" PRIu64 ",\"dist\":\"%s\",\"read_bytes_needed\":%" PRIu64
            ",\"read_amplification\":%.4f,\"bytes_exchanged\":%" PRIu64 ",\"verified_files\":%"
            PRId64 ",\"verified_bytes\":%" PRIu64 ",\"read_requests\":%" PRIu64
            ",\"read_depth_peak\":%u,\"devices\":[%s],\"ranks\":[",
-           s.seconds, t.read, s.seconds > 0 ? (double)t.read / s.seconds / 1e9 : 0.0, s.io,
-           s.engine, t.staging_max, dist_name(d), sl_plan_read_bytes(p),
+           s.io, s.engine, t.staging_max, dist_name(d), sl_plan_read_bytes(p),
            dist_ratio(t.read, sl_plan_read_bytes(p)), t.sent, s.verified_files, s.verified_bytes,
            t.requests, t.depth_max, devices);
     sl_rank_stats r;
@@ -155,20 +165,20 @@ static void dist_print_json(const sl_plan *p, const sl_model *m, const sl_dist_o
             printf("%s%d", k ? "," : "", (int)(r.first_device + k));
         printf("],\"bytes_read\":%" PRIu64 ",\"bytes_sent\":%" PRIu64 ",\"bytes_received\":%" PRIu64
                ",\"staging_peak\":%" PRIu64 ",\"seconds\":%.6f,\"read_requests\":%" PRIu64
-               ",\"read_depth_peak\":%u}",
+               ",\"read_depth_peak\":%u,\"setup_seconds\":%.6f,\"peak_rss_bytes\":%" PRIu64 "}",
                r.bytes_read, r.bytes_sent, r.bytes_received, r.staging_peak, r.seconds,
-               r.read_requests, r.read_depth_peak);
+               r.read_requests, r.read_depth_peak, r.setup_seconds, rss[i]);
     }
     printf("]}\n");
 }
 
 static void dist_print_text(const sl_plan *p, const sl_model *m, const sl_dist_opts *d,
-                            const char *devices)
+                            const char *devices, const uint64_t *rss)
 {
     char b1[32], b2[32], b3[32], b4[32];
     sl_load_stats s;
     sl_model_stats(m, &s);
-    const dist_totals t = dist_sum(m);
+    const dist_totals t = dist_sum(m, rss);
     printf("Loading weights took %.3f s\n", s.seconds);
     printf("%d ranks (dist %s): read %s bytes at %.2f GB/s, read amplification %.3f; "
            "%s bytes exchanged\n",
@@ -182,8 +192,9 @@ static void dist_print_text(const sl_plan *p, const sl_model *m, const sl_dist_o
                (int)(r.first_device + r.devices - 1), cli_commas(r.bytes_read, b1, sizeof b1),
                cli_commas(r.bytes_sent, b2, sizeof b2), cli_commas(r.bytes_received, b3, sizeof b3),
                cli_commas(r.read_requests, b4, sizeof b4), r.read_depth_peak);
-    printf("staging peak per rank %s bytes (io %s, engine %s)\n",
-           cli_commas(t.staging_max, b1, sizeof b1), s.io, s.engine);
+    printf("staging peak per rank %s bytes; peak RSS per rank at most %s bytes (io %s, engine %s)\n",
+           cli_commas(t.staging_max, b1, sizeof b1), cli_commas(t.rss_max, b2, sizeof b2), s.io,
+           s.engine);
     if (s.verified_files > 0)   /* --verify; independent: rank 0's, cooperative: the job's */
         printf("verified %" PRId64 " files (%s bytes checked)\n", s.verified_files,
                cli_commas(s.verified_bytes, b1, sizeof b1));
@@ -224,6 +235,29 @@ static int dist_exit(sl_status st, const char *msg)
     return sl_dist_rank() == 0 ? cli_fail("%s", msg) : CLI_EXIT_FAIL;
 }
 
+/* Each rank's peak RSS into rank 0's (*out)[r], n ranks (0 where a figure did not parse); every
+ * rank calls it, as it gathers text. Other ranks get *out NULL. */
+static sl_status dist_gather_rss(int32_t n, uint64_t **out)
+{
+    char mine[32], *all = NULL;
+    snprintf(mine, sizeof mine, "%" PRIu64 " ", cli_peak_rss_bytes());
+    *out = NULL;
+    sl_status st = sl_dist_gather_text(mine, &all);
+    if (st == SL_OK && sl_dist_rank() == 0 && !(*out = calloc((size_t)n, sizeof **out)))
+        st = SL_E_NOMEM;
+    const char *at = all;
+    for (int32_t r = 0; st == SL_OK && *out && r < n; r++) {
+        char *end = NULL;
+        const unsigned long long v = strtoull(at, &end, 10);
+        if (end == at)
+            break;
+        (*out)[r] = v;
+        at = end;
+    }
+    free(all);
+    return st;
+}
+
 /* Every rank makes the same collective calls in the same order whatever fails on it: render
  * (local), gather (always, with "" after a local failure), agree (always). Returning early or
  * skipping the gather after a local failure (out of memory rendering, a checksum read failing)
@@ -232,20 +266,23 @@ static int dist_report(const sl_plan *p, const sl_model *m, const sl_dist_opts *
                        int json)
 {
     char *mine = NULL, *devices = NULL, msg[1024] = "";
+    uint64_t *rss = NULL;
+    const sl_status rs = dist_gather_rss(sl_model_rank_count(m), &rss); /* before the report's buffers */
     sl_status st = dist_render(p, m, checksums, json, &mine, msg, sizeof msg);
     const sl_status gs = sl_dist_gather_text(mine ? mine : "", &devices); /* same on all ranks */
     free(mine);
-    if (st == SL_OK && gs != SL_OK) {
-        st = gs;
+    if (st == SL_OK && (gs != SL_OK || rs != SL_OK)) {
+        st = gs != SL_OK ? gs : rs;
         snprintf(msg, sizeof msg, "rank 0: out of memory gathering the report");
     }
     st = sl_dist_agree(st, msg, msg, sizeof msg);
     int rc = dist_exit(st, msg);
     if (st == SL_OK && sl_dist_rank() == 0 && json)
-        dist_print_json(p, m, d, devices);
+        dist_print_json(p, m, d, devices, rss);
     else if (st == SL_OK && sl_dist_rank() == 0)
-        dist_print_text(p, m, d, devices);
+        dist_print_text(p, m, d, devices, rss);
     free(devices);
+    free(rss);
     return rc;
 }
 

@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 static void load_help(FILE *out)
@@ -143,26 +142,6 @@ static void load_progress(void *user, uint64_t done, uint64_t total)
     fflush(stderr);
 }
 
-/* VmHWM from /proc (bytes), else ru_maxrss (KiB on Linux). */
-static uint64_t peak_rss_bytes(void)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    unsigned long long kb = 0;
-    while (f && fgets(line, sizeof line, f)) {
-        if (sscanf(line, "VmHWM: %llu kB", &kb) == 1)
-            break;
-    }
-    if (f)
-        fclose(f);
-    if (kb)
-        return (uint64_t)kb * 1024;
-    struct rusage ru;
-    if (getrusage(RUSAGE_SELF, &ru) == 0)
-        return (uint64_t)ru.ru_maxrss * 1024;
-    return 0;
-}
-
 /* ---- output ----------------------------------------------------------------------------------- */
 
 /* d: the model's local device (the plan knows it by its mesh index). */
@@ -233,7 +212,7 @@ static int load_print_json(const cli_opts *a, const sl_plan *p, const sl_model *
            "\"gbps_after_setup\":%.3f,\"peak_rss_bytes\":%" PRIu64 ",\"io\":\"%s\",\"engine\":\"%s\","
            "\"staging_peak\":%" PRIu64 ",",
            s->seconds, s->setup_seconds, s->bytes_read, load_gbps(s, moved),
-           after > 0 ? (double)moved / after / 1e9 : 0.0, peak_rss_bytes(), s->io, s->engine,
+           after > 0 ? (double)moved / after / 1e9 : 0.0, cli_peak_rss_bytes(), s->io, s->engine,
            s->staging_peak);
     printf("\"verified_files\":%" PRId64 ",\"verified_bytes\":%" PRIu64 ",", s->verified_files,
            s->verified_bytes);
@@ -272,7 +251,7 @@ static int load_print_text(const cli_opts *a, const sl_plan *p, const sl_model *
         printf("%s read requests, at most %u in flight\n",
                cli_commas(s->read_requests, b1, sizeof b1), s->read_depth_peak);
     printf("staging peak %s bytes; peak RSS %s bytes\n", cli_commas(s->staging_peak, b1, sizeof b1),
-           cli_commas(peak_rss_bytes(), b2, sizeof b2));
+           cli_commas(cli_peak_rss_bytes(), b2, sizeof b2));
     if (a->lo.verify)
         printf("verified %" PRId64 " files (%s bytes checked)\n", s->verified_files,
                cli_commas(s->verified_bytes, b1, sizeof b1));

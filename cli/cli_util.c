@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 
 static int cli_control(unsigned char c)
 {
@@ -245,4 +246,24 @@ int cli_config_arg(const char *cmd, const char *v, sl_plan_opts *po)
     po->config_json = buf;
     po->config_json_len = n;
     return CLI_EXIT_OK;
+}
+
+/* VmHWM from /proc (bytes), else ru_maxrss (KiB on Linux). */
+uint64_t cli_peak_rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    unsigned long long kb = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        if (sscanf(line, "VmHWM: %llu kB", &kb) == 1)
+            break;
+    }
+    if (f)
+        fclose(f);
+    if (kb)
+        return (uint64_t)kb * 1024;
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0)
+        return (uint64_t)ru.ru_maxrss * 1024;
+    return 0;
 }

@@ -576,6 +576,7 @@ typedef struct sl_rank_stats {
     double seconds;
     uint64_t read_requests;         /* read requests this rank sent (sl_load_stats') */
     uint32_t read_depth_peak;       /* most of them in flight at once */
+    double setup_seconds;           /* of seconds, opening its devices (sl_load_stats') */
 } sl_rank_stats;
 
 /* Ranks of the load that made m (1 for sl_load); every rank's figures are on every rank. */

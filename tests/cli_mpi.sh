@@ -72,6 +72,22 @@ for mesh in "--tp 4" "--tp 2 --pp 2"; do
                 [ "$qs" = "${q[0]}" ] && [ "$dmax" = "${dp[0]}" ] ||
                     fail "$what: job ${q[0]} requests depth ${dp[0]}, ranks' sum $qs and largest $dmax"
             fi
+            # the single-process figures too: the job's peak RSS is the largest rank's, each
+            # rank's at least what its devices hold (host memory here)
+            read -r -a rss <<<"$(echo "$out" | grep -o '"peak_rss_bytes":[0-9]*' | cut -d: -f2 | tr '\n' ' ')"
+            read -r -a dev <<<"$(echo "$out" | allocs | grep -o '[0-9]*' | tr '\n' ' ')"
+            rmax=0
+            for ((i = 1; i < ${#rss[@]}; i++)); do
+                [ "${rss[i]}" -gt "$rmax" ] && rmax=${rss[i]}
+                held=0
+                for ((d = (i - 1) * k; d < i * k; d++)); do held=$((held + dev[d])); done
+                [ "${rss[i]}" -ge "$held" ] || fail "$what: rank $((i - 1)) peak RSS ${rss[i]} < its devices' $held"
+            done
+            [ ${#rss[@]} -eq $((np + 1)) ] && [ "${rss[0]}" = "$rmax" ] ||
+                fail "$what: peak_rss_bytes ${rss[*]} (job first, then each rank)"
+            for key in setup_seconds gbps_after_setup; do
+                [ "$(echo "$out" | grep -o "\"$key\":[0-9]" | wc -l)" -ge 1 ] || fail "$what: no $key"
+            done
             if [ $dist = cooperative ]; then
                 [ "$sum" = "$ref_read" ] || fail "$what: ranks read $sum, one process $ref_read"
                 [ "$(echo "$out" | json_num bytes_exchanged)" -gt 0 ] || fail "$what: nothing exchanged"

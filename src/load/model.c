@@ -199,6 +199,7 @@ sl_status sl_model_rank_stats(const sl_model *m, int32_t rank, sl_rank_stats *ou
     *out = (sl_rank_stats){.rank = 0, .first_device = 0, .devices = m->n_devices,
                            .bytes_read = m->stats.bytes_read, .staging_peak = m->stats.staging_peak,
                            .seconds = m->stats.seconds, .read_requests = m->stats.read_requests,
-                           .read_depth_peak = m->stats.read_depth_peak};
+                           .read_depth_peak = m->stats.read_depth_peak,
+                           .setup_seconds = m->stats.setup_seconds};
     return SL_OK;
 }
