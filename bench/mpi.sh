@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # bench/mpi.sh - multi-process loading on one host: 1, 2 and 4 ranks, both strategies, on a
-# synthetic checkpoint (or CK=DIR), MPI_RUNS times each (default 3). Prints one JSON line per
-# setting, the run with the median time:
-#   {"bench":"mpi","ranks":N,"dist":"...","tp":T,"runs":R,"seconds":..,"gbps":..,"bytes_read":..,
-#    "read_amplification":..,"bytes_exchanged":..}
+# synthetic checkpoint (or CK=DIR), MPI_RUNS times each (default 3), from a hot page cache and,
+# where this user may drop the page cache (root), for 2 ranks from a cold one too. Prints one
+# JSON line per setting, the run with the median time:
+#   {"bench":"mpi","cache":"hot|cold","ranks":N,"dist":"...","tp":T,"runs":R,"seconds":..,
+#    "gbps":..,"bytes_read":..,"read_amplification":..,"bytes_exchanged":..,"read_requests":..,
+#    "read_depth_peak":..}
 # Usage: bench/mpi.sh [path/to/shardload]   (env: CK, TP (default 4), STAGING (MiB, default 64))
 set -euo pipefail
 SL=${1:-build/shardload}
@@ -29,19 +31,33 @@ num() { grep -o "\"$1\":[0-9.]*" | head -1 | cut -d: -f2; }
 mpirun --allow-run-as-root --oversubscribe -np 1 "$SL" load "$CK" --tp "$TP" --devices-per-rank "$TP" \
     --staging "$STAGING" >/dev/null 2>&1 || true
 RUNS=${MPI_RUNS:-3}
+can_drop() { [ "$(id -u)" = 0 ] && sync && echo 3 >/proc/sys/vm/drop_caches 2>/dev/null; }
+# setting: cache ranks dist
+setting() {
+    local cache=$1 np=$2 dist=$3 k=$(($TP / $2)) out
+    : >"$T/runs"
+    for ((i = 0; i < RUNS; i++)); do
+        [ "$cache" = cold ] && can_drop
+        out=$(mpirun --allow-run-as-root --oversubscribe -np "$np" "$SL" load "$CK" --tp "$TP" \
+              --dist "$dist" --devices-per-rank "$k" --staging "$STAGING" --json)
+        echo "$(echo "$out" | num seconds) $(echo "$out" | num gbps) $(echo "$out" | num bytes_read) $(echo "$out" | num read_amplification) $(echo "$out" | num bytes_exchanged) $(echo "$out" | num read_requests) $(echo "$out" | num read_depth_peak)" >>"$T/runs"
+    done
+    # the run with the median time
+    read -r secs gbps bytes amp exch reqs depth <<<"$(sort -n "$T/runs" | sed -n "$(((RUNS + 1) / 2))p")"
+    printf '{"bench":"mpi","cache":"%s","ranks":%d,"dist":"%s","tp":%d,"runs":%d,"seconds":%s,"gbps":%s,"bytes_read":%s,"read_amplification":%s,"bytes_exchanged":%s,"read_requests":%s,"read_depth_peak":%s}\n' \
+        "$cache" "$np" "$dist" "$TP" "$RUNS" "$secs" "$gbps" "$bytes" "$amp" "$exch" "$reqs" "$depth"
+}
+# Hot: the files in the page cache first (a cold cache makes --io auto read O_DIRECT, which
+# would leave it cold for every hot run).
+find "$CK" -name '*.safetensors' -exec cat {} + >/dev/null
 for np in 1 2 4; do
-    k=$((TP / np))
-    [ $((k * np)) -eq "$TP" ] || continue
+    [ $((TP / np * np)) -eq "$TP" ] || continue
     for dist in cooperative independent; do
-        : >"$T/runs"
-        for ((i = 0; i < RUNS; i++)); do
-            out=$(mpirun --allow-run-as-root --oversubscribe -np $np "$SL" load "$CK" --tp "$TP" \
-                  --dist $dist --devices-per-rank $k --staging "$STAGING" --json)
-            echo "$(echo "$out" | num seconds) $(echo "$out" | num gbps) $(echo "$out" | num bytes_read) $(echo "$out" | num read_amplification) $(echo "$out" | num bytes_exchanged)" >>"$T/runs"
-        done
-        # the run with the median time
-        read -r secs gbps bytes amp exch <<<"$(sort -n "$T/runs" | sed -n "$(((RUNS + 1) / 2))p")"
-        printf '{"bench":"mpi","ranks":%d,"dist":"%s","tp":%d,"runs":%d,"seconds":%s,"gbps":%s,"bytes_read":%s,"read_amplification":%s,"bytes_exchanged":%s}\n' \
-            $np $dist "$TP" "$RUNS" "$secs" "$gbps" "$bytes" "$amp" "$exch"
+        setting hot $np $dist
     done
 done
+if can_drop && [ $((TP / 2 * 2)) -eq "$TP" ]; then
+    for dist in cooperative independent; do
+        setting cold 2 $dist
+    done
+fi

@@ -93,17 +93,20 @@ plot '%s' using 1:3:xtic(2) with boxes notitle
 
 def mpi_section(path):
     rows = [json.loads(l) for l in open(path) if l.strip()]
-    out = ["", "## MPI: ranks on one host (bench/mpi.sh, hot page cache, median of 3 runs each)", ""]
+    out = ["", "## MPI: ranks on one host (bench/mpi.sh, median of 3 runs each)", ""]
     if not rows or "skipped" in rows[0]:
         return out + ["Not run: %s." % (rows[0].get("skipped") if rows else "no output")]
-    out += ["| ranks | strategy | seconds | GB/s | bytes read | read amplification | bytes exchanged |",
-            "|---:|---|---:|---:|---:|---:|---:|"]
+    out += ["| cache | ranks | strategy | seconds | GB/s | bytes read | read amplification | "
+            "bytes exchanged | read requests | most in flight |",
+            "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        out.append("| %d | %s | %.3f | %.3f | %d | %.2f | %d |" % (
-            r["ranks"], r["dist"], r["seconds"], r["gbps"], r["bytes_read"], r["read_amplification"],
-            r["bytes_exchanged"]))
+        out.append("| %s | %d | %s | %.3f | %.3f | %d | %.2f | %d | %s | %s |" % (
+            r.get("cache", "hot"), r["ranks"], r["dist"], r["seconds"], r["gbps"], r["bytes_read"],
+            r["read_amplification"], r["bytes_exchanged"], r.get("read_requests", ""),
+            r.get("read_depth_peak", "")))
     return out + ["", "Ranks share this machine's 2 cores, so more ranks cannot be faster here; the byte "
-                  "counts show the strategies: cooperative reads each byte once across the job."]
+                  "counts show the strategies: cooperative reads each byte once across the job. "
+                  "Cold: the page cache dropped before each run (as root)."]
 
 
 def main():

@@ -29,6 +29,8 @@
 #define RD_MAX_SLOTS 64u
 #define RD_PACK_MAX 32u                    /* chunks in one slot at most (rd_config.pack) */
 #define RD_PACK_REQUESTS 256u              /* requests in flight at most when slots pack */
+#define RD_SPLIT_MAX 8u                    /* requests one chunk's read is cut into at most */
+#define RD_SPLIT_MIN ((uint64_t)1 << 20)   /* ... each of at least this many bytes */
 #define RD_MAX_REQUEST ((uint64_t)256 << 20)
 #define RD_DEFAULT_REQUEST ((uint64_t)16 << 20)
 #define RD_MIN_AUTO_REQUEST ((uint64_t)4 << 20)
@@ -89,18 +91,25 @@ void rd_files_close(rd_files *fs);
 /* A slot holds one chunk, or several small consecutive chunks of one file (rd_config.pack), each
  * read by its own request into its own part of the slot: with rows skipped (opts.read_gap) a
  * load's chunks may be a few KiB each, and one chunk per slot left only a few requests in
- * flight. The slot is scattered once all its parts are read. */
+ * flight. Where a slot holds one chunk at a time (the stepwise path) a large chunk is read by
+ * several requests instead (rd_config.split). The slot is scattered once all its parts are read.
+ *
+ * A chunk's bytes lie in the slot as in the file from its page down: file byte o of chunk c at
+ * buf + (o - c->a / RD_ALIGN * RD_ALIGN), whether a part reads it with O_DIRECT or not (or again
+ * buffered after an O_DIRECT refusal). */
 typedef struct rd_slot rd_slot;
 
 typedef struct rd_part {
     sl_io_req req;       /* req.user: this part */
     rd_slot *slot;
     int64_t chunk;
-    unsigned char *buf;  /* where in the slot it is read (4096-aligned) */
+    uint64_t lo, hi;     /* the chunk's file bytes this part reads: [a, b_ext) unless split */
+    unsigned char *buf;  /* where the chunk's first page lies in the slot (4096-aligned) */
 } rd_part;
 
 struct rd_slot {
-    rd_part *parts;      /* x->pack of them; [0, n_parts) hold chunks chunk, chunk + 1, ... */
+    rd_part *parts;      /* x->pack of them; [0, n_parts) hold chunks chunk, chunk + 1, ... in
+                            order, each in one part or (split) in several consecutive ones */
     unsigned n_parts;
     unsigned pending;    /* parts still being read */
     unsigned char *buf;
@@ -132,7 +141,9 @@ typedef struct rd_ctx {
     /* sizes and staging (read_staging.c) */
     uint64_t request, merge_gap, slot_size;
     unsigned n_slots;
-    unsigned pack;                /* parts per slot: 1, or up to RD_PACK_MAX (rd_config.pack) */
+    unsigned pack;                /* parts per slot: 1, up to RD_PACK_MAX (rd_config.pack), or
+                                     split */
+    unsigned split;               /* parts one chunk is read in at most (rd_config.split), or 1 */
     unsigned extra_slots;         /* rd_config.extra_slots, after the read slots */
     unsigned char *staging;
     rd_slot *slots;
@@ -198,6 +209,9 @@ typedef struct rd_config {
      * request, so that small chunks keep many requests in flight; not with --verify (hashed per
      * slot) nor remote files (a connection per request) */
     int pack;
+    /* stepwise: a slot holds one chunk at a time, so a large chunk is read by up to RD_SPLIT_MAX
+     * requests of at least RD_SPLIT_MIN bytes side by side, not one; not remote files (as pack) */
+    int split;
 } rd_config;
 
 /* Sets up x for c: sizes, files, operations, chunks, the padding zeroed, staging and the read
@@ -216,8 +230,8 @@ void rd_plan_ring(rd_ctx *x, uint64_t max_bytes);
 /* packs: slots will hold several chunks (rd_config.pack), so they are sized for the chunks that
  * could share one (read_staging.c says how), not only for the largest chunk. */
 void rd_fit_slots(rd_ctx *x, int packs);
-/* Parts per slot, once the slots are counted. */
-void rd_size_packs(rd_ctx *x, int packs);
+/* Parts per slot, once the slots are counted (splits: rd_config.split applies). */
+void rd_size_packs(rd_ctx *x, int packs, int splits);
 /* The room chunk c takes in a slot: whole pages around it, as an O_DIRECT read of it needs (a
  * buffered read needs no more). */
 uint64_t rd_chunk_room(const rd_chunk *c);

@@ -1,5 +1,5 @@
 /* read_pipeline.c - up to n_slots slots being read (io_uring or the pread pool), each holding one
- * chunk or several small ones (rd_slot), each completed slot scattered on the loading thread,
+ * chunk (in one request or, split, several) or several small ones (rd_slot), each completed slot scattered on the loading thread,
  * and the device waits that make reusing a slot safe: per slot marks when rd_config asks for
  * them and some device is asynchronous (the oldest slot is refilled first), else a fence before
  * a refill (the slot just scattered is refilled first; the stepwise path). docs/engine.md
@@ -73,38 +73,76 @@ static sl_status rd_slot_ready(rd_ctx *x, rd_slot *s)
     return SL_OK;
 }
 
-/* Starts reading chunk `chunk` into pt->buf (also again, after an O_DIRECT refusal). */
-static sl_status rd_submit_part(rd_ctx *x, rd_part *pt, int64_t chunk)
+static uint64_t rd_page_down(uint64_t o)
 {
-    const rd_chunk *c = &x->chunks.v[chunk];
+    return o / RD_ALIGN * RD_ALIGN;
+}
+
+/* Starts reading pt's bytes [lo, hi) of its chunk into the slot (also again, after an O_DIRECT
+ * refusal), where read_ctx.h's layout puts them. */
+static sl_status rd_submit_part(rd_ctx *x, rd_part *pt)
+{
+    const rd_chunk *c = &x->chunks.v[pt->chunk];
     if (sl_cancel_requested())   /* sl_cancel: the caller's cleanup runs as after any failure */
         return sl_err_set(x->err, SL_E_CANCELLED, "%s: cancelled before reading offset %llu",
-                          x->files.v[c->file].path, (unsigned long long)c->a);
+                          x->files.v[c->file].path, (unsigned long long)pt->lo);
     SL_TRY(rd_file_acquire(&x->files, c->file, x->err));   /* released by rd_check */
     const rd_file *f = &x->files.v[c->file];
     sl_io_req *r = &pt->req;
     x->requests++;
     if (++x->reading > x->reading_peak)
         x->reading_peak = x->reading;
-    pt->chunk = chunk;
     r->fd = f->fd;
     r->obj = f->remote;
-    r->buf = c->dst ? c->dst : pt->buf;
     r->user = pt;
     r->buffered = !f->direct;
-    if (f->direct && !c->dst) {
-        r->off = c->a / RD_ALIGN * RD_ALIGN;
-        r->len = (size_t)(sl_align_up(c->b_ext, RD_ALIGN) - r->off);
-    } else {
+    if (c->dst) {   /* straight into a host device: never split */
         r->off = c->a;
         r->len = (size_t)(c->b_ext - c->a);
+        r->buf = c->dst;
+    } else {
+        r->off = f->direct ? rd_page_down(pt->lo) : pt->lo;
+        r->len = (size_t)((f->direct ? sl_align_up(pt->hi, RD_ALIGN) : pt->hi) - r->off);
+        r->buf = pt->buf + (r->off - rd_page_down(c->a));
     }
     return x->io.ops->submit(x->io.ctx, r, x->err);
 }
 
+/* The parts chunk c is read in: 1, or with splits (rd_config.split) up to x->split, each at least
+ * RD_SPLIT_MIN bytes; *piece: the bytes of each but the first and last, a whole number of pages
+ * from c's first page, so that O_DIRECT parts neither overlap nor leave a gap. */
+static unsigned rd_split_count(const rd_ctx *x, const rd_chunk *c, uint64_t *piece)
+{
+    const uint64_t span = sl_align_up(c->b_ext, RD_ALIGN) - rd_page_down(c->a);
+    *piece = span;
+    if (x->split <= 1 || c->dst || span < 2 * RD_SPLIT_MIN)
+        return 1;
+    const uint64_t n = sl_min_u64(x->split, span / RD_SPLIT_MIN);
+    *piece = sl_align_up((span + n - 1) / n, RD_ALIGN);
+    return (unsigned)((span + *piece - 1) / *piece);
+}
+
+/* Puts chunk `chunk` into slot s at buf: its parts from s->n_parts on, each submitted. */
+static sl_status rd_add_chunk(rd_ctx *x, rd_slot *s, int64_t chunk, unsigned char *buf,
+                              unsigned n, uint64_t piece)
+{
+    const rd_chunk *c = &x->chunks.v[chunk];
+    const uint64_t base = rd_page_down(c->a);
+    for (unsigned k = 0; k < n; k++) {
+        rd_part *pt = &s->parts[s->n_parts++];
+        pt->chunk = chunk;
+        pt->buf = buf;
+        pt->lo = sl_max_u64(c->a, base + k * piece);
+        pt->hi = sl_min_u64(c->b_ext, base + (k + 1) * piece);
+        s->pending++;
+        SL_TRY(rd_submit_part(x, pt));
+    }
+    return SL_OK;
+}
+
 /* Fills slot s from chunk *next on: one chunk, or as many consecutive ones as rd_joins lets in,
- * up to max_parts, side by side in pages. */
-static sl_status rd_fill(rd_ctx *x, rd_slot *s, int64_t *next, unsigned max_parts)
+ * up to max_chunks and the slot's x->pack parts, side by side in pages. */
+static sl_status rd_fill(rd_ctx *x, rd_slot *s, int64_t *next, unsigned max_chunks)
 {
     SL_TRY(rd_slot_ready(x, s));
     const rd_chunk *first = &x->chunks.v[*next];
@@ -112,16 +150,16 @@ static sl_status rd_fill(rd_ctx *x, rd_slot *s, int64_t *next, unsigned max_part
     s->n_parts = 0;
     s->pending = 0;
     uint64_t used = 0;
-    while (*next < x->chunks.n && s->n_parts < max_parts) {
+    for (unsigned chunks = 0; *next < x->chunks.n && chunks < max_chunks; chunks++) {
         const rd_chunk *c = &x->chunks.v[*next];
         const uint64_t room = rd_chunk_room(c);
-        if (s->n_parts && (!rd_joins(first, c) || used + room > x->slot_size))
+        uint64_t piece = 0;
+        const unsigned n = rd_split_count(x, c, &piece);
+        if (chunks && (!rd_joins(first, c) || used + room > x->slot_size ||
+                       s->n_parts + n > x->pack))
             break;
-        rd_part *pt = &s->parts[s->n_parts++];
-        pt->buf = s->buf + used;
+        SL_TRY(rd_add_chunk(x, s, (*next)++, s->buf + used, n, piece));
         used += room;
-        SL_TRY(rd_submit_part(x, pt, (*next)++));
-        s->pending++;
     }
     return sl_io_flush(&x->io, x->err);
 }
@@ -134,7 +172,7 @@ sl_status rd_submit(rd_ctx *x, rd_slot *s, int64_t chunk)
 const unsigned char *rd_part_data(const rd_ctx *x, const rd_part *pt)
 {
     const rd_chunk *c = &x->chunks.v[pt->chunk];
-    return c->dst ? c->dst : pt->buf + (c->a - pt->req.off);
+    return c->dst ? c->dst : pt->buf + (c->a - rd_page_down(c->a));
 }
 
 sl_status rd_check(rd_ctx *x, rd_part *pt, int *resubmitted)
@@ -152,14 +190,14 @@ sl_status rd_check(rd_ctx *x, rd_part *pt, int *resubmitted)
         if (r->fd == f->fd)
             SL_TRY(rd_file_fallback(f, x->err));
         *resubmitted = 1;
-        SL_TRY(rd_submit_part(x, pt, pt->chunk));
+        SL_TRY(rd_submit_part(x, pt));
         return sl_io_flush(&x->io, x->err);
     }
     if (res < 0)
         return sl_err_set(x->err, SL_E_IO, "%s: read error at offset %llu: %s", f->path,
                           (unsigned long long)r->off, strerror((int)-res));
     x->bytes_read += (uint64_t)res;
-    if (r->off + (uint64_t)res < c->b_ext)
+    if (r->off + (uint64_t)res < pt->hi)
         return sl_err_set(x->err, SL_E_CHANGED,
                           "%s: short read at offset %llu (file changed since planning?)", f->path,
                           (unsigned long long)(r->off + (uint64_t)res));
@@ -172,6 +210,8 @@ static sl_status rd_complete(rd_ctx *x, rd_slot *s)
     for (unsigned k = 0; k < s->n_parts; k++) {
         const rd_part *pt = &s->parts[k];
         const rd_chunk *c = &x->chunks.v[pt->chunk];
+        if (k && pt->chunk == s->parts[k - 1].chunk)
+            continue;   /* a split chunk's later part: scattered with its first */
         const unsigned char *data = rd_part_data(x, pt);
         /* By blocks the hash needs no order: it runs while the chunk is scattered (both only
          * read the slot), and the slot comes back through rd_verify_done once both are done

@@ -195,7 +195,7 @@ sl_status rd_setup(rd_ctx *x, const rd_config *c)
     const int packs = rd_packs(x, c);
     rd_fit_slots(x, packs);
     rd_bound_open_files(x, c);
-    rd_size_packs(x, packs);
+    rd_size_packs(x, packs, !packs && c->split && !rd_remote_obj(x));
     SL_TRY(rd_check_budget(x, c));
     x->use_marks = c->slot_marks && rd_can_mark(x);
     rd_start_pool(x);

@@ -158,11 +158,14 @@ void rd_fit_slots(rd_ctx *x, int packs)
     x->slot_size = sl_min_u64(x->slot_size, fit);
 }
 
-void rd_size_packs(rd_ctx *x, int packs)
+void rd_size_packs(rd_ctx *x, int packs, int splits)
 {
     x->pack = 1;
+    x->split = splits ? RD_SPLIT_MAX : 1;
     if (packs)
         x->pack = (unsigned)sl_max_u64(1, sl_min_u64(RD_PACK_MAX, RD_PACK_REQUESTS / x->n_slots));
+    else
+        x->pack = x->split;
 }
 
 unsigned rd_io_depth(const rd_ctx *x)

@@ -25,7 +25,7 @@ sl_status sl_rd_open(const sl_rd_setup *s, sl_rd **out)
     const rd_config c = {.files = s->files, .n_files = s->n_files, .p = s->p, .devs = s->devs,
                          .local = s->local, .o = s->o, .err = s->err, .ring_bytes = s->ring_bytes,
                          .slot_bytes = s->slot_bytes, .n_slots = 2,
-                         .extra_slots = s->extra_slots, .verify = s->o->verify};
+                         .extra_slots = s->extra_slots, .verify = s->o->verify, .split = 1};
     SL_TRY(rd_setup(&r->x, &c));
     if (!r->x.verify)
         return SL_OK;
@@ -123,7 +123,8 @@ sl_status sl_rd_read(sl_rd *r, int64_t i, const unsigned char **data)
         SL_TRY(x->io.ops->wait(x->io.ctx, &done, x->err));
         rd_part *d = done->user;
         SL_TRY(rd_check(x, d, &again));
-        r->complete[d->slot->index] = !again;
+        if (!again && --d->slot->pending == 0)   /* a split chunk: its last part */
+            r->complete[d->slot->index] = 1;
     }
     r->pending[k] = -1;
     rd_slot *s = &x->slots[k];

@@ -4,8 +4,9 @@
  *
  * sl_rd_open builds the same chunk list as sl_load_read, from every device's COPY operations, so
  * every process that opens the same plan with the same options gets the same chunks. Reads go
- * into two staging slots (the next chunk while the current one is used); scatters only reach the
- * devices marked local. */
+ * into two staging slots (the next chunk while the current one is used), a large chunk's by
+ * several requests at once (read_ctx.h's rd_config.split); scatters only reach the devices
+ * marked local. */
 #ifndef SL_LOAD_READ_STEP_H
 #define SL_LOAD_READ_STEP_H
 
