@@ -1,9 +1,9 @@
 /* read_pipeline.c - up to n_slots slots being read (io_uring or the pread pool), each holding one
- * chunk (in one request or, split, several) or several small ones (rd_slot), each completed slot scattered on the loading thread,
- * and the device waits that make reusing a slot safe: per slot marks when rd_config asks for
- * them and some device is asynchronous (the oldest slot is refilled first), else a fence before
- * a refill (the slot just scattered is refilled first; the stepwise path). docs/engine.md
- * "Pipeline". */
+ * chunk (in one request or, split, in several) or several small ones (rd_slot), each completed
+ * slot scattered on the loading thread, and the device waits that make reusing a slot safe: per
+ * slot marks when rd_config asks for them and some device is asynchronous (the oldest slot is
+ * refilled first), else a fence before a refill (the slot just scattered is refilled first; the
+ * stepwise path). docs/engine.md "Pipeline". */
 #include "load/read_ctx.h"
 
 #include <errno.h>
