@@ -280,6 +280,14 @@ static void check_elements(const rd_ops *o, const rd_chunks *cs)
     }
 }
 
+/* rd_chunk_opts.host_at over one host buffer per device (NULL: not host memory). */
+static unsigned char *host_of(const void *user, int32_t d, uint64_t off, uint64_t n)
+{
+    (void)n;
+    unsigned char *const *host = user;
+    return host[d] ? host[d] + off : NULL;
+}
+
 static void check_case_gap(tcase *t, uint64_t request, uint64_t gap, const unsigned char *host_devs,
                            unsigned char *const *host, const unsigned char *file_direct)
 {
@@ -288,7 +296,8 @@ static void check_case_gap(tcase *t, uint64_t request, uint64_t gap, const unsig
     rd_chunks cs;
     EXPECT(rd_ops_build(&t->p, t->n_files, &o, &err) == SL_OK, "ops: %s", sl_err_msg(&err));
     check_ops_table(t, &o);
-    const rd_chunk_opts co = {.request = request, .merge_gap = gap, .host = host,
+    const rd_chunk_opts co = {.request = request, .merge_gap = gap,
+                              .host_at = host ? host_of : NULL, .host_user = host,
                               .file_direct = file_direct};
     EXPECT(rd_chunks_build(&o, &co, &cs, &err) == SL_OK, "chunks: %s", sl_err_msg(&err));
     want_chunk *want = calloc(200000, sizeof *want);
@@ -506,8 +515,8 @@ static void test_random_whole(void)
         sl_err err = {0};
         rd_ops o;
         rd_chunks cs;
-        const rd_chunk_opts co = {.request = request, .merge_gap = request / 16, .host = host,
-                                  .whole = whole};
+        const rd_chunk_opts co = {.request = request, .merge_gap = request / 16,
+                                  .host_at = host_of, .host_user = host, .whole = whole};
         EXPECT(rd_ops_build(&t->p, t->n_files, &o, &err) == SL_OK &&
                    rd_chunks_build(&o, &co, &cs, &err) == SL_OK, "plan: %s", sl_err_msg(&err));
         int64_t k = 0;
@@ -614,8 +623,9 @@ static void test_random_blocks(void)
         sl_err err = {0};
         rd_ops o;
         rd_chunks cs;
-        const rd_chunk_opts co = {.request = request, .merge_gap = request / 16, .host = host,
-                                  .block = bs, .size = size, .head = head};
+        const rd_chunk_opts co = {.request = request, .merge_gap = request / 16,
+                                  .host_at = host_of, .host_user = host, .block = bs, .size = size,
+                                  .head = head};
         EXPECT(rd_ops_build(&t->p, t->n_files, &o, &err) == SL_OK &&
                    rd_chunks_build(&o, &co, &cs, &err) == SL_OK, "plan: %s", sl_err_msg(&err));
         for (int64_t k = 0; k < cs.n; k++) {

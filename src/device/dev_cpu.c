@@ -216,6 +216,20 @@ static void *cpu_host_ptr(void *ctx)
     return ((cpu_dev *)ctx)->base;
 }
 
+/* The caller's blocks have no base: a run inside one of them still has a host address, so that
+ * the engine reads large runs straight into an engine's own tensors (load_into). */
+static void *cpu_host_at(void *ctx, uint64_t off, uint64_t n)
+{
+    cpu_dev *d = ctx;
+    if (n == 0 || off > d->bytes || n > d->bytes - off)
+        return NULL;
+    if (!d->blocks.n)
+        return d->base + off;
+    uint64_t avail = 0;
+    unsigned char *at = sl_device_blocks_at(&d->blocks, off, &avail);
+    return avail >= n ? at : NULL;
+}
+
 static uint64_t cpu_allocated(const void *ctx)
 {
     return ((const cpu_dev *)ctx)->bytes;
@@ -240,6 +254,7 @@ static const sl_device_ops cpu_ops = {
     .read = cpu_read,
     .prefault = cpu_prefault,
     .host_ptr = cpu_host_ptr,
+    .host_at = cpu_host_at,
     .allocated = cpu_allocated,
     .free = cpu_free,
     .zeroed = cpu_zeroed,

@@ -160,6 +160,14 @@ void *sl_device_host_ptr(const sl_device *d)
     return d->ops->host_ptr ? d->ops->host_ptr(d->ctx) : NULL;
 }
 
+void *sl_device_host_at(const sl_device *d, uint64_t off, uint64_t n)
+{
+    if (d->ops->host_at)
+        return d->ops->host_at(d->ctx, off, n);
+    unsigned char *base = sl_device_host_ptr(d);
+    return base ? base + off : NULL;
+}
+
 void *sl_device_ptr(const sl_device *d)
 {
     return d->ops->device_ptr ? d->ops->device_ptr(d->ctx) : sl_device_host_ptr(d);

@@ -89,6 +89,9 @@ typedef struct sl_device_ops {
     void (*prefault)(void *ctx, const atomic_int *stop);
     /* Host address of device offset 0 when the memory is host memory; NULL otherwise. */
     void *(*host_ptr)(void *ctx);
+    /* Host address of device bytes [off, off + n) when they are one run of host memory (the
+     * caller's per-parameter blocks: inside one block), NULL otherwise; default: host_ptr + off. */
+    void *(*host_at)(void *ctx, uint64_t off, uint64_t n);
     /* Address of offset 0 in the device's own address space (the CUDA device address), for
      * callers that hand the weights to a framework. */
     void *(*device_ptr)(void *ctx);
@@ -129,6 +132,8 @@ uint64_t sl_device_allocated(const sl_device *d);
 void sl_device_prefault(const sl_device *d, const atomic_int *stop);
 /* NULL: not host memory */
 void *sl_device_host_ptr(const sl_device *d);
+/* NULL: bytes [off, off + n) are not one run of host memory (or not inside the device) */
+void *sl_device_host_at(const sl_device *d, uint64_t off, uint64_t n);
 /* the host address when there is no other address space */
 void *sl_device_ptr(const sl_device *d);
 /* 0: must be zeroed */

@@ -84,6 +84,13 @@ static sl_status rd_check_blocks(const rd_ctx *x, const rd_config *c)
                       (unsigned long long)(need / mib));
 }
 
+/* rd_chunk_opts.host_at: local devices only (the others are never written here). */
+static unsigned char *rd_host_at(const void *user, int32_t d, uint64_t off, uint64_t n)
+{
+    const rd_ctx *x = user;
+    return rd_local(x, d) ? sl_device_host_at(&x->devs[d].dev, off, n) : NULL;
+}
+
 /* The chunk planner's inputs, taken from the opened files and the devices. */
 static sl_status rd_plan_chunks(rd_ctx *x)
 {
@@ -100,8 +107,10 @@ static sl_status rd_plan_chunks(rd_ctx *x)
     for (int64_t f = 0; f < x->files.n; f++)
         file_direct[f] = (unsigned char)x->files.v[f].direct;
     co.file_direct = file_direct;
-    if (x->allow_direct)
-        co.host = x->host;
+    if (x->allow_direct) {
+        co.host_at = rd_host_at;
+        co.host_user = x;
+    }
     sl_status st = rd_chunks_build(&x->ops, &co, &x->chunks, x->err);
     if (st == SL_OK && co.whole)   /* files hashed whole take turns (read_verify.h) */
         st = rd_chunks_interleave(&x->chunks, x->err);
