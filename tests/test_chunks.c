@@ -280,12 +280,16 @@ static void check_elements(const rd_ops *o, const rd_chunks *cs)
     }
 }
 
-/* rd_chunk_opts.host_at over one host buffer per device (NULL: not host memory). */
-static unsigned char *host_of(const void *user, int32_t d, uint64_t off, uint64_t n)
+/* What the engine's set-up does (rd_host_dsts): each op's destination in its device's host
+ * buffer, where the device has one (host[d] NULL: not host memory). Returns ok, so that it fits
+ * in the EXPECT with rd_ops_build. */
+static int set_hosts(rd_ops *o, unsigned char *const *host)
 {
-    (void)n;
-    unsigned char *const *host = user;
-    return host[d] ? host[d] + off : NULL;
+    for (int64_t i = 0; host && i < o->n; i++) {
+        rd_op *r = &o->v[i];
+        r->host_dst = host[r->dev] ? host[r->dev] + r->op->dst_offset : NULL;
+    }
+    return 1;
 }
 
 static void check_case_gap(tcase *t, uint64_t request, uint64_t gap, const unsigned char *host_devs,
@@ -296,8 +300,8 @@ static void check_case_gap(tcase *t, uint64_t request, uint64_t gap, const unsig
     rd_chunks cs;
     EXPECT(rd_ops_build(&t->p, t->n_files, &o, &err) == SL_OK, "ops: %s", sl_err_msg(&err));
     check_ops_table(t, &o);
-    const rd_chunk_opts co = {.request = request, .merge_gap = gap,
-                              .host_at = host ? host_of : NULL, .host_user = host,
+    set_hosts(&o, host);
+    const rd_chunk_opts co = {.request = request, .merge_gap = gap, .direct = host != NULL,
                               .file_direct = file_direct};
     EXPECT(rd_chunks_build(&o, &co, &cs, &err) == SL_OK, "chunks: %s", sl_err_msg(&err));
     want_chunk *want = calloc(200000, sizeof *want);
@@ -515,9 +519,9 @@ static void test_random_whole(void)
         sl_err err = {0};
         rd_ops o;
         rd_chunks cs;
-        const rd_chunk_opts co = {.request = request, .merge_gap = request / 16,
-                                  .host_at = host_of, .host_user = host, .whole = whole};
-        EXPECT(rd_ops_build(&t->p, t->n_files, &o, &err) == SL_OK &&
+        const rd_chunk_opts co = {.request = request, .merge_gap = request / 16, .direct = 1,
+                                  .whole = whole};
+        EXPECT(rd_ops_build(&t->p, t->n_files, &o, &err) == SL_OK && set_hosts(&o, host) &&
                    rd_chunks_build(&o, &co, &cs, &err) == SL_OK, "plan: %s", sl_err_msg(&err));
         int64_t k = 0;
         for (int64_t f = 0; f < t->n_files; f++) {
@@ -623,10 +627,9 @@ static void test_random_blocks(void)
         sl_err err = {0};
         rd_ops o;
         rd_chunks cs;
-        const rd_chunk_opts co = {.request = request, .merge_gap = request / 16,
-                                  .host_at = host_of, .host_user = host, .block = bs, .size = size,
-                                  .head = head};
-        EXPECT(rd_ops_build(&t->p, t->n_files, &o, &err) == SL_OK &&
+        const rd_chunk_opts co = {.request = request, .merge_gap = request / 16, .direct = 1,
+                                  .block = bs, .size = size, .head = head};
+        EXPECT(rd_ops_build(&t->p, t->n_files, &o, &err) == SL_OK && set_hosts(&o, host) &&
                    rd_chunks_build(&o, &co, &cs, &err) == SL_OK, "plan: %s", sl_err_msg(&err));
         for (int64_t k = 0; k < cs.n; k++) {
             const rd_chunk *c = &cs.v[k];

@@ -125,19 +125,15 @@ static int rd_exclusive(const rd_ops *t, int64_t i)
 
 static void rd_mark_direct(rd_ops *t, const rd_chunk_opts *o)
 {
-    for (int64_t i = 0; o->host_at && i < t->n; i++) {
+    for (int64_t i = 0; o->direct && i < t->n; i++) {
         rd_op *r = &t->v[i];
         const sl_op *op = r->op;
         const uint64_t row_bytes = op->row_elems * r->ssize;
-        r->direct = !(o->file_direct && o->file_direct[op->file]) &&
+        r->direct = r->host_dst && !(o->file_direct && o->file_direct[op->file]) &&
                     !(o->whole && o->whole[op->file]) && !(o->block && o->block[op->file]) &&
                     op->src_dtype == r->ddt &&
                     (op->rows == 1 || (op->src_stride == row_bytes && op->dst_stride == row_bytes)) &&
                     r->src_end - op->src_offset >= RD_DIRECT_MIN && rd_exclusive(t, i);
-        /* one run of source bytes into one run of host memory (a contiguous op's bytes) */
-        r->host_dst = r->direct ? o->host_at(o->host_user, r->dev, op->dst_offset,
-                                             r->src_end - op->src_offset) : NULL;
-        r->direct = r->host_dst != NULL;
     }
 }
 

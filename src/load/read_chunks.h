@@ -37,7 +37,10 @@ typedef struct rd_op {
     const sl_op *op;
     int32_t dev;
     int direct;          /* read straight into the device buffer (rd_chunks_build) */
-    unsigned char *host_dst;  /* direct: the host address of the op's first destination byte */
+    /* The host address of the op's first destination byte when everything it writes is one run
+     * of host memory (a cpu device, or inside one of the caller's blocks); NULL otherwise, and
+     * until the caller sets it (rd_ops_build leaves it NULL). */
+    unsigned char *host_dst;
     uint32_t ssize, dsize;
     sl_dtype ddt;        /* the parameter's dtype: what the op writes */
     uint64_t src_end;
@@ -70,13 +73,10 @@ typedef struct rd_chunks {
 typedef struct rd_chunk_opts {
     uint64_t request;        /* most bytes of a chunk's [a, b); a multiple of RD_ALIGN */
     uint64_t merge_gap;      /* gaps under this between needed ranges are read */
-    /* Direct reads (host_at NULL: none). host_at(user, d, off, n): the host address of device
-     * d's bytes [off, off + n) when they are one run of host memory, else NULL; file_direct[f]
-     * (may be NULL): file f is read with O_DIRECT, so no direct reads from it, and gaps under
-     * RD_ALIGN are read whatever merge_gap says (its reads are whole pages: skipping such a gap
-     * would read a page twice). */
-    unsigned char *(*host_at)(const void *user, int32_t dev, uint64_t off, uint64_t n);
-    const void *host_user;
+    /* Direct reads (0: none) into the ops' host_dst; file_direct[f] (may be NULL): file f is read
+     * with O_DIRECT, so no direct reads from it, and gaps under RD_ALIGN are read whatever
+     * merge_gap says (its reads are whole pages: skipping such a gap would read a page twice). */
+    int direct;
     const unsigned char *file_direct;
     /* Whole files (NULL: none): whole[f] > 0 is file f's size, and its chunks cover [0, size)
      * contiguously, nothing direct (--verify hashes each file front to back). */

@@ -134,7 +134,6 @@ typedef struct rd_ctx {
     sl_err *err;
     const unsigned char *local;   /* per device: scatter into it; NULL: every device */
     int allow_direct;             /* direct reads into host devices (rd_config.direct_reads) */
-    unsigned char **host;         /* per device: host base or NULL */
     rd_files files;
     rd_ops ops;
     rd_chunks chunks;

@@ -75,11 +75,12 @@ static sl_status rd_put(rd_ctx *x, const rd_op *r, uint64_t dst_off, const unsig
 {
     const sl_device *d = &x->devs[r->dev].dev;
     const sl_dtype sdt = r->op->src_dtype, ddt = r->ddt;
-    if (x->host[r->dev]) {
+    if (r->host_dst) {
+        unsigned char *at = r->host_dst + (dst_off - r->op->dst_offset);
         if (sdt == ddt)
-            memcpy(x->host[r->dev] + dst_off, src, (size_t)(n * r->ssize));
+            memcpy(at, src, (size_t)(n * r->ssize));
         else
-            sl_convert_rows(x->pool, x->host[r->dev] + dst_off, 0, ddt, src, 0, sdt, (size_t)n, 1);
+            sl_convert_rows(x->pool, at, 0, ddt, src, 0, sdt, (size_t)n, 1);
         return SL_OK;
     }
     x->in_flight |= sl_device_is_async(d); /* copies may read staging until rd_fence */
@@ -160,7 +161,7 @@ static sl_status rd_put_rows(rd_ctx *x, const rd_op *r, uint64_t k, uint64_t a, 
     const sl_device *d = &x->devs[r->dev].dev;
     const uint64_t rs = op->src_offset + k * op->src_stride;
     *n = 0;
-    if (x->host[r->dev] || op->rows < 2 || rs < a || op->src_stride > SIZE_MAX)
+    if (r->host_dst || op->rows < 2 || rs < a || op->src_stride > SIZE_MAX)
         return SL_OK;
     const int gather = rd_gathers(x, r);
     if (!gather && op->src_dtype != r->ddt)
@@ -230,7 +231,7 @@ int rd_staged_work(const rd_ctx *x, int narrow_too)
 {
     for (int64_t i = 0; i < x->ops.n; i++) {
         const rd_op *r = &x->ops.v[i];
-        if (x->host[r->dev] || !rd_local(x, r->dev))
+        if (r->host_dst || !rd_local(x, r->dev))
             continue;
         if (r->op->src_dtype != r->ddt)
             return 1;

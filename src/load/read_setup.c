@@ -2,7 +2,7 @@
  * one process (read.c) and the stepwise API (read_step.c). What differs between them is a field
  * of rd_config; the steps and their order are the same:
  *
- *   sizes from the options -> files and operations -> files opened -> host pointers -> sizes for
+ *   sizes from the options -> files and operations -> files opened -> host addresses -> sizes for
  *   the devices (or the ring as given) -> padding zeroed -> chunks -> slots fitted to the chunks
  *   -> conversion helpers -> staging (pinned) -> the read engine. */
 #include "load/read_ctx.h"
@@ -15,14 +15,18 @@
 
 #include "common/sl_bytes.h"
 
-static sl_status rd_host_ptrs(rd_ctx *x)
+/* Each local op's destination in host memory, where it is one run of it (rd_op.host_dst): the
+ * scatter writes it in place and direct reads land in it; other ops go through the device. */
+static void rd_host_dsts(rd_ctx *x)
 {
-    x->host = calloc((size_t)x->p->n_devices, sizeof *x->host);
-    if (!x->host)
-        return sl_err_set(x->err, SL_E_NOMEM, "out of memory");
-    for (int32_t d = 0; d < x->p->n_devices; d++)
-        x->host[d] = rd_local(x, d) ? sl_device_host_ptr(&x->devs[d].dev) : NULL;
-    return SL_OK;
+    for (int64_t i = 0; i < x->ops.n; i++) {
+        rd_op *r = &x->ops.v[i];
+        const sl_op *op = r->op;
+        const uint64_t extent = (op->rows - 1) * op->dst_stride + op->row_elems * r->dsize;
+        r->host_dst = rd_local(x, r->dev)
+                          ? sl_device_host_at(&x->devs[r->dev].dev, op->dst_offset, extent)
+                          : NULL;
+    }
 }
 
 /* --verify's inputs to the chunk planner: whole files (SHA-256), or each file's block size, size
@@ -84,13 +88,6 @@ static sl_status rd_check_blocks(const rd_ctx *x, const rd_config *c)
                       (unsigned long long)(need / mib));
 }
 
-/* rd_chunk_opts.host_at: local devices only (the others are never written here). */
-static unsigned char *rd_host_at(const void *user, int32_t d, uint64_t off, uint64_t n)
-{
-    const rd_ctx *x = user;
-    return rd_local(x, d) ? sl_device_host_at(&x->devs[d].dev, off, n) : NULL;
-}
-
 /* The chunk planner's inputs, taken from the opened files and the devices. */
 static sl_status rd_plan_chunks(rd_ctx *x)
 {
@@ -107,10 +104,7 @@ static sl_status rd_plan_chunks(rd_ctx *x)
     for (int64_t f = 0; f < x->files.n; f++)
         file_direct[f] = (unsigned char)x->files.v[f].direct;
     co.file_direct = file_direct;
-    if (x->allow_direct) {
-        co.host_at = rd_host_at;
-        co.host_user = x;
-    }
+    co.direct = x->allow_direct;
     sl_status st = rd_chunks_build(&x->ops, &co, &x->chunks, x->err);
     if (st == SL_OK && co.whole)   /* files hashed whole take turns (read_verify.h) */
         st = rd_chunks_interleave(&x->chunks, x->err);
@@ -189,7 +183,7 @@ sl_status rd_setup(rd_ctx *x, const rd_config *c)
             memset(x->ops.used, 1, (size_t)c->n_files);
     }
     SL_TRY(rd_files_open(&x->files, x->ops.used, x->o->io, x->err));
-    SL_TRY(rd_host_ptrs(x));
+    rd_host_dsts(x);
     if (c->size_for_devices)
         rd_size_for_devices(x);
     else
@@ -220,8 +214,6 @@ void rd_free(rd_ctx *x)
     rd_chunks_free(&x->chunks);
     rd_verify_free(x->verify);
     x->verify = NULL;
-    free(x->host);
-    x->host = NULL;
     rd_free_buffers(x);
     sl_pool_free(x->pool);
     x->pool = NULL;

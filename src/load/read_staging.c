@@ -90,8 +90,8 @@ void rd_plan_ring(rd_ctx *x, uint64_t max_bytes)
 void rd_size_for_devices(rd_ctx *x)
 {
     int staged = 0;
-    for (int32_t d = 0; d < x->p->n_devices; d++)
-        staged |= !x->host[d] && x->devs[d].bytes > 0 && rd_local(x, d);
+    for (int64_t i = 0; i < x->ops.n; i++)
+        staged |= !x->ops.v[i].host_dst && rd_local(x, x->ops.v[i].dev);
     if (!staged)
         return;
     uint64_t budget = rd_staging_budget(x);
