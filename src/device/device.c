@@ -165,7 +165,8 @@ void *sl_device_host_at(const sl_device *d, uint64_t off, uint64_t n)
     if (d->ops->host_at)
         return d->ops->host_at(d->ctx, off, n);
     unsigned char *base = sl_device_host_ptr(d);
-    return base ? base + off : NULL;
+    const uint64_t size = sl_device_allocated(d);
+    return base && n && off <= size && n <= size - off ? base + off : NULL;
 }
 
 void *sl_device_ptr(const sl_device *d)
