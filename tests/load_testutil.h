@@ -202,6 +202,18 @@ static void fill_random(unsigned char *b, size_t n, unsigned seed)
         b[i] = (unsigned char)(rand() >> 7);
 }
 
+/* size random bytes from seed, also written to dir/name, whose path goes to path (len bytes);
+ * the caller frees them and unlinks the file. */
+static unsigned char *tu_random_file(const char *name, uint64_t size, unsigned seed, char *path,
+                                     size_t len)
+{
+    unsigned char *data = malloc(size);
+    fill_random(data, size, seed);
+    snprintf(path, len, "%s/%s", dir, name);
+    tu_write_file(path, data, size);
+    return data;
+}
+
 /* Values that convert without NaN: random f32 in [-4, 4) written in each dtype. */
 static void fill_floats(unsigned char *b, sl_dtype dt, size_t n, unsigned seed)
 {

@@ -67,11 +67,8 @@ static void test_tp_layout(sl_dtype plan_dt)
 static void test_read_once(void)
 {
     const uint64_t size = 200 << 10;
-    unsigned char *data = malloc(size);
-    fill_random(data, size, 9);
     char path[600];
-    snprintf(path, sizeof path, "%s/rep.bin", dir);
-    tu_write_file(path, data, size);
+    unsigned char *data = tu_random_file("rep.bin", size, 9, path, sizeof path);
     sl_plan *p = tp_new(4, SL_DTYPE_BF16, 1);
     for (int32_t d = 0; d < 4; d++) {
         int64_t i = tp_param(p, d, "norm", 1, size / 2);
@@ -169,11 +166,8 @@ static void test_random_plans(void)
 static void test_packed_rows(void)
 {
     const uint64_t rows = 256, stride = 16384, row = 64, size = rows * stride;
-    unsigned char *data = malloc(size);
-    fill_random(data, size, 13);
     char path[600];
-    snprintf(path, sizeof path, "%s/rows.bin", dir);
-    tu_write_file(path, data, size);
+    unsigned char *data = tu_random_file("rows.bin", size, 13, path, sizeof path);
     sl_plan *p = tp_new(2, SL_DTYPE_BF16, 1);
     for (int32_t d = 0; d < 2; d++) {
         int64_t i = tp_param(p, d, "w", rows, row / 2);
@@ -237,11 +231,8 @@ static void test_packed_fit(void)
 {
     const uint64_t kib = 1024, big = 4096 * kib, small = 256 * kib, seg = big + small;
     const uint64_t size = 8 * seg;
-    unsigned char *data = malloc(size);
-    fill_random(data, size, 17);
     char path[600];
-    snprintf(path, sizeof path, "%s/fit.bin", dir);
-    tu_write_file(path, data, size);
+    unsigned char *data = tu_random_file("fit.bin", size, 17, path, sizeof path);
     static const char *names[8] = {"b0", "b1", "b2", "b3", "b4", "b5", "b6", "b7"};
     sl_plan *p = tp_new(2, SL_DTYPE_BF16, 1);
     for (uint64_t k = 0; k < 8; k++) {

@@ -326,11 +326,8 @@ static void test_param_dest(const sl_load_file *f, const sl_plan *p, unsigned ch
 static void test_param_dest_direct(void)
 {
     const uint64_t mib = 1 << 20, big = 3 * mib, rows = 64, row = 8192, size = 2 * big + rows * row;
-    unsigned char *data = malloc(size);
-    fill_random(data, size, 21);
     char path[600];
-    snprintf(path, sizeof path, "%s/direct.bin", dir);
-    tu_write_file(path, data, size);
+    unsigned char *data = tu_random_file("direct.bin", size, 21, path, sizeof path);
     sl_plan *p = tp_new(1, SL_DTYPE_BF16, 1);
     for (int k = 0; k < 2; k++) {
         const int64_t i = tp_param(p, 0, k ? "b" : "a", 1, big / 2);

@@ -99,11 +99,8 @@ static sl_status step_load(const sl_load_file *f, const sl_plan *p, sl_load_opts
 static void test_split(void)
 {
     const uint64_t size = 12 * MIB + 3 * 4096 + 1000;
-    unsigned char *data = malloc(size);
-    fill_random(data, size, 7);
     char path[600];
-    snprintf(path, sizeof path, "%s/big.bin", dir);
-    tu_write_file(path, data, size);
+    unsigned char *data = tu_random_file("big.bin", size, 7, path, sizeof path);
     sl_plan *p = step_plan(size);
     const sl_load_file f = {path, size};
     unsigned char *fd[1] = {data};
