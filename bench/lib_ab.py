@@ -16,35 +16,22 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def warm(ckpt: str) -> None:
-    """Reads the checkpoint's files once, so that every run finds them in the page cache."""
-    for f in sorted(os.listdir(ckpt)):
-        if f.endswith(".safetensors"):
-            with open(os.path.join(ckpt, f), "rb") as fh:
-                while fh.read(64 << 20):
-                    pass
+sys.path.insert(0, HERE)
+import python_peers as peers  # noqa: E402  (its child, handshake and page-cache warming)
 
 
 def run(lib: str, name: str, ckpt: str, tp: str, scope: str) -> float:
-    """One child: it imports and allocates, says ready, loads on our go; its seconds."""
-    env = dict(os.environ, SHARDLOAD_LIBRARY=os.path.abspath(lib))
-    p = subprocess.Popen([sys.executable, os.path.join(HERE, "python_peers.py"), "--child", name,
-                          ckpt, tp, scope, "0"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         text=True, env=env)
-    assert p.stdin is not None and p.stdout is not None
-    if p.stdout.readline().strip() != "ready":
-        raise SystemExit(f"lib_ab: {name} with {lib} did not start")
-    p.stdin.write("go\n")
-    p.stdin.flush()
-    out = p.stdout.read()
-    if p.wait() != 0:
-        raise SystemExit(f"lib_ab: {name} with {lib} failed")
+    """One child with SHARDLOAD_LIBRARY=lib (inherited): it imports and allocates, says ready,
+    loads on our go; its seconds."""
+    os.environ["SHARDLOAD_LIBRARY"] = os.path.abspath(lib)
+    argv = [sys.executable, os.path.join(HERE, "python_peers.py"), "--child", name, ckpt, tp,
+            scope, "0"]
+    rc, out, err, _, _, _ = peers.run_child(argv, 600, lambda: None, True)
+    if rc != 0:
+        raise SystemExit(f"lib_ab: {name} with {lib} failed: {err.strip()[-300:]}")
     return float(json.loads(out.strip().splitlines()[-1])["seconds"])
 
 
@@ -53,14 +40,14 @@ def main() -> None:
         raise SystemExit(__doc__)
     old, new, name, tp, scope = sys.argv[1:6]
     rounds = int(sys.argv[6]) if len(sys.argv) > 6 else 7
-    ckpt = sys.argv[7] if len(sys.argv) > 7 else "bench/work/tinyllama-1.1b"
-    warm(ckpt)
-    secs: dict[str, list[float]] = {old: [], new: []}
+    ckpt = os.path.abspath(sys.argv[7] if len(sys.argv) > 7 else "bench/work/tinyllama-1.1b")
+    peers.warm(peers.ckpt_files(ckpt))   # once: every run finds the files in the page cache
+    builds = {"old": old, "new": new}   # by label: the same file twice is an A/A run
+    secs: dict[str, list[float]] = {label: [] for label in builds}
     for _ in range(rounds):
-        for lib in (old, new):
-            secs[lib].append(run(lib, name, ckpt, tp, scope))
-    for label, lib in (("old", old), ("new", new)):
-        v = secs[lib]
+        for label, lib in builds.items():
+            secs[label].append(run(lib, name, ckpt, tp, scope))
+    for label, v in secs.items():
         print(f"{name} tp={tp} {scope} {label}: median {statistics.median(v):.3f} s; "
               + " ".join(f"{x:.3f}" for x in v))
 
