@@ -1,8 +1,11 @@
 /* test_load_faults.c - loads that fail, on hand-built plans over files written here: the file
  * truncated before and while loading, a missing file, a device without a runtime or unknown, a bad
  * plan, and a CUDA call failing mid-load on the host-memory stand-in (the failed model holds no
- * device memory). Both engines; the stand-in and the oracle: load_testutil.h. */
+ * device memory); and a fault the load survives: O_DIRECT refused at open or on a read, after
+ * which the file is read buffered (einval_inject.h). Both engines; the stand-in and the oracle:
+ * load_testutil.h. */
 #include "load_testutil.h"
+#include "einval_inject.h"
 
 #include "load/convert.h"
 
@@ -200,6 +203,73 @@ static void test_tp_layout_faults(sl_dtype plan_dt)
     tp_layout_close(&t);
 }
 
+/* ---- O_DIRECT refused: the file goes on buffered ------------------------------------------- */
+
+/* --io direct where the filesystem refuses it, at open or on reads already in flight (refused from
+ * the first read, or after some succeeded): the load succeeds, equal to the oracle, reports io
+ * "buffered" and read each byte once. Four 4 MiB runs of device 0 alone (read straight into its
+ * memory), each followed by 256 KiB both devices hold (staged), all page-aligned. Read refusals
+ * need the pread engine (io_uring's reads bypass pread). */
+static void test_direct_refused(void)
+{
+    const uint64_t big = 4 << 20, small = 256 << 10, seg = big + small, size = 4 * seg;
+    char path[600];
+    unsigned char *data = tu_random_file("refused.bin", size, 23, path, sizeof path);
+    static const char *names[4] = {"b0", "b1", "b2", "b3"};
+    sl_plan *p = tp_new(2, SL_DTYPE_BF16, 1);
+    for (uint64_t k = 0; k < 4; k++) {
+        int64_t i = tp_param(p, 0, names[k], 1, big / 2);
+        tp_copy(p, 0, i, SL_DTYPE_BF16, 0, k * seg, 0, 0, 0, 1, big / 2);
+        for (int32_t d = 0; d < 2; d++) {
+            i = tp_param(p, d, "s", 1, small / 2);
+            tp_copy(p, d, i, SL_DTYPE_BF16, 0, k * seg + big, 0, 0, 0, 1, small / 2);
+        }
+    }
+    const sl_load_file f = {path, size};
+    unsigned char *fd[1] = {data};
+    /* open refused; every read refused (the reads in flight through the old descriptor too: at
+     * least two refusals); reads refused after three went through */
+    const struct {
+        ei_mode mode;
+        int reads_ok, min_refusals;
+    } cases[3] = {{EI_OPEN, 0, 1}, {EI_READ, 0, 2}, {EI_READ, 3, 1}};
+    for (int e = 0; e < 2; e++) {
+        for (int k = 0; k < 3; k++) {
+            if (cases[k].mode == EI_READ && e == 1)
+                continue;
+            sl_load_opts o;
+            sl_load_opts_init(&o);
+            o.io = SL_IO_DIRECT;
+            o.request_bytes = 1 << 20;
+            o.staging_bytes = 4 << 20;
+            sl_model *m = NULL;
+            int skip = 0;
+            ei_set(cases[k].mode, cases[k].reads_ok);
+            sl_status st = run_load(&f, 1, p, &o, engines[e], &m, &skip);
+            const int refused = ei_refusals();
+            ei_set(EI_OFF, 0);
+            if (skip) {
+                sl_model_free(m);
+                continue;
+            }
+            sl_load_stats s = {0};
+            sl_model_stats(m, &s);
+            EXPECT(st == SL_OK, "refused %d (%s): %s", k, engines[e], sl_model_errmsg(m));
+            EXPECT(st != SL_OK || !compare_model(m, p, fd), "refused %d (%s): data differ", k,
+                   engines[e]);
+            EXPECT(refused >= cases[k].min_refusals, "refused %d (%s): %d refusals", k,
+                   engines[e], refused);
+            EXPECT(st != SL_OK || (!strcmp(s.io, "buffered") && s.bytes_read == size),
+                   "refused %d (%s): io %s, bytes_read %llu of %llu", k, engines[e], s.io,
+                   (unsigned long long)s.bytes_read, (unsigned long long)size);
+            sl_model_free(m);
+        }
+    }
+    tp_free(p);
+    free(data);
+    unlink(path);
+}
+
 int main(void)
 {
     tu_load_begin("load_faults");
@@ -207,6 +277,7 @@ int main(void)
      * test_tp_layout_faults loads the stand-in; which also checks that a failed load is retried */
     test_changed();
     test_changed_packed();
+    test_direct_refused();
     test_tp_layout_faults(SL_DTYPE_BF16);
     test_tp_layout_faults(SL_DTYPE_F32);
     return tu_load_end();

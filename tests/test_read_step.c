@@ -2,8 +2,10 @@
  * in one process with every device local: chunks read into its two slots one at a time, each
  * large chunk by several requests in flight (rd_config.split), then scattered; both engines and
  * both I/O modes, compared with the oracle (load_testutil.h), with the bytes and requests read.
- * A file cut short under the reads fails naming it. */
+ * A file cut short under the reads fails naming it; O_DIRECT refused under a split chunk's parts
+ * (einval_inject.h) makes the file go on buffered, the result unchanged. */
 #include "load_testutil.h"
+#include "einval_inject.h"
 
 #include "load/read_step.h"
 
@@ -163,9 +165,52 @@ static void test_split(void)
     unlink(path);
 }
 
+/* O_DIRECT refused by reads of a split chunk's parts in flight, from the first read or after three
+ * went through: every refused part is read again buffered, and the result equals the oracle. The
+ * pread engine: io_uring's reads bypass einval_inject.h. */
+static void test_split_refused(void)
+{
+    const uint64_t size = 12 * MIB + 3 * 4096 + 1000;
+    char path[600];
+    unsigned char *data = tu_random_file("refused.bin", size, 8, path, sizeof path);
+    sl_plan *p = step_plan(size);
+    const sl_load_file f = {path, size};
+    unsigned char *fd[1] = {data};
+    for (int reads_ok = 0; reads_ok <= 3; reads_ok += 3) {
+        sl_load_opts o;
+        sl_load_opts_init(&o);
+        o.io = SL_IO_DIRECT;
+        sl_model *m = sl_model_new();
+        sl_load_stats s = {0};
+        step_expect x = {0};
+        int skip = 0;
+        ei_set(EI_READ, reads_ok);
+        sl_status st = step_load(&f, p, &o, engines[0], m, &s, &x, 0, &skip);
+        const int refused = ei_refusals();
+        ei_set(EI_OFF, 0);
+        if (!skip) {
+            EXPECT(st == SL_OK && !compare_model(m, p, fd), "refused after %d reads: %s", reads_ok,
+                   sl_model_errmsg(m));
+            /* reads_ok 0: every part in flight when the first completes is refused */
+            EXPECT(refused >= (reads_ok ? 1 : 2) && x.splittable > 0,
+                   "refused after %d reads: %d refusals, %lld splittable", reads_ok, refused,
+                   (long long)x.splittable);
+            EXPECT(!strcmp(s.io, "buffered") && s.bytes_read >= x.bytes && s.bytes_read <= x.pages,
+                   "refused after %d reads: io %s, read %llu (%llu to %llu)", reads_ok, s.io,
+                   (unsigned long long)s.bytes_read, (unsigned long long)x.bytes,
+                   (unsigned long long)x.pages);
+        }
+        sl_model_free(m);
+    }
+    tp_free(p);
+    free(data);
+    unlink(path);
+}
+
 int main(void)
 {
     tu_load_begin("read_step");
     test_split();
+    test_split_refused();
     return tu_load_end();
 }
