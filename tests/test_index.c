@@ -28,6 +28,20 @@ static const idx_case idx_cases[] = {
     {"I1 total_size negative", "{\"metadata\":{\"total_size\":-1},\"weight_map\":{}}", SL_E_INDEX, "total_size"},
     {"I1 total_size float", "{\"metadata\":{\"total_size\":1.5},\"weight_map\":{}}", SL_E_INDEX, "total_size"},
     {"I1 total_size string", "{\"metadata\":{\"total_size\":\"16\"},\"weight_map\":{}}", SL_E_INDEX, "total_size"},
+    /* integers beyond long long are valid JSON (read again as doubles): total_size only warns, other
+     * metadata is tolerated; the checks on total_size still apply */
+    {"I1 total_size 2^63", "{\"metadata\":{\"total_size\":9223372036854775808},\"weight_map\":{}}", SL_OK, NULL},
+    {"I1 total_size 2^64", "{\"metadata\":{\"total_size\":18446744073709551616},\"weight_map\":{}}", SL_OK, NULL},
+    {"I1 other metadata 2^64", "{\"metadata\":{\"total_size\":16,\"n\":18446744073709551616},\"weight_map\":{}}",
+     SL_OK, NULL},
+    {"I1 total_size -2^63-1", "{\"metadata\":{\"total_size\":-9223372036854775809},\"weight_map\":{}}", SL_E_INDEX,
+     "total_size"},
+    {"I1 total_size float beside 2^64", "{\"metadata\":{\"total_size\":1.5,\"n\":18446744073709551616},"
+     "\"weight_map\":{}}", SL_E_INDEX, "total_size"},
+    {"I1 total_size string beside 2^64", "{\"metadata\":{\"total_size\":\"1\",\"n\":18446744073709551616},"
+     "\"weight_map\":{}}", SL_E_INDEX, "total_size"},
+    {"I3 duplicate beside 2^64", "{\"metadata\":{\"n\":18446744073709551616},\"weight_map\":{\"a\":\"" S1
+     "\",\"a\":\"" S2 "\"}}", SL_E_INDEX, "duplicate"},
     {"I2 parent", "{\"weight_map\":{\"a\":\"../x.safetensors\"}}", SL_E_INDEX, "../x.safetensors"},
     {"I2 absolute", "{\"weight_map\":{\"a\":\"/abs.safetensors\"}}", SL_E_INDEX, "/abs.safetensors"},
     {"I2 subdirectory", "{\"weight_map\":{\"a\":\"a/b.safetensors\"}}", SL_E_INDEX, "a/b"},
@@ -150,9 +164,20 @@ static void test_valid_indexed(void)
     }
     tu_rm_rf(d.dir);
 
-    /* total_size that matches (16 data bytes) or is absent: no warning */
-    const char *const quiet[] = {"{\"metadata\":{\"total_size\":16}," GOOD_MAP "}", "{" GOOD_MAP "}"};
-    for (int i = 0; i < 2; i++) {
+    /* total_size beyond 2^63 (the index read again with doubles): the same warning, saying so */
+    two_shards(&d, "{\"metadata\":{\"total_size\":18446744073709551615}," GOOD_MAP "}");
+    ck = open_expect(&d, SL_OK, "huge total_size", NULL, NULL);
+    const char *w = ck ? sl_checkpoint_warning(ck, 0) : NULL;
+    EXPECT(ck && sl_checkpoint_warning_count(ck) == 1 && w &&
+               strstr(w, "metadata.total_size is beyond 2^63 but the shards hold 16 bytes"),
+           "huge total_size warning: %s", w ? w : "(none)");
+    sl_checkpoint_close(ck);
+    tu_rm_rf(d.dir);
+
+    /* total_size that matches (16 data bytes), also beside a huge integer, or is absent: no warning */
+    const char *const quiet[] = {"{\"metadata\":{\"total_size\":16}," GOOD_MAP "}", "{" GOOD_MAP "}",
+                                 "{\"metadata\":{\"total_size\":16,\"n\":18446744073709551616}," GOOD_MAP "}"};
+    for (int i = 0; i < 3; i++) {
         two_shards(&d, quiet[i]);
         ck = open_expect(&d, SL_OK, "quiet index", NULL, NULL);
         EXPECT(ck && sl_checkpoint_warning_count(ck) == 0, "index %d: unexpected warning %s", i,

@@ -157,7 +157,11 @@ void ck_check_total_size(sl_checkpoint *ck, const st_index *ix, const char *inde
     uint64_t data = 0;
     for (size_t f = 0; f < ck->n_files; f++)
         data += ck->files[f].size - ck->files[f].h.data_start;   /* R11: no overflow */
-    if (ix->has_total_size && ix->total_size != data)
+    if (ix->has_total_size && ix->total_size_huge)
+        ck_warn(ck, "%s: metadata.total_size is beyond 2^63 but the shards hold %llu bytes of "
+                "tensor data (ignored: nothing is sized from it)", index_path,
+                (unsigned long long)data);
+    else if (ix->has_total_size && ix->total_size != data)
         ck_warn(ck, "%s: metadata.total_size is %llu but the shards hold %llu bytes of tensor data "
                 "(ignored: nothing is sized from it)", index_path, (unsigned long long)ix->total_size,
                 (unsigned long long)data);

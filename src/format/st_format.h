@@ -88,6 +88,7 @@ typedef struct st_index {
     const char **shards;     /* unique shard names, sorted (transformers: sorted(set(values))) */
     size_t n_shards;
     bool has_total_size;
+    bool total_size_huge;    /* total_size is an integer beyond INT64_MAX: only that is known */
     uint64_t total_size;
 } st_index;
 

@@ -75,7 +75,20 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-static sl_status index_metadata(const json_t *root, st_index *ix, sl_err *e)
+/* total_size as parsed with every integer decoded as a double (st_index_parse: some integer in
+ * the file is beyond jansson's long long). An integral value is taken as the integer it was,
+ * though "5.0" looks the same as "5" then: total_size is only ever compared, for a warning. */
+static sl_status index_total_size_real(const json_t *ts, st_index *ix, sl_err *e)
+{
+    const double v = json_is_real(ts) ? json_real_value(ts) : -1;
+    ix->total_size_huge = v >= 0x1p63;   /* every double this large is integral */
+    SL_CHECK(ix->total_size_huge || (v >= 0 && v == (double)(uint64_t)v), e, SL_E_INDEX,
+             "metadata.total_size is not a non-negative integer");
+    ix->total_size = ix->total_size_huge ? 0 : (uint64_t)v;
+    return SL_OK;
+}
+
+static sl_status index_metadata(const json_t *root, bool ints_as_real, st_index *ix, sl_err *e)
 {
     const json_t *md = json_object_get(root, "metadata");
     if (!md)
@@ -84,9 +97,11 @@ static sl_status index_metadata(const json_t *root, st_index *ix, sl_err *e)
     const json_t *ts = json_object_get(md, "total_size");
     if (!ts)
         return SL_OK;
+    ix->has_total_size = true;
+    if (ints_as_real)
+        return index_total_size_real(ts, ix, e);
     SL_CHECK(json_is_integer(ts) && json_integer_value(ts) >= 0, e, SL_E_INDEX,
              "metadata.total_size is not a non-negative integer");
-    ix->has_total_size = true;
     ix->total_size = (uint64_t)json_integer_value(ts);
     return SL_OK;
 }
@@ -156,6 +171,11 @@ sl_status st_index_parse(const char *buf, size_t len, st_index *ix, sl_err *e)
     json_error_t je;
     sl_status st = SL_OK;
     json_t *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &je);
+    /* An integer beyond long long is still valid JSON, and the index's numbers only warn (I1, I7:
+     * total_size; other metadata is tolerated): read such a file again with doubles for them. */
+    const bool ints_as_real = !root && json_error_code(&je) == json_error_numeric_overflow;
+    if (ints_as_real)
+        root = json_loadb(buf, len, JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL, &je);
     if (!root) {
         st = sl_err_set(e, SL_E_INDEX, "invalid JSON at byte %d: %s", je.position, je.text);
         goto out;
@@ -164,7 +184,7 @@ sl_status st_index_parse(const char *buf, size_t len, st_index *ix, sl_err *e)
         st = sl_err_set(e, SL_E_INDEX, "the root is not an object");
         goto out;
     }
-    st = index_metadata(root, ix, e);
+    st = index_metadata(root, ints_as_real, ix, e);
     if (st == SL_OK)
         st = index_weight_map(root, ix, e);
 out:
