@@ -60,8 +60,16 @@ int main(void)
            "s3://models/dir/f.safetensors");
     o.s3_addressing = 2;
     url_of("s3://models/k~_-.", &o, "http://models.127.0.0.1:9000/k~_-.", "s3://models/k~_-.");
+    /* the name leaves out credentials: a user and password, an http(s) query (a SAS signature);
+     * an s3:// key may hold '?' */
     url_of("http://user:secret@host:8/d/f.safetensors?sig=1", &o, "http://user:secret@host:8/d/f.safetensors?sig=1",
-           "http://host:8/d/f.safetensors?sig=1");
+           "http://host:8/d/f.safetensors");
+    url_of("HTTPS://host/d/f.safetensors?sv=1&sig=a/b#frag", &o, "HTTPS://host/d/f.safetensors?sv=1&sig=a/b#frag",
+           "HTTPS://host/d/f.safetensors");
+    url_of("https://host?sig=x", &o, "https://host?sig=x", "https://host");
+    o.s3_addressing = 1;
+    url_of("s3://models/k?v=1", &o, "http://127.0.0.1:9000/models/k%3Fv%3D1", "s3://models/k?v=1");
+    o.s3_addressing = 2;
     url_of("https://host/d/", &o, "https://host/d/", "https://host/d/");
 
     sl_http_cfg c;
@@ -134,8 +142,20 @@ int main(void)
     sl_http_cfg_free(&cc);
     sl_err_clear(&ce);
 
-    char *j = sl_http_join("s3://b/p//", "/x.safetensors");
-    EXPECT(j && !strcmp(j, "s3://b/p/x.safetensors"), "join: %s", j ? j : "(null)");
-    free(j);
+    /* names go before an http(s) query, which every object under it shares */
+    static const char *const joins[][3] = {
+        {"s3://b/p//", "/x.safetensors", "s3://b/p/x.safetensors"},
+        {"s3://b/p?q", "x.safetensors", "s3://b/p?q/x.safetensors"},
+        {"https://h/c/d?sv=1&sig=a/b", "x.safetensors", "https://h/c/d/x.safetensors?sv=1&sig=a/b"},
+        {"https://h/c/d/?sig=1", "/x", "https://h/c/d/x?sig=1"},
+        {"http://h/c#f", "x", "http://h/c/x#f"},
+        {"http://h/c/", "x", "http://h/c/x"},
+    };
+    for (size_t k = 0; k < sizeof joins / sizeof joins[0]; k++) {
+        char *j = sl_http_join(joins[k][0], joins[k][1]);
+        EXPECT(j && !strcmp(j, joins[k][2]), "join %s + %s: %s, want %s", joins[k][0], joins[k][1],
+               j ? j : "(null)", joins[k][2]);
+        free(j);
+    }
     return expect_failures ? 1 : 0;
 }

@@ -37,10 +37,11 @@ void ck_remote_free(sl_checkpoint *ck)
     ck->remote_base = NULL;
 }
 
-static int has_suffix(const char *s, const char *suf)
+/* Whether the URL names a .safetensors file: its path does, whatever its query says. */
+static int names_file(const char *url)
 {
-    const size_t n = strlen(s), k = strlen(suf);
-    return n > k && strcmp(s + n - k, suf) == 0;
+    const size_t n = sl_http_path_len(url), k = sizeof ".safetensors" - 1;
+    return n > k && memcmp(url + n - k, ".safetensors", k) == 0;
 }
 
 static sl_status ck_add_remote(sl_checkpoint *ck, const char *url)
@@ -171,6 +172,18 @@ static sl_status ck_remote_dir(sl_checkpoint *ck)
     return st;
 }
 
+/* u (a URL without its query) cut to its directory: what is before a file's last '/', or without
+ * trailing slashes. */
+static void dir_of(char *u, int file)
+{
+    if (file) {
+        *strrchr(u, '/') = '\0';
+        return;
+    }
+    for (size_t n = strlen(u); n > 0 && u[n - 1] == '/';)
+        u[--n] = '\0';
+}
+
 /* ck->dir: the directory's name for messages (no credentials), ck->remote_base: its URL. */
 static sl_status ck_remote_names(sl_checkpoint *ck, const char *path, int file)
 {
@@ -180,25 +193,24 @@ static sl_status ck_remote_names(sl_checkpoint *ck, const char *path, int file)
         sl_http_obj_free(&o);
         return st;
     }
-    char *base = strdup(path), *dir = strdup(o.name);
+    const size_t path_len = sl_http_path_len(path);
+    char *base = strndup(path, path_len), *dir = strdup(o.name);
     sl_http_obj_free(&o);
     if (!base || !dir) {
         free(base);
         free(dir);
         return sl_err_set(&ck->err, SL_E_NOMEM, "out of memory");
     }
-    char *bs = strrchr(base, '/'), *ds = strrchr(dir, '/');
-    if (file) {   /* the file's directory: what is before its last '/' */
-        *bs = '\0';
-        *ds = '\0';
-    } else {      /* without trailing slashes */
-        for (size_t n = strlen(base); n > 0 && base[n - 1] == '/';)
-            base[--n] = '\0';
-        for (size_t n = strlen(dir); n > 0 && dir[n - 1] == '/';)
-            dir[--n] = '\0';
-    }
-    ck->remote_base = base;
+    dir_of(base, file);
+    dir_of(dir, file);
     ck->dir = dir;
+    /* the query (a SAS token) goes back after the directory: sl_http_join puts names before it */
+    const char *query = path + path_len;
+    ck->remote_base = malloc(strlen(base) + strlen(query) + 1);
+    if (ck->remote_base)
+        sprintf(ck->remote_base, "%s%s", base, query);
+    free(base);
+    SL_CHECK(ck->remote_base, &ck->err, SL_E_NOMEM, "out of memory");
     return SL_OK;
 }
 
@@ -207,7 +219,7 @@ static sl_status ck_open_remote(sl_checkpoint *ck, const char *path, const sl_lo
     ck->remote_cfg = calloc(1, sizeof *ck->remote_cfg);
     SL_CHECK(ck->remote_cfg, &ck->err, SL_E_NOMEM, "out of memory");
     SL_TRY(sl_http_cfg_init(ck->remote_cfg, o, &ck->err));
-    const int file = has_suffix(path, ".safetensors");
+    const int file = names_file(path);
     SL_TRY(ck_remote_names(ck, path, file));
     if (!file)
         return ck_remote_dir(ck);

@@ -78,8 +78,11 @@ void sl_http_tune_from(sl_http_tune *t, const sl_load_opts *o);
 sl_status sl_http_cfg_init(sl_http_cfg *c, const sl_load_opts *o, sl_err *err);
 void sl_http_cfg_free(sl_http_cfg *c);
 
-/* base (a directory or file URL as the user wrote it) + "/" + rel, normalised to one '/'. NULL when
- * out of memory. */
+/* The length of u up to an http(s) URL's query or fragment ('?', '#'); all of it for anything
+ * else (an s3:// key may hold '?'). */
+size_t sl_http_path_len(const char *u);
+/* base (a directory or file URL as the user wrote it) + "/" + rel, normalised to one '/', before
+ * base's query if it has one (http(s)). NULL when out of memory. */
 char *sl_http_join(const char *base, const char *rel);
 /* s percent-encoded into dst (room for 3 * strlen(s) + 1): every byte but the unreserved ones
  * (ASCII letters and digits, - _ . ~), and '/' when keep_slash (an S3 key in a path; a query

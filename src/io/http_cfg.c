@@ -21,6 +21,12 @@ static int is_s3(const char *u)
     return !strncasecmp(u, "s3://", 5);
 }
 
+size_t sl_http_path_len(const char *u)
+{
+    const int http = !strncasecmp(u, "http://", 7) || !strncasecmp(u, "https://", 8);
+    return http ? strcspn(u, "?#") : strlen(u);
+}
+
 static unsigned pick_u(int32_t v, unsigned dflt)
 {
     return v > 0 ? (unsigned)v : dflt;
@@ -134,15 +140,17 @@ void sl_http_cfg_free(sl_http_cfg *c)
 
 char *sl_http_join(const char *base, const char *rel)
 {
-    size_t bl = strlen(base);
+    const size_t path = sl_http_path_len(base);
+    const char *query = base + path;   /* a SAS token: the same for every object under it */
+    size_t bl = path;
     while (bl > 0 && base[bl - 1] == '/')
         bl--;
     while (*rel == '/')
         rel++;
-    const size_t n = bl + 1 + strlen(rel) + 1;
+    const size_t n = bl + 1 + strlen(rel) + strlen(query) + 1;
     char *p = malloc(n);
     if (p)
-        snprintf(p, n, "%.*s/%s", (int)bl, base, rel);
+        snprintf(p, n, "%.*s/%s%s", (int)bl, base, rel, query);
     return p;
 }
 
@@ -217,20 +225,18 @@ static sl_status s3_url(sl_http_obj *o, const sl_http_cfg *c, const char *rest, 
     return SL_OK;
 }
 
-/* The name without "user:password@" (curl still sends them, as Basic authentication). */
-static char *strip_userinfo(const char *u)
+/* The name without "user:password@" and without an http(s) query (a SAS token's signature): both
+ * are credentials, and curl still sends them (Basic authentication, the query). */
+static char *display_name(const char *u)
 {
     const char *host = strstr(u, "://") + 3;
     const char *end = host + strcspn(host, "/?#");
     const char *at = memchr(host, '@', (size_t)(end - host));
-    char *s = malloc(strlen(u) + 1);
-    if (!s)
-        return NULL;
-    if (!at) {
-        strcpy(s, u);
-        return s;
-    }
-    snprintf(s, strlen(u) + 1, "%.*s%s", (int)(host - u), u, at + 1);
+    const char *rest = at ? at + 1 : host;
+    const size_t scheme = (size_t)(host - u), tail = sl_http_path_len(u) - (size_t)(rest - u);
+    char *s = malloc(scheme + tail + 1);
+    if (s)
+        snprintf(s, scheme + tail + 1, "%.*s%.*s", (int)scheme, u, (int)tail, rest);
     return s;
 }
 
@@ -238,7 +244,7 @@ sl_status sl_http_obj_init(sl_http_obj *o, sl_http_cfg *c, const char *name, sl_
 {
     *o = (sl_http_obj){.cfg = c};
     SL_CHECK(sl_http_is_url(name), err, SL_E_INVALID_ARG, "%s: not an http://, https:// or s3:// URL", name);
-    o->name = strip_userinfo(name);
+    o->name = display_name(name);
     SL_CHECK(o->name, err, SL_E_NOMEM, "out of memory");
     if (is_s3(name))
         return s3_url(o, c, name + 5, err);
