@@ -3,9 +3,10 @@
  * Every response is checked before a byte of its body is kept: a 206 must start where the range
  * asked and name the object's total size; ETag and Last-Modified must be the ones the first GET
  * saw. Another size, ETag or modification time, or a 412, is SL_E_CHANGED: the object was replaced
- * after its header was read, and its bytes would be another model's. Connection errors, timeouts,
- * truncated bodies, 5xx and 429 are retried after an exponential backoff with jitter, from the
- * first byte not yet received; 403, 404 and other 4xx fail at once. */
+ * after its header was read, and its bytes would be another model's. Connection errors, stalls (no
+ * byte for the timeout), truncated bodies, 5xx but 501 and 505, and 429 are retried after an
+ * exponential backoff with jitter, from the first byte not yet received; 403, 404, other 4xx, 501
+ * (not implemented) and 505 (HTTP version not supported) fail at once: every try would meet them. */
 #include "io/http_xfer.h"
 
 #include <inttypes.h>
@@ -41,13 +42,10 @@ CURL *xf_easy_new(const sl_http_tune *t)
     CURL *h = curl_easy_init();
     if (!h)
         return NULL;
-    const long secs = (long)((t->timeout_ms + 999) / 1000);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)t->timeout_ms);
-    curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);     /* no byte for `secs`: a stall */
-    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, secs > 0 ? secs : 1L);
     curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 256L * 1024);
     curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
@@ -77,6 +75,7 @@ void xf_release(sl_http_xfer *x)
 static size_t on_header(char *line, size_t size, size_t nitems, void *user)
 {
     sl_http_xfer *x = user;
+    x->last_byte_ms = xf_now_ms();
     sl_http_resp_header(&x->resp, line, size * nitems);
     return size * nitems;
 }
@@ -189,6 +188,7 @@ static size_t on_body(char *p, size_t size, size_t nmemb, void *user)
 {
     sl_http_xfer *x = user;
     const size_t n = size * nmemb;
+    x->last_byte_ms = xf_now_ms();
     long code = 0;
     curl_easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &code);
     if (code < 200 || code >= 300)
@@ -207,6 +207,20 @@ static size_t on_body(char *p, size_t size, size_t nmemb, void *user)
     memcpy(x->buf + x->got, p, n);
     x->got += n;
     return n;
+}
+
+/* A stall: no byte for the timeout. curl's own low-speed check (CURLOPT_LOW_SPEED_TIME) averages
+ * over about 5 s and counts whole seconds, so a burst before a stall hid it for several seconds
+ * more; curl calls this at least once a second while a transfer is idle. */
+static int on_progress(void *user, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow)
+{
+    (void)dltotal;
+    (void)dlnow;
+    (void)ultotal;
+    (void)ulnow;
+    sl_http_xfer *x = user;
+    x->stalled = xf_now_ms() - x->last_byte_ms > x->tune->timeout_ms;
+    return x->stalled;   /* non-zero: CURLE_ABORTED_BY_CALLBACK */
 }
 
 /* ---- an attempt ---- */
@@ -257,6 +271,8 @@ sl_status xf_prepare(sl_http_xfer *x, CURL *h, sl_err *err)
     x->body_len = 0;
     x->body[0] = '\0';
     x->fail_st = SL_OK;
+    x->stalled = 0;
+    x->last_byte_ms = xf_now_ms();
     x->tries++;
     if (x->whole)
         x->got = 0;   /* no Range: the whole body again */
@@ -267,6 +283,9 @@ sl_status xf_prepare(sl_http_xfer *x, CURL *h, sl_err *err)
     curl_easy_setopt(h, CURLOPT_WRITEDATA, x);
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, x);
+    curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+    curl_easy_setopt(h, CURLOPT_XFERINFODATA, x);
+    curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
     curl_easy_setopt(h, CURLOPT_PRIVATE, x);
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, x->errbuf);   /* unset by xf_finish */
     if (x->head)
@@ -282,8 +301,10 @@ sl_status xf_prepare(sl_http_xfer *x, CURL *h, sl_err *err)
     /* S3 returns an object's checksum only when asked, and only to a request of the whole object */
     if (x->head)
         SL_TRY(add_header(x, "x-amz-checksum-mode: ENABLED", err));
-    /* an object replaced between attempts answers 412 rather than other bytes */
-    if (x->obj->etag && !x->whole) {
+    /* an object replaced between attempts answers 412 rather than other bytes; If-Match compares
+     * strongly (RFC 9110 13.1.1), so a weak ETag ("W/...") would never match: such a tag is only
+     * compared with each response's (check_identity) */
+    if (x->obj->etag && strncmp(x->obj->etag, "W/", 2) != 0 && !x->whole) {
         char line[300];
         snprintf(line, sizeof line, "If-Match: %s", x->obj->etag);
         SL_TRY(add_header(x, line, err));
@@ -410,12 +431,16 @@ int xf_finish(sl_http_xfer *x, CURLcode rc, sl_err *err)
         return xf_tls_fail(x, rc, err);
     if (!x->whole && x->checked && x->got == x->len)
         return XF_DONE;   /* every byte came, checked, whatever ended the connection after them */
-    if (rc == CURLE_OK && (code == 429 || code == 500 || code == 502 || code == 503 || code == 504)) {
+    if (rc == CURLE_OK && (code == 429 || (code >= 500 && code <= 599 && code != 501 && code != 505))) {
         snprintf(x->last_reason, sizeof x->last_reason, "HTTP %ld", code);
         return xf_retry(x, err);
     }
     if (rc == CURLE_OK && (code < 200 || code >= 300))
         return xf_http_fail(x, code, err);
+    if (rc == CURLE_ABORTED_BY_CALLBACK && x->stalled) {
+        snprintf(x->last_reason, sizeof x->last_reason, "no byte for %u ms", x->tune->timeout_ms);
+        return xf_retry(x, err);
+    }
     if (rc != CURLE_OK && retryable_curl(rc)) {
         snprintf(x->last_reason, sizeof x->last_reason, "%s", curl_easy_strerror(rc));
         return xf_retry(x, err);

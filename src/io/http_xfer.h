@@ -35,6 +35,8 @@ typedef struct sl_http_xfer {
     /* the attempt */
     CURL *h;                   /* the handle it runs on; NULL when not running (http_pool.c) */
     size_t got_at_start;
+    uint64_t last_byte_ms;     /* when the attempt started or its last byte (header or body) came */
+    int stalled;               /* ended by on_progress: no byte for the tune's timeout */
     int checked;               /* the response's headers were checked (at the first body byte) */
     sl_http_resp resp;         /* the response's headers (http_parse.h) */
     char s3_code[64];
