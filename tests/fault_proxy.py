@@ -12,6 +12,7 @@ and (i - after) % every == 0, at most --count times (0: no limit). KIND:
   reset     half the body, then a TCP reset (SO_LINGER 0)
   truncate  half the body, then a clean close (the Content-Length is not met)
   503       a 503 Service Unavailable instead of the response (--every 1 --count 3: a burst)
+  507, 501  a 507 Insufficient Storage (transient: retried) or a 501 Not Implemented (not retried)
   429       a 429 Too Many Requests with Retry-After: 1
   stall     half the body (--stall-bytes B: B bytes of it, 0 for none), then nothing for --stall
             seconds (default 5), then the rest; logged when the stall starts, with the bytes sent
@@ -23,7 +24,8 @@ and (i - after) % every == 0, at most --count times (0: no limit). KIND:
             --replace-cmd runs a shell command instead (an S3 put of other bytes)
   none      nothing broken (counts only)
 HEADs are forwarded as they are, never broken.
---log appends "<path> <status> <bytes sent> <fault or -> <first byte asked for or ->" per request.
+--log appends "<path> <status> <bytes sent> <fault or -> <first byte asked for or -> <unix time>"
+per request (for a stall: when it starts).
 """
 import argparse
 import http.client
@@ -83,7 +85,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if A.log:
             with LOCK, open(A.log, "a") as f:
                 m = re.fullmatch(r"bytes=(\d+)-\d*", (self.headers.get("Range") or "").strip())
-                f.write("%s %d %d %s %s\n" % (self.path, status, n, fault or "-", m.group(1) if m else "-"))
+                f.write("%s %d %d %s %s %.3f\n" % (self.path, status, n, fault or "-", m.group(1) if m else "-",
+                                                 time.time()))
 
     # Each request is logged before its bytes are sent: the client may be done, and the test
     # stop this process, as soon as the last byte arrives (a load's last GET went unlogged).
@@ -99,7 +102,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self):
         fault = decide(self.headers)
-        if fault in ("503", "429"):
+        if fault in ("503", "507", "501", "429"):
             extra = [("Retry-After", "1")] if fault == "429" else []
             return self._plain(int(fault), fault, extra)
         status, body = self._forward("GET")
@@ -165,7 +168,7 @@ def main():
     p.add_argument("upstream", type=int)
     p.add_argument("portfile")
     p.add_argument("--fault", required=True,
-                   choices=["reset", "truncate", "503", "429", "stall", "flip", "replace", "none"])
+                   choices=["reset", "truncate", "503", "507", "501", "429", "stall", "flip", "replace", "none"])
     p.add_argument("--every", type=int, default=1)
     p.add_argument("--after", type=int, default=0)
     p.add_argument("--count", type=int, default=0)

@@ -5,12 +5,17 @@ per file (from its inode, size and mtime in ns, so a replaced or rewritten file 
 If-Match (412 when it no longer matches) and 404s. No directory listings.
 
 Usage: http_range_server.py ROOT PORTFILE [--log FILE] [--deny SUBSTRING] [--no-if-match]
-                           [--long-etag] [--tls CERT KEY --tls-log FILE]
+                           [--long-etag] [--weak-etag] [--no-validators] [--require-query Q]
+                           [--tls CERT KEY --tls-log FILE]
 Binds 127.0.0.1 on a free port and writes the port to PORTFILE once it accepts connections.
 --log appends one line per GET: "<path> <status> <body bytes> <first byte asked for, or ->". --deny answers 403 (with an S3-like
 <Code>AccessDenied</Code> body) to every path containing SUBSTRING. --no-if-match ignores If-Match, as
 some servers do (the loader's ETag, Last-Modified and size checks must then catch a change).
 --long-etag pads each ETag to 300 characters (longer than the loader keeps; If-Match still exact).
+--weak-etag sends weak ETags (W/"..."), which If-Match compares strongly (RFC 9110 13.1.1): never
+a match, a 412 for any If-Match. --no-validators sends neither ETag nor Last-Modified (a
+change of the same size is then invisible). --require-query answers 403 to a request whose query string is
+not Q (a SAS token's signature, say).
 --tls serves https with the PEM certificate (chain) CERT and its key KEY, the handshake on the
 connection's own thread (a client that rejects the certificate stops no one else); --tls-log
 appends "ok" or "failed <reason>" per handshake, so a test can count a client's attempts.
@@ -34,11 +39,14 @@ LOG_LOCK = threading.Lock()
 
 
 LONG_ETAG = False
+WEAK_ETAG = False
+VALIDATORS = True
+QUERY = None
 
 
 def etag_of(st):
     tag = "%x-%x-%x" % (st.st_ino, st.st_size, st.st_mtime_ns)
-    return '"%s"' % (tag.ljust(298, "0") if LONG_ETAG else tag)
+    return ('W/"%s"' if WEAK_ETAG else '"%s"') % (tag.ljust(298, "0") if LONG_ETAG else tag)
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -68,7 +76,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.do_GET()
 
     def do_GET(self):
-        rel = self.path.split("?", 1)[0].lstrip("/")
+        rel, _, query = self.path.partition("?")
+        rel = rel.lstrip("/")
+        if QUERY is not None and query != QUERY:
+            return self._send(403, b"<Error><Code>AuthenticationFailed</Code></Error>")
         if DENY and DENY in rel:
             return self._send(403, b"<Error><Code>AccessDenied</Code></Error>")
         path = os.path.realpath(os.path.join(ROOT, rel))
@@ -77,10 +88,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
         with open(path, "rb") as f:
             st = os.fstat(f.fileno())
             tag = etag_of(st)
-            meta = [("ETag", tag), ("Last-Modified", email.utils.formatdate(st.st_mtime, usegmt=True)),
-                    ("Accept-Ranges", "bytes")]
+            meta = [("ETag", tag), ("Last-Modified", email.utils.formatdate(st.st_mtime, usegmt=True))]
+            meta = (meta if VALIDATORS else []) + [("Accept-Ranges", "bytes")]
             im = self.headers.get("If-Match")
-            if IF_MATCH and im and im.strip() != "*" and tag not in [t.strip() for t in im.split(",")]:
+            strong = [t.strip() for t in (im or "").split(",") if not WEAK_ETAG]
+            if IF_MATCH and im and im.strip() != "*" and tag not in strong:
                 return self._send(412, b"precondition failed\n", meta)
             size = st.st_size
             rng = self.headers.get("Range")
@@ -132,7 +144,7 @@ def tls_log(line):
 
 
 def main():
-    global ROOT, LOG, DENY, IF_MATCH, TLS, TLS_LOG, LONG_ETAG
+    global ROOT, LOG, DENY, IF_MATCH, TLS, TLS_LOG, LONG_ETAG, WEAK_ETAG, VALIDATORS, QUERY
     args = sys.argv[1:]
     if "--tls" in args:
         i = args.index("--tls")
@@ -150,6 +162,16 @@ def main():
     if "--long-etag" in args:
         args.remove("--long-etag")
         LONG_ETAG = True
+    if "--weak-etag" in args:
+        args.remove("--weak-etag")
+        WEAK_ETAG = True
+    if "--no-validators" in args:
+        args.remove("--no-validators")
+        VALIDATORS = False
+    if "--require-query" in args:
+        i = args.index("--require-query")
+        QUERY = args[i + 1]
+        del args[i:i + 2]
     if "--deny" in args:
         i = args.index("--deny")
         DENY = args[i + 1]

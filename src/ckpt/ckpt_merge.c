@@ -132,10 +132,8 @@ void ck_detect_presharded(sl_checkpoint *ck)
 }
 
 
-static void ck_warn(sl_checkpoint *ck, const char *fmt, ...) SL_PRINTF(2, 3);
-
 /* A warning that cannot be stored (out of memory) is dropped: warnings never fail an open. */
-static void ck_warn(sl_checkpoint *ck, const char *fmt, ...)
+void ck_warn(sl_checkpoint *ck, const char *fmt, ...)
 {
     char buf[1024];
     va_list ap;

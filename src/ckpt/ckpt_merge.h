@@ -13,6 +13,8 @@ sl_status ck_check_duplicates(sl_checkpoint *ck);
 sl_status ck_check_index(sl_checkpoint *ck, const st_index *ix);
 /* Marks the files' ranks when every file is a model-rank-{d}-part-{p}.safetensors. */
 void ck_detect_presharded(sl_checkpoint *ck);
+/* A warning on ck (sl_checkpoint_warning), one printable line. */
+void ck_warn(sl_checkpoint *ck, const char *fmt, ...) SL_PRINTF(2, 3);
 /* I7: a total_size that disagrees with the shards is a warning (index_path names it). */
 void ck_check_total_size(sl_checkpoint *ck, const st_index *ix, const char *index_path);
 

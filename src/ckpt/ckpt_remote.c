@@ -93,6 +93,24 @@ static sl_status ck_remote_headers(sl_checkpoint *ck, sl_http_range *r, unsigned
     return SL_OK;
 }
 
+/* An object is known by its size, ETag and Last-Modified (http_xfer.c): from a server that sends
+ * neither of the last two, a rewrite of the same size during the load cannot be told apart. Said
+ * once, with how many files it concerns. */
+static void ck_check_validators(sl_checkpoint *ck)
+{
+    size_t bare = 0, first = 0;
+    for (size_t f = ck->n_files; f-- > 0;) {
+        if (!ck->files[f].remote->etag && !ck->files[f].remote->last_modified) {
+            bare++;
+            first = f;
+        }
+    }
+    if (bare)
+        ck_warn(ck, "%s: the server sent no ETag or Last-Modified (%zu of %zu files): a rewrite of the "
+                "same size during the load would go unnoticed (--verify checks the bytes)",
+                ck->files[first].path, bare, ck->n_files);
+}
+
 static sl_status ck_remote_files(sl_checkpoint *ck)
 {
     const size_t n = ck->n_files;
@@ -105,6 +123,8 @@ static sl_status ck_remote_files(sl_checkpoint *ck)
     free(hdr);
     free(first8);
     free(r);
+    if (st == SL_OK)
+        ck_check_validators(ck);
     if (st == SL_OK)
         st = ck_build_tensors(ck);
     return st == SL_OK ? ck_check_duplicates(ck) : st;
