@@ -113,10 +113,14 @@ int cli_ckpt_path(const char *arg, char *buf, size_t n, const char **path);
     "  --ca-bundle FILE    https: trust these CAs (PEM) instead of the system's (default\n"          \
     "                  $AWS_CA_BUNDLE for s3://, else $CURL_CA_BUNDLE)\n"
 
-/* A flag of CLI_REMOTE_OPTIONS: 1 when s is one (applied to o). */
-int cli_remote_flag(cli_opts *o, const char *s);
-/* An option with a value: 1 when opt is one, with *rc the exit code of parsing v. */
-int cli_remote_value(cli_opts *o, const char *opt, const char *v, int *rc);
+/* A flag of CLI_REMOTE_OPTIONS: 1 when s is one (applied to lo). */
+int cli_remote_flag(sl_load_opts *lo, const char *s);
+/* An option with a value: 1 when opt is one, with *rc the exit code of parsing v (cmd: for the
+ * usage message). */
+int cli_remote_value(const char *cmd, sl_load_opts *lo, const char *opt, const char *v, int *rc);
+/* For commands with parsers of their own (plan, inspect): 1 when argv[*i] is one of
+ * CLI_REMOTE_OPTIONS, applied to lo with its value (*i moves past it), *rc the exit code. */
+int cli_remote_arg(const char *cmd, sl_load_opts *lo, int argc, char **argv, int *i, int *rc);
 /* Opens path (local, hf:// already resolved, or a URL with lo's remote settings completed from
  * the environment), printing nothing: the message is the checkpoint's. */
 sl_status cli_remote_open(const char *path, const sl_load_opts *lo, sl_checkpoint **ck);

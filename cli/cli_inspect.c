@@ -10,12 +10,13 @@
 
 static void inspect_help(FILE *out)
 {
-    fprintf(out, "usage: shardload inspect PATH [--json]\n\n"
+    fprintf(out, "usage: shardload inspect PATH [--json] [remote options]\n\n"
                  "Validates a .safetensors file, or a directory of shards (with or without\n"
                  "model.safetensors.index.json), and lists its files, tensors and metadata.\n\n"
                  "  --json   machine-readable output: {\"files\":[...],\"tensors\":[...],\"total_bytes\":N,\n"
                  "           \"metadata\":{...},\"warnings\":[...]}\n"
-                 "  --help   this text\n\n"
+                 "  --help   this text\n"
+                 "A remote PATH (http(s)://, s3://: docs/remote.md) takes:\n" CLI_REMOTE_HELP "\n"
                  "Warnings (odd but valid, e.g. an index total_size that disagrees with the shards)\n"
                  "go to stderr as 'shardload: warning: ...' and do not change the exit status.\n"
                  "Exit status: 0 valid, 1 invalid (one line on stderr), 2 usage error.\n");
@@ -132,11 +133,16 @@ static int inspect_text(const sl_checkpoint *ck)
 int cli_inspect(int argc, char **argv)
 {
     const char *path = NULL;
-    int json = 0;
+    int json = 0, rc = CLI_EXIT_OK;
+    sl_load_opts lo;   /* a remote checkpoint's settings (cli_remote.c) */
+    sl_load_opts_init(&lo);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
             return inspect_help(stdout), CLI_EXIT_OK;
-        if (!strcmp(argv[i], "--json"))
+        if (cli_remote_arg("inspect", &lo, argc, argv, &i, &rc)) {
+            if (rc != CLI_EXIT_OK)
+                return rc;
+        } else if (!strcmp(argv[i], "--json"))
             json = 1;
         else if (argv[i][0] == '-' && argv[i][1] != '\0')
             return cli_usage_error("inspect", "unknown option '%s'", argv[i]);
@@ -151,16 +157,13 @@ int cli_inspect(int argc, char **argv)
     if (cli_ckpt_path(path, pb, sizeof pb, &path) != CLI_EXIT_OK)
         return CLI_EXIT_FAIL;
     sl_checkpoint *ck = NULL;
-    sl_load_opts lo;   /* remote settings from the environment (cli_remote.c) */
-    sl_load_opts_init(&lo);
     const sl_status st = cli_remote_open(path, &lo, &ck);
     if (st != SL_OK) {
-        const int rc = cli_fail("%s", ck ? sl_checkpoint_errmsg(ck) : "out of memory");
+        rc = cli_fail("%s", ck ? sl_checkpoint_errmsg(ck) : "out of memory");
         sl_checkpoint_close(ck);
         return rc;
     }
     cli_warnings(ck);
-    int rc = CLI_EXIT_OK;
     if (json)
         inspect_json(ck);
     else

@@ -58,11 +58,12 @@ static int opts_devices(cli_opts *o, const char *v)
 
 /* --staging and --request, one rule: a plain number is MiB, whatever its size; a number with a
  * unit is that size (4096B, 64K, 256M, 1G, 2GiB, 500MB: cli_parse_size). Either way the result lies
- * in [4 KiB, 1 TiB]. (A plain number above 1,048,576 was once taken as bytes.) */
-#define OPTS_MIB_MIN 4096ull
+ * in [min, 1 TiB]: 4 KiB for --request, the library's SL_STAGING_MIN (16 KiB) for --staging, so
+ * that a budget the load would refuse is a usage error here. (A plain number above 1,048,576 was
+ * once taken as bytes.) */
 #define OPTS_MIB_MAX (1ull << 40)
 
-static int opts_mib(const cli_opts *o, const char *opt, const char *v, uint64_t *out)
+static int opts_mib(const cli_opts *o, const char *opt, const char *v, uint64_t min, uint64_t *out)
 {
     const int plain = v[0] != '\0' && v[strspn(v, "0123456789")] == '\0';
     int64_t mib = 0;
@@ -71,12 +72,13 @@ static int opts_mib(const cli_opts *o, const char *opt, const char *v, uint64_t 
         bytes = (uint64_t)mib << 20;
     else if (!plain && cli_parse_size(v, &bytes) != 0)
         bytes = 0;
-    if (bytes >= OPTS_MIB_MIN && bytes <= OPTS_MIB_MAX) {
+    if (bytes >= min && bytes <= OPTS_MIB_MAX) {
         *out = bytes;
         return CLI_EXIT_OK;
     }
     return cli_usage_error(o->cmd, "%s '%s': give MiB as a plain number (64) or a size with a unit "
-                           "(256M, 1G, 4096B), from 4 KiB to 1 TiB", opt, v);
+                           "(256M, 1G, %lluK), from %llu KiB to 1 TiB", opt, v,
+                           (unsigned long long)(min >> 10), (unsigned long long)(min >> 10));
 }
 
 static int opts_enum(cli_opts *o, const char *opt, const char *v)
@@ -142,9 +144,9 @@ static int opts_value(cli_opts *o, const char *opt, const char *v)
         o->dist.devices_per_rank = (int32_t)x;
         o->dist_set = 1;
     } else if (!strcmp(opt, "--staging")) {
-        rc = opts_mib(o, opt, v, &o->lo.staging_bytes);
+        rc = opts_mib(o, opt, v, SL_STAGING_MIN, &o->lo.staging_bytes);
     } else if (!strcmp(opt, "--request")) {
-        rc = opts_mib(o, opt, v, &o->lo.request_bytes);
+        rc = opts_mib(o, opt, v, 4096, &o->lo.request_bytes);
     } else if (!strcmp(opt, "--read-gap")) {
         rc = opts_read_gap(o, v);
     } else if (!strcmp(opt, "--max-part-size")) {
@@ -166,7 +168,7 @@ static int opts_value(cli_opts *o, const char *opt, const char *v)
     } else if (!strcmp(opt, "--manifest")) {
         o->lo.manifest_path = v;
         o->lo.verify = 1;
-    } else if (cli_remote_value(o, opt, v, &rc)) {
+    } else if (cli_remote_value(o->cmd, &o->lo, opt, v, &rc)) {
     } else {
         rc = opts_enum(o, opt, v);
     }
@@ -197,7 +199,7 @@ static int opts_flag(cli_opts *o, const char *s)
     else if (!strcmp(s, "--write-manifest"))
         o->write_manifest = 1;
     else
-        return cli_remote_flag(o, s);
+        return cli_remote_flag(&o->lo, s);
     return 1;
 }
 
@@ -210,7 +212,10 @@ int cli_opts_parse(cli_opts *o, const char *cmd, int argc, char **argv, const ch
     /* Engine knobs for benchmarks and tests, from the environment (load --help). */
     o->lo.io_engine = getenv("SL_IO_ENGINE");
     const char *gather = getenv("SL_GATHER_ROWS");
-    o->lo.gather_rows = gather ? strtoull(gather, NULL, 10) : 0;
+    int64_t rows = 0;
+    if (gather && *gather && cli_parse_int(gather, 0, INT64_MAX, &rows) != 0)
+        return cli_usage_error(cmd, "SL_GATHER_ROWS '%s': give a number of bytes (0: the default)", gather);
+    o->lo.gather_rows = (uint64_t)rows;
     sl_dist_opts_init(&o->dist);
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];

@@ -10,6 +10,7 @@
 typedef struct plan_args {
     const char *path;
     sl_plan_opts o;
+    sl_load_opts lo;   /* a remote checkpoint's settings (cli_remote.c) */
     int json, verbose;
 } plan_args;
 
@@ -17,7 +18,8 @@ static void plan_help(FILE *out)
 {
     fprintf(out,
             "usage: shardload plan (PATH | --config FILE) [--tp T] [--pp P] [--ep] [--layout tp|spmd]\n"
-            "                      [--dtype bf16|f16|f32] [--rules FILE] [--json] [--verbose]\n\n"
+            "                      [--dtype bf16|f16|f32] [--rules FILE] [--json] [--verbose]\n"
+            "                      [remote options]\n\n"
             "Shows the parameters each device of a mesh holds, per SHARDING.md, without loading.\n"
             "With PATH (a .safetensors file or a checkpoint directory) every tensor is checked\n"
             "against the config (shapes, unclaimed and missing weights) and the bytes to read are\n"
@@ -36,7 +38,8 @@ static void plan_help(FILE *out)
             "  --json          machine-readable output: {\"layout\",\"tp\",\"pp\",\"dtype\",\"ep\",\"devices\":[...],\n"
             "                  \"total_bytes\",\"read_bytes\"} (read_bytes null without a checkpoint)\n"
             "  --verbose       text output also lists every parameter of each device\n"
-            "  --help          this text\n\n"
+            "  --help          this text\n"
+            "A remote PATH (http(s)://, s3://: docs/remote.md) takes:\n" CLI_REMOTE_HELP "\n"
             "Devices are numbered d = pp_rank*T + tp_rank.\n"
             "Exit status: 0 success, 1 failure (one line on stderr), 2 usage error.\n");
 }
@@ -86,12 +89,15 @@ static int plan_is_valued(const char *s)
 static int plan_parse(int argc, char **argv, plan_args *a)
 {
     sl_plan_opts_init(&a->o);
+    sl_load_opts_init(&a->lo);
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         int rc = CLI_EXIT_OK;
         if (!strcmp(s, "--help") || !strcmp(s, "-h"))
             return plan_help(stdout), -1;
-        if (!strcmp(s, "--json"))
+        if (cli_remote_arg("plan", &a->lo, argc, argv, &i, &rc))
+            ;
+        else if (!strcmp(s, "--json"))
             a->json = 1;
         else if (!strcmp(s, "--ep"))
             a->o.ep = 1;
@@ -200,9 +206,7 @@ int cli_plan(int argc, char **argv)
     if (a.path && (ret = cli_ckpt_path(a.path, pb, sizeof pb, &a.path)) != CLI_EXIT_OK)
         return ret;
     char err[1024];
-    sl_load_opts lo;   /* remote settings from the environment (cli_remote.c) */
-    sl_load_opts_init(&lo);
-    if (a.path && cli_remote_open(a.path, &lo, &ck) != SL_OK) {
+    if (a.path && cli_remote_open(a.path, &a.lo, &ck) != SL_OK) {
         ret = cli_fail("%s", ck ? sl_checkpoint_errmsg(ck) : "out of memory");
         goto out;
     }

@@ -17,29 +17,28 @@
 
 static const char *cli_profile;   /* --s3-profile: one command per process */
 
-int cli_remote_flag(cli_opts *o, const char *s)
+int cli_remote_flag(sl_load_opts *lo, const char *s)
 {
     if (!strcmp(s, "--s3-path-style"))
-        o->lo.s3_addressing = 1;
+        lo->s3_addressing = 1;
     else if (!strcmp(s, "--s3-virtual-host"))
-        o->lo.s3_addressing = 2;
+        lo->s3_addressing = 2;
     else
         return 0;
     return 1;
 }
 
-static int remote_int(cli_opts *o, const char *opt, const char *v, int64_t lo, int64_t hi, int32_t *out)
+static int remote_int(const char *cmd, const char *opt, const char *v, int64_t lo, int64_t hi, int32_t *out)
 {
     int64_t x = 0;
     if (cli_parse_int(v, lo, hi, &x) != 0)
-        return cli_usage_error(o->cmd, "%s needs an integer in [%" PRId64 ", %" PRId64 "]", opt, lo, hi);
+        return cli_usage_error(cmd, "%s needs an integer in [%" PRId64 ", %" PRId64 "]", opt, lo, hi);
     *out = (int32_t)x;
     return CLI_EXIT_OK;
 }
 
-int cli_remote_value(cli_opts *o, const char *opt, const char *v, int *rc)
+int cli_remote_value(const char *cmd, sl_load_opts *lo, const char *opt, const char *v, int *rc)
 {
-    sl_load_opts *lo = &o->lo;
     *rc = CLI_EXIT_OK;
     if (!strcmp(opt, "--s3-endpoint"))
         lo->s3_endpoint = v;
@@ -50,20 +49,39 @@ int cli_remote_value(cli_opts *o, const char *opt, const char *v, int *rc)
     else if (!strcmp(opt, "--ca-bundle"))
         lo->ca_bundle = v;
     else if (!strcmp(opt, "--remote-connections"))
-        *rc = remote_int(o, opt, v, 1, 256, &lo->remote_connections);
+        *rc = remote_int(cmd, opt, v, 1, 256, &lo->remote_connections);
     else if (!strcmp(opt, "--remote-retries"))
-        *rc = remote_int(o, opt, v, 0, 1000, &lo->remote_retries);
+        *rc = remote_int(cmd, opt, v, 0, 1000, &lo->remote_retries);
     else if (!strcmp(opt, "--remote-backoff-ms"))
-        *rc = remote_int(o, opt, v, 1, 600000, &lo->remote_backoff_ms);
+        *rc = remote_int(cmd, opt, v, 1, 600000, &lo->remote_backoff_ms);
     else if (!strcmp(opt, "--remote-timeout-ms"))
-        *rc = remote_int(o, opt, v, 1, 3600000, &lo->remote_timeout_ms);
+        *rc = remote_int(cmd, opt, v, 1, 3600000, &lo->remote_timeout_ms);
     else if (!strcmp(opt, "--remote-range")) {
         if (cli_parse_size(v, &lo->remote_range_bytes) != 0 || lo->remote_range_bytes < 4096)
-            *rc = cli_usage_error(o->cmd, "--remote-range needs a size of at least 4K, e.g. 8M");
+            *rc = cli_usage_error(cmd, "--remote-range needs a size of at least 4K, e.g. 8M");
     } else
         return 0;
     if (!strcmp(opt, "--remote-retries") && *rc == CLI_EXIT_OK && lo->remote_retries == 0)
         lo->remote_retries = -1;   /* the library's 0 is "default"; the flag's 0 is "none" */
+    return 1;
+}
+
+int cli_remote_arg(const char *cmd, sl_load_opts *lo, int argc, char **argv, int *i, int *rc)
+{
+    static const char *const names[] = {CLI_REMOTE_OPTIONS, NULL};
+    const char *s = argv[*i];
+    *rc = CLI_EXIT_OK;
+    if (cli_remote_flag(lo, s))
+        return 1;
+    size_t k = 0;
+    while (names[k] && strcmp(names[k], s) != 0)
+        k++;
+    if (!names[k])
+        return 0;
+    if (*i + 1 >= argc)
+        *rc = cli_usage_error(cmd, "%s needs a value", s);
+    else
+        cli_remote_value(cmd, lo, s, argv[++*i], rc);
     return 1;
 }
 

@@ -104,6 +104,11 @@ out=$(SL_GATHER_ROWS=65536 fake load "$CK" --device cuda --tp 4 --checksums --js
 [ -n "$ref" ] && [ "$(echo "$out" | sums)" = "$ref" ] || fail "gather: checksums differ from cpu"
 [ "$(counter copies_2d)" = 0 ] && [ "$(counter async)" -gt 0 ] || fail "gather: $(cat "$T/log")"
 check_clean "gather"
+# a value that is not a number of bytes is a usage error, not silently 0 or 2^64 - 1
+for v in abc -1 12x; do
+    SL_GATHER_ROWS=$v "$SL" load "$CK" --tp 4 >/dev/null 2>"$T/err"
+    [ $? -eq 2 ] && grep -q "SL_GATHER_ROWS '$v': give a number of bytes" "$T/err" || fail "SL_GATHER_ROWS='$v': $(cat "$T/err")"
+done
 
 # 4. dummy weights (worker threads write through the backend; padding zeroed) match cpu
 ref=$("$SL" load --format dummy --config "$T/tiny.json" --tp 2 --pp 2 --checksums --json | sums)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # cli_hard_budget.sh - the staging budget holds, or is refused (issue 18's loose end: --staging
 # 4096B reported staging_peak 12,288). Below SL_STAGING_MIN (16 KiB: one 4 KiB read and its
-# O_DIRECT alignment) a load is refused with one line naming the minimum; from there on
+# O_DIRECT alignment) --staging is a usage error (exit 2) naming the minimum (the library's own
+# refusal: tests/python/test_errors.py); from there on
 # staging_peak stays within the budget, also for a device that is not host memory (the CUDA
 # stand-in), whose conversion buffer is cut from the budget, and the checksums stay the same.
 set -u
@@ -14,7 +15,7 @@ tiny_ckpt
 
 for s in 4096B 12K 16383B; do
     "$SL" load "$CK" --tp 2 --staging "$s" >/dev/null 2>"$T/err"
-    one_line_error $? "$T/err" "staging budget of $(bytes "$s") bytes is too small: the least that holds is 16384 bytes" ||
+    [ $? -eq 2 ] && grep -q "^shardload load: --staging '$s': .*from 16 KiB to 1 TiB" "$T/err" ||
         fail "--staging $s: $(cat "$T/err")"
 done
 

@@ -62,6 +62,10 @@ out=$("${L[@]}" "$HTTP/ck/" --tp 4 --remote-range 64K --staging 256K --json 2>"$
 staging=$(echo "$out" | nums staging_peak | cut -d' ' -f1)
 [ "${staging:-0}" -gt 0 ] && [ "$staging" -le $((256 << 10)) ] || fail "staging peak '$staging' over 256K"
 
+# a range past any request (2^64 - 1): one GET per request, not a wrapped count of parts
+[ "$("${L[@]}" "$HTTP/ck/" --tp 2 --remote-range 18446744073709551615 --checksums --json 2>"$T/err" | sums)" = \
+  "$("$SL" load "$W/ck" --tp 2 --checksums --json | sums)" ] || fail "remote-range 2^64-1: $(cat "$T/err")"
+
 # a single .safetensors URL, and a directory without an index is refused in one line
 ref=$("$SL" load "$W/one/model.safetensors" --tp 2 --checksums --json | sums)
 [ "$("${L[@]}" "$HTTP/one/model.safetensors" --tp 2 --checksums --json 2>"$T/err" | sums)" = "$ref" ] ||

@@ -123,6 +123,13 @@ VH=(timeout 60 "$SL" load --s3-endpoint "http://localhost:$(port_of "$S3E")" --s
 AWS_ENDPOINT_URL=$S3E "$SL" inspect s3://models/tinyllama/ >"$T/out" 2>"$T/err" &&
     grep -q "s3://models/tinyllama/model-00006-of-00006.safetensors" "$T/out" || fail "inspect: $(cat "$T/err")"
 AWS_ENDPOINT_URL=$S3E "$SL" plan s3://models/flat/ --tp 4 >/dev/null 2>"$T/err" || fail "plan: $(cat "$T/err")"
+# and the remote options, as load does (remote.md: plan and inspect take a URL)
+"$SL" inspect s3://models/tinyllama/ --s3-endpoint "$S3E" --remote-range 64K >"$T/out" 2>"$T/err" &&
+    grep -q "s3://models/tinyllama/model-00006-of-00006.safetensors" "$T/out" || fail "inspect --s3-endpoint: $(cat "$T/err")"
+"$SL" plan s3://models/flat/ --tp 4 --s3-endpoint "$S3E" --s3-path-style --remote-retries 1 >/dev/null 2>"$T/err" ||
+    fail "plan --s3-endpoint: $(cat "$T/err")"
+"$SL" plan s3://models/flat/ --tp 4 --s3-endpoint "$S3E" --remote-connections 0 >/dev/null 2>"$T/err"
+[ $? -eq 2 ] && grep -q "remote-connections needs an integer" "$T/err" || fail "plan --remote-connections 0: $(cat "$T/err")"
 # credentials from a profile of the shared credentials file
 cat >"$T/credentials" <<CRED
 [default]

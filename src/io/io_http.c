@@ -54,7 +54,7 @@ static sl_status hx_submit(void *ctx, sl_io_req *r, sl_err *err)
     hx_reqs *s = slot_of(c, NULL);
     SL_CHECK(s, err, SL_E_INVALID_ARG, "remote engine: more than %u requests in flight", c->depth);
     const uint64_t range = c->tune.range_bytes;
-    const unsigned n = (unsigned)((r->len + range - 1) / range);
+    const unsigned n = (unsigned)(r->len / range + (r->len % range != 0));   /* any range, no wrap */
     s->parts = calloc(n, sizeof *s->parts);
     SL_CHECK(s->parts, err, SL_E_NOMEM, "out of memory");
     s->r = r;

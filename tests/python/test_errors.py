@@ -21,6 +21,9 @@ BAD_ARGS = [
     (dict(device="tpu"), ValueError, "device 'tpu'"),
     (dict(io="mmap"), ValueError, "io 'mmap'"),
     (dict(staging=0), ValueError, "staging must be at least 1, got 0$"),
+    # the core's least budget (SL_STAGING_MIN), which the CLI checks as a usage error before
+    (dict(staging=16383), shardload.ArgumentError,
+     "a staging budget of 16383 bytes is too small: the least that holds is 16384 bytes"),
     (dict(threads=-1), ValueError, "threads must be at least 0, got -1$"),
     (dict(seed=-1), ValueError, "seed must be at least 0, got -1$"),
     (dict(devices="01"), TypeError, "devices must be a list of ints"),
