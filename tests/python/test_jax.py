@@ -547,6 +547,58 @@ def test_load_into(tmp_path: Path) -> None:
         sj.load_into(path, {o: jax.ShapeDtypeStruct(want[o].shape, jnp.int8, sharding=cols)})
 
 
+def test_load_into_checks_conversions_before_donating(tmp_path: Path) -> None:
+    """A conversion the core cannot do (I32 to F32) is refused before donate deletes anything;
+    targets of several dtypes (several C loads) report one rising (done, total); without x64 an
+    I64 tensor loads into int32 targets when its values fit."""
+    import jax.numpy as jnp
+    from safetensors.numpy import save_file
+    path = tmp_path / "m.safetensors"
+    w, ids = np.arange(32, dtype=np.float32).reshape(8, 4), np.arange(8, dtype=np.int32)
+    save_file({"w": w, "ids": ids, "pos": np.arange(8, dtype=np.int64)}, str(path))
+    mesh = mesh_1d()
+    rows, rep = NamedSharding(mesh, P("model")), NamedSharding(mesh, P())
+    given = {"w": jnp.zeros((8, 4), jnp.float32, device=rows),
+             "ids": jnp.zeros((8,), jnp.float32, device=rep)}
+    with pytest.raises(ValueError, match="tensor 'ids': no conversion from I32 to F32"):
+        sj.load_into(path, given, donate=True)
+    assert not any(a.is_deleted() for a in given.values())
+    seen: list = []
+    want = {"w": jax.ShapeDtypeStruct((8, 4), jnp.bfloat16, sharding=rows),
+            "ids": jax.ShapeDtypeStruct((8,), jnp.int32, sharding=rep)}
+    if not jax.config.jax_enable_x64:
+        want["pos"] = jax.ShapeDtypeStruct((8,), jnp.int32, sharding=rep)
+    out = sj.load_into(path, want, progress=lambda d, t: seen.append((d, t)))
+    assert np.array_equal(np.asarray(out["w"]).astype(np.float32), w)
+    assert np.array_equal(np.asarray(out["ids"]), ids)
+    assert "pos" not in out or np.array_equal(np.asarray(out["pos"]), np.arange(8))
+    totals = {t for _, t in seen}
+    assert len(totals) == 1 and seen[-1][0] == seen[-1][1] > 0, seen
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen), seen
+
+
+@pytest.mark.skipif(jax.config.jax_enable_x64, reason="int64 is held as it is with x64")
+def test_int64_values_that_would_wrap(tmp_path: Path) -> None:
+    """Without x64 JAX holds I64 as int32: values that fit load, others are an error naming the
+    tensor, never wrapped numbers."""
+    from safetensors.numpy import save_file
+    path = tmp_path / "i.safetensors"
+    save_file({"big": np.array([1099511627781, -34359738368], np.int64),
+               "ok": np.array([5, -3], np.int64)}, str(path))
+    mesh = mesh_1d()
+    out = sj.load(path, mesh, {"ok": P()})
+    assert out["ok"].dtype == np.int32 and list(np.asarray(out["ok"])) == [5, -3]
+    with pytest.raises(ValueError, match="tensor 'big': int64 values that int32 cannot hold"):
+        sj.load(path, mesh, {"big": P(), "ok": P()})
+
+
+def test_an_axis_used_twice_names_the_tensor(tmp_path: Path) -> None:
+    path, _ = make_ckpt(tmp_path / "d", "llama")
+    q = "model.layers.0.self_attn.q_proj.weight"
+    with pytest.raises(ValueError, match=f"tensor '{q}': "):
+        sj.load(path, mesh_2d(), {q: P("model", "model")})
+
+
 @pytest.mark.parametrize("kind", ["pinned_host", "unpinned_host"])
 def test_memory_kinds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
     """Shardings that name a memory kind (host offloading: "pinned_host") get their shards in that

@@ -45,9 +45,10 @@ import numpy as np
 
 from .._dtypes import numpy_dtype, target_value
 from ..checkpoint import opened
+from ..errors import UnsupportedError
 from ..model import ReadGap, read_gap_value
 from ..plan import ConfigSource, Plan
-from ._loader import Loader
+from ._loader import Loader, Progress
 from ._shardings import ShardingSpec, boxes_plan, items, local_devices
 
 _DMA_ENV = "SHARDLOAD_JAX_DMA"  # "0": never dma_map the slabs
@@ -142,39 +143,67 @@ def load_into(path: Any, arrays: Mapping[str, Any], *, donate: bool = False,
     with a sharding), each loaded with that array's sharding, shape and dtype (bf16, f16 and
     f32 converted on the way). JAX arrays are immutable, so these are new arrays, returned:
     nothing is written into the given ones. donate=True deletes the given jax.Arrays before the
-    load (after every name, shape and dtype is checked), so that their device memory is free
-    for the new ones; they are gone if the load then fails. dist and read_gap: as in load."""
+    load (after every name, shape, dtype and conversion is checked), so that their device memory
+    is free for the new ones; they are gone if the load then fails. dist and read_gap: as in
+    load. Progress: one (done, total) over the whole call."""
     import jax
     if not isinstance(arrays, Mapping):
         raise TypeError(f"arrays must be a mapping name -> jax.Array, got {type(arrays).__name__}")
-    by_dtype: dict[Any, dict[str, Any]] = {}
     with opened(path) as ck:
-        tensors = ck._by_name()
-        for name, a in arrays.items():
-            t = tensors.get(name)
-            if t is None:
-                raise KeyError(f"arrays names '{name}', which is not in the checkpoint")
-            if tuple(a.shape) != t.shape:
-                raise ValueError(f"tensor '{name}': shape {tuple(a.shape)}, the checkpoint has "
-                                 f"{t.shape}")
-            if getattr(a, "sharding", None) is None:
-                raise ValueError(f"tensor '{name}': the array has no sharding")
-            dt = np.dtype(a.dtype)
-            target = dt.name if dt.name in ("bfloat16", "float16", "float32") else None
-            if target is None and dt != numpy_dtype(t.dtype):
-                raise ValueError(f"tensor '{name}': dtype {dt}, the checkpoint has {t.dtype} "
-                                 "(conversions go to bf16, f16 or f32 only)")
-            by_dtype.setdefault(target, {})[name] = a.sharding
+        by_dtype = _targets(ck._by_name(), arrays)
+    # the C planner checks every box and conversion (its plans read nothing): before any deletion
+    totals = [_checked_total(path, specs, target, dist) for target, specs in by_dtype.items()]
     if donate:
         for a in arrays.values():
             if isinstance(a, jax.Array):
                 a.delete()
     out: dict[str, Any] = {}
-    for target, specs in by_dtype.items():
+    whole = Progress(progress, sum(totals))
+    for (target, specs), total in zip(by_dtype.items(), totals):
         out.update(load(path, _Devices(specs.values()), specs, dtype=target, staging=staging,
-                        io=io, threads=threads, progress=progress, dma=dma, dist=dist,
+                        io=io, threads=threads, progress=whole.group(total), dma=dma, dist=dist,
                         read_gap=read_gap))
+        whole.next(total)
+    whole.close()
     return {name: out[name] for name in arrays}
+
+
+def _targets(tensors: Mapping[str, Any], arrays: Mapping[str, Any]) -> dict[Any, dict[str, Any]]:
+    """The arrays' shardings by target dtype (None: the checkpoint's own), each name, shape and
+    dtype checked against the checkpoint."""
+    from jax.dtypes import canonicalize_dtype as canonical  # I64 is int32 without x64
+    by_dtype: dict[Any, dict[str, Any]] = {}
+    for name, a in arrays.items():
+        t = tensors.get(name)
+        if t is None:
+            raise KeyError(f"arrays names '{name}', which is not in the checkpoint")
+        if tuple(a.shape) != t.shape:
+            raise ValueError(f"tensor '{name}': shape {tuple(a.shape)}, the checkpoint has "
+                             f"{t.shape}")
+        if getattr(a, "sharding", None) is None:
+            raise ValueError(f"tensor '{name}': the array has no sharding")
+        dt, own = np.dtype(a.dtype), numpy_dtype(t.dtype)
+        if dt != own and dt.name in ("bfloat16", "float16", "float32"):
+            target = dt.name
+        elif dt in (own, canonical(own)):   # canonical: what load makes of it (_check_x64)
+            target = None
+        else:
+            raise ValueError(f"tensor '{name}': dtype {dt}, the checkpoint has {t.dtype} "
+                             "(conversions go to bf16, f16 or f32 only)")
+        by_dtype.setdefault(target, {})[name] = a.sharding
+    return by_dtype
+
+
+def _checked_total(path: Any, specs: dict[str, Any], target: Any, dist: str) -> int:
+    """The read bytes of the load of `specs` to `target`, whose plan the C core checked (a
+    conversion it cannot do is a ValueError, as load_into's own checks)."""
+    try:
+        p = plan(path, _Devices(specs.values()), specs, dtype=target, dist=dist)
+    except UnsupportedError as e:
+        raise ValueError(str(e)) from e
+    total = p.read_bytes or 0
+    p.close()
+    return total
 
 
 __all__ = ["load", "load_into", "plan"]

@@ -125,6 +125,22 @@ def put_group(bufs: list[np.ndarray], targets: list[Any]) -> tuple[list[Any], in
     return arrays, copied, adopted
 
 
+def _check_x64(boxes: Received) -> None:
+    """Without jax_enable_x64 JAX holds 64-bit integers as 32-bit ones, wrapping what does not
+    fit: such values are an error, never another number (F64 is rounded to F32, as JAX does)."""
+    from jax.dtypes import canonicalize_dtype as canonical
+    for _, b, buf in boxes:
+        to = np.dtype(canonical(buf.dtype))
+        if buf.dtype.kind not in "iu" or to == buf.dtype or not buf.size:
+            continue
+        lim = np.iinfo(to)
+        if buf.min() < lim.min or buf.max() > lim.max:
+            raise ValueError(f"tensor '{b[0]}': {buf.dtype} values that {to} cannot hold (JAX "
+                             f"without jax_enable_x64 holds {buf.dtype} as {to}: they would wrap); "
+                             "enable it (jax.config.update('jax_enable_x64', True)) or leave the "
+                             "tensor out")
+
+
 class Progress:
     """One (done, total) over every group's load, in the whole plan's read bytes: a group's
     (done, total) from the engine (which counts the gaps it reads through) is scaled to the
@@ -305,6 +321,7 @@ class Loader:
         """Puts a group's buffers on their devices; a whole box becomes its tensor's shard there,
         a part of one goes into that box's buffer (Parts: in the device's default memory, as
         integers), the finished box moved to its tensor's memory kind if that is another."""
+        _check_x64(boxes)
         parts = [self.whole[b[:2]][3] != b[3] for _, b, _ in boxes]
         bufs = [buf.view(view(buf.dtype)) if part else buf
                 for (_, _, buf), part in zip(boxes, parts)]

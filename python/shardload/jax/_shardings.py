@@ -55,7 +55,8 @@ def _sharding_of(name: str, t: Tensor, mesh: Any, shardings: ShardingSpec) -> An
     if isinstance(s, PartitionSpec):
         try:
             s = NamedSharding(mesh, s)
-        except ValueError as e:  # JAX's message names the axis, not the tensor
+        except Exception as e:  # JAX's message names the axis, not the tensor; an axis used
+            # twice is its DuplicateSpecError, no ValueError
             raise ValueError(f"tensor '{name}': {e}") from e
     if not isinstance(s, Sharding):
         raise TypeError(f"tensor '{name}': expected a jax.sharding.Sharding or PartitionSpec, "
