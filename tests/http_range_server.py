@@ -62,7 +62,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 m = re.fullmatch(r"bytes=(\d+)-\d*", (self.headers.get("Range") or "").strip())
                 f.write("%s %d %d %s\n" % (self.path, status, n, m.group(1) if m else "-"))
 
+    # Logged before the body is sent: the client may be done, and the test read the log, as soon
+    # as the last byte arrives (a loaded machine once left a load's last GET unlogged).
     def _send(self, status, body=b"", headers=()):
+        self._log(status, len(body))
         self.send_response(status)
         for k, v in headers:
             self.send_header(k, v)
@@ -70,7 +73,6 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
-        self._log(status, len(body))
 
     def do_HEAD(self):
         self.do_GET()
