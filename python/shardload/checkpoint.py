@@ -80,7 +80,7 @@ class Checkpoint:
             msg = N.lib.sl_checkpoint_errmsg(self._h) if self._h else None
             self.close()
             N.raise_status(st, msg)
-        self.path = str(path)
+        self.path = os.fsdecode(path) if isinstance(path, bytes) else str(path)
         lib, h = N.lib, self._h
         self.files: list[str] = [N.text(lib.sl_checkpoint_file_path(h, f))
                                  for f in range(lib.sl_checkpoint_file_count(h))]

@@ -54,11 +54,22 @@ def _tqdm_installed() -> bool:
 def wants_bar(progress: Progress) -> bool:
     """Whether `progress` asks for a tqdm bar: True always (tqdm must be installed), None when
     stderr is a terminal and tqdm is installed."""
+    if progress is not None and not isinstance(progress, bool):
+        raise TypeError(f"progress must be None, a bool or a callable (done, total), got "
+                        f"{type(progress).__name__}")
     if progress is True:
         if not _tqdm_installed():
             raise ImportError("progress=True draws a tqdm bar: pip install tqdm")
         return True
-    return progress is None and sys.stderr.isatty() and _tqdm_installed()
+    return progress is None and _stderr_is_terminal() and _tqdm_installed()
+
+
+def _stderr_is_terminal() -> bool:
+    """sys.stderr may be None (a process started with stderr closed) or any object with write."""
+    try:
+        return bool(sys.stderr.isatty())
+    except (AttributeError, ValueError, OSError):  # none, no isatty, closed
+        return False
 
 
 class _ProgressBridge:
@@ -75,13 +86,15 @@ class _ProgressBridge:
             from tqdm import tqdm
             self.bar = tqdm(total=0, unit="B", unit_scale=True, desc=label)
         # (not `self.bar`: a tqdm bar of total 0 is falsy, and the bar was never updated)
-        self.c = N.PROGRESS_FN(self._call) if (self.fn or self.bar is not None) else N.PROGRESS_FN()
+        # (`is not None`: a callable object may be falsy, an empty list subclass say)
+        self.c = (N.PROGRESS_FN(self._call) if (self.fn is not None or self.bar is not None)
+                  else N.PROGRESS_FN())
 
     def _call(self, _user: Any, done: int, total: int) -> None:
         if self.error is not None:
             return
         try:
-            if self.fn:
+            if self.fn is not None:
                 self.fn(done, total)
             else:
                 self.bar.total = total
@@ -105,6 +118,8 @@ def _int_list(name: str, v: Iterable[int] | None) -> list[int] | None:
     for x in out:
         if isinstance(x, bool) or not isinstance(x, int):
             raise TypeError(f"{name} must be a list of ints, got {x!r}")
+        if not -2**31 <= x < 2**31:  # the C core checks the range; ctypes would wrap first
+            raise ValueError(f"{name}: {x} is out of range")
     return out
 
 
@@ -132,11 +147,16 @@ def _load_opts(device: str, io: str, staging: int, threads: int, dummy: bool,
         raise ValueError(f"device {device!r}: expected 'cpu', 'cuda' or 'pjrt'")
     if io not in _IO:
         raise ValueError(f"io {io!r}: expected 'auto', 'direct' or 'buffered'")
-    for what, v, low in (("staging", staging, 1), ("threads", threads, 0), ("seed", seed, 0)):
+    # the highs: what the C fields hold (ctypes would wrap a larger value into another), threads
+    # as the CLI's --threads
+    for what, v, low, high in (("staging", staging, 1, 2**64 - 1), ("threads", threads, 0, 256),
+                               ("seed", seed, 0, 2**64 - 1)):
         if isinstance(v, bool) or not isinstance(v, int):
             raise TypeError(f"{what} must be an int, got {type(v).__name__}")
         if v < low:
             raise ValueError(f"{what} must be at least {low}, got {v}")
+        if v > high:
+            raise ValueError(f"{what} must be at most {high}, got {v}")
     o = N.LoadOpts()
     N.lib.sl_load_opts_init(ctypes.byref(o))
     o.device, o.io, o.staging_bytes = device.encode(), _IO[io], staging
@@ -433,7 +453,9 @@ def load_into(path: Any, tensors: Mapping[str, Any], *, tp: int = 1, pp: int = 1
     with opened(path) as ck:
         plan = Plan(ck, config=config, tp=tp, pp=pp, ep=ep, layout=layout, dtype=dtype,
                     rules=rules)
-        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < len(plan.devices):
+        if isinstance(rank, bool) or not isinstance(rank, int):
+            raise TypeError(f"rank must be an int, got {type(rank).__name__}")
+        if not 0 <= rank < len(plan.devices):
             raise ValueError(f"rank {rank!r}: expected 0 <= rank < {len(plan.devices)}")
         dests = _dest_table(plan, rank, tensors)
         where = dests[0][1] if dests else "cpu"

@@ -114,12 +114,17 @@ class Device:
         raise KeyError(f"device {self.index} has no parameter {name!r}")
 
 
+_MESH_MAX = 65536
+
+
 def _check_mesh(tp: int, pp: int, ep: bool, layout: str) -> None:
     for what, v in (("tp", tp), ("pp", pp)):
         if isinstance(v, bool) or not isinstance(v, int):
             raise TypeError(f"{what} must be an int, got {type(v).__name__}")
         if v < 1:
             raise ValueError(f"{what} must be >= 1, got {v}")
+        if v > _MESH_MAX:  # ctypes would wrap it into the C field: another mesh
+            raise ValueError(f"{what} must be at most {_MESH_MAX} (as the CLI's --{what}), got {v}")
     if layout not in _LAYOUTS:
         raise ValueError(f"layout {layout!r}: expected 'tp' or 'spmd'")
     if not isinstance(ep, bool):

@@ -43,8 +43,8 @@ def synth(config: ConfigSource, out: Any, *, dtype: Any = None, seed: int = 1234
     """Writes a synthetic Hugging Face checkpoint of config's shapes (random values from seed);
     config is a config.json's path, a mapping of its keys or a transformers config, and out's
     config.json is that config as parsed, with torch_dtype saying what the files hold."""
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be an int >= 0, got {seed!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
+        raise ValueError(f"seed must be an int from 0 to 2**64 - 1, got {seed!r}")
     if config is None:
         raise TypeError("synth needs a config: a config.json's path, a dict or a transformers config")
     opts = _plan_opts(None, config, dtype, rules)   # synth takes its config, dtype and rules

@@ -21,6 +21,16 @@ BAD_ARGS = [
     (dict(device="tpu"), ValueError, "device 'tpu'"),
     (dict(io="mmap"), ValueError, "io 'mmap'"),
     (dict(staging=0), ValueError, "staging must be at least 1, got 0$"),
+    # beyond what the C fields hold: refused, not wrapped by ctypes into another valid value
+    (dict(tp=2**32 + 2), ValueError, "tp must be at most 65536"),
+    (dict(pp=2**32 + 1), ValueError, "pp must be at most 65536"),
+    (dict(staging=2**64 + 1), ValueError, "staging must be at most"),
+    (dict(seed=2**64), ValueError, "seed must be at most"),
+    (dict(threads=2**32), ValueError, "threads must be at most 256"),
+    (dict(tp=2, devices=[2**32]), ValueError, "devices: 4294967296 is out of range"),
+    (dict(gpus=[2**32 + 1, 0]), ValueError, "gpus: 4294967297 is out of range"),
+    (dict(progress=1), TypeError, "progress must be None, a bool or a callable"),
+    (dict(progress="yes"), TypeError, "progress must be None, a bool or a callable"),
     # the core's least budget (SL_STAGING_MIN), which the CLI checks as a usage error before
     (dict(staging=16383), shardload.ArgumentError,
      "a staging budget of 16383 bytes is too small: the least that holds is 16384 bytes"),
@@ -187,6 +197,9 @@ def test_load_into_wrong_type_and_rank(tiny_ckpt: Path, engine_tensors: dict) ->
     _refused(tiny_ckpt, engine_tensors, "expected a torch.Tensor or numpy.ndarray, got list")
     with pytest.raises(ValueError, match="rank 2"):
         shardload.load_into(tiny_ckpt, {}, tp=2, rank=2)
+    for rank in (True, np.int64(1), 1.0):  # a type, not a range, problem
+        with pytest.raises(TypeError, match="rank must be an int"):
+            shardload.load_into(tiny_ckpt, {}, tp=2, rank=rank)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="mapping"):
         shardload.load_into(tiny_ckpt, [], tp=2)  # type: ignore[arg-type]
 
@@ -209,6 +222,16 @@ def test_every_status_has_a_family() -> None:
     for v in values:
         assert error_class(v) is not shardload.Error, f"{N.status_name(v)} ({v}) has no family"
     assert error_class(34) is shardload.CancelledError
+
+
+def test_synth_seed_beyond_64_bits(tmp_path: Path, tiny_config: Path) -> None:
+    with pytest.raises(ValueError, match="seed must be an int from 0 to 2"):
+        shardload.synth(tiny_config, tmp_path / "s", seed=2**64)
+
+
+def test_bytes_path(tiny_ckpt: Path) -> None:
+    with shardload.open(os.fsencode(tiny_ckpt)) as ck:
+        assert ck.path == str(tiny_ckpt) and str(tiny_ckpt) in repr(ck)
 
 
 def test_plan_class_given_a_path(tiny_ckpt: Path) -> None:

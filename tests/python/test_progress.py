@@ -81,3 +81,17 @@ def test_no_bar(tiny_ckpt: Path, front: str, progress: str, tty: bool) -> None:
     """None: nothing when stderr is not a terminal; False: nothing on a terminal either."""
     _, err = _run(LOADS[front], tiny_ckpt, tty=tty, progress=progress)
     assert "shardload" not in err and "%" not in err, err
+
+
+def test_odd_stderr_and_falsy_callables(tiny_ckpt: Path) -> None:
+    """progress=None with stderr closed (None) or an object without isatty: no bar, no error; a
+    callable that is falsy (an empty list subclass) is still called."""
+    code = ("import sys, shardload\n"
+            "class Sink:\n    def write(self, s): return len(s)\n    def flush(self): pass\n"
+            "class Recorder(list):\n    def __call__(self, done, total): self.append((done, total))\n"
+            "for err in (None, Sink()):\n    sys.stderr = err\n    shardload.load(sys.argv[1], tp=2)\n"
+            "r = Recorder()\nshardload.load(sys.argv[1], tp=2, progress=r)\n"
+            "print(len(r) > 0 and r[-1][0] == r[-1][1] > 0)\n")
+    r = subprocess.run([sys.executable, "-c", code, str(tiny_ckpt)], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "True", r.stdout + r.stderr
