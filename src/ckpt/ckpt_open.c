@@ -105,12 +105,6 @@ static sl_status ck_add_joined(sl_checkpoint *ck, const char *name)
     return ck_add_file(ck, p);
 }
 
-static bool has_suffix(const char *s)
-{
-    const size_t n = strlen(s), k = sizeof(ST_SUFFIX) - 1;
-    return n > k && strcmp(s + n - k, ST_SUFFIX) == 0;
-}
-
 static int cmp_cstr(const void *a, const void *b)
 {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
@@ -152,7 +146,7 @@ static sl_status ck_scan_dir(sl_checkpoint *ck, ck_names *nm)
     if (!d)
         return ck_fail_errno(&ck->err, ck->dir, "open directory", true);
     for (struct dirent *de; st == SL_OK && (de = readdir(d)) != NULL;) {
-        if (has_suffix(de->d_name) && names_push(nm, de->d_name) != 0)
+        if (st_has_suffix(de->d_name, strlen(de->d_name)) && names_push(nm, de->d_name) != 0)
             st = sl_err_set(&ck->err, SL_E_NOMEM, "out of memory");
     }
     closedir(d);

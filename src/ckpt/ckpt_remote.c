@@ -40,8 +40,7 @@ void ck_remote_free(sl_checkpoint *ck)
 /* Whether the URL names a .safetensors file: its path does, whatever its query says. */
 static int names_file(const char *url)
 {
-    const size_t n = sl_http_path_len(url), k = sizeof ".safetensors" - 1;
-    return n > k && memcmp(url + n - k, ".safetensors", k) == 0;
+    return st_has_suffix(url, sl_http_path_len(url));
 }
 
 static sl_status ck_add_remote(sl_checkpoint *ck, const char *url)

@@ -96,6 +96,8 @@ typedef struct st_index {
 
 sl_status st_index_parse(const char *buf, size_t len, st_index *ix, sl_err *e);
 void st_index_free(st_index *ix);
+/* Whether the len bytes at s end in ST_SUFFIX after at least one other byte. */
+bool st_has_suffix(const char *s, size_t len);
 /* I2: a bare, relative file name ending in .safetensors. Returns NULL when fine, else the reason. */
 const char *st_index_bad_shard_name(const char *s, size_t len);
 

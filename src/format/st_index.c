@@ -12,9 +12,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+bool st_has_suffix(const char *s, size_t len)
+{
+    const size_t k = sizeof(ST_SUFFIX) - 1;
+    return len > k && memcmp(s + len - k, ST_SUFFIX, k) == 0;
+}
+
 const char *st_index_bad_shard_name(const char *s, size_t len)
 {
-    const size_t sl = sizeof(ST_SUFFIX) - 1;
     if (len == 0)
         return "is empty";
     if (memchr(s, '\0', len))
@@ -26,7 +31,7 @@ const char *st_index_bad_shard_name(const char *s, size_t len)
         return "has a drive letter or ':'";
     if ((len == 1 && s[0] == '.') || (len == 2 && s[0] == '.' && s[1] == '.'))
         return "is '.' or '..'";
-    if (len <= sl || memcmp(s + len - sl, ST_SUFFIX, sl) != 0)
+    if (!st_has_suffix(s, len))
         return "does not end in .safetensors";
     return NULL;
 }

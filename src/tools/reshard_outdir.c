@@ -54,10 +54,9 @@ static bool rank_file_stale(const char *name, const int64_t *n_parts, int32_t n_
 
 static bool is_hf_file(const char *name)
 {
-    const size_t n = strlen(name), k = sizeof(ST_SUFFIX) - 1;
     if (strcmp(name, ST_INDEX_NAME) == 0)
         return true;
-    return n > k && strcmp(name + n - k, ST_SUFFIX) == 0 && !st_rank_file_name(name, NULL, NULL);
+    return st_has_suffix(name, strlen(name)) && !st_rank_file_name(name, NULL, NULL);
 }
 
 typedef struct outdir_scan {
