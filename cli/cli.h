@@ -40,6 +40,8 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) CLI_PRINTF(2, 3);
 /* Parses "123", "64K", "16M", "5G", "5GB", "2GiB" (powers of 1000 for KB/MB/GB, 1024 for K/M/G,
  * KiB/MiB/GiB). Returns 0 on success. */
 int cli_parse_size(const char *s, uint64_t *out);
+/* 1 when s is one of the NULL-terminated list's strings. */
+int cli_listed(const char *s, const char *const *list);
 /* Parses a non-negative decimal integer in [lo, hi]. Returns 0 on success. */
 int cli_parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out);
 /* Parses bf16|f16|f32 (any case, also bfloat16/float16/float32) into an sl_dtype. */

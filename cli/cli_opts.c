@@ -175,15 +175,6 @@ static int opts_value(cli_opts *o, const char *opt, const char *v)
     return rc;
 }
 
-static int opts_listed(const char *s, const char *const *list)
-{
-    for (; *list; list++) {
-        if (!strcmp(s, *list))
-            return 1;
-    }
-    return 0;
-}
-
 static int opts_flag(cli_opts *o, const char *s)
 {
     if (!strcmp(s, "--json"))
@@ -223,7 +214,7 @@ int cli_opts_parse(cli_opts *o, const char *cmd, int argc, char **argv, const ch
         if (!strcmp(s, "--help") || !strcmp(s, "-h"))
             return help(stdout), -1;
         if (s[0] == '-' && s[1]) {
-            if (!opts_listed(s, allowed))
+            if (!cli_listed(s, allowed))
                 rc = cli_usage_error(cmd, "unknown option '%s'", s);
             else if (!opts_flag(o, s))
                 rc = opts_value(o, s, i + 1 < argc ? argv[++i] : NULL);

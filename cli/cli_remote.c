@@ -73,10 +73,7 @@ int cli_remote_arg(const char *cmd, sl_load_opts *lo, int argc, char **argv, int
     *rc = CLI_EXIT_OK;
     if (cli_remote_flag(lo, s))
         return 1;
-    size_t k = 0;
-    while (names[k] && strcmp(names[k], s) != 0)
-        k++;
-    if (!names[k])
+    if (!cli_listed(s, names))
         return 0;
     if (*i + 1 >= argc)
         *rc = cli_usage_error(cmd, "%s needs a value", s);

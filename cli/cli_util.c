@@ -90,6 +90,15 @@ int cli_usage_error(const char *cmd, const char *fmt, ...)
     return CLI_EXIT_USAGE;
 }
 
+int cli_listed(const char *s, const char *const *list)
+{
+    for (; *list; list++) {
+        if (!strcmp(s, *list))
+            return 1;
+    }
+    return 0;
+}
+
 int cli_parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out)
 {
     if (!s || !isdigit((unsigned char)s[0]))
