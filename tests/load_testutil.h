@@ -90,6 +90,24 @@ static void tp_zero(sl_plan *p, int32_t d, int64_t i, uint64_t dst_elem, uint64_
                   .dst_offset = pd->params[i].offset + dst_elem * es, .rows = 1, .row_elems = n};
 }
 
+/* Two bf16 devices over one file: n (at most 8) runs of `big` bytes that device 0 alone holds
+ * (read straight into its memory), each followed by `small` bytes that both hold (staged),
+ * packed from offset 0. */
+static sl_plan *tu_runs_plan(uint64_t n, uint64_t big, uint64_t small)
+{
+    static const char *names[8] = {"b0", "b1", "b2", "b3", "b4", "b5", "b6", "b7"};
+    sl_plan *p = tp_new(2, SL_DTYPE_BF16, 1);
+    for (uint64_t k = 0; k < n && k < 8; k++) {
+        int64_t i = tp_param(p, 0, names[k], 1, big / 2);
+        tp_copy(p, 0, i, SL_DTYPE_BF16, 0, k * (big + small), 0, 0, 0, 1, big / 2);
+        for (int32_t d = 0; d < 2; d++) {
+            i = tp_param(p, d, "s", 1, small / 2);
+            tp_copy(p, d, i, SL_DTYPE_BF16, 0, k * (big + small) + big, 0, 0, 0, 1, small / 2);
+        }
+    }
+    return p;
+}
+
 static void tu_write_file(const char *path, const void *data, size_t n)
 {
     FILE *f = fopen(path, "wb");

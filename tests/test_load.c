@@ -233,16 +233,7 @@ static void test_packed_fit(void)
     const uint64_t size = 8 * seg;
     char path[600];
     unsigned char *data = tu_random_file("fit.bin", size, 17, path, sizeof path);
-    static const char *names[8] = {"b0", "b1", "b2", "b3", "b4", "b5", "b6", "b7"};
-    sl_plan *p = tp_new(2, SL_DTYPE_BF16, 1);
-    for (uint64_t k = 0; k < 8; k++) {
-        int64_t i = tp_param(p, 0, names[k], 1, big / 2);
-        tp_copy(p, 0, i, SL_DTYPE_BF16, 0, k * seg, 0, 0, 0, 1, big / 2);
-        for (int32_t d = 0; d < 2; d++) {
-            i = tp_param(p, d, "s", 1, small / 2);
-            tp_copy(p, d, i, SL_DTYPE_BF16, 0, k * seg + big, 0, 0, 0, 1, small / 2);
-        }
-    }
+    sl_plan *p = tu_runs_plan(8, big, small);
     sl_load_file f = {path, size};
     unsigned char *fd[1] = {data};
     for (int e = 0; e < 2; e++) {

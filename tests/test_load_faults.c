@@ -215,16 +215,7 @@ static void test_direct_refused(void)
     const uint64_t big = 4 << 20, small = 256 << 10, seg = big + small, size = 4 * seg;
     char path[600];
     unsigned char *data = tu_random_file("refused.bin", size, 23, path, sizeof path);
-    static const char *names[4] = {"b0", "b1", "b2", "b3"};
-    sl_plan *p = tp_new(2, SL_DTYPE_BF16, 1);
-    for (uint64_t k = 0; k < 4; k++) {
-        int64_t i = tp_param(p, 0, names[k], 1, big / 2);
-        tp_copy(p, 0, i, SL_DTYPE_BF16, 0, k * seg, 0, 0, 0, 1, big / 2);
-        for (int32_t d = 0; d < 2; d++) {
-            i = tp_param(p, d, "s", 1, small / 2);
-            tp_copy(p, d, i, SL_DTYPE_BF16, 0, k * seg + big, 0, 0, 0, 1, small / 2);
-        }
-    }
+    sl_plan *p = tu_runs_plan(4, big, small);
     const sl_load_file f = {path, size};
     unsigned char *fd[1] = {data};
     /* open refused; every read refused (the reads in flight through the old descriptor too: at
