@@ -145,43 +145,40 @@ def tls_log(line):
             f.write(line + "\n")
 
 
+def _flag(args, name):
+    """Whether args holds the flag `name` (taken out of it)."""
+    if name not in args:
+        return False
+    args.remove(name)
+    return True
+
+
+def _values(args, name, n=1):
+    """The n values after `name` in args (taken out with it), or None."""
+    if name not in args:
+        return None
+    i = args.index(name)
+    vals = args[i + 1:i + 1 + n]
+    del args[i:i + 1 + n]
+    return vals
+
+
 def main():
     global ROOT, LOG, DENY, IF_MATCH, TLS, TLS_LOG, LONG_ETAG, WEAK_ETAG, VALIDATORS, QUERY
     args = sys.argv[1:]
-    if "--tls" in args:
-        i = args.index("--tls")
+    tls = _values(args, "--tls", 2)
+    if tls:
         TLS = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        TLS.load_cert_chain(args[i + 1], args[i + 2])
+        TLS.load_cert_chain(*tls)
         TLS.set_alpn_protocols(["http/1.1"])
-        del args[i:i + 3]
-    if "--tls-log" in args:
-        i = args.index("--tls-log")
-        TLS_LOG = args[i + 1]
-        del args[i:i + 2]
-    if "--no-if-match" in args:
-        args.remove("--no-if-match")
-        IF_MATCH = False
-    if "--long-etag" in args:
-        args.remove("--long-etag")
-        LONG_ETAG = True
-    if "--weak-etag" in args:
-        args.remove("--weak-etag")
-        WEAK_ETAG = True
-    if "--no-validators" in args:
-        args.remove("--no-validators")
-        VALIDATORS = False
-    if "--require-query" in args:
-        i = args.index("--require-query")
-        QUERY = args[i + 1]
-        del args[i:i + 2]
-    if "--deny" in args:
-        i = args.index("--deny")
-        DENY = args[i + 1]
-        del args[i:i + 2]
-    if "--log" in args:
-        i = args.index("--log")
-        LOG = args[i + 1]
-        del args[i:i + 2]
+    TLS_LOG = (_values(args, "--tls-log") or [None])[0]
+    IF_MATCH = not _flag(args, "--no-if-match")
+    LONG_ETAG = _flag(args, "--long-etag")
+    WEAK_ETAG = _flag(args, "--weak-etag")
+    VALIDATORS = not _flag(args, "--no-validators")
+    QUERY = (_values(args, "--require-query") or [None])[0]
+    DENY = (_values(args, "--deny") or [None])[0]
+    LOG = (_values(args, "--log") or [None])[0]
     ROOT, portfile = args
     srv = Server(("127.0.0.1", 0), Handler)
     tmp = portfile + ".tmp"
