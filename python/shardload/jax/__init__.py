@@ -149,22 +149,23 @@ def load_into(path: Any, arrays: Mapping[str, Any], *, donate: bool = False,
     import jax
     if not isinstance(arrays, Mapping):
         raise TypeError(f"arrays must be a mapping name -> jax.Array, got {type(arrays).__name__}")
-    with opened(path) as ck:
-        by_dtype = _targets(ck._by_name(), arrays)
-    # the C planner checks every box and conversion (its plans read nothing): before any deletion
-    totals = [_checked_total(path, specs, target, dist) for target, specs in by_dtype.items()]
-    if donate:
-        for a in arrays.values():
-            if isinstance(a, jax.Array):
-                a.delete()
     out: dict[str, Any] = {}
-    whole = Progress(progress, sum(totals))
-    for (target, specs), total in zip(by_dtype.items(), totals):
-        out.update(load(path, _Devices(specs.values()), specs, dtype=target, staging=staging,
-                        io=io, threads=threads, progress=whole.group(total), dma=dma, dist=dist,
-                        read_gap=read_gap))
-        whole.next(total)
-    whole.close()
+    with opened(path) as ck:   # opened once (a remote one: its headers fetched once)
+        by_dtype = _targets(ck._by_name(), arrays)
+        # the C planner checks every box and conversion (its plans read nothing): before any
+        # deletion
+        totals = [_checked_total(ck, specs, target, dist) for target, specs in by_dtype.items()]
+        if donate:
+            for a in arrays.values():
+                if isinstance(a, jax.Array):
+                    a.delete()
+        whole = Progress(progress, sum(totals))
+        for (target, specs), total in zip(by_dtype.items(), totals):
+            out.update(load(ck, _Devices(specs.values()), specs, dtype=target, staging=staging,
+                            io=io, threads=threads, progress=whole.group(total), dma=dma,
+                            dist=dist, read_gap=read_gap))
+            whole.next(total)
+        whole.close()
     return {name: out[name] for name in arrays}
 
 
@@ -194,11 +195,11 @@ def _targets(tensors: Mapping[str, Any], arrays: Mapping[str, Any]) -> dict[Any,
     return by_dtype
 
 
-def _checked_total(path: Any, specs: dict[str, Any], target: Any, dist: str) -> int:
+def _checked_total(ck: Any, specs: dict[str, Any], target: Any, dist: str) -> int:
     """The read bytes of the load of `specs` to `target`, whose plan the C core checked (a
     conversion it cannot do is a ValueError, as load_into's own checks)."""
     try:
-        p = plan(path, _Devices(specs.values()), specs, dtype=target, dist=dist)
+        p = plan(ck, _Devices(specs.values()), specs, dtype=target, dist=dist)
     except UnsupportedError as e:
         raise ValueError(str(e)) from e
     total = p.read_bytes or 0
