@@ -5,11 +5,10 @@
 # timeout) are survived with checksums equal to the local load; a server that keeps failing, a
 # reset with retries off, and an object replaced mid-load (ETag/Last-Modified change: If-Match
 # answers 412) fail in one line naming the object, within bounded time. Only the stall cases use a
-# short stall timeout (1 s), with stalls well past it; a stall is noticed within about a second of
-# the timeout (curl's low-speed check, used before, averages over 5 s: 4 s here after a 32 KiB
-# burst). The others allow 10 s without a byte, so that a healthy response that a loaded machine
-# (parallel ctest on 2 cores) delays is not taken for a stall and retried (which the byte counts
-# would see). Servers that fail for good (501, 505) are not retried; other 5xx are.
+# short stall timeout (1 s), with stalls well past it (curl's low-speed check, used before,
+# averages over 5 s and noticed one 4 s after a 32 KiB burst). The others allow 10 s without a
+# byte, so that a healthy response that a loaded machine (parallel ctest on 2 cores) delays is not
+# taken for a stall and retried (which the byte counts would see). Servers that fail for good (501, 505) are not retried; other 5xx are.
 # Usage: cli_http_faults.sh path/to/shardload
 set -u
 SL=${1:?usage: cli_http_faults.sh SHARDLOAD}
@@ -44,11 +43,14 @@ survive burst507 --fault 507 --after 2 --count 2
 survive tooMany --fault 429 --every 7 --count 2
 LX="${STALL_TIMEOUT[*]}" survive stall --fault stall --every 9 --count 3 --stall 10
 # each stalled range resumed from the first byte it did not get (its first byte + the bytes sent
-# before the stall), on another connection, within 3 s of the stall's start with a 1 s timeout (4 s before)
+# before the stall), on another connection, before the 10 s stall would have ended (within 7 s of
+# its start: a 1 s timeout resumed them 1.03 s after here, curl's low-speed check, used before,
+# 4.0 s; a bound of 3 s failed once with 4 jobs on 2 cores). That the stall is noticed by the
+# timeout and not by curl's check is the "no byte for 1000 ms" message below.
 # (shards with headers of one size have the same offsets: a range is its path and first byte)
 awk '$4 == "stall" {want[$1 " " ($5 + $3)] = $6} $4 == "-" && $5 != "-" {got[$1 " " $5] = $6}
      END {n = 0; for (b in want) {n++; if (!(b in got)) {print "no resume at " b; bad = 1}
-                                   else if (got[b] - want[b] > 3) {print "resumed " got[b] - want[b] " s after the stall at " b; bad = 1}}
+                                   else if (got[b] - want[b] > 7) {print "resumed " got[b] - want[b] " s after the stall at " b; bad = 1}}
           exit bad || n != 3}' \
     "$T/stall.log" || fail "stall: the 3 stalled ranges were not resumed where they stopped, in time: $(grep stall "$T/stall.log")"
 survive mixed --fault reset --every 2 --count 10
