@@ -296,14 +296,21 @@ typedef struct sl_box {
     uint32_t ndim;            /* must equal the tensor's */
     const uint64_t *start;    /* ndim entries */
     const uint64_t *len;      /* ndim entries */
+    int32_t dtype;            /* this box's target where the plan's dtype is SL_BOX_DTYPES */
 } sl_box;
+
+/* sl_plan_build_boxes's dtype for a target per box: each box's dtype field (F32, F16, BF16, or
+ * -1 to keep its tensor's dtype). One load then holds FP8 weights, their F32 scales and bf16
+ * norms side by side, or the dtypes of a caller's preallocated arrays, each byte read once. */
+#define SL_BOX_DTYPES (-2)
 
 /* Builds a plan of n_devices mesh devices from n_boxes boxes (any sharding: JAX's
  * addressable_devices_indices_map, GSPMD tiles), instead of a layout rule: no config, no padding.
  * Boxes must lie inside their tensors, and a tensor has at most one box per device; boxes of
  * several devices may overlap (replicated parts are read once and copied to each). dtype: the
- * target (F32, F16, BF16, converted on the way), or -1 to keep each tensor in its own dtype
- * (sl_plan_dtype is then the first box's; sub-byte dtypes such as F4 cannot be boxed). Errors
+ * target of every box (F32, F16, BF16, converted on the way), -1 to keep each tensor in its own
+ * dtype, or SL_BOX_DTYPES for each box's own (sl_plan_dtype is then the first box's; sub-byte
+ * dtypes such as F4 cannot be boxed). Errors
  * name the tensor. The plan loads with sl_load like any other (layout
  * SL_LAYOUT_BOXES, tp = n_devices, pp = 1); it cannot be resharded. */
 sl_status sl_plan_build_boxes(const sl_checkpoint *ck, const sl_box *boxes, int64_t n_boxes,

@@ -87,6 +87,16 @@ static float *expected(const box *b)
     return out;
 }
 
+/* f rounded to bf16 (nearest even; no NaN here), as the f32 it widens back to. */
+static float bf16_round(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
 static uint64_t urand(unsigned *seed, uint64_t n)
 {
     *seed = *seed * 1103515245u + 12345u;
@@ -146,10 +156,7 @@ static void check_round(const sl_checkpoint *ck, const box *bx, int n, int32_t d
             if (pi.dtype == SL_DTYPE_BF16) {
                 uint32_t u = (uint32_t)((const uint16_t *)got)[e] << 16;
                 memcpy(&g, &u, 4);
-                uint32_t wu;
-                memcpy(&wu, &want[e], 4);
-                wu = (wu + 0x7FFFu + ((wu >> 16) & 1u)) & 0xFFFF0000u; /* round to nearest even */
-                memcpy(&want[e], &wu, 4);
+                want[e] = bf16_round(want[e]);
             } else {
                 g = ((const float *)got)[e];
             }
@@ -238,10 +245,68 @@ static void test_refusals(const sl_checkpoint *ck)
     refused(ck, &b, 1, -1, SL_E_NOT_FOUND, "no tensor 'nope'");
     b.tensor = "mat";
     refused(ck, &b, 1, SL_DTYPE_I8, SL_E_INVALID_ARG, "convert to F32, F16 or BF16, not I8");
+    refused(ck, &b, 1, -3, SL_E_INVALID_ARG, "convert to F32, F16 or BF16, not a negative number");
+    b.dtype = SL_DTYPE_I8;
+    refused(ck, &b, 1, SL_BOX_DTYPES, SL_E_INVALID_ARG,
+            "tensor 'mat': its box on device 0 converts to I8 (F32, F16 or BF16");
+    b.dtype = -2;
+    refused(ck, &b, 1, SL_BOX_DTYPES, SL_E_INVALID_ARG, "converts to a negative number");
+    b.dtype = SL_DTYPE_I8;
+    sl_plan *q = NULL; /* the field counts only under SL_BOX_DTYPES */
+    EXPECT(sl_plan_build_boxes(ck, &b, 1, N_DEV, SL_DTYPE_BF16, &q) == SL_OK &&
+               sl_plan_dtype(q) == SL_DTYPE_BF16, "box dtype ignored: %s", sl_plan_errmsg(q));
+    sl_plan_free(q);
+    b.dtype = 0;
     sl_plan *p = NULL;
     EXPECT(sl_plan_build_boxes(ck, &b, 1, 0, -1, &p) == SL_E_INVALID_ARG &&
                strstr(sl_plan_errmsg(p), "a mesh of 0 devices"), "zero devices: %s", sl_plan_errmsg(p));
     sl_plan_free(p);
+}
+
+/* SL_BOX_DTYPES: a target per box, in one plan: m32 to BF16 on device 0 and kept F32 on device 1
+ * (the same rows: read once), mi kept I32 beside them (under one target it is refused), each
+ * element the independent rounding of its source. */
+static void test_box_targets(const sl_checkpoint *ck, const unsigned char *r32, const unsigned char *ri)
+{
+    const uint64_t s32[2] = {1, 0}, l32[2] = {2, 6}, si[1] = {2}, li[1] = {3};
+    sl_box b[3] = {{"m32", 0, 2, s32, l32, SL_DTYPE_BF16}, {"m32", 1, 2, s32, l32, -1},
+                   {"mi", 2, 1, si, li, -1}};
+    sl_plan *p = NULL;
+    sl_model *m = NULL;
+    sl_load_opts o;
+    sl_load_opts_init(&o);
+    sl_status st = sl_plan_build_boxes(ck, b, 3, N_DEV, SL_BOX_DTYPES, &p);
+    EXPECT(st == SL_OK, "targets: plan: %s", sl_plan_errmsg(p));
+    if (st == SL_OK)
+        st = sl_load(ck, p, &o, &m);
+    EXPECT(st == SL_OK, "targets: load: %s", sl_model_errmsg(m));
+    if (st == SL_OK) {
+        sl_param_info pi[3];
+        for (int d = 0; d < 3; d++)
+            EXPECT(sl_plan_param(p, d, 0, &pi[d]) == SL_OK, "targets: param of device %d", d);
+        EXPECT(sl_plan_dtype(p) == SL_DTYPE_BF16 && pi[0].dtype == SL_DTYPE_BF16 &&
+                   pi[0].nbytes == 24 && pi[1].dtype == SL_DTYPE_F32 && pi[1].nbytes == 48 &&
+                   pi[2].dtype == SL_DTYPE_I32 && pi[2].nbytes == 12,
+               "targets: dtypes %d %d %d, plan %d", pi[0].dtype, pi[1].dtype, pi[2].dtype,
+               sl_plan_dtype(p));
+        EXPECT(sl_plan_read_bytes(p) == 48 + 12, "targets: read_bytes %llu",
+               (unsigned long long)sl_plan_read_bytes(p));
+        const uint16_t *h = sl_model_param_host_ptr(m, 0, 0);
+        for (int e = 0; e < 12; e++) {
+            float f, g;
+            memcpy(&f, r32 + 24 + 4 * e, 4);
+            const uint32_t u = (uint32_t)h[e] << 16;
+            memcpy(&g, &u, 4);
+            EXPECT(g == bf16_round(f), "targets: element %d is %g, want %g", e, g, bf16_round(f));
+        }
+        EXPECT(memcmp(sl_model_param_host_ptr(m, 1, 0), r32 + 24, 48) == 0 &&
+                   memcmp(sl_model_param_host_ptr(m, 2, 0), ri + 8, 12) == 0,
+               "targets: kept bytes");
+    }
+    sl_model_free(m);
+    sl_plan_free(p);
+    b[2].dtype = SL_DTYPE_F16;
+    refused(ck, b, 3, SL_BOX_DTYPES, SL_E_UNSUPPORTED, "tensor 'mi': no conversion from I32 to F16");
 }
 
 /* No target dtype: each box keeps its tensor's own dtype, whatever the others' (a checkpoint may
@@ -308,6 +373,7 @@ static void test_mixed_dtypes(const char *dir)
     sl_model_free(m);
     sl_plan_free(p);
     refused(ck, b, 3, SL_DTYPE_BF16, SL_E_UNSUPPORTED, "tensor 'mi': no conversion from I32 to BF16");
+    test_box_targets(ck, raw[0], raw[2]);
     refused(ck, &b[3], 1, -1, SL_E_UNSUPPORTED,
             "tensor 'm4': F4 elements are smaller than a byte, and a box cuts whole bytes");
     refused(ck, &b[3], 1, SL_DTYPE_F32, SL_E_UNSUPPORTED, "tensor 'm4': F4 elements are smaller");

@@ -56,7 +56,7 @@ class LoadOpts(Structure):
 
 class Box(Structure):
     _fields_ = [("tensor", c_char_p), ("device", c_int32), ("ndim", c_uint32),
-                ("start", POINTER(c_uint64)), ("len", POINTER(c_uint64))]
+                ("start", POINTER(c_uint64)), ("len", POINTER(c_uint64)), ("dtype", c_int32)]
 
 
 class LoadStats(Structure):

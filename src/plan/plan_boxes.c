@@ -23,7 +23,7 @@ typedef struct box_ctx {
     const sl_checkpoint *ck;
     int64_t *n_params;        /* per device: boxes seen (then parameters written) */
     int64_t *n_ops;           /* per device: operations needed (then written) */
-    int keep;                 /* no target dtype: each parameter in its tensor's dtype */
+    int32_t dtype;            /* the caller's: a target, -1 (keep) or SL_BOX_DTYPES */
 } box_ctx;
 
 /* ---- checks ------------------------------------------------------------------------------ */
@@ -50,32 +50,51 @@ static sl_status box_tensor(box_ctx *c, const sl_box *b, sl_tensor_info *ti)
     return SL_OK;
 }
 
-/* The plan's dtype: the caller's target, or (none given, each tensor kept in its own dtype) the
- * first boxed tensor's. A checkpoint may mix dtypes: transformers keeps DeepSeek-V3's router
- * weight and e_score_correction_bias F32 in a bf16 model. */
+/* A box's target: the caller's for every box, or the box's own (SL_BOX_DTYPES); -1 keeps its
+ * tensor's dtype. */
+static int32_t box_target(const box_ctx *c, const sl_box *b)
+{
+    return c->dtype == SL_BOX_DTYPES ? b->dtype : c->dtype;
+}
+
+static int is_target(int32_t dtype)
+{
+    return dtype == -1 || dtype == SL_DTYPE_F32 || dtype == SL_DTYPE_F16 || dtype == SL_DTYPE_BF16;
+}
+
+static const char *target_name(int32_t dtype)
+{
+    const char *s = dtype >= 0 ? sl_dtype_name((sl_dtype)dtype) : NULL;
+    return s ? s : "?";
+}
+
+/* The boxes' dtypes checked, and the plan's: the caller's target, or (a box keeps its tensor's
+ * dtype, or has a target of its own) the first box's. A checkpoint may mix dtypes: transformers
+ * keeps DeepSeek-V3's router weight and e_score_correction_bias F32 in a bf16 model. */
 static sl_status box_dtype(box_ctx *c, const sl_box *boxes, int64_t n, int32_t dtype)
 {
     sl_tensor_info ti;
-    c->keep = dtype < 0;
-    if (dtype >= 0) {
-        SL_CHECK(dtype == SL_DTYPE_F32 || dtype == SL_DTYPE_F16 || dtype == SL_DTYPE_BF16,
-                 &c->p->err, SL_E_INVALID_ARG, "dtype: convert to F32, F16 or BF16, not %s",
-                 sl_dtype_name((sl_dtype)dtype) ? sl_dtype_name((sl_dtype)dtype) : "?");
+    c->dtype = dtype;
+    SL_CHECK(dtype == SL_BOX_DTYPES || is_target(dtype), &c->p->err, SL_E_INVALID_ARG,
+             "dtype: convert to F32, F16 or BF16, not %s (-1 keeps each tensor's, SL_BOX_DTYPES "
+             "takes each box's)", dtype < -2 ? "a negative number" : target_name(dtype));
+    if (dtype >= 0)
         c->p->dtype = (sl_dtype)dtype;
-    }
     for (int64_t i = 0; i < n; i++) {
         SL_TRY(box_tensor(c, &boxes[i], &ti));
         SL_CHECK(sl_dtype_bits(ti.dtype) % 8 == 0, &c->p->err, SL_E_UNSUPPORTED,
                  "tensor '%.*s': %s elements are smaller than a byte, and a box cuts whole bytes",
                  BOX_NAME_MAX, boxes[i].tensor, sl_dtype_name(ti.dtype));
-        if (c->keep) {
-            if (i == 0)
-                c->p->dtype = ti.dtype;
-            continue;
-        }
-        SL_CHECK(ti.dtype == c->p->dtype || sl_dtype_converts(ti.dtype), &c->p->err,
+        const int32_t to = box_target(c, &boxes[i]);
+        SL_CHECK(is_target(to), &c->p->err, SL_E_INVALID_ARG, "tensor '%.*s': its box on device "
+                 "%d converts to %s (F32, F16 or BF16, or -1 to keep its dtype)", BOX_NAME_MAX,
+                 boxes[i].tensor, (int)boxes[i].device, to < -1 ? "a negative number" : target_name(to));
+        if (i == 0 && dtype < 0)
+            c->p->dtype = to < 0 ? ti.dtype : (sl_dtype)to;
+        SL_CHECK(to < 0 || ti.dtype == (sl_dtype)to || sl_dtype_converts(ti.dtype), &c->p->err,
                  SL_E_UNSUPPORTED, "tensor '%.*s': no conversion from %s to %s",
-                 BOX_NAME_MAX, boxes[i].tensor, sl_dtype_name(ti.dtype), sl_dtype_name(c->p->dtype));
+                 BOX_NAME_MAX, boxes[i].tensor, sl_dtype_name(ti.dtype),
+                 sl_dtype_name((sl_dtype)to));
     }
     return SL_OK;
 }
@@ -168,7 +187,8 @@ static sl_status box_param(box_ctx *c, const sl_box *b, const sl_tensor_info *ti
 {
     sl_plan *p = c->p;
     sl_plan_device *pd = &p->devices[b->device];
-    const sl_dtype dt = c->keep ? ti->dtype : p->dtype;
+    const int32_t to = box_target(c, b);
+    const sl_dtype dt = to < 0 ? ti->dtype : (sl_dtype)to;
     const uint64_t es = sl_dtype_bits(dt) / 8, ses = sl_dtype_bits(ti->dtype) / 8;
     const int64_t i = c->n_params[b->device]++;
     sl_plan_param_t *pp = &pd->params[i];
