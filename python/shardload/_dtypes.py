@@ -27,6 +27,8 @@ VALUE = {n: i for i, n in enumerate(NAMES)}
 _ALIASES = {"bf16": "BF16", "bfloat16": "BF16", "f16": "F16", "fp16": "F16", "float16": "F16",
             "half": "F16", "f32": "F32", "fp32": "F32", "float32": "F32", "float": "F32"}
 TARGETS = ("F32", "F16", "BF16")  # what a plan may convert to
+CONVERTS = ("F32", "F16", "BF16", "F64")  # what it converts from (the C core's sl_dtype_converts)
+BOX_DTYPES = -2  # SL_BOX_DTYPES: sl_plan_build_boxes takes each box's target
 
 _NUMPY_PLAIN = {"BOOL": np.bool_, "U8": np.uint8, "I8": np.int8, "I16": np.int16,
                 "U16": np.uint16, "F16": np.float16, "I32": np.int32, "U32": np.uint32,

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, Union
 
 from . import _native as N
-from ._dtypes import NAMES, target_value
+from ._dtypes import BOX_DTYPES, NAMES, target_value
 from .checkpoint import Checkpoint, opened
 
 
@@ -159,9 +159,12 @@ class Plan:
     @classmethod
     def from_boxes(cls, ck: Checkpoint, boxes: list[tuple[str, int, tuple[int, ...],
                                                           tuple[int, ...]]],
-                   n_devices: int, dtype: Any = None) -> "Plan":
+                   n_devices: int, dtype: Any = None,
+                   targets: Mapping[str, int] | None = None) -> "Plan":
         """A plan whose device d holds, in order, the boxes (tensor, d, start, length) given
-        for it: any sharding (sl_plan_build_boxes); the parameters keep checkpoint names."""
+        for it: any sharding (sl_plan_build_boxes); the parameters keep checkpoint names.
+        dtype: every box's target (None: each tensor's own dtype); or `targets`, a tensor's
+        sl_dtype value (-1: its own) for each of its boxes."""
         arr = (N.Box * max(len(boxes), 1))()
         keep: list[Any] = []
         for i, (name, dev, start, length) in enumerate(boxes):
@@ -169,11 +172,12 @@ class Plan:
             n = (ctypes.c_uint64 * max(len(length), 1))(*length)
             b = name.encode("utf-8", "surrogateescape")
             keep += [s, n, b]
-            arr[i] = N.Box(b, dev, len(start), s, n)
+            arr[i] = N.Box(b, dev, len(start), s, n, -1 if targets is None else targets[name])
         self = cls.__new__(cls)
         self._h = ctypes.c_void_p()
         st = N.lib.sl_plan_build_boxes(ck.handle, arr, len(boxes), n_devices,
-                                       target_value(dtype), ctypes.byref(self._h))
+                                       target_value(dtype) if targets is None else BOX_DTYPES,
+                                       ctypes.byref(self._h))
         self._take(st)
         return self
 

@@ -412,6 +412,63 @@ def test_fp8_dtypes_share_groups(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert stats["groups"] <= 2 * -(-stats["read_bytes"] * 8 // bound), stats  # 8 copies
 
 
+def _fp8_ckpt(tmp: Path) -> tuple[Path, dict]:
+    """A Llama FP8 checkpoint (F8_E4M3 weights, F32 scales, BF16 norms and embeddings) with its
+    quantization_config: (path, name -> (dtype, array))."""
+    cfg = dict(oracle.FP8_MORE[("llama-pt", "llama")], torch_dtype="bfloat16")
+    tmp.mkdir()
+    (tmp / "config.json").write_text(json.dumps(cfg))
+    ck = oracle.checkpoint_tensors("llama", cfg, "BF16", np.random.default_rng(9), "F32")
+    oracle.write_checkpoint(str(tmp), ck, 2, random.Random(9))
+    return tmp, ck
+
+
+def _exact(arrays: dict, ck: dict, to: str, kept: set[str]) -> None:
+    """Each shard is the oracle's slice, the tensors in `kept` in their own dtype, the others
+    converted to `to`."""
+    from shardload._dtypes import numpy_dtype
+    for name, a in arrays.items():
+        dt, w = ck[name]
+        if name not in kept:
+            w, dt = oracle.convert(w, dt, to), to
+        assert a.dtype == numpy_dtype(dt), (name, a.dtype, dt)
+        for s in a.addressable_shards:
+            assert np.asarray(s.data).tobytes() == np.ascontiguousarray(w[s.index]).tobytes(), name
+
+
+@pytest.mark.parametrize("to", ["F32", "F16"])
+def test_target_dtype_keeps_fp8_and_scales(tmp_path: Path, to: str) -> None:
+    """load(dtype=...) of an FP8 checkpoint under the default rule converts the float tensors and
+    keeps what the C planner keeps: F8_E4M3 weights and their F32 scales (one target for every
+    box was refused: "no conversion from F8_E4M3 to F32"). With rules given, every float tensor
+    converts (F32 scales too) and the FP8 ones are kept, in one C load per group."""
+    tmp, ck = _fp8_ckpt(tmp_path / "t")
+    arrays = sj.load(tmp, mesh_2d(), dtype=to.lower())
+    kept = {k for k, (dt, _) in ck.items() if dt in ("F8_E4M3", "F32")}
+    assert kept & set(arrays) and {ck[k][0] for k in arrays} == {"F8_E4M3", "F32", "BF16"}
+    _exact(arrays, ck, to, kept)
+    stats: dict = {}
+    rules = [(r".*", P())]
+    arrays = sj.load(tmp, mesh_1d(), rules, dtype=to.lower(), stats=stats)
+    _exact(arrays, ck, to, {k for k, (dt, _) in ck.items() if dt == "F8_E4M3"})
+    assert stats["groups"] == 1 and stats["bytes_read"] == stats["read_bytes"], stats
+
+
+def test_target_dtype_keeps_integers(tmp_path: Path) -> None:
+    """Integer and bool tensors keep their dtype under a float target, beside converted ones."""
+    from safetensors.numpy import save_file
+    rng = np.random.default_rng(3)
+    t = {"a": rng.standard_normal((16, 8)).astype(np.float32),
+         "ids": rng.integers(-5, 5, (16,), dtype=np.int32),
+         "mask": rng.integers(0, 2, (8, 4)).astype(np.bool_),
+         "b": rng.standard_normal((8,)).astype(np.float32)}
+    save_file(t, str(tmp_path / "model.safetensors"))
+    arrays = sj.load(tmp_path, mesh_1d(), [(r"^a$", P("model")), (r".*", P())], dtype="bf16")
+    ck = {"a": ("F32", t["a"]), "b": ("F32", t["b"]), "ids": ("I32", t["ids"]),
+          "mask": ("BOOL", t["mask"])}
+    _exact(arrays, ck, "BF16", {"ids", "mask"})
+
+
 def test_dma_mapped_slabs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Where the client implements dma_map, each slab is mapped once, when allocated, and
     unmapped when the load ends; the shards are the same bytes as with plain slabs."""
@@ -548,9 +605,10 @@ def test_load_into(tmp_path: Path) -> None:
 
 
 def test_load_into_checks_conversions_before_donating(tmp_path: Path) -> None:
-    """A conversion the core cannot do (I32 to F32) is refused before donate deletes anything;
-    targets of several dtypes (several C loads) report one rising (done, total); without x64 an
-    I64 tensor loads into int32 targets when its values fit."""
+    """A conversion the core cannot do (I32 to F32), or an option load refuses, is refused
+    before donate deletes anything; targets of several dtypes are one C load (each byte read
+    once: with one load per dtype, each read the other's tensors as gaps) with one rising
+    (done, total); without x64 an I64 tensor loads into int32 targets when its values fit."""
     import jax.numpy as jnp
     from safetensors.numpy import save_file
     path = tmp_path / "m.safetensors"
@@ -563,12 +621,22 @@ def test_load_into_checks_conversions_before_donating(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="tensor 'ids': no conversion from I32 to F32"):
         sj.load_into(path, given, donate=True)
     assert not any(a.is_deleted() for a in given.values())
+    given["ids"] = jnp.zeros((8,), jnp.int32, device=rep)
+    for bad, err in [({"io": "bogus"}, ValueError), ({"threads": -1}, ValueError),
+                     ({"progress": 3}, TypeError), ({"stats": []}, TypeError),
+                     ({"read_gap": "x"}, TypeError), ({"dist": "x"}, ValueError),
+                     ({"dma": 1}, TypeError), ({"staging": 1}, ValueError)]:
+        with pytest.raises(err):
+            sj.load_into(path, given, donate=True, **bad)
+        assert not any(a.is_deleted() for a in given.values()), bad
     seen: list = []
+    stats: dict = {}
     want = {"w": jax.ShapeDtypeStruct((8, 4), jnp.bfloat16, sharding=rows),
             "ids": jax.ShapeDtypeStruct((8,), jnp.int32, sharding=rep)}
     if not jax.config.jax_enable_x64:
         want["pos"] = jax.ShapeDtypeStruct((8,), jnp.int32, sharding=rep)
-    out = sj.load_into(path, want, progress=lambda d, t: seen.append((d, t)))
+    out = sj.load_into(path, want, progress=lambda d, t: seen.append((d, t)), stats=stats)
+    assert stats["groups"] == 1 and stats["bytes_read"] == stats["read_bytes"], stats
     assert np.array_equal(np.asarray(out["w"]).astype(np.float32), w)
     assert np.array_equal(np.asarray(out["ids"]), ids)
     assert "pos" not in out or np.array_equal(np.asarray(out["pos"]), np.arange(8))
@@ -662,7 +730,7 @@ def test_bands_of_boxes_over_the_bound() -> None:
     class T:  # the fields groups reads
         pass
     tensor = T()
-    tensor.shape, tensor.dtype = shape, "BF16"  # type: ignore[attr-defined]
+    tensor.shape, tensor.dtype, tensor.name = shape, "BF16", "w"  # type: ignore[attr-defined]
     index = jsh.local_devices(mesh)
 
     def size(group: list) -> int:  # a buffer per distinct box (copies share it) of each entry
@@ -670,8 +738,8 @@ def test_bands_of_boxes_over_the_bound() -> None:
                    for _, b in jg.distinct(bs))
     for spec in [P(None, "model"), P(), P("data", None)]:
         boxes = jsh.boxes("w", shape, NamedSharding(mesh, spec), index)
-        assert max(map(size, jg.groups([(tensor, boxes)], lambda: limit, None))) > limit
-        got = list(jg.groups([(tensor, boxes)], lambda: limit, None, lambda: True))
+        assert max(map(size, jg.groups([(tensor, boxes)], lambda: limit, {}))) > limit
+        got = list(jg.groups([(tensor, boxes)], lambda: limit, {}, lambda: True))
         assert len(got) > 1, spec
         rows: dict = {}
         for g in got:

@@ -46,9 +46,9 @@ import numpy as np
 from .._dtypes import numpy_dtype, target_value
 from ..checkpoint import opened
 from ..errors import UnsupportedError
-from ..model import ReadGap, read_gap_value
+from ..model import ReadGap, _load_opts, wants_bar
 from ..plan import ConfigSource, Plan
-from ._loader import Loader, Progress
+from ._loader import Loader
 from ._shardings import ShardingSpec, boxes_plan, items, local_devices
 
 _DMA_ENV = "SHARDLOAD_JAX_DMA"  # "0": never dma_map the slabs
@@ -67,11 +67,32 @@ def plan(path: Any, mesh: Any, shardings: ShardingSpec = None, *, dtype: Any = N
     plan(...).devices[i] is mesh.devices.flat's i-th local device. Reads no data. With
     dist="cooperative", the boxes it reads before the gather (read_bytes: this process's)."""
     cooperative = _dist(dist)
-    target_value(dtype, _KEEP)
+    _check_dtype(dtype)
     with opened(path) as ck:
         index = local_devices(mesh)
-        _, _, its = items(ck, mesh, shardings, config, dtype, index, cooperative)
-        return boxes_plan(ck, its, len(index), dtype)
+        _, _, its, to = items(ck, mesh, shardings, config, dtype, index, cooperative)
+        return boxes_plan(ck, its, len(index), to)
+
+
+def _check_options(staging: int, io: str, threads: int, progress: Any, dma: bool | None,
+                   stats: dict[str, Any] | None, dist: str, read_gap: ReadGap) -> tuple[bool, bool]:
+    """The options of load and load_into checked before any file is opened (load_into: before
+    it deletes the arrays it was given), not at the first group's C load: (dma used,
+    cooperative)."""
+    if isinstance(staging, bool) or not isinstance(staging, int) or staging < (2 << 20):
+        raise ValueError("staging must be an int of at least 2 MiB")
+    _load_opts("cpu", io, staging, threads, False, 0, read_gap)
+    if not callable(progress):
+        wants_bar(progress)
+    if stats is not None and not isinstance(stats, dict):
+        raise TypeError(f"stats must be None or a dict, got {type(stats).__name__}")
+    return _use_dma(dma), _dist(dist)
+
+
+def _check_dtype(dtype: Any) -> None:
+    """A dtype load takes (a mapping is load_into's targets, which it checked)."""
+    if not isinstance(dtype, Mapping):
+        target_value(dtype, _KEEP)
 
 
 def _use_dma(dma: bool | None) -> bool:
@@ -104,19 +125,14 @@ def load(path: Any, mesh: Any, shardings: ShardingSpec = None, *, dtype: Any = N
     adopted bytes, read_bytes (what the plan reads), bytes_read (what the engine read, over
     all its C loads), read_requests (over all of them) and read_depth_peak (the most in flight
     in any), seconds."""
-    if isinstance(staging, bool) or not isinstance(staging, int) or staging < (2 << 20):
-        raise ValueError("staging must be an int of at least 2 MiB")
-    read_gap_value(read_gap)  # checked before any file is opened
-    if stats is not None and not isinstance(stats, dict):
-        raise TypeError(f"stats must be None or a dict, got {type(stats).__name__}")
-    use_dma = _use_dma(dma)
-    cooperative = _dist(dist)
-    target_value(dtype, _KEEP)
+    use_dma, cooperative = _check_options(staging, io, threads, progress, dma, stats, dist,
+                                          read_gap)
+    _check_dtype(dtype)
     t_start = time.perf_counter()
     index = local_devices(mesh)
     with opened(path) as ck:
-        specs, reads, its = items(ck, mesh, shardings, config, dtype, index, cooperative)
-        loader = Loader(ck, its, specs, reads, index, dtype, staging,
+        specs, reads, its, to = items(ck, mesh, shardings, config, dtype, index, cooperative)
+        loader = Loader(ck, its, specs, reads, index, to, staging,
                         {"io": io, "threads": threads, "read_gap": read_gap}, progress, use_dma)
         out = loader.run()
     if stats is not None:
@@ -138,42 +154,42 @@ def load_into(path: Any, arrays: Mapping[str, Any], *, donate: bool = False,
               staging: int = 64 << 20, io: str = "auto", threads: int = 0,
               progress: Callable[[int, int], None] | None | bool = None,
               dma: bool | None = None, dist: str = "independent",
-              read_gap: ReadGap = None) -> dict[str, Any]:
+              read_gap: ReadGap = None, stats: dict[str, Any] | None = None) -> dict[str, Any]:
     """The checkpoint's tensors named in `arrays` (name -> jax.Array or jax.ShapeDtypeStruct
     with a sharding), each loaded with that array's sharding, shape and dtype (bf16, f16 and
-    f32 converted on the way). JAX arrays are immutable, so these are new arrays, returned:
-    nothing is written into the given ones. donate=True deletes the given jax.Arrays before the
-    load (after every name, shape, dtype and conversion is checked), so that their device memory
-    is free for the new ones; they are gone if the load then fails. dist and read_gap: as in
-    load. Progress: one (done, total) over the whole call."""
+    f32 converted on the way), all in one load whatever the dtypes (each byte read once).
+    JAX arrays are immutable, so these are new arrays, returned: nothing is written into the
+    given ones. donate=True deletes the given jax.Arrays before the load (after every name,
+    shape, dtype and conversion is checked), so that their device memory is free for the new
+    ones; they are gone if the load then fails. dist, read_gap and stats: as in load."""
     import jax
     if not isinstance(arrays, Mapping):
         raise TypeError(f"arrays must be a mapping name -> jax.Array, got {type(arrays).__name__}")
-    out: dict[str, Any] = {}
+    _check_options(staging, io, threads, progress, dma, stats, dist, read_gap)
     with opened(path) as ck:   # opened once (a remote one: its headers fetched once)
-        by_dtype = _targets(ck._by_name(), arrays)
-        # the C planner checks every box and conversion (its plans read nothing): before any
-        # deletion
-        totals = [_checked_total(ck, specs, target, dist) for target, specs in by_dtype.items()]
+        specs, to = _targets(ck._by_name(), arrays)
+        devices = _Devices(specs.values())
+        try:  # the C planner checks every box and conversion (its plans read nothing): before
+            # any deletion
+            plan(ck, devices, specs, dtype=to, dist=dist).close()
+        except UnsupportedError as e:
+            raise ValueError(str(e)) from e
         if donate:
             for a in arrays.values():
                 if isinstance(a, jax.Array):
                     a.delete()
-        whole = Progress(progress, sum(totals))
-        for (target, specs), total in zip(by_dtype.items(), totals):
-            out.update(load(ck, _Devices(specs.values()), specs, dtype=target, staging=staging,
-                            io=io, threads=threads, progress=whole.group(total), dma=dma,
-                            dist=dist, read_gap=read_gap))
-            whole.next(total)
-        whole.close()
+        out = load(ck, devices, specs, dtype=to, staging=staging, io=io, threads=threads,
+                   progress=progress, dma=dma, dist=dist, read_gap=read_gap, stats=stats)
     return {name: out[name] for name in arrays}
 
 
-def _targets(tensors: Mapping[str, Any], arrays: Mapping[str, Any]) -> dict[Any, dict[str, Any]]:
-    """The arrays' shardings by target dtype (None: the checkpoint's own), each name, shape and
-    dtype checked against the checkpoint."""
+def _targets(tensors: Mapping[str, Any],
+             arrays: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, int]]:
+    """The arrays' shardings and targets (sl_dtype values, -1: the checkpoint's own), each name,
+    shape and dtype checked against the checkpoint."""
     from jax.dtypes import canonicalize_dtype as canonical  # I64 is int32 without x64
-    by_dtype: dict[Any, dict[str, Any]] = {}
+    specs: dict[str, Any] = {}
+    to: dict[str, int] = {}
     for name, a in arrays.items():
         t = tensors.get(name)
         if t is None:
@@ -185,26 +201,14 @@ def _targets(tensors: Mapping[str, Any], arrays: Mapping[str, Any]) -> dict[Any,
             raise ValueError(f"tensor '{name}': the array has no sharding")
         dt, own = np.dtype(a.dtype), numpy_dtype(t.dtype)
         if dt != own and dt.name in ("bfloat16", "float16", "float32"):
-            target = dt.name
+            to[name] = target_value(dt.name)
         elif dt in (own, canonical(own)):   # canonical: what load makes of it (_check_x64)
-            target = None
+            to[name] = -1
         else:
             raise ValueError(f"tensor '{name}': dtype {dt}, the checkpoint has {t.dtype} "
                              "(conversions go to bf16, f16 or f32 only)")
-        by_dtype.setdefault(target, {})[name] = a.sharding
-    return by_dtype
-
-
-def _checked_total(ck: Any, specs: dict[str, Any], target: Any, dist: str) -> int:
-    """The read bytes of the load of `specs` to `target`, whose plan the C core checked (a
-    conversion it cannot do is a ValueError, as load_into's own checks)."""
-    try:
-        p = plan(ck, _Devices(specs.values()), specs, dtype=target, dist=dist)
-    except UnsupportedError as e:
-        raise ValueError(str(e)) from e
-    total = p.read_bytes or 0
-    p.close()
-    return total
+        specs[name] = a.sharding
+    return specs, to
 
 
 __all__ = ["load", "load_into", "plan"]

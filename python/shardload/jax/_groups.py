@@ -4,12 +4,12 @@ twice, else (on devices that copy) into bands: the next rows of each of its boxe
 the devices (_parts)."""
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
-from .._dtypes import NAMES, numpy_dtype, target_value
+from .._dtypes import NAMES, numpy_dtype
 from ..checkpoint import Tensor
 from ._shardings import Box, Item
 
@@ -181,20 +181,21 @@ def _again(rest: list[tuple[Any, Box]], cut: list[tuple[Any, Box]]) -> bool:
     return any(dev in taken for dev, _ in rest)
 
 
-def groups(items: list[Item], budget: Callable[[], int | None], target: Any,
+def groups(items: list[Item], budget: Callable[[], int | None], targets: Mapping[str, int],
            copying: Callable[[], bool] = lambda: False) -> Iterator[Group]:
     """Consecutive tensors (checkpoint order) whose boxes fit the budget together (None: no
-    bound; asked afresh for each group), whatever their dtypes (a box plan without a target
-    keeps each tensor's: FP8 weights, F32 scales and BF16 norms alternate in checkpoint order).
+    bound; asked afresh for each group), whatever their dtypes and targets (a box plan has a
+    target per box, -1 or absent keeping the tensor's dtype: FP8 weights, F32 scales and BF16
+    norms alternate in checkpoint order).
     A tensor larger than the budget is cut into pieces of whole boxes where no byte is read twice
     (pieces), else into bands of rows where copying() says the devices copy the buffers (asked
     afresh for each group: then they can assemble parts, and a box's copies share a buffer),
     else a group of its own."""
     group: Group = []
     size, limit = 0, budget()
-    to = NAMES[target_value(target)] if target is not None else None
     for t, all_boxes in items:
-        width = numpy_dtype(to or t.dtype).itemsize  # packed types: an upper bound
+        to = targets.get(t.name, -1)
+        width = numpy_dtype(NAMES[to] if to >= 0 else t.dtype).itemsize  # packed: an upper bound
         rest = all_boxes
         while rest:
             copies = copying()

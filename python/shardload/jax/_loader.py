@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -44,7 +44,8 @@ def _dest_table(plan: Plan, devs: list[int], staging: Staging, slot: int | None,
     return table, rows
 
 
-def fill_group(ck: Checkpoint, group: Group, n_devices: int, dtype: Any, opts: dict[str, Any],
+def fill_group(ck: Checkpoint, group: Group, n_devices: int, targets: Mapping[str, int],
+               opts: dict[str, Any],
                progress: Progress, staging: Staging,
                slot: int | None) -> tuple[Received, float, Reads]:
     """Plans one group's boxes and loads them into host buffers from `staging`: (device, box,
@@ -54,7 +55,7 @@ def fill_group(ck: Checkpoint, group: Group, n_devices: int, dtype: Any, opts: d
     Runs on the loader thread (ctypes releases the GIL for the C load), while the caller hands
     the previous group to JAX."""
     loaded = group if slot is None else [(t, distinct(bs)) for t, bs in group]
-    plan = boxes_plan(ck, loaded, n_devices, dtype)
+    plan = boxes_plan(ck, loaded, n_devices, targets)
     try:
         devs = sorted({b[1] for _, bs in loaded for _, b in bs})
         bufs: dict[tuple[int, int], np.ndarray] = {}
@@ -212,17 +213,18 @@ class Loader:
     of rows, written into its buffer on the device (Parts)."""
 
     def __init__(self, ck: Checkpoint, items: list[Item], specs: dict[str, Any],
-                 reads: dict[str, Any], index: dict[Any, int], dtype: Any, staging: int,
+                 reads: dict[str, Any], index: dict[Any, int], targets: Mapping[str, int],
+                 staging: int,
                  opts: dict[str, Any], progress: Callable[[int, int], None] | None | bool,
                  dma: bool) -> None:
-        self.ck, self.specs, self.reads, self.dtype = ck, specs, reads, dtype
+        self.ck, self.specs, self.reads, self.targets = ck, specs, reads, targets
         self.n_devices = len(index)
         self.shapes = {t.name: t.shape for t, _ in items}
         self.need = {t.name: len(bs) for t, bs in items}  # whole once its boxes are put
         self.kinds = {n: getattr(r, "memory_kind", None) for n, r in reads.items()}
         self.whole = {b[:2]: b for _, bs in items for _, b in bs}  # (name, device) -> its box
         self.parts = Parts()
-        whole = boxes_plan(ck, items, len(index), dtype)
+        whole = boxes_plan(ck, items, len(index), targets)
         try:
             self.total = whole.read_bytes or 0  # also checks every box before a byte is read
             boxes_bytes = sum(padded(p.nbytes) for d in whole.devices for p in d.params)
@@ -238,7 +240,7 @@ class Loader:
         self.opts = dict(opts, staging=engine)
         self.progress = Progress(progress, self.total)
         self.pool = Staging(clients(index), min(self.bounded, boxes_bytes), dma)
-        self.groups = groups(items, lambda: self.budget, dtype, lambda: not self.adopting)
+        self.groups = groups(items, lambda: self.budget, targets, lambda: not self.adopting)
         self.ahead: tuple[Future[tuple[Received, float, Reads]], int | None] | None = None
         self.shards: dict[str, list[Any]] = {}
         self.out: dict[str, Any] = {}
@@ -282,7 +284,7 @@ class Loader:
             return
         slot = None if self.adopting else self.count["groups"] % 2
         self.count["groups"] += 1
-        self.ahead = (ex.submit(fill_group, self.ck, group, self.n_devices, self.dtype, self.opts,
+        self.ahead = (ex.submit(fill_group, self.ck, group, self.n_devices, self.targets, self.opts,
                                 self.progress, self.pool, slot), slot)
 
     def _receive(self, ex: ThreadPoolExecutor) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from .._dtypes import CONVERTS, NAMES, VALUE, target_value
 from ..checkpoint import Checkpoint, Tensor
 from ..plan import ConfigSource, Plan
 
@@ -20,16 +21,19 @@ Item = tuple[Tensor, list[tuple[Any, Box]]]  # a tensor and (device, box) of eac
 
 
 def default_specs(ck: Checkpoint, mesh: Any, config: ConfigSource | None,
-                   dtype: Any) -> dict[str, Any]:
+                  dtype: Any) -> tuple[dict[str, Any], dict[str, str]]:
     """SHARDING.md's spmd rule on the mesh's last axis, as the C planner applies it: each
     tensor of the spmd plan is split along the dimension its tile is shorter in, else
-    replicated. Tensors the rule table skips (tied heads, rotary caches) are not loaded."""
+    replicated. Tensors the rule table skips (tied heads, rotary caches) are not loaded. With
+    them, each tensor's dtype in that plan (FP8 weights and their F32 scales kept under any
+    target)."""
     from jax.sharding import PartitionSpec
     axis = mesh.axis_names[-1]
     n = int(mesh.shape[axis])
     plan = Plan(ck, config=config, tp=n, layout="spmd", dtype=dtype)
     tensors = ck._by_name()
     out: dict[str, Any] = {}
+    dtypes: dict[str, str] = {}
     for p in plan.devices[0].params:
         whole = tensors[p.name].shape
         split = [k for k in range(len(whole)) if p.shape[k] != whole[k]]
@@ -37,8 +41,9 @@ def default_specs(ck: Checkpoint, mesh: Any, config: ConfigSource | None,
         if split:
             spec[split[0]] = axis
         out[p.name] = PartitionSpec(*spec)  # type: ignore[no-untyped-call]
+        dtypes[p.name] = p.dtype
     plan.close()
-    return out
+    return out, dtypes
 
 
 def _sharding_of(name: str, t: Tensor, mesh: Any, shardings: ShardingSpec) -> Any:
@@ -65,11 +70,13 @@ def _sharding_of(name: str, t: Tensor, mesh: Any, shardings: ShardingSpec) -> An
 
 
 def _shardings(ck: Checkpoint, mesh: Any, shardings: ShardingSpec, config: ConfigSource | None,
-               dtype: Any) -> dict[str, Any]:
+               dtype: Any) -> tuple[dict[str, Any], dict[str, int]]:
+    """Each tensor's Sharding and target (targets)."""
     by_name = ck._by_name()
     if shardings is None:
-        specs = default_specs(ck, mesh, config, dtype)
-        return {n: _sharding_of(n, by_name[n], mesh, specs) for n in specs}
+        specs, planned = default_specs(ck, mesh, config, dtype)
+        return ({n: _sharding_of(n, by_name[n], mesh, specs) for n in specs},
+                targets(by_name, specs, dtype, planned))
     if isinstance(shardings, Mapping):
         missing = [n for n in shardings if n not in by_name]
         if missing:
@@ -80,7 +87,24 @@ def _shardings(ck: Checkpoint, mesh: Any, shardings: ShardingSpec, config: Confi
     else:
         raise TypeError("shardings must be None, a mapping name -> Sharding, a callable "
                         "(name, shape, dtype) -> Sharding or a list of (regex, PartitionSpec)")
-    return {n: _sharding_of(n, by_name[n], mesh, shardings) for n in names}
+    specs = {n: _sharding_of(n, by_name[n], mesh, shardings) for n in names}
+    return specs, targets(by_name, specs, dtype)
+
+
+def targets(tensors: Mapping[str, Tensor], names: Iterable[str], dtype: Any,
+            planned: Mapping[str, str] | None = None) -> dict[str, int]:
+    """Each tensor's target, an sl_dtype value (-1: its own dtype): dtype=None keeps every one;
+    under the default rule each takes its dtype in the C planner's spmd plan (`planned`: FP8
+    weights, their F32 scales, DeepSeek's F32 e_score_correction_bias kept); with shardings
+    given, each float tensor (F32, F16, BF16, F64) converts to dtype and the others (FP8,
+    integers, bool) keep theirs."""
+    to = target_value(dtype, "each tensor's checkpoint dtype")
+    out = {}
+    for n in names:
+        own = tensors[n].dtype
+        want = planned[n] if planned is not None else NAMES[to] if own in CONVERTS else own
+        out[n] = -1 if to < 0 or want == own else VALUE[want]
+    return out
 
 
 def boxes(name: str, shape: tuple[int, ...], sharding: Any,
@@ -164,18 +188,23 @@ def read_sharding(s: Any, shape: tuple[int, ...]) -> Any:
 
 def items(ck: Checkpoint, mesh: Any, shardings: ShardingSpec, config: ConfigSource | None,
           dtype: Any, index: dict[Any, int], cooperative: bool = False
-          ) -> tuple[dict[str, Any], dict[str, Any], list[Item]]:
+          ) -> tuple[dict[str, Any], dict[str, Any], list[Item], dict[str, int]]:
     """The target sharding of every tensor, the one it is read with (the same unless
-    cooperative), and the boxes of this process's devices, in checkpoint order."""
-    specs = _shardings(ck, mesh, shardings, config, dtype)
+    cooperative), the boxes of this process's devices, in checkpoint order, and each tensor's
+    target (targets). dtype may be such targets already (a mapping: load_into's)."""
+    if isinstance(dtype, Mapping):
+        specs, to = _shardings(ck, mesh, shardings, config, None)[0], dict(dtype)
+    else:
+        specs, to = _shardings(ck, mesh, shardings, config, dtype)
     order = {t.name: k for k, t in enumerate(ck.tensors)}
     tensors = ck._by_name()
     reads = ({n: read_sharding(sp, tensors[n].shape) for n, sp in specs.items()} if cooperative
              else specs)
     return specs, reads, [(tensors[n], boxes(n, tensors[n].shape, reads[n], index))
-                          for n in sorted(specs, key=order.__getitem__)]
+                          for n in sorted(specs, key=order.__getitem__)], to
 
 
-def boxes_plan(ck: Checkpoint, its: list[Item], n_devices: int, dtype: Any) -> Plan:
-    """The C planner's plan of every box of `its` (sl_plan_build_boxes): it checks them all."""
-    return Plan.from_boxes(ck, [b for _, bs in its for _, b in bs], n_devices, dtype)
+def boxes_plan(ck: Checkpoint, its: list[Item], n_devices: int, to: Mapping[str, int]) -> Plan:
+    """The C planner's plan of every box of `its` (sl_plan_build_boxes), each to its tensor's
+    target: it checks them all."""
+    return Plan.from_boxes(ck, [b for _, bs in its for _, b in bs], n_devices, targets=to)
