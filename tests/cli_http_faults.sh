@@ -41,18 +41,29 @@ survive truncate --fault truncate --every 4
 survive burst503 --fault 503 --after 2 --count 4
 survive burst507 --fault 507 --after 2 --count 2
 survive tooMany --fault 429 --every 7 --count 2
-LX="${STALL_TIMEOUT[*]}" survive stall --fault stall --every 9 --count 3 --stall 10
 # each stalled range resumed from the first byte it did not get (its first byte + the bytes sent
-# before the stall), on another connection, before the 10 s stall would have ended (within 7 s of
-# its start: a 1 s timeout resumed them 1.03 s after here, curl's low-speed check, used before,
-# 4.0 s; a bound of 3 s failed once with 4 jobs on 2 cores). That the stall is noticed by the
-# timeout and not by curl's check is the "no byte for 1000 ms" message below.
+# before the stall), on another connection, within BOUND s of the stall's start
 # (shards with headers of one size have the same offsets: a range is its path and first byte)
-awk '$4 == "stall" {want[$1 " " ($5 + $3)] = $6} $4 == "-" && $5 != "-" {got[$1 " " $5] = $6}
-     END {n = 0; for (b in want) {n++; if (!(b in got)) {print "no resume at " b; bad = 1}
-                                   else if (got[b] - want[b] > 7) {print "resumed " got[b] - want[b] " s after the stall at " b; bad = 1}}
-          exit bad || n != 3}' \
-    "$T/stall.log" || fail "stall: the 3 stalled ranges were not resumed where they stopped, in time: $(grep stall "$T/stall.log")"
+resumed_within() { # name bound
+    awk -v bound="$2" '$4 == "stall" {want[$1 " " ($5 + $3)] = $6} $4 == "-" && $5 != "-" {got[$1 " " $5] = $6}
+         END {n = 0; for (b in want) {n++; if (!(b in got)) {print "no resume at " b; bad = 1}
+                                       else if (got[b] - want[b] > bound) {print "resumed " got[b] - want[b] " s after the stall at " b; bad = 1}}
+              exit bad || n != 3}' "$T/$1.log" ||
+        fail "$1: the 3 stalled ranges were not resumed where they stopped within $2 s: $(grep stall "$T/$1.log")"
+}
+# Stalls among other traffic: resumed 1.03 s after their start with the 1 s timeout here (curl's
+# low-speed check, used before, took 4.0 s), well before the 10 s stall ends.
+LX="${STALL_TIMEOUT[*]}" survive stall --fault stall --every 9 --count 3 --stall 10
+resumed_within stall 7
+# Stalls close together (every third range), the other connections soon idle: the stall check runs when curl
+# polls, and a retry used to wait for the poll's whole second: 3.0 s after the stall's start
+# (timeouts of 0.5 and 2 s: 2.5 and 4.0 s). Now within a quarter of the timeout of it, and the
+# retry at its backoff: 1.03 s here. (The 3 s bound the case above had, failing once in `ctest
+# -j2`, may have met this: a stall at the load's end, with nothing else running.)
+LX="${STALL_TIMEOUT[*]}" survive stall3 --fault stall --every 3 --count 3 --stall 10
+resumed_within stall3 2.5
+# That the stall is noticed by the timeout and not by curl's check is the "no byte for 1000 ms"
+# message below.
 survive mixed --fault reset --every 2 --count 10
 # the open's GETs too (the 8-byte lengths and the headers, fetched many at once)
 survive headers --fault reset --every 2 --min-bytes 0

@@ -5,7 +5,11 @@
 
 sl_status xf_pool_init(xf_pool *p, const sl_http_tune *t, unsigned n_easy, sl_err *err)
 {
-    *p = (xf_pool){.n_easy = n_easy ? n_easy : 1};
+    /* curl calls the stall check (on_progress) when a step lets it run, not on a timer of its
+     * own: with every connection idle (all stalled), a step that slept a second noticed a 1 s
+     * stall a second late */
+    const long quarter = (long)(t->timeout_ms / 4);
+    *p = (xf_pool){.n_easy = n_easy ? n_easy : 1, .tick_ms = quarter < 10 ? 10 : quarter > 1000 ? 1000 : quarter};
     p->multi = curl_multi_init();
     p->idle = calloc(2 * (size_t)p->n_easy, sizeof *p->idle);   /* the idle stack, then all */
     int ok = p->multi && p->idle;
@@ -37,9 +41,8 @@ int xf_pool_busy(const xf_pool *p)
     return p->running > 0 || p->head != NULL;
 }
 
-/* The first waiting transfer whose backoff has passed (out of the queue), or NULL; *wait_ms
- * shortened to when the next one is due. */
-static sl_http_xfer *take_due(xf_pool *p, uint64_t now, long *wait_ms)
+/* The first waiting transfer whose backoff has passed (out of the queue), or NULL. */
+static sl_http_xfer *take_due(xf_pool *p, uint64_t now)
 {
     sl_http_xfer *prev = NULL;
     for (sl_http_xfer *x = p->head; x; prev = x, x = x->q_next) {
@@ -52,17 +55,28 @@ static sl_http_xfer *take_due(xf_pool *p, uint64_t now, long *wait_ms)
                 p->tail = prev;
             return x;
         }
-        const long w = (long)(x->not_before_ms - now);
-        *wait_ms = w < *wait_ms ? w : *wait_ms;
     }
     return NULL;
 }
 
-static sl_status start_due(xf_pool *p, long *wait_ms, sl_err *err)
+/* Milliseconds until a waiting transfer can start (0: now), at most `cap`; the cap while no handle
+ * is free (one ending wakes the poll). */
+static long due_in(const xf_pool *p, uint64_t now, long cap)
+{
+    if (p->n_idle == 0)
+        return cap;
+    for (const sl_http_xfer *x = p->head; x && cap > 0; x = x->q_next) {
+        const long w = x->not_before_ms <= now ? 0 : (long)(x->not_before_ms - now);
+        cap = w < cap ? w : cap;
+    }
+    return cap;
+}
+
+static sl_status start_due(xf_pool *p, sl_err *err)
 {
     const uint64_t now = xf_now_ms();
     while (p->n_idle > 0) {
-        sl_http_xfer *x = take_due(p, now, wait_ms);
+        sl_http_xfer *x = take_due(p, now);
         if (!x)
             return SL_OK;
         CURL *h = p->idle[--p->n_idle];
@@ -106,17 +120,18 @@ static sl_status reap(xf_pool *p, void (*done)(void *, sl_http_xfer *), void *us
 
 sl_status xf_pool_step(xf_pool *p, void (*done)(void *user, sl_http_xfer *x), void *user, sl_err *err)
 {
-    long wait_ms = 1000;
     unsigned completed = 0;
-    SL_TRY(start_due(p, &wait_ms, err));
+    SL_TRY(start_due(p, err));
     int still = 0;
     const CURLMcode mc = curl_multi_perform(p->multi, &still);
     SL_CHECK(mc == CURLM_OK, err, SL_E_IO, "curl: %s", curl_multi_strerror(mc));
     SL_TRY(reap(p, done, user, &completed, err));
-    if (completed > 0 || (p->head && p->n_idle > 0 && p->head->not_before_ms <= xf_now_ms()))
+    /* after reap: a retry it queued is due after its backoff, not after a whole tick */
+    const long wait_ms = due_in(p, xf_now_ms(), p->tick_ms);
+    if (completed > 0 || wait_ms == 0)
         return SL_OK;   /* something to hand over, or to start, now */
     if (xf_pool_busy(p))
-        curl_multi_poll(p->multi, NULL, 0, (int)(wait_ms > 0 ? wait_ms : 0), NULL);
+        curl_multi_poll(p->multi, NULL, 0, (int)wait_ms, NULL);
     return SL_OK;
 }
 
