@@ -144,13 +144,27 @@ class Checkpoint:
         if t is None:
             raise KeyError(f"checkpoint has no tensor {name!r}")
         out = np.empty(element_shape(t.dtype, t.shape, t.nbytes), numpy_dtype(t.dtype))
+        self._read_into(t, 0, out)
+        return out
+
+    def _read_bytes(self, name: str, offset: int, nbytes: int) -> np.ndarray:
+        """Bytes [offset, offset + nbytes) of one tensor's data (within it), as read does."""
+        t = self._by_name()[name]
+        if offset < 0 or nbytes < 0 or offset + nbytes > t.nbytes:
+            raise ValueError(f"tensor '{name}': bytes [{offset}, +{nbytes}) are outside its "
+                             f"{t.nbytes}")
+        out = np.empty(nbytes, np.uint8)
+        self._read_into(t, offset, out)
+        return out
+
+    def _read_into(self, t: Tensor, offset: int, out: np.ndarray) -> None:
         err = ctypes.create_string_buffer(1024)
         file, h = self._file_of(t), self.handle
-        st = _interrupt.call(lambda: N.lib.sl_checkpoint_read(h, file, t.offset, out.ctypes.data,
-                                                              t.nbytes, err, len(err)))
+        st = _interrupt.call(lambda: N.lib.sl_checkpoint_read(h, file, t.offset + offset,
+                                                              out.ctypes.data, out.nbytes, err,
+                                                              len(err)))
         if st != 0:
             N.raise_status(st, err.value)
-        return out
 
     def _file_of(self, t: Tensor) -> int:
         """t's file number; a dict, not files.index: reading every tensor of a checkpoint of

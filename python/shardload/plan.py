@@ -165,7 +165,12 @@ class Plan:
         for it: any sharding (sl_plan_build_boxes); the parameters keep checkpoint names.
         dtype: every box's target (None: each tensor's own dtype); or `targets`, a tensor's
         sl_dtype value (-1: its own) for each of its boxes."""
+        if targets is not None and dtype is not None:
+            raise ValueError("from_boxes takes a dtype for every box or targets per tensor, not both")
         arr = (N.Box * max(len(boxes), 1))()
+        bad = [(n, v) for n, v in (targets or {}).items() if not -1 <= v < len(NAMES)]
+        if bad:
+            raise ValueError(f"tensor '{bad[0][0]}': target {bad[0][1]} is no sl_dtype")
         keep: list[Any] = []
         for i, (name, dev, start, length) in enumerate(boxes):
             s = (ctypes.c_uint64 * max(len(start), 1))(*start)

@@ -438,10 +438,11 @@ def _exact(arrays: dict, ck: dict, to: str, kept: set[str]) -> None:
 
 @pytest.mark.parametrize("to", ["F32", "F16"])
 def test_target_dtype_keeps_fp8_and_scales(tmp_path: Path, to: str) -> None:
-    """load(dtype=...) of an FP8 checkpoint under the default rule converts the float tensors and
-    keeps what the C planner keeps: F8_E4M3 weights and their F32 scales (one target for every
-    box was refused: "no conversion from F8_E4M3 to F32"). With rules given, every float tensor
-    converts (F32 scales too) and the FP8 ones are kept, in one C load per group."""
+    """load(dtype=...) of an FP8 checkpoint converts the float tensors and keeps what the C
+    planner keeps: F8_E4M3 weights and their F32 scales (one target for every box was refused:
+    "no conversion from F8_E4M3 to F32"), under the default rule and with rules given, in one C
+    load per group. Without the config (the planner cannot plan it), every float tensor converts,
+    scales too, and the FP8 ones are kept."""
     tmp, ck = _fp8_ckpt(tmp_path / "t")
     arrays = sj.load(tmp, mesh_2d(), dtype=to.lower())
     kept = {k for k, (dt, _) in ck.items() if dt in ("F8_E4M3", "F32")}
@@ -450,8 +451,12 @@ def test_target_dtype_keeps_fp8_and_scales(tmp_path: Path, to: str) -> None:
     stats: dict = {}
     rules = [(r".*", P())]
     arrays = sj.load(tmp, mesh_1d(), rules, dtype=to.lower(), stats=stats)
+    _exact(arrays, ck, to, kept & set(arrays))
+    assert set(arrays) == set(ck) and stats["groups"] == 1, stats
+    assert stats["bytes_read"] == stats["read_bytes"], stats
+    (tmp / "config.json").unlink()
+    arrays = sj.load(tmp, mesh_1d(), rules, dtype=to.lower())
     _exact(arrays, ck, to, {k for k, (dt, _) in ck.items() if dt == "F8_E4M3"})
-    assert stats["groups"] == 1 and stats["bytes_read"] == stats["read_bytes"], stats
 
 
 def test_target_dtype_keeps_integers(tmp_path: Path) -> None:
@@ -643,6 +648,86 @@ def test_load_into_checks_conversions_before_donating(tmp_path: Path) -> None:
     totals = {t for _, t in seen}
     assert len(totals) == 1 and seen[-1][0] == seen[-1][1] > 0, seen
     assert [d for d, _ in seen] == sorted(d for d, _ in seen), seen
+
+
+def test_bad_arguments_before_anything(tmp_path: Path) -> None:
+    """A mapping is no dtype of load or plan (load_into's per-tensor targets are internal: a
+    plain dict was taken for them, sl_dtype numbers wrapped by ctypes into other dtypes); a bare
+    rule is no list of rules; a config given with shardings is used and checked, never ignored;
+    load_into of nothing is nothing."""
+    from safetensors.numpy import save_file
+    path = tmp_path / "m.safetensors"
+    save_file({"w": np.arange(32, dtype=np.float32).reshape(8, 4)}, str(path))
+    mesh, rules = mesh_1d(), [(".*", P())]
+    for dt in ({"w": "bf16"}, {"w": 2**32 + 14}):
+        with pytest.raises(ValueError, match="expected one of bf16, f16, f32"):
+            sj.load(path, mesh, rules, dtype=dt)
+        with pytest.raises(ValueError, match="expected one of bf16, f16, f32"):
+            sj.plan(path, mesh, rules, dtype=dt)
+    with pytest.raises(TypeError, match=r"rule 0: expected a \(regex, PartitionSpec\) pair"):
+        sj.load(path, mesh, (".*", P()))
+    with pytest.raises(Exception, match="nonexistent"):
+        sj.load(path, mesh, rules, config=str(tmp_path / "nonexistent" / "config.json"))
+    with pytest.raises(TypeError):
+        sj.load(path, mesh, rules, config=42)
+    assert sj.load_into(path, {}) == {}
+
+
+def test_64_bit_types_keep_the_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without x64 JAX holds F64 and I64 as 32-bit types, copying a buffer to narrow it, so
+    such buffers are host memory beyond the arrays: F64 is converted to F32 by the C core
+    (the buffers adopted, half the bytes), and a load with I64 tensors keeps the staging bound
+    from its first group (with 1 GiB groups, 256 MiB of F64 peaked at 384 MiB at 16 MiB)."""
+    from safetensors.numpy import save_file
+    if jax.config.jax_enable_x64:
+        pytest.skip("x64 holds them as they are")
+    rng = np.random.default_rng(5)
+    f64 = {f"f{i}": rng.standard_normal((256, 512)) for i in range(4)}
+    i64 = {f"i{i}": rng.integers(-9, 9, (256, 512), dtype=np.int64) for i in range(4)}
+    save_file({**f64, **i64}, str(tmp_path / "model.safetensors"))
+    fills: list = []
+    _spy(monkeypatch, "fill_group", fills)
+    stats: dict = {}
+    arrays = sj.load(tmp_path, mesh_1d(), [(r"^f", P("model")), (r".*", P())], staging=2 << 20,
+                     stats=stats)
+    for k, v in f64.items():
+        assert arrays[k].dtype == np.float32
+        for s in arrays[k].addressable_shards:
+            assert np.asarray(s.data).tobytes() == v[s.index].astype(np.float32).tobytes(), k
+    for k, v in i64.items():
+        assert np.array_equal(np.asarray(arrays[k]), v) and arrays[k].dtype == np.int32
+    bound = ((2 << 20) - (1 << 20)) // 2   # a slab: a box's copies share one buffer in it
+    width = {"F64": 4, "I64": 8}  # F64 held as F32
+
+    def room(group: list) -> int:
+        return sum(int(np.prod(b[3])) * width[t.dtype] for t, bs in group
+                   for _, b in jg.distinct(bs))
+    assert max(room(args[1]) for args, _ in fills) <= bound, stats
+    assert stats["adopted_bytes"] >= sum(v.nbytes // 2 for v in f64.values()), stats
+
+
+@pytest.mark.skipif(jax.config.jax_enable_x64, reason="int64 is held as it is with x64")
+def test_donate_checks_narrowed_values_first(tmp_path: Path) -> None:
+    """load_into(donate=True) checks that an I64 tensor's values fit the int32 JAX holds it in
+    before it deletes anything (the load's own check comes as the values arrive: too late)."""
+    import jax.numpy as jnp
+    from safetensors.numpy import save_file
+    path = tmp_path / "i.safetensors"
+    big = np.arange(3 << 18, dtype=np.int64)
+    big[-1] = 2**40   # in the last chunk of 2 MiB
+    save_file({"i": big, "w": np.ones(8, np.float32)}, str(path))
+    mesh = mesh_1d()
+    given = {"i": jax.device_put(jnp.zeros(big.shape, jnp.int32), NamedSharding(mesh, P("model"))),
+             "w": jax.device_put(jnp.zeros(8, jnp.float32), NamedSharding(mesh, P()))}
+    with pytest.raises(ValueError, match="tensor 'i': int64 values that int32 cannot hold"):
+        sj.load_into(path, given, donate=True, staging=2 << 20)
+    assert not any(a.is_deleted() for a in given.values())
+    big[-1] = 7
+    save_file({"i": big, "w": np.ones(8, np.float32), "f": np.arange(8, dtype=np.float64)}, str(path))
+    given["f"] = jax.ShapeDtypeStruct((8,), np.float64, sharding=NamedSharding(mesh, P()))
+    out = sj.load_into(path, given, donate=True, staging=2 << 20)   # F64 is no narrowed integer
+    assert np.array_equal(np.asarray(out["i"]), big) and given["i"].is_deleted()
+    assert np.array_equal(np.asarray(out["f"]), np.arange(8)) and out["f"].dtype == np.float32
 
 
 @pytest.mark.skipif(jax.config.jax_enable_x64, reason="int64 is held as it is with x64")

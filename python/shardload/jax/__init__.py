@@ -49,7 +49,7 @@ from ..errors import UnsupportedError
 from ..model import ReadGap, _load_opts, wants_bar
 from ..plan import ConfigSource, Plan
 from ._loader import Loader
-from ._shardings import ShardingSpec, boxes_plan, items, local_devices
+from ._shardings import ShardingSpec, Targets, boxes_plan, items, local_devices
 
 _DMA_ENV = "SHARDLOAD_JAX_DMA"  # "0": never dma_map the slabs
 _KEEP = "each tensor's checkpoint dtype"  # what dtype=None means here
@@ -90,8 +90,8 @@ def _check_options(staging: int, io: str, threads: int, progress: Any, dma: bool
 
 
 def _check_dtype(dtype: Any) -> None:
-    """A dtype load takes (a mapping is load_into's targets, which it checked)."""
-    if not isinstance(dtype, Mapping):
+    """A dtype load takes (or load_into's Targets, which it checked)."""
+    if not isinstance(dtype, Targets):
         target_value(dtype, _KEEP)
 
 
@@ -166,6 +166,8 @@ def load_into(path: Any, arrays: Mapping[str, Any], *, donate: bool = False,
     if not isinstance(arrays, Mapping):
         raise TypeError(f"arrays must be a mapping name -> jax.Array, got {type(arrays).__name__}")
     _check_options(staging, io, threads, progress, dma, stats, dist, read_gap)
+    if not arrays:
+        return {}
     with opened(path) as ck:   # opened once (a remote one: its headers fetched once)
         specs, to = _targets(ck._by_name(), arrays)
         devices = _Devices(specs.values())
@@ -175,6 +177,7 @@ def load_into(path: Any, arrays: Mapping[str, Any], *, donate: bool = False,
         except UnsupportedError as e:
             raise ValueError(str(e)) from e
         if donate:
+            _check_narrowed(ck, to, staging)
             for a in arrays.values():
                 if isinstance(a, jax.Array):
                     a.delete()
@@ -184,12 +187,12 @@ def load_into(path: Any, arrays: Mapping[str, Any], *, donate: bool = False,
 
 
 def _targets(tensors: Mapping[str, Any],
-             arrays: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, int]]:
+             arrays: Mapping[str, Any]) -> tuple[dict[str, Any], Targets]:
     """The arrays' shardings and targets (sl_dtype values, -1: the checkpoint's own), each name,
     shape and dtype checked against the checkpoint."""
     from jax.dtypes import canonicalize_dtype as canonical  # I64 is int32 without x64
     specs: dict[str, Any] = {}
-    to: dict[str, int] = {}
+    to = Targets()
     for name, a in arrays.items():
         t = tensors.get(name)
         if t is None:
@@ -209,6 +212,29 @@ def _targets(tensors: Mapping[str, Any],
                              "(conversions go to bf16, f16 or f32 only)")
         specs[name] = a.sharding
     return specs, to
+
+
+def _check_narrowed(ck: Any, to: Targets, staging: int) -> None:
+    """The values of each tensor JAX will hold narrowed (I64, U64 without x64) checked before
+    donate deletes anything (the load checks them as they arrive, too late then): read in
+    chunks of at most the staging budget, so these tensors are read twice."""
+    from jax.dtypes import canonicalize_dtype as canonical
+    tensors = ck._by_name()
+    for name, v in to.items():
+        t = tensors[name]
+        own = numpy_dtype(t.dtype)
+        narrow = np.dtype(canonical(own))
+        if v >= 0 or narrow == own or own.kind not in "iu" or not t.nbytes:
+            continue   # (F64 is converted by the C core: _shardings._as_f32)
+        lim, step = np.iinfo(narrow), max(staging // own.itemsize, 1) * own.itemsize
+        for off in range(0, t.nbytes, step):
+            part = ck._read_bytes(name, off, min(step, t.nbytes - off)).view(own)
+            if part.min() < lim.min or part.max() > lim.max:
+                raise ValueError(f"tensor '{name}': {own} values that {narrow} cannot hold "
+                                 f"(JAX without jax_enable_x64 holds {own} as {narrow}: they "
+                                 "would wrap), found before donate deleted anything; enable it "
+                                 "(jax.config.update('jax_enable_x64', True)) or leave the "
+                                 "tensor out")
 
 
 __all__ = ["load", "load_into", "plan"]

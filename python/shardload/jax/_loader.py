@@ -14,6 +14,7 @@ import numpy as np
 
 from .. import _interrupt
 from .. import _native as N
+from .._dtypes import numpy_dtype
 from ..checkpoint import Checkpoint
 from ..model import _load_opts, _run, _set_list, wants_bar
 from ..plan import Plan
@@ -126,6 +127,14 @@ def put_group(bufs: list[np.ndarray], targets: list[Any]) -> tuple[list[Any], in
     return arrays, copied, adopted
 
 
+def _narrowed(dtype: str, target: int) -> bool:
+    """Whether JAX holds a buffer of this tensor in a narrower type (I64 and U64 as 32-bit ones
+    without jax_enable_x64; F64 is converted by the C core: _shardings._as_f32)."""
+    from jax.dtypes import canonicalize_dtype as canonical
+    own = numpy_dtype(dtype)
+    return target < 0 and np.dtype(canonical(own)) != own
+
+
 def _check_x64(boxes: Received) -> None:
     """Without jax_enable_x64 JAX holds 64-bit integers as 32-bit ones, wrapping what does not
     fit: such values are an error, never another number (F64 is rounded to F32, as JAX does)."""
@@ -232,7 +241,11 @@ class Loader:
             whole.close()
         engine = max(staging // ENGINE_PART, 1 << 20)
         self.bounded = (staging - engine) // 2
-        self.adopting = adopts(index)
+        # JAX copies a buffer to narrow it (I64, U64 without x64): such a load goes as on devices
+        # that copy from its first group (the first copy brings the bound back only for the
+        # group after the next, and a replicated tensor's copies would each have a buffer)
+        narrows = any(_narrowed(t.dtype, targets.get(t.name, -1)) for t, _ in items)
+        self.adopting = adopts(index) and not narrows
         # What is read to be gathered (dist="cooperative") is deleted once gathered: beyond the
         # arrays even where the devices adopt the buffers, so those groups keep the bound.
         gathers = any(reads[n] is not specs[n] for n in specs)

@@ -13,9 +13,15 @@ import numpy as np
 
 from .._dtypes import CONVERTS, NAMES, VALUE, target_value
 from ..checkpoint import Checkpoint, Tensor
+from ..errors import Error
 from ..plan import ConfigSource, Plan
 
 ShardingSpec = Any  # a Mapping name -> Sharding, a callable, or a list of (regex, PartitionSpec)
+
+
+class Targets(dict[str, int]):
+    """Each tensor's target as load_into checked it (sl_dtype values, -1: its own dtype): what
+    load's `dtype` may be inside this package; a plain mapping from a caller is no dtype."""
 Box = tuple[str, int, tuple[int, ...], tuple[int, ...]]  # name, mesh device, start, length
 Item = tuple[Tensor, list[tuple[Any, Box]]]  # a tensor and (device, box) of each device
 
@@ -82,29 +88,60 @@ def _shardings(ck: Checkpoint, mesh: Any, shardings: ShardingSpec, config: Confi
         if missing:
             raise KeyError(f"shardings names '{missing[0]}', which is not in the checkpoint")
         names: Iterable[str] = shardings
-    elif callable(shardings) or isinstance(shardings, (list, tuple)):
+    elif callable(shardings):
+        names = by_name
+    elif isinstance(shardings, (list, tuple)):
+        _check_rules(shardings)
         names = by_name
     else:
         raise TypeError("shardings must be None, a mapping name -> Sharding, a callable "
                         "(name, shape, dtype) -> Sharding or a list of (regex, PartitionSpec)")
     specs = {n: _sharding_of(n, by_name[n], mesh, shardings) for n in names}
-    return specs, targets(by_name, specs, dtype)
+    return specs, targets(by_name, specs, dtype, planned_dtypes(ck, config, dtype))
+
+
+def planned_dtypes(ck: Checkpoint, config: ConfigSource | None, dtype: Any) -> dict[str, str] | None:
+    """Each tensor's dtype in the C planner's spmd plan (one device: it reads nothing) under
+    `dtype`, where the planner can plan the checkpoint (its architecture and config.json known);
+    None where it cannot, or dtype and config are None (each tensor kept). A config given is
+    the caller's: one the planner cannot use is an error, not ignored."""
+    if dtype is None and config is None:
+        return None
+    try:
+        plan = Plan(ck, config=config, tp=1, layout="spmd", dtype=dtype)
+    except (Error, ValueError, OSError):  # an unknown architecture, no config: the float rule
+        if config is not None:
+            raise
+        return None
+    try:
+        return {p.name: p.dtype for p in plan.devices[0].params}
+    finally:
+        plan.close()
 
 
 def targets(tensors: Mapping[str, Tensor], names: Iterable[str], dtype: Any,
             planned: Mapping[str, str] | None = None) -> dict[str, int]:
     """Each tensor's target, an sl_dtype value (-1: its own dtype): dtype=None keeps every one;
-    under the default rule each takes its dtype in the C planner's spmd plan (`planned`: FP8
-    weights, their F32 scales, DeepSeek's F32 e_score_correction_bias kept); with shardings
-    given, each float tensor (F32, F16, BF16, F64) converts to dtype and the others (FP8,
-    integers, bool) keep theirs."""
+    else a tensor of the C planner's spmd plan takes its dtype there (`planned`: FP8 weights,
+    their F32 scales, DeepSeek's F32 e_score_correction_bias kept), and any other float tensor
+    (F32, F16, BF16, F64) converts to dtype while the rest (FP8, integers, bool) keep theirs."""
     to = target_value(dtype, "each tensor's checkpoint dtype")
     out = {}
     for n in names:
         own = tensors[n].dtype
-        want = planned[n] if planned is not None else NAMES[to] if own in CONVERTS else own
+        want = (planned or {}).get(n) or (NAMES[to] if own in CONVERTS else own)
         out[n] = -1 if to < 0 or want == own else VALUE[want]
     return out
+
+
+def _check_rules(rules: list[Any] | tuple[Any, ...]) -> None:
+    """Each rule a (regex, PartitionSpec or Sharding) pair: a single rule passed bare,
+    (".*", P()), would be taken for two rules of one and three characters."""
+    for k, r in enumerate(rules):
+        ok = isinstance(r, (list, tuple)) and len(r) == 2 and isinstance(r[0], (str, re.Pattern))
+        if not ok:
+            raise TypeError(f"shardings rule {k}: expected a (regex, PartitionSpec) pair, got "
+                            f"{r!r} (a single rule goes in a list: [(regex, spec)])")
 
 
 def boxes(name: str, shape: tuple[int, ...], sharding: Any,
@@ -192,16 +229,30 @@ def items(ck: Checkpoint, mesh: Any, shardings: ShardingSpec, config: ConfigSour
     """The target sharding of every tensor, the one it is read with (the same unless
     cooperative), the boxes of this process's devices, in checkpoint order, and each tensor's
     target (targets). dtype may be such targets already (a mapping: load_into's)."""
-    if isinstance(dtype, Mapping):
+    if isinstance(dtype, Targets):
         specs, to = _shardings(ck, mesh, shardings, config, None)[0], dict(dtype)
     else:
         specs, to = _shardings(ck, mesh, shardings, config, dtype)
+    _as_f32(ck._by_name(), to)
     order = {t.name: k for k, t in enumerate(ck.tensors)}
     tensors = ck._by_name()
     reads = ({n: read_sharding(sp, tensors[n].shape) for n, sp in specs.items()} if cooperative
              else specs)
     return specs, reads, [(tensors[n], boxes(n, tensors[n].shape, reads[n], index))
                           for n in sorted(specs, key=order.__getitem__)], to
+
+
+def _as_f32(tensors: Mapping[str, Tensor], to: dict[str, int]) -> None:
+    """Without jax_enable_x64 JAX holds F64 as F32: the C core converts a kept F64 tensor to F32
+    on the way (round to nearest even, as JAX's own conversion), so that the buffers hold half
+    the bytes and a CPU device adopts them instead of JAX copying each one to narrow it (host
+    memory beyond the staging budget: 384 MiB for 256 MiB of F64 at 16 MiB)."""
+    from jax.dtypes import canonicalize_dtype as canonical
+    if np.dtype(canonical(np.float64)) == np.float64:   # x64 on
+        return
+    for n, v in to.items():
+        if v < 0 and tensors[n].dtype == "F64":
+            to[n] = VALUE["F32"]
 
 
 def boxes_plan(ck: Checkpoint, its: list[Item], n_devices: int, to: Mapping[str, int]) -> Plan:
