@@ -232,12 +232,16 @@ static sl_status parse_tensor(hdr_parse *hp, const st_str *name)
         policy_note(hp, "tensor name '%s' contains U+0000", tname(t, nb, sizeof nb));
     st_lex_ws(&hp->lx);
     const unsigned char *at = hp->lx.p;
+    sl_status st;
+    hp->lx.tensor = tname(t, nb, sizeof nb);
     if (st_lex_accept(&hp->lx, '{'))
-        SL_TRY(parse_tensor_object(hp, t, at));
+        st = parse_tensor_object(hp, t, at);
     else if (st_lex_accept(&hp->lx, '['))
-        SL_TRY(parse_tensor_array(hp, t, at));
+        st = parse_tensor_array(hp, t, at);
     else
-        return st_lex_fail(&hp->lx, at, "tensor '%s': expected an object", tname(t, nb, sizeof nb));
+        st = st_lex_fail(&hp->lx, at, "expected an object");
+    hp->lx.tensor = NULL;
+    SL_TRY(st);
     h->n_tensors++;
     return SL_OK;
 }

@@ -6,6 +6,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 /* ---- UTF-8 ---- */
 
@@ -29,8 +30,10 @@ sl_status st_lex_fail(st_lex *lx, const unsigned char *at, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(what, sizeof(what), fmt, ap);
     va_end(ap);
-    return sl_err_set(lx->err, SL_E_HEADER_JSON, "invalid JSON in header at byte %zu: %s",
-                      (size_t)(at - lx->base), what);
+    const int named = lx->tensor && strncmp(what, "tensor '", 8) != 0;
+    return sl_err_set(lx->err, SL_E_HEADER_JSON, "invalid JSON in header at byte %zu: %s%s%s%s",
+                      (size_t)(at - lx->base), named ? "tensor '" : "", named ? lx->tensor : "",
+                      named ? "': " : "", what);
 }
 
 void st_lex_ws(st_lex *lx)

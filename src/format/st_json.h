@@ -17,6 +17,8 @@ typedef struct st_lex {
     sl_arena *arena;
     sl_err *err;
     unsigned depth;          /* containers currently open */
+    const char *tensor;      /* the entry being parsed (its display name), or NULL: named in
+                              * every error inside it, the lexer's own ones included */
 } st_lex;
 
 /* A decoded string: either a slice of the input (no escapes, not NUL-terminated unless persisted)
