@@ -38,6 +38,14 @@ static const idx_case idx_cases[] = {
      "total_size"},
     {"I1 total_size float beside 2^64", "{\"metadata\":{\"total_size\":1.5,\"n\":18446744073709551616},"
      "\"weight_map\":{}}", SL_E_INDEX, "total_size"},
+    /* beside an integer beyond long long the file is read with doubles: total_size comes from
+     * its own text (a double took "4.0", "8e0" and "1e300" for integers) */
+    {"I1 total_size 4.0 beside 2^64", "{\"metadata\":{\"total_size\":4.0,\"n\":18446744073709551616},"
+     "\"weight_map\":{}}", SL_E_INDEX, "total_size is not a non-negative integer"},
+    {"I1 total_size 8e0 beside 2^64", "{\"metadata\":{\"total_size\":8e0,\"n\":18446744073709551616},"
+     "\"weight_map\":{}}", SL_E_INDEX, "total_size is not a non-negative integer"},
+    {"I1 total_size 1e300 beside 2^64", "{\"n\":18446744073709551616,\"metadata\":{\"x\":[{}],"
+     "\"total_size\":1e300},\"weight_map\":{}}", SL_E_INDEX, "total_size is not a non-negative integer"},
     {"I1 total_size string beside 2^64", "{\"metadata\":{\"total_size\":\"1\",\"n\":18446744073709551616},"
      "\"weight_map\":{}}", SL_E_INDEX, "total_size"},
     {"I3 duplicate beside 2^64", "{\"metadata\":{\"n\":18446744073709551616},\"weight_map\":{\"a\":\"" S1
@@ -171,6 +179,15 @@ static void test_valid_indexed(void)
     EXPECT(ck && sl_checkpoint_warning_count(ck) == 1 && w &&
                strstr(w, "metadata.total_size is beyond 2^63 but the shards hold 16 bytes"),
            "huge total_size warning: %s", w ? w : "(none)");
+    sl_checkpoint_close(ck);
+    tu_rm_rf(d.dir);
+
+    /* beside a huge integer, total_size read exactly (a double made 2^53 + 1 into 2^53) */
+    two_shards(&d, "{\"metadata\":{\"n\":18446744073709551616,\"total_size\":9007199254740993}," GOOD_MAP "}");
+    ck = open_expect(&d, SL_OK, "exact total_size", NULL, NULL);
+    w = ck ? sl_checkpoint_warning(ck, 0) : NULL;
+    EXPECT(ck && w && strstr(w, "metadata.total_size is 9007199254740993 but the shards hold 16 bytes"),
+           "exact total_size warning: %s", w ? w : "(none)");
     sl_checkpoint_close(ck);
     tu_rm_rf(d.dir);
 

@@ -7,6 +7,7 @@
  * jansson rejects "\u0000" in strings, which covers NUL in shard names. Rules I4-I7 need the shards
  * and live in src/ckpt/. */
 #include "format/st_format.h"
+#include "format/st_json.h"
 
 #include <jansson.h>
 #include <stdlib.h>
@@ -80,20 +81,63 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* total_size as parsed with every integer decoded as a double (st_index_parse: some integer in
- * the file is beyond jansson's long long). An integral value is taken as the integer it was,
- * though "5.0" looks the same as "5" then: total_size is only ever compared, for a warning. */
-static sl_status index_total_size_real(const json_t *ts, st_index *ix, sl_err *e)
+/* Within an object (lx after its '{'): true with lx at the value of member `key`, false where the
+ * object has none; *st an error where the text does not lex (jansson read it, so only our
+ * lexer's nesting bound can). */
+static bool find_member(st_lex *lx, const char *key, sl_status *st)
 {
-    const double v = json_is_real(ts) ? json_real_value(ts) : -1;
-    ix->total_size_huge = v >= 0x1p63;   /* every double this large is integral */
-    SL_CHECK(ix->total_size_huge || (v >= 0 && v == (double)(uint64_t)v), e, SL_E_INDEX,
+    *st = SL_OK;
+    if (st_lex_accept(lx, '}'))
+        return false;
+    do {
+        st_str k;
+        if ((*st = st_lex_string(lx, false, &k)) != SL_OK || (*st = st_lex_expect(lx, ':', "':'")) != SL_OK)
+            return false;
+        if (st_str_eq(&k, key, strlen(key))) {
+            st_lex_ws(lx);
+            return true;
+        }
+        if ((*st = st_lex_skip(lx)) != SL_OK)
+            return false;
+    } while (st_lex_next(lx, '}', st));
+    return false;
+}
+
+/* total_size from its own text, where some integer of the index is beyond jansson's long long:
+ * jansson then reads the file with doubles, which would round total_size and take "4.0" or
+ * "4e0" for 4. Digits only (JSON has no leading zeros); beyond 2^64 - 1, only that it is huge
+ * is known. */
+static sl_status index_total_size_text(const char *buf, size_t len, st_index *ix, sl_err *e)
+{
+    sl_err le = {0};
+    st_lex lx = {.base = (const unsigned char *)buf, .p = (const unsigned char *)buf,
+                 .end = (const unsigned char *)buf + len, .arena = &ix->arena, .err = &le};
+    sl_status st = SL_OK;
+    const bool found = st_lex_accept(&lx, '{') && find_member(&lx, "metadata", &st) &&
+                       st_lex_accept(&lx, '{') && find_member(&lx, "total_size", &st);
+    if (st != SL_OK || !found) {   /* jansson found it: only a nesting beyond our bound */
+        st = sl_err_set(e, SL_E_INDEX, "metadata.total_size could not be read: %s", sl_err_msg(&le));
+        sl_err_clear(&le);
+        return st;
+    }
+    uint64_t v = 0;
+    size_t digits = 0;
+    bool huge = false;
+    for (const unsigned char *p = lx.p; p < lx.end && *p >= '0' && *p <= '9'; p++, digits++) {
+        const unsigned d = (unsigned)(*p - '0');
+        huge = huge || v > (UINT64_MAX - d) / 10;
+        v = huge ? 0 : v * 10 + d;
+    }
+    const unsigned char *after = lx.p + digits;
+    SL_CHECK(digits > 0 && (after == lx.end || !strchr(".eE", *after)), e, SL_E_INDEX,
              "metadata.total_size is not a non-negative integer");
-    ix->total_size = ix->total_size_huge ? 0 : (uint64_t)v;
+    ix->total_size_huge = huge || v > (uint64_t)INT64_MAX;
+    ix->total_size = ix->total_size_huge ? 0 : v;
     return SL_OK;
 }
 
-static sl_status index_metadata(const json_t *root, bool ints_as_real, st_index *ix, sl_err *e)
+static sl_status index_metadata(const json_t *root, const char *buf, size_t len, bool ints_as_real,
+                                st_index *ix, sl_err *e)
 {
     const json_t *md = json_object_get(root, "metadata");
     if (!md)
@@ -104,7 +148,7 @@ static sl_status index_metadata(const json_t *root, bool ints_as_real, st_index 
         return SL_OK;
     ix->has_total_size = true;
     if (ints_as_real)
-        return index_total_size_real(ts, ix, e);
+        return index_total_size_text(buf, len, ix, e);
     SL_CHECK(json_is_integer(ts) && json_integer_value(ts) >= 0, e, SL_E_INDEX,
              "metadata.total_size is not a non-negative integer");
     ix->total_size = (uint64_t)json_integer_value(ts);
@@ -189,7 +233,7 @@ sl_status st_index_parse(const char *buf, size_t len, st_index *ix, sl_err *e)
         st = sl_err_set(e, SL_E_INDEX, "the root is not an object");
         goto out;
     }
-    st = index_metadata(root, ints_as_real, ix, e);
+    st = index_metadata(root, buf, len, ints_as_real, ix, e);
     if (st == SL_OK)
         st = index_weight_map(root, ix, e);
 out:
