@@ -109,7 +109,9 @@ def load(path: Any, mesh: Any, shardings: ShardingSpec = None, *, dtype: Any = N
          read_gap: ReadGap = None) -> dict[str, Any]:
     """The checkpoint's tensors as global jax.Arrays of their logical shapes, sharded as asked
     (default: the spmd rule on the mesh's last axis), each addressable device holding exactly
-    its index. Host memory beyond the device arrays stays within `staging`.
+    its index. Host memory beyond the device arrays stays within `staging`. dtype (bf16, f16,
+    f32; None: each tensor's own) converts the float tensors; what the C planner keeps (FP8
+    weights, their F32 scales) and integer and bool tensors keep their dtype.
 
     dist="independent": each process reads the bytes its devices hold. dist="cooperative" (for
     jax.distributed jobs): a tensor the shardings replicate across processes is read in disjoint
