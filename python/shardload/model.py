@@ -212,12 +212,16 @@ class Model:
         self.stats: dict[str, Any] = self._stats()
 
     def _h(self) -> _Native:
-        if self._native is None:
+        """The weights' owner. A method keeps it in a local for as long as it uses its handle:
+        a close() from another thread (or the GC) then cannot free the model under a C call."""
+        native = self._native   # read once: a close() may come between two reads
+        if native is None:
             raise ValueError("model is closed (views made before close() stay valid)")
-        return self._native
+        return native
 
     def _stats(self) -> dict[str, Any]:
-        h = self._h().h
+        native = self._h()
+        h = native.h
         s = N.LoadStats()
         N.lib.sl_model_stats(h, ctypes.byref(s))
         moved = s.bytes_read if s.bytes_read else sum(
@@ -256,22 +260,25 @@ class Model:
         self._local_of(d)
         return self.plan.devices[d].params
 
-    def _ptr(self, d: int, i: int) -> int:
-        return N.lib.sl_model_param_ptr(self._h().h, self._local_of(d), i) or 0
+    def _ptr(self, native: _Native, d: int, i: int) -> int:
+        return N.lib.sl_model_param_ptr(native.h, self._local_of(d), i) or 0
 
     def _host_array(self, d: int, i: int, p: Param, raw: bool) -> np.ndarray:
         dt = raw_numpy_dtype(p.dtype) if raw else numpy_dtype(p.dtype)
         shape = element_shape(p.dtype, p.shape, p.nbytes)
         if p.nbytes == 0:
             return np.zeros(shape, dt)
-        buf = np.asarray(_HostBuffer(self._ptr(d, i), p.nbytes, self._h()))
+        native = self._h()
+        buf = np.asarray(_HostBuffer(self._ptr(native, d, i), p.nbytes, native))
         return buf.view(dt).reshape(shape)
 
     def numpy(self, d: int) -> dict[str, np.ndarray]:
         """Zero-copy NumPy views of mesh device d's parameters (host devices only)."""
         if self.device != "cpu":
+            ways = (".read(d, name) or .checksums(d)" if self.device == "pjrt"
+                    else ".torch(d), .dlpack(d, name) or .read(d, name)")
             raise DeviceError("SL_E_DEVICE", f"device {d} is {self.device} memory: NumPy cannot "
-                              "view it; use .torch(d), .dlpack(d, name) or .read(d, name)")
+                              f"view it; use {ways}")
         return {p.name: self._host_array(d, i, p, False) for i, p in enumerate(self.params(d))}
 
     def torch(self, d: int) -> dict[str, Any]:
@@ -292,11 +299,11 @@ class Model:
         if self.device == "pjrt":
             raise DeviceError("SL_E_DEVICE", f"device {d} holds PJRT buffers, which have no "
                               "address to view; use .read(d, name) or .checksums(d)")
-        k = self._local_of(d)
-        gpu = N.lib.sl_model_device_gpu(self._h().h, k)
+        k, native = self._local_of(d), self._h()
+        gpu = N.lib.sl_model_device_gpu(native.h, k)
         dev = (_dlpack.KDL_CUDA, gpu) if gpu >= 0 else (_dlpack.KDL_CPU, 0)
         shape = element_shape(p.dtype, p.shape, p.nbytes)
-        return _dlpack.DLPackView(self._ptr(d, i), p.dtype, shape, dev, self._h())
+        return _dlpack.DLPackView(self._ptr(native, d, i), p.dtype, shape, dev, native)
 
     def dlpack(self, d: int, name: str) -> Any:
         """A DLPack capsule of one parameter, in place (f8 and packed types as uint8 bits)."""
@@ -310,20 +317,23 @@ class Model:
         for i, p in enumerate(self.params(d)):
             if p.name == name:
                 out = np.empty(element_shape(p.dtype, p.shape, p.nbytes), numpy_dtype(p.dtype))
-                st = N.lib.sl_model_read_param(self._h().h, self._local_of(d), i, 0,
+                native = self._h()
+                st = N.lib.sl_model_read_param(native.h, self._local_of(d), i, 0,
                                                out.ctypes.data, p.nbytes)
-                N.raise_status(st, N.lib.sl_model_errmsg(self._h().h))
+                if st != 0:
+                    N.raise_status(st, N.lib.sl_model_errmsg(native.h))
                 return out
         raise KeyError(f"mesh device {d} has no parameter {name!r}")
 
     def checksums(self, d: int) -> dict[str, int]:
         """XXH3-64 of every parameter of mesh device d, as `load --checksums` prints them."""
-        h, k = self._h().h, self._local_of(d)
+        native, k = self._h(), self._local_of(d)
         out = {}
         v = ctypes.c_uint64()
         for i, p in enumerate(self.params(d)):
-            st = N.lib.sl_model_param_xxh3(h, k, i, ctypes.byref(v))
-            N.raise_status(st, N.lib.sl_model_errmsg(h))
+            st = N.lib.sl_model_param_xxh3(native.h, k, i, ctypes.byref(v))
+            if st != 0:
+                N.raise_status(st, N.lib.sl_model_errmsg(native.h))
             out[p.name] = v.value
         return out
 

@@ -96,6 +96,9 @@ def test_pjrt_device_with_a_real_plugin(tiny_ckpt: Path) -> None:
         # XLA's CPU plugin answers DmaMap with UNIMPLEMENTED: its staging is plain, and says why
         assert [dev["staging"].split(" ")[0] for dev in m.stats["devices"]] == ["plain", "plain"]
         assert all("staging" not in dev for dev in want.stats["devices"])
+        with pytest.raises(shardload.DeviceError, match=r"NumPy cannot view it; use \.read\(d, "
+                           r"name\) or \.checksums\(d\)$"):
+            m.numpy(0)   # (.torch and .dlpack cannot view PJRT buffers either)
 
 
 def test_inspect_matches_cli(tiny_ckpt: Path, cli: str) -> None:
@@ -137,7 +140,7 @@ def test_load_numpy_zero_copy(tiny_ckpt: Path) -> None:
         for i, (name, a) in enumerate(arrays.items()):
             q = m.plan.devices[d].params[i]
             assert a.shape == q.shape and a.nbytes == q.nbytes and a.dtype.name == "bfloat16"
-            assert a.ctypes.data == m._ptr(d, i)  # the library's own pointer: no copy
+            assert a.ctypes.data == m._ptr(m._h(), d, i)  # the library's own pointer: no copy
         base = arrays[next(iter(arrays))].ctypes.data
         assert all(a.ctypes.data - base == q.offset
                    for a, q in zip(arrays.values(), m.plan.devices[d].params))
@@ -152,7 +155,7 @@ def test_torch_and_dlpack_views(tiny_ckpt: Path) -> None:
     m = shardload.load(tiny_ckpt, tp=2)
     ts = m.torch(1)
     for i, (name, t) in enumerate(ts.items()):
-        assert t.dtype == torch.bfloat16 and t.data_ptr() == m._ptr(1, i)
+        assert t.dtype == torch.bfloat16 and t.data_ptr() == m._ptr(m._h(), 1, i)
         assert t.device.type == "cpu" and t.is_contiguous()
     name = "model.norm.weight"
     x = torch.from_dlpack(m.dlpack(1, name))
@@ -196,6 +199,40 @@ def test_views_outlive_the_model_in_threads(tiny_ckpt: Path) -> None:
     for t in threads:
         t.join()
     assert errors == []
+
+
+def test_close_while_another_thread_reads(tiny_ckpt: Path) -> None:
+    """close() (and the GC) while another thread is in checksums() or read(): the call in
+    progress keeps the weights alive and finishes right, later ones raise ValueError; the
+    handle used to be taken out of its owner, which the close freed under the C call (a
+    segfault in 5 of 5 runs). In a child process, so that a crash is a failure, not the end."""
+    code = f"""
+import gc, threading, time, shardload
+m = shardload.load({str(tiny_ckpt)!r}, tp=2, progress=False)
+ref = m.checksums(0)
+name = m.params(0)[0].name
+want = m.read(0, name).tobytes()
+bad, closed = [], []
+def work():
+    for _ in range(10 ** 6):   # until the close
+        try:
+            if m.checksums(0) != ref or m.read(0, name).tobytes() != want:
+                bad.append(1)
+        except ValueError:
+            closed.append(1)
+            return
+t = threading.Thread(target=work)
+t.start()
+time.sleep(0.01)
+m.close()
+gc.collect()
+junk = [bytearray(1 << 20) for _ in range(64)]
+t.join()
+assert not bad and closed, (bad, closed)
+print("ok")
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", (r.returncode, r.stderr[-2000:])
 
 
 def test_concurrent_loads_agree(tiny_ckpt: Path) -> None:
