@@ -278,6 +278,38 @@ static void test_buffers(void)
     expect_clean("buffers");
 }
 
+static size_t client_devices(PJRT_Client *c)
+{
+    PJRT_Client_AddressableDevices_Args a = PJ_ARGS(PJRT_Client_AddressableDevices_Args, num_addressable_devices);
+    a.client = c;
+    return c && !fk_api->Client_AddressableDevices(&a) ? a.num_addressable_devices : 0;
+}
+
+/* A CPU client has the device count of the mesh that made it: a larger mesh loaded while it
+ * lives gets a client of its own (its devices wrapped onto the first one's 2), a mesh it fits
+ * shares it. */
+static void test_second_mesh(void)
+{
+    const run r2 = {"mesh of 2", 2, 1, SL_LAYOUT_TP, -1, 0, 0}, r4 = {"mesh of 4", 4, 1, SL_LAYOUT_TP, -1, 0, 0};
+    sl_plan *p2 = plan_of(&r2), *p4 = plan_of(&r4);
+    sl_load_opts lo2 = opts_of(&r2, "pjrt"), lo4 = opts_of(&r4, "pjrt");
+    sl_model *m2 = NULL, *m4 = NULL, *again = NULL;
+    EXPECT(sl_load(g_ck, p2, &lo2, &m2) == SL_OK, "mesh of 2: %s", sl_model_errmsg(m2));
+    EXPECT(sl_load(g_ck, p4, &lo4, &m4) == SL_OK, "mesh of 4: %s", sl_model_errmsg(m4));
+    EXPECT(sl_load(g_ck, p2, &lo2, &again) == SL_OK, "mesh of 2 again: %s", sl_model_errmsg(again));
+    PJRT_Client *c2 = sl_model_pjrt_client(m2, 0), *c4 = sl_model_pjrt_client(m4, 0);
+    EXPECT(c2 && c4 && c2 != c4 && client_devices(c2) == 2 && client_devices(c4) == 4,
+           "clients of 2 and 4 devices: %zu and %zu", client_devices(c2), client_devices(c4));
+    EXPECT(sl_model_pjrt_client(again, 0) == c2 || sl_model_pjrt_client(again, 0) == c4,
+           "a mesh that fits shares a client");
+    sl_model_free(again);
+    sl_model_free(m4);
+    sl_model_free(m2);
+    sl_plan_free(p2);
+    sl_plan_free(p4);
+    expect_clean("second mesh");
+}
+
 /* A client the caller made: the buffers go there, and it outlives the model. */
 static void test_given_client(void)
 {
@@ -771,6 +803,7 @@ int main(void)
     make_checkpoint();
     test_checksums();
     test_buffers();
+    test_second_mesh();
     test_given_client();
     test_versions();
     test_stats();

@@ -379,12 +379,20 @@ static sl_status pj_client_describe(pj_client *c, sl_err *err)
     return SL_OK;
 }
 
+/* Whether an owned client serves a mesh of cpu_devices: a CPU client was made with the device
+ * count of the first mesh that asked, so a larger mesh gets a client of its own (its devices
+ * would wrap onto too few); GPUs and TPUs have what the hardware has, and one client. */
+static int pj_client_fits(const pj_client *c, int32_t cpu_devices)
+{
+    return strcmp(c->platform, "cpu") != 0 || cpu_devices <= 0 || c->n_devices >= (size_t)cpu_devices;
+}
+
 /* Caller holds g_pj.lock. */
-static pj_client *pj_client_find(const PJRT_Api *api, PJRT_Client *given)
+static pj_client *pj_client_find(const PJRT_Api *api, PJRT_Client *given, int32_t cpu_devices)
 {
     for (int i = 0; i < PJ_MAX_CLIENTS; i++) {
         pj_client *c = g_pj.clients[i];
-        if (c && c->api == api && (given ? c->client == given : c->owned))
+        if (c && c->api == api && (given ? c->client == given : c->owned && pj_client_fits(c, cpu_devices)))
             return c;
     }
     return NULL;
@@ -424,7 +432,7 @@ sl_status pj_client_acquire(const PJRT_Api *api, PJRT_Client *given, int32_t cpu
                             pj_client **out, sl_err *err)
 {
     pthread_mutex_lock(&g_pj.lock);
-    pj_client *c = pj_client_find(api, given);
+    pj_client *c = pj_client_find(api, given, cpu_devices);
     sl_status st = SL_OK;
     if (c)
         c->refs++;

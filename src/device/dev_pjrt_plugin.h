@@ -105,7 +105,8 @@ typedef struct pj_client {
     pj_dma dma[PJ_MAX_DMA];             /* under the process lock */
 } pj_client;
 
-/* The client of api: `given` when not NULL, else the one live client made for api, else a new one
+/* The client of api: `given` when not NULL, else the live client made for api (a CPU one only if
+ * it has cpu_devices devices: it was made with the count of the mesh that asked first), else a new one
  * made with the options of the first plugin kind that accepts them: CPU (cpu_device_count =
  * cpu_devices), CUDA (preallocate false, allocator "bfc"), none (TPU and others); a plugin
  * refuses the keys it does not know with INVALID_ARGUMENT. Each acquire takes one reference. */
