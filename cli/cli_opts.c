@@ -194,6 +194,20 @@ static int opts_flag(cli_opts *o, const char *s)
     return 1;
 }
 
+/* The options of one device kind given for another are a usage error, not ignored (a
+ * --pjrt-plugin without --device pjrt loaded on the cpu). */
+static int opts_device_only(const cli_opts *o)
+{
+    const char *dev = o->lo.device ? o->lo.device : "cpu";
+    if (o->lo.pjrt_plugin && strcmp(dev, "pjrt") != 0)
+        return cli_usage_error(o->cmd, "--pjrt-plugin goes with --device pjrt (the device is %s)", dev);
+    if (o->lo.n_gpus > 0 && strcmp(dev, "cuda") != 0)
+        return cli_usage_error(o->cmd, "--gpus goes with --device cuda (the device is %s)", dev);
+    if (o->lo.numa && strcmp(dev, "cpu") != 0)
+        return cli_usage_error(o->cmd, "--numa goes with --device cpu (the device is %s)", dev);
+    return CLI_EXIT_OK;
+}
+
 int cli_opts_parse(cli_opts *o, const char *cmd, int argc, char **argv, const char *const *allowed,
                    int max_pos, void (*help)(FILE *out))
 {
@@ -227,5 +241,5 @@ int cli_opts_parse(cli_opts *o, const char *cmd, int argc, char **argv, const ch
     }
     if (o->po.layout == SL_LAYOUT_SPMD && o->po.pp != 1)
         return cli_usage_error(cmd, "--pp applies to layout tp only");
-    return CLI_EXIT_OK;
+    return opts_device_only(o);
 }

@@ -106,6 +106,12 @@ done
 "$SL" load "$CK" --io sideways >/dev/null 2>&1; [ $? -eq 2 ] || fail "bad --io should exit 2"
 "$SL" load "$CK" --bogus >/dev/null 2>&1; [ $? -eq 2 ] || fail "unknown option should exit 2"
 "$SL" load --format dummy >/dev/null 2>&1; [ $? -eq 2 ] || fail "dummy without config should exit 2"
+# an option of another device kind is a usage error, not ignored (--pjrt-plugin alone loaded on cpu)
+for bad in "--pjrt-plugin /nonexistent.so" "--gpus 0" "--device cuda --numa" "--device pjrt --pjrt-plugin /x.so --gpus 0"; do
+    # shellcheck disable=SC2086
+    "$SL" load "$CK" --tp 2 $bad >/dev/null 2>"$T/err"
+    [ $? -eq 2 ] && grep -q "goes with --device" "$T/err" || fail "load $bad: $(cat "$T/err")"
+done
 help=$("$SL" load --help) || fail "--help exit"
 for o in --tp --pp --layout --dtype --device --io --threads --staging --format --seed --checksums \
          --json --config --rules --numa --gpus --devices; do

@@ -380,6 +380,8 @@ def load(path: Any = None, *, tp: int = 1, pp: int = 1, ep: bool = False, layout
         keep.append(os.fsencode(pjrt_plugin))
         o.pjrt_plugin = keep[-1]
     _set_list(o, keep, "gpus", "n_gpus", _int_list("gpus", gpus))
+    if gpus is not None and device != "cuda":
+        raise ValueError(f"gpus= goes with device='cuda' (the device is {device!r})")
     _set_list(o, keep, "devices", "n_devices", _int_list("devices", devices))
     _set_verify(o, keep, verify, manifest)
     if path is None and not dummy:

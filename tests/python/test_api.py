@@ -201,6 +201,15 @@ def test_views_outlive_the_model_in_threads(tiny_ckpt: Path) -> None:
     assert errors == []
 
 
+def test_options_of_another_device(tiny_ckpt: Path) -> None:
+    """gpus= is for device='cuda' and pjrt_plugin= for 'pjrt': given to another, a ValueError
+    (gpus= was ignored on cpu and pjrt)."""
+    with pytest.raises(ValueError, match="gpus= goes with device='cuda'"):
+        shardload.load(tiny_ckpt, tp=2, gpus=[0])
+    with pytest.raises(ValueError, match="pjrt_plugin= goes with device='pjrt'"):
+        shardload.load(tiny_ckpt, tp=2, pjrt_plugin="/x.so")
+
+
 def test_close_while_another_thread_reads(tiny_ckpt: Path) -> None:
     """close() (and the GC) while another thread is in checksums() or read(): the call in
     progress keeps the weights alive and finishes right, later ones raise ValueError; the
