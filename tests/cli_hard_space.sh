@@ -87,4 +87,24 @@ fi
 one_line_error $rc "$T/err" "/out: the output needs [0-9]* bytes but its file system has [0-9]* bytes free: nothing was written" ||
     fail "reshard into 1 MiB: exit $rc: $(cat "$T/err")"
 [ ! -s "$T/left" ] || fail "reshard refused for space left: $(cat "$T/left")"
+
+# the same reshard again into its complete output on a 4 MiB file system: its parts (2.5 MB) do
+# not fit beside the ones they would replace, which stay until every new part is written. It is
+# refused before it writes, and the first output still loads the same (the old parts' bytes were
+# counted as free, so the run began, filled the disk, and had already removed config.json)
+cat >"$T/in_ns2.sh" <<'SH'
+set -u
+mount -t tmpfs -o size=4m tmpfs "$2" || exit 77
+"$1" reshard "$3" "$2/out" --tp 2 >/dev/null 2>"$4" || exit 3
+"$1" load "$2/out" --tp 2 --checksums --json >"$5.a" 2>>"$4" || exit 4
+"$1" reshard "$3" "$2/out" --tp 2 >/dev/null 2>"$4"
+echo $? >"$5.rc"
+"$1" load "$2/out" --tp 2 --checksums --json >"$5.b" 2>>"$4.load"
+SH
+args=("$SL" "$T/mnt" "$CK" "$T/err2" "$T/again")
+if unshare -rm true 2>/dev/null; then unshare -rm bash "$T/in_ns2.sh" "${args[@]}"; else unshare -m bash "$T/in_ns2.sh" "${args[@]}"; fi
+one_line_error "$(cat "$T/again.rc" 2>/dev/null)" "$T/err2" "/out: the output needs [0-9]* bytes but its file system has [0-9]* bytes free: nothing was written" ||
+    fail "second reshard into 4 MiB: exit $(cat "$T/again.rc" 2>/dev/null): $(cat "$T/err2")"
+[ -s "$T/again.a" ] && [ "$(sums <"$T/again.a")" = "$(sums <"$T/again.b")" ] ||
+    fail "the first reshard's output no longer loads the same: $(cat "$T/err2.load" 2>/dev/null)"
 finish

@@ -61,7 +61,17 @@ check_mesh() {   # ckpt name, mesh args...
 check_mesh "$T/a" --tp 2 --pp 2 >/dev/null
 check_mesh "$T/a" --tp 4 >/dev/null
 check_mesh "$T/a" --tp 4 --layout spmd >/dev/null
-check_mesh "$T/a" --tp 2 --dtype f32 >/dev/null
+r32=$(check_mesh "$T/a" --tp 2 --dtype f32)
+# its config says what the parts hold: loaded without --dtype they are F32 as written (a config
+# still saying bfloat16 made that load round them to BF16)
+grep -q '"torch_dtype": *"float32"' "$r32/config.json" || fail "reshard --dtype f32 kept torch_dtype: $(grep -o '"torch_dtype"[^,]*' "$r32/config.json")"
+[ "$("$SL" load "$r32" --tp 2 --checksums --json | sums)" = "$("$SL" load "$T/a" --tp 2 --dtype f32 --checksums --json | sums)" ] ||
+    fail "the f32 reshard, loaded without --dtype, differs from an f32 load"
+# a rerun without --write-manifest takes the earlier run's SHA256SUMS away (it would call the new
+# parts corrupt)
+"$SL" reshard "$T/a" "$T/mf" --tp 2 --write-manifest >/dev/null 2>"$T/err" || fail "reshard --write-manifest: $(cat "$T/err")"
+"$SL" reshard "$T/a" "$T/mf" --tp 2 --dtype f16 >/dev/null 2>"$T/err" || fail "reshard again: $(cat "$T/err")"
+[ ! -e "$T/mf/SHA256SUMS" ] || fail "a rerun left the earlier run's SHA256SUMS"
 rq=$(check_mesh "$T/q" --tp 2 --pp 3 --dtype bf16)
 check_mesh "$T/q" --tp 1 >/dev/null
 # the request size changes how the reads are cut, never the files written

@@ -244,8 +244,11 @@ static void file_dev_destroy(file_dev *f)
 
 /* ---- the run ------------------------------------------------------------------------------- */
 
+static sl_status reshard_drop_stale(reshard *r);
+
 static sl_status reshard_finish(reshard *r)
 {
+    SL_TRY(reshard_drop_stale(r));   /* the first rename ends the earlier output */
     for (int32_t d = r->first; d < r->first + r->count; d++) {
         file_dev *f = &r->fdevs[d];
         for (int64_t k = 0; k < f->n_parts; k++) {
@@ -259,25 +262,63 @@ static sl_status reshard_finish(reshard *r)
     return SL_OK;
 }
 
+/* transformers' name of the plan's dtype, or NULL (the plan keeps another). */
+static const char *torch_name(sl_dtype dt)
+{
+    return dt == SL_DTYPE_BF16 ? "bfloat16" : dt == SL_DTYPE_F16 ? "float16" : dt == SL_DTYPE_F32 ? "float32" : NULL;
+}
+
+/* The config's text with its dtype ("torch_dtype", and "dtype" where newer transformers wrote
+ * that) set to what the parts hold: with --dtype f16 a config still saying bfloat16 made a load
+ * of the output convert the F16 parts to BF16, rounding twice. NULL: the text as it is. */
+static char *config_with_dtype(const char *text, sl_dtype dt)
+{
+    const char *name = torch_name(dt);
+    json_t *root = name ? json_loads(text, 0, NULL) : NULL;
+    char *out = NULL;
+    if (json_is_object(root)) {
+        const json_t *tdt = json_object_get(root, "torch_dtype"), *ndt = json_object_get(root, "dtype");
+        int changed = 0;
+        if (!tdt || !json_is_string(tdt) || strcmp(json_string_value(tdt), name) != 0)
+            changed |= json_object_set_new(root, "torch_dtype", json_string(name)) == 0;
+        if (ndt && json_is_string(ndt) && strcmp(json_string_value(ndt), name) != 0)
+            changed |= json_object_set_new(root, "dtype", json_string(name)) == 0;
+        out = changed ? json_dumps(root, JSON_PRESERVE_ORDER | JSON_INDENT(2)) : NULL;
+    }
+    json_decref(root);
+    return out;
+}
+
 /* The config the plan was built from (--config FILE, text in memory, or the checkpoint's own,
- * local or remote), so that the output directory plans back to the same parts. */
+ * local or remote), with the parts' dtype, so that the output directory plans back to the same
+ * parts. */
 static sl_status reshard_write_config(reshard *r)
 {
     char dst[4096];
     snprintf(dst, sizeof(dst), "%s/config.json", r->outdir);
-    const char *text = r->plan->config_text;
-    return sl_file_write_atomic(dst, text, strlen(text), &r->err);   /* it marks the output complete */
+    char *typed = config_with_dtype(r->plan->config_text, r->plan->dtype);
+    const char *text = typed ? typed : r->plan->config_text;
+    const sl_status st = sl_file_write_atomic(dst, text, strlen(text), &r->err);   /* marks the output complete */
+    free(typed);
+    return st;
 }
 
 /* config.json is what makes a directory loadable, and it is written last. One left by an earlier
- * run would make a failed run's mix of new and old parts look complete: it goes first (unless it is
- * the checkpoint's own, when OUTDIR is the checkpoint's directory). Every rank may try. */
-static sl_status reshard_drop_config(reshard *r)
+ * run would make a failed run's mix of new and old parts look complete: it goes before the first
+ * part is renamed into place (not before the parts are written: a run that fails before then,
+ * out of space or stopped, leaves the earlier output whole), with the earlier run's SHA256SUMS,
+ * which would call the new parts corrupt (unless they are the checkpoint's own). Every rank may
+ * try. */
+static sl_status reshard_drop_stale(reshard *r)
 {
+    static const char *const names[] = {"config.json", "SHA256SUMS"};
     char src[4096], dst[4096];
-    snprintf(src, sizeof(src), "%s/config.json", sl_checkpoint_dir(r->ck));
-    snprintf(dst, sizeof(dst), "%s/config.json", r->outdir);
-    return sl_tools_remove_stale(dst, src, &r->err);
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(src, sizeof(src), "%s/%s", sl_checkpoint_dir(r->ck), names[i]);
+        snprintf(dst, sizeof(dst), "%s/%s", r->outdir, names[i]);
+        SL_TRY(sl_tools_remove_stale(dst, src, &r->err));
+    }
+    return SL_OK;
 }
 
 /* Before anything is created or removed: outdir must not be the input, nor hold another
@@ -302,27 +343,16 @@ static sl_status reshard_check_outdir(reshard *r)
 }
 
 /* The part files of devices [first, first + count) against the free space (a header of up to
- * 512 bytes per tensor besides the data), counting the parts of the same names they replace. */
+ * 512 bytes per tensor besides the data). Parts of the same names they replace free nothing
+ * meanwhile: they stay until every new part is written and renamed over them (reshard_finish). */
 static sl_status reshard_check_space(reshard *r, int32_t first, int32_t count)
 {
-    char path[4096];
-    uint64_t need = 0, reclaimed = 0;
-    int64_t max_params = 0;
-    for (int32_t d = first; d < first + count; d++)
-        max_params = r->plan->devices[d].n_params > max_params ? r->plan->devices[d].n_params : max_params;
-    int64_t *scratch = calloc((size_t)max_params + 1, sizeof(*scratch));
-    SL_CHECK(scratch != NULL, &r->err, SL_E_NOMEM, "out of memory");
+    uint64_t need = 0;
     for (int32_t d = first; d < first + count; d++) {
         const sl_plan_device *pd = &r->plan->devices[d];
         need += pd->bytes + (uint64_t)pd->n_params * 512;   /* the plan's total did not overflow */
-        const int64_t n = split_parts(pd, r->max_part, scratch);
-        for (int64_t k = 0; k < n; k++) {
-            part_path(r, d, k, path, sizeof(path));
-            reclaimed += sl_tools_file_size(path);
-        }
     }
-    free(scratch);
-    return sl_tools_check_space(r->outdir, need, reclaimed, &r->err);
+    return sl_tools_check_space(r->outdir, need, 0, &r->err);
 }
 
 /* Temporary part files of devices [first, first + count) that a run which died left (no live
@@ -347,7 +377,6 @@ static sl_status reshard_open(reshard *r, int32_t first, int32_t count)
     const int32_t n = r->plan->n_devices;
     SL_TRY(sl_tools_make_dir(r->outdir, &r->made_outdir, &r->err));
     SL_TRY(reshard_check_space(r, first, count));
-    SL_TRY(reshard_drop_config(r));
     reshard_span span = {first, count};
     SL_TRY(ck_writer_remove_stale(r->outdir, reshard_ours, &span, &r->err));
     SL_TRY(ck_writer_set_new(&r->parts_open, &r->err));
