@@ -96,6 +96,7 @@ else
 fi
 
 # 3. stale temporaries: planted as a killed run leaves them, one held by a live writer (flock)
+rm -rf "$T/ck"   # the 358 MB checkpoint: synth refuses to write another's shards over it
 tiny_ckpt
 mkdir -p "$T/s2" "$T/r2"
 for f in model.safetensors.tmp.AbC123 model-00002-of-00009.safetensors.tmp.Zz9999 other.bin.tmp.Qq1234 \

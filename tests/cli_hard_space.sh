@@ -100,11 +100,24 @@ mount -t tmpfs -o size=4m tmpfs "$2" || exit 77
 "$1" reshard "$3" "$2/out" --tp 2 >/dev/null 2>"$4"
 echo $? >"$5.rc"
 "$1" load "$2/out" --tp 2 --checksums --json >"$5.b" 2>>"$4.load"
+rm -rf "$2/out"
+# synth again into its output with about 100 KB free: refused before it writes, the first output
+# whole (the shards it replaces free their space one at a time, all but one counted)
+"$1" synth --config "$6" "$2/s" --max-shard-size 600KB >/dev/null 2>"$4.s" || exit 5
+"$1" load "$2/s" --checksums --json >"$5.sa" 2>>"$4.s" || exit 6
+head -c $(( $(df -B1 --output=avail "$2" | tail -1) - 100000 )) /dev/zero >"$2/fill"
+"$1" synth --config "$6" "$2/s" --max-shard-size 600KB --seed 9 >/dev/null 2>"$4.s"
+echo $? >"$5.src"
+"$1" load "$2/s" --checksums --json >"$5.sb" 2>>"$4.load"
 SH
-args=("$SL" "$T/mnt" "$CK" "$T/err2" "$T/again")
+args=("$SL" "$T/mnt" "$CK" "$T/err2" "$T/again" "$T/tiny.json")
 if unshare -rm true 2>/dev/null; then unshare -rm bash "$T/in_ns2.sh" "${args[@]}"; else unshare -m bash "$T/in_ns2.sh" "${args[@]}"; fi
 one_line_error "$(cat "$T/again.rc" 2>/dev/null)" "$T/err2" "/out: the output needs [0-9]* bytes but its file system has [0-9]* bytes free: nothing was written" ||
     fail "second reshard into 4 MiB: exit $(cat "$T/again.rc" 2>/dev/null): $(cat "$T/err2")"
 [ -s "$T/again.a" ] && [ "$(sums <"$T/again.a")" = "$(sums <"$T/again.b")" ] ||
     fail "the first reshard's output no longer loads the same: $(cat "$T/err2.load" 2>/dev/null)"
+one_line_error "$(cat "$T/again.src" 2>/dev/null)" "$T/err2.s" "/s: the output needs [0-9]* bytes but its file system has [0-9]* bytes free: nothing was written" ||
+    fail "second synth into a full disk: exit $(cat "$T/again.src" 2>/dev/null): $(cat "$T/err2.s")"
+[ -s "$T/again.sa" ] && [ "$(sums <"$T/again.sa")" = "$(sums <"$T/again.sb")" ] ||
+    fail "the first synth's output no longer loads the same: $(cat "$T/err2.load" 2>/dev/null)"
 finish

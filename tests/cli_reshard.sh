@@ -38,6 +38,20 @@ n=$(ls "$T"/a/*.safetensors | wc -l)
 "$SL" inspect "$T/q" | grep -q "model.norm.weight  F32" || fail "synth --dtype f32"
 "$SL" inspect "$T/q" | grep -q "lm_head.weight" && fail "a tied checkpoint has no lm_head.weight"
 "$SL" synth "$T/x" >/dev/null 2>&1; [ $? -eq 2 ] || fail "synth without --config must exit 2"
+# into another checkpoint's folder (shards of another count): refused, that checkpoint untouched
+# (its index and config were replaced, its shards orphaned)
+cp -r "$T/a" "$T/other"
+"$SL" synth --config "$T/llama.json" "$T/other" --max-shard-size 200KB >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "other: holds model-[0-9-]*of-[0-9]*.safetensors, a file of another checkpoint" ||
+    fail "synth over another checkpoint: $(cat "$T/err")"
+cmp -s "$T/a/model.safetensors.index.json" "$T/other/model.safetensors.index.json" ||
+    fail "a refused synth changed the other checkpoint's index"
+# a rerun takes the earlier run's SHA256SUMS away (it called the new shards corrupt)
+"$SL" synth --config "$T/llama.json" "$T/other" --max-shard-size 100KB --write-manifest >/dev/null 2>"$T/err" ||
+    fail "synth --write-manifest: $(cat "$T/err")"
+"$SL" synth --config "$T/llama.json" "$T/other" --max-shard-size 100KB --seed 3 >/dev/null 2>"$T/err" ||
+    fail "synth again: $(cat "$T/err")"
+[ ! -e "$T/other/SHA256SUMS" ] || fail "a synth rerun left the earlier run's SHA256SUMS"
 
 # 2. reshard then load == load, for several meshes and both layouts, with and without conversion
 check_mesh() {   # ckpt name, mesh args...

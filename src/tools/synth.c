@@ -170,6 +170,8 @@ static sl_status synth_fill_tensor(synth *s, sl_writer *w, int64_t widx, const s
     return SL_OK;
 }
 
+static sl_status synth_drop_stale(synth *s);
+
 static sl_status synth_write_shard(synth *s, int64_t k, json_t *wmap)
 {
     char name[64], path[4096];
@@ -193,6 +195,8 @@ static sl_status synth_write_shard(synth *s, int64_t k, json_t *wmap)
         st = sl_writer_begin(w);
     for (int64_t i = 0; st == SL_OK && i < sh->count; i++)
         st = synth_fill_tensor(s, w, widx[i], &s->desc->tensors[s->tensors[sh->first + i]]);
+    if (st == SL_OK && k == 0)
+        st = synth_drop_stale(s);   /* the first rename ends the earlier output */
     if (st == SL_OK)
         st = sl_writer_finish(w);
     if (st != SL_OK && s->err.st == SL_OK)
@@ -262,34 +266,41 @@ static sl_status synth_prepare(synth *s, const char *outdir, int32_t dtype)
 
 /* The index and config.json are written last. Ones left by an earlier run would load something
  * else than this run wrote: an old index shadows a single model.safetensors, and a failed run's mix
- * of new and old shards would look complete. Both go first (the config is held as text, so even
- * one read from outdir/config.json). */
+ * of new and old shards would look complete. Both go, with the earlier run's SHA256SUMS (it would
+ * call the new shards corrupt), just before the first shard is renamed into place: a run that
+ * fails before then leaves the earlier output whole (the config is held as text, so even one read
+ * from outdir/config.json). */
 static sl_status synth_drop_stale(synth *s)
 {
+    static const char *const names[] = {"model.safetensors.index.json", "config.json", "SHA256SUMS"};
     char path[4096];
-    snprintf(path, sizeof(path), "%s/model.safetensors.index.json", s->outdir);
-    SL_TRY(sl_tools_remove_stale(path, NULL, &s->err));
-    snprintf(path, sizeof(path), "%s/config.json", s->outdir);
-    return sl_tools_remove_stale(path, NULL, &s->err);
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(path, sizeof(path), "%s/%s", s->outdir, names[i]);
+        SL_TRY(sl_tools_remove_stale(path, NULL, &s->err));
+    }
+    return SL_OK;
 }
 
 /* Bytes the shards take (data plus a generous header per tensor), against the free space: a config
  * of absurd but accepted sizes is refused here instead of being written until the disk is full.
- * Shards of the same names that the run replaces count as free. */
+ * Shards of the same names that the run replaces count as free, but the largest of them: each is
+ * replaced when its new shard is complete, so one old shard and its new one are on disk together. */
 #define SYNTH_HEADER_PER_TENSOR 512u
 
 static sl_status synth_check_space(synth *s)
 {
-    uint64_t need = 0, reclaimed = 0;
+    uint64_t need = 0, reclaimed = 0, largest = 0;
     for (int64_t i = 0; i < s->n_tensors; i++)   /* each below 2^44 bytes (sl_arch_load's bound) */
         need += tensor_bytes(s, &s->desc->tensors[s->tensors[i]]) + SYNTH_HEADER_PER_TENSOR;
     for (int64_t k = 0; k < s->n_shards; k++) {
         char name[64], path[4096];
         shard_name(s, k, name, sizeof(name));
         snprintf(path, sizeof(path), "%s/%s", s->outdir, name);
-        reclaimed += sl_tools_file_size(path);
+        const uint64_t old = sl_tools_file_size(path);
+        reclaimed += old;
+        largest = old > largest ? old : largest;
     }
-    return sl_tools_check_space(s->outdir, need, reclaimed, &s->err);
+    return sl_tools_check_space(s->outdir, need, reclaimed - largest, &s->err);
 }
 
 /* The temporary files of shards of this run's names that a run which died left (writer.h). */
@@ -304,13 +315,14 @@ static int synth_ours(void *user, const char *name)
            n == s->n_shards && k >= 1 && k <= n;
 }
 
-/* A one-shard run writes no index, and a folder without one loads every *.safetensors in it: a
- * shard left there by another checkpoint (another synth's of more shards, or any other) would
- * make it a mix that does not load (a tensor in two files), so the run is refused before anything
- * is written. With an index (more shards), loaders read only the files it names. */
+/* A *.safetensors in outdir that this run would not write belongs to another checkpoint (another
+ * synth's of another shard count, or any other), and the run is refused before anything is
+ * written. A one-shard run writes no index, and a folder without one loads every *.safetensors
+ * in it: beside such a file it would not load (a tensor in two files). With shards, the run would
+ * have replaced that checkpoint's index and config, orphaning its shards. */
 static sl_status synth_check_outdir(synth *s)
 {
-    DIR *d = s->n_shards == 1 ? opendir(s->outdir) : NULL;
+    DIR *d = opendir(s->outdir);
     if (!d)
         return SL_OK;   /* a new folder, or checked by the writes */
     const struct dirent *de;
@@ -318,11 +330,19 @@ static sl_status synth_check_outdir(synth *s)
     sl_status st = SL_OK;
     while (st == SL_OK && (de = readdir(d)) != NULL) {
         const size_t n = strlen(de->d_name), k = sizeof(".safetensors") - 1;
-        if (n > k && !strcmp(de->d_name + n - k, ".safetensors") && !synth_ours(s, de->d_name))
+        if (n <= k || strcmp(de->d_name + n - k, ".safetensors") != 0 || synth_ours(s, de->d_name))
+            continue;
+        if (s->n_shards == 1)
             st = sl_err_set(&s->err, SL_E_INVALID_ARG, "%s: holds %s, beside which this synth's one "
                             "model.safetensors (no index) would not load: remove it, write to another "
                             "folder, or give a --max-shard-size that makes shards and an index; nothing "
                             "was written", s->outdir, sl_text_name(de->d_name, nb, sizeof nb));
+        else
+            st = sl_err_set(&s->err, SL_E_INVALID_ARG, "%s: holds %s, a file of another checkpoint "
+                            "(or of an earlier synth of another shard count; this one writes %lld "
+                            "shards and their index over what is there): remove it or write to "
+                            "another folder; nothing was written", s->outdir,
+                            sl_text_name(de->d_name, nb, sizeof nb), (long long)s->n_shards);
     }
     closedir(d);
     return st;
@@ -349,7 +369,6 @@ static sl_status synth_run(synth *s, uint64_t max_shard)
     SL_TRY(synth_split(s, max_shard));
     SL_TRY(synth_check_outdir(s));
     SL_TRY(synth_check_space(s));
-    SL_TRY(synth_drop_stale(s));
     SL_TRY(ck_writer_remove_stale(s->outdir, synth_ours, s, &s->err));
     json_t *wmap = json_object();
     if (!wmap)

@@ -105,10 +105,13 @@ def test_synth_from_a_dict(tiny_config: Path, tmp_path: Path) -> None:
     assert re.search(r"/b: holds model-0000\d-of-00004\.safetensors, beside which this synth's one "
                      r"model.safetensors \(no index\) would not load", e.value.message), e.value.message
     assert {p.name: p.read_bytes() for p in (tmp_path / "b").iterdir()} == before
-    # more shards, with an index, where others are: the index names this run's only, and it loads
-    shardload.synth(cfg, tmp_path / "b", dtype="f16", seed=5, max_shard_size=1 << 19)
-    assert shardload.open(tmp_path / "b").files != shardload.open(tmp_path / "a").files
-    _same_bytes(shardload.load(tmp_path / "b", tp=2), shardload.load(tmp_path / "a", tp=2))
+    # more shards, with an index, where others are: refused too (it replaced the other
+    # checkpoint's index and config.json, orphaning its shards: a real model's, say)
+    with pytest.raises(shardload.Error) as e:
+        shardload.synth(cfg, tmp_path / "b", dtype="f16", seed=5, max_shard_size=1 << 19)
+    assert re.search(r"/b: holds model-0000\d-of-00004\.safetensors, a file of another checkpoint",
+                     e.value.message), e.value.message
+    assert {p.name: p.read_bytes() for p in (tmp_path / "b").iterdir()} == before
     with pytest.raises(shardload.PlanError) as e:
         shardload.synth(dict(TINY, num_hidden_layers=0), tmp_path / "c")
     assert e.value.message.startswith(MEMORY + ": config 'num_hidden_layers' is 0")
