@@ -77,7 +77,10 @@ one_line_error $? "$T/err" "snapshots/$C/.*: SHA-256 .* (its Hugging Face cache 
 "$SL" synth --config "$T/tiny.json" "$T/sy" --max-shard-size 600KB --write-manifest >/dev/null \
     || fail "synth --write-manifest"
 (cd "$T/sy" && sha256sum -c --quiet --strict SHA256SUMS) || fail "synth's SHA256SUMS: sha256sum -c"
-[ "$(grep -vc '^#' "$T/sy/SHA256SUMS")" -eq "$(ls "$T/sy"/*.safetensors | wc -l)" ] || fail "synth's SHA256SUMS: lines"
+# a line per file: the shards, then config.json and the index (checked whole by a load)
+[ "$(grep -vc '^#' "$T/sy/SHA256SUMS")" -eq "$(($(ls "$T/sy"/*.safetensors | wc -l) + 2))" ] || fail "synth's SHA256SUMS: lines"
+grep -q '  config.json$' "$T/sy/SHA256SUMS" && grep -q '  model.safetensors.index.json$' "$T/sy/SHA256SUMS" ||
+    fail "synth's SHA256SUMS names no config.json or index"
 [ "$(grep -c '^#xxh3-blocks ' "$T/sy/SHA256SUMS")" -eq "$(ls "$T/sy"/*.safetensors | wc -l)" ] || fail "synth's SHA256SUMS: block records"
 ls -a "$T/sy" | grep -q '\.tmp\.' && fail "synth --write-manifest left a temporary file"
 # every output gets the mode a new file gets (0666 less the umask): the manifest was 0600 (mkstemp's)
@@ -105,6 +108,16 @@ one_line_error $? "$T/err" "model-rank-1-part-0.safetensors: bytes \[0, [0-9]*) 
 "$SL" load "$T/rs" --tp 2 --manifest "$T/rs-sha" >/dev/null 2>"$T/err"
 one_line_error $? "$T/err" "model-rank-1-part-0.safetensors: SHA-256 .* (the manifest)" \
     || fail "pre-sharded, flipped (SHA-256): $(cat "$T/err")"
+# config.json decides what a pre-sharded folder's parts are (heads, and so the qkv rows): one
+# edited after the manifest is refused, naming it (its blocks passed, and the load gave other bytes)
+"$SL" reshard "$CK" "$T/rs-cfg" --tp 2 --write-manifest >/dev/null 2>"$T/err" || fail "reshard for config: $(cat "$T/err")"
+sed -i 's/"num_key_value_heads": *2/"num_key_value_heads": 1/' "$T/rs-cfg/config.json"
+"$SL" load "$T/rs-cfg" --tp 2 --manifest "$T/rs-cfg/SHA256SUMS" >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "rs-cfg/config.json: its SHA-256 is [0-9a-f]*, the manifest's [0-9a-f]*: the file is not the one" \
+    || fail "pre-sharded, config.json edited: $(cat "$T/err")"
+rm "$T/rs-cfg/config.json"
+"$SL" load "$T/rs-cfg" --tp 2 --manifest "$T/rs-cfg/SHA256SUMS" --config "$T/tiny.json" >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "names config.json, which .*rs-cfg cannot give" || fail "pre-sharded, config.json gone: $(cat "$T/err")"
 "$SL" reshard "$CK" "$T/rs-mpi" --tp 2 --dist independent --write-manifest >/dev/null 2>"$T/err"
 [ $? -eq 2 ] && grep -q "write-manifest is for one process" "$T/err" || fail "--write-manifest under MPI: $(cat "$T/err")"
 
@@ -169,9 +182,11 @@ one_line_error $? "$T/err" "$n3: the manifest's blocks are of a file of $((s3 + 
 awk -v n="$n3" '/^#xxh3-blocks /{skip = ($NF == n)} skip && /^#/ {next} {print}' "$MAN" >"$T/part"
 "$SL" load "$MID" --tp 2 --manifest "$T/part" >/dev/null 2>"$T/err"
 one_line_error $? "$T/err" "$n3: the manifest has XXH3 blocks for other files" || fail "blocks for some files: $(cat "$T/err")"
-{ cat "$MAN"; echo "#b 0123456789abcdef"; } >"$T/extra"
+# (after the last file's hashes: the side files' lines come after them)
+grep -v '  config.json$\|  model.safetensors.index.json$' "$MAN" >"$T/data-only"
+{ cat "$T/data-only"; echo "#b 0123456789abcdef"; } >"$T/extra"
 "$SL" load "$MID" --tp 2 --manifest "$T/extra" >/dev/null 2>"$T/err"
-one_line_error $? "$T/err" "line $(( $(wc -l <"$MAN") + 1 )): more block hashes than" || fail "extra hashes: $(cat "$T/err")"
+one_line_error $? "$T/err" "line $(( $(wc -l <"$T/data-only") + 1 )): more block hashes than" || fail "extra hashes: $(cat "$T/err")"
 
 # 6. MPI: cooperative verifies by blocks (each rank the chunks it reads: the job checks each byte
 # it reads once), and refuses SHA-256 manifests; independent reads only what its devices need

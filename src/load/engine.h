@@ -49,6 +49,8 @@ typedef struct sl_load_job {
                                        makes (reshard's file devices), for the whole mesh */
     void *open_user;
     sl_load_file *own_files;
+    const sl_checkpoint *ck;        /* sl_load_job_files': its side files are checked against
+                                       the manifest (rd_manifest_check_side) */
 } sl_load_job;
 
 /* An empty job with options o (NULL: the defaults). */

@@ -5,6 +5,7 @@
  * mesh devices this process loads, so that the engine reads only the bytes they need; nobody
  * edits a plan handle to get there, and the layers above load/ never look inside the plan. */
 #include "load/engine.h"
+#include "load/read_manifest.h"
 #include "ckpt/checkpoint.h"
 #include "plan/plan_data.h"
 
@@ -34,6 +35,7 @@ sl_status sl_load_job_files(sl_load_job *j, const sl_checkpoint *ck, sl_err *err
         j->own_files[i].remote = ck_file_remote(ck, i);
     }
     j->checkpoint_bytes = ck ? sl_checkpoint_total_bytes(ck) : 0;
+    j->ck = ck;
     return SL_OK;
 }
 
@@ -54,6 +56,8 @@ sl_status sl_load_job_plan(sl_load_job *j, const sl_plan *p, sl_err *err)
              "--verify checks checkpoint files; dummy weights read none");
     SL_CHECK(j->opts.dummy || j->n_files >= p->n_files, err, SL_E_INVALID_ARG,
              "plan reads %lld files, %lld given", (long long)p->n_files, (long long)j->n_files);
+    if (j->opts.verify && j->opts.manifest_path && j->ck)
+        SL_TRY(rd_manifest_check_side(j->ck, j->opts.manifest_path, err));
     return sl_load_check_plan(p, j->files, j->n_files, j->opts.dummy, err);
 }
 

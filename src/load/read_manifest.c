@@ -4,6 +4,7 @@
 #include "load/read_manifest.h"
 
 #include "load/read_verify.h"
+#include "ckpt/checkpoint.h"
 
 #include "common/sl_file.h"
 #include "common/sl_text.h"
@@ -247,6 +248,74 @@ sl_status rd_manifest_parse(rd_vfile *files, int64_t n, const char *path, const 
         i = end + 1;
     }
     return st == SL_OK ? rd_record_close(v, err) : st;
+}
+
+#define RD_SIDE_MAX ((size_t)16 << 20)
+
+/* A side file's bytes: next to a remote checkpoint's files (fetched), or in its folder. */
+static sl_status rd_side_bytes(const sl_checkpoint *ck, const char *name, char **buf, size_t *n,
+                               char *msg, size_t msg_len)
+{
+    if (sl_checkpoint_file_count(ck) > 0 && ck_file_remote(ck, 0))
+        return sl_checkpoint_fetch_bytes(ck, name, buf, n, msg, msg_len);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", sl_checkpoint_dir(ck), name);
+    sl_err e = {0};
+    const sl_status st = sl_file_read_all(path, RD_SIDE_MAX, SL_E_IO, &e, buf, n);
+    sl_err_export(&e, msg, msg_len);
+    sl_err_clear(&e);
+    return st;
+}
+
+/* One sha256sum line naming a side file: that file of ck hashed and compared. */
+static sl_status rd_side_line(const sl_checkpoint *ck, const char *manifest, const char *line,
+                              size_t len, sl_err *err)
+{
+    static const char *const side[] = RD_SIDE_FILES;
+    char nb[SL_TEXT_NAME], fe[512], hex[SL_SHA256_HEX];
+    if (len < 2 * SL_SHA256_LEN + 2 || !sl_sha256_is_hex(line, 2 * SL_SHA256_LEN) ||
+        line[2 * SL_SHA256_LEN] != ' ')
+        return SL_OK;   /* not a sha256sum line: rd_manifest_read says so */
+    const char *name = line + 2 * SL_SHA256_LEN + 1, *end = line + len;
+    if (name < end && (*name == ' ' || *name == '*'))
+        name++;
+    for (size_t i = 0; i < sizeof side / sizeof side[0]; i++) {
+        if ((size_t)(end - name) != strlen(side[i]) || memcmp(name, side[i], (size_t)(end - name)) != 0)
+            continue;
+        char *buf = NULL;
+        size_t n = 0;
+        if (rd_side_bytes(ck, side[i], &buf, &n, fe, sizeof fe) != SL_OK)
+            return sl_err_set(err, SL_E_INTEGRITY, "%s names %s, which %s cannot give: %s",
+                              sl_text_name(manifest, nb, sizeof nb), side[i], sl_checkpoint_dir(ck), fe);
+        sl_sha256 *h = sl_sha256_new();
+        const int ok = h && sl_sha256_update(h, buf, n) == 0 && sl_sha256_final_hex(h, hex) == 0;
+        sl_sha256_free(h);
+        sl_free(buf);
+        SL_CHECK(ok, err, SL_E_NOMEM, "%s: SHA-256 failed", side[i]);
+        SL_CHECK(memcmp(hex, line, 2 * SL_SHA256_LEN) == 0, err, SL_E_INTEGRITY,
+                 "%s/%s: its SHA-256 is %s, the manifest's %.64s: the file is not the one the "
+                 "manifest was written for", sl_checkpoint_dir(ck), side[i], hex, line);
+    }
+    return SL_OK;
+}
+
+sl_status rd_manifest_check_side(const sl_checkpoint *ck, const char *path, sl_err *err)
+{
+    char *text = NULL;
+    size_t len = 0;
+    SL_TRY(sl_file_read_all(path, RD_MANIFEST_MAX, SL_E_INVALID_ARG, err, &text, &len));
+    sl_status st = SL_OK;
+    for (size_t i = 0; i < len && st == SL_OK;) {
+        const char *nl = memchr(text + i, '\n', len - i);
+        const size_t end = nl ? (size_t)(nl - text) : len;
+        size_t l = end - i;
+        if (l && text[i + l - 1] == '\r')
+            l--;
+        st = rd_side_line(ck, path, text + i, l, err);
+        i = end + 1;
+    }
+    free(text);
+    return st;
 }
 
 sl_status rd_manifest_read(rd_vfile *files, int64_t n, const char *path, sl_err *err)

@@ -5,8 +5,12 @@
 
 #include "common/sl_err.h"
 #include "common/sl_sha256.h"
+#include "shardload.h"
 
 #include <stdint.h>
+
+/* The JSON files of a folder that sl_write_manifest lists after its data files. */
+#define RD_SIDE_FILES {"config.json", "model.safetensors.index.json"}
 
 /* One checkpoint file as --verify sees it: what it must be (the manifest's, rd_manifest_read, or
  * another digest source, read_verify.c) and the state of its hashing (read_verify.c). */
@@ -34,6 +38,11 @@ sl_status rd_manifest_read(rd_vfile *v, int64_t n, const char *path, sl_err *err
  * messages (fuzz/fuzz_manifest.c). The caller frees each v[i].blocks, also on failure. */
 sl_status rd_manifest_parse(rd_vfile *v, int64_t n, const char *path, const char *text, size_t len,
                             sl_err *err);
+/* The folder's JSON files the manifest names (config.json, model.safetensors.index.json:
+ * RD_SIDE_FILES), against their SHA-256 there: the config decides the layout a load gives a
+ * folder's parts, which their own blocks do not cover. One that differs, or is gone, is
+ * SL_E_INTEGRITY naming it; a manifest naming none (written before they were listed) checks none. */
+sl_status rd_manifest_check_side(const sl_checkpoint *ck, const char *path, sl_err *err);
 /* The last path component of path. */
 const char *rd_base(const char *path);
 

@@ -10,13 +10,17 @@
  *
  *   <sha256>  model-00001-of-00002.safetensors
  *   #xxh3-blocks <size> <header end> <block bytes> model-00001-of-00002.safetensors
- *   #b <16 hex> <16 hex> ...            (RD_BLOCK_PER_LINE a line, block 0 first) */
+ *   #b <16 hex> <16 hex> ...            (RD_BLOCK_PER_LINE a line, block 0 first)
+ *
+ * and, last, a sha256sum line for each of the folder's config.json and index (RD_SIDE_FILES), which
+ * a load checks whole: the config decides what a pre-sharded folder's parts are. */
 #include "common/sl_bytes.h"
 #include "common/sl_cancel.h"
 #include "common/sl_err.h"
 #include "common/sl_file.h"
 #include "common/sl_sha256.h"
 #include "common/sl_text.h"
+#include "load/read_manifest.h"
 #include "load/read_verify.h"
 #include "shardload.h"
 
@@ -24,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define MF_BUF ((size_t)8 << 20)   /* whole blocks, so each block is hashed from one buffer */
@@ -108,8 +113,26 @@ static int mf_print(FILE *f, const char *name, const mf_digest *d)
     return 0;
 }
 
-/* Every file of ck hashed into f (names relative to its folder). */
-static sl_status mf_write_lines(const sl_checkpoint *ck, FILE *f, sl_err *err)
+/* The folder's JSON files (RD_SIDE_FILES) that it has: a sha256sum line each, no blocks (a load
+ * checks them whole, rd_manifest_check_side: config.json decides the layout of the parts). */
+static sl_status mf_side_lines(const char *dir, FILE *f, unsigned char *buf, mf_digest *d, sl_err *err)
+{
+    static const char *const side[] = RD_SIDE_FILES;
+    char path[4096];
+    for (size_t i = 0; i < sizeof side / sizeof side[0]; i++) {
+        struct stat sb;
+        snprintf(path, sizeof path, "%s/%s", dir, side[i]);
+        if (stat(path, &sb) != 0 && errno == ENOENT)
+            continue;
+        SL_TRY(mf_hash(path, buf, d, err));
+        if (fprintf(f, "%s  %s\n", d->hex, side[i]) < 0)
+            return sl_err_set(err, SL_E_IO, "manifest: write failed: %s", strerror(errno));
+    }
+    return SL_OK;
+}
+
+/* Every file of ck hashed into f (names relative to its folder), then its side files. */
+static sl_status mf_write_lines(const sl_checkpoint *ck, const char *dir, FILE *f, sl_err *err)
 {
     unsigned char *buf = malloc(MF_BUF);
     mf_digest d = {0};
@@ -122,6 +145,8 @@ static sl_status mf_write_lines(const sl_checkpoint *ck, FILE *f, sl_err *err)
         if ((st = mf_hash(path, buf, &d, err)) == SL_OK && mf_print(f, base ? base + 1 : path, &d) != 0)
             st = sl_err_set(err, SL_E_IO, "manifest: write failed: %s", strerror(errno));
     }
+    if (st == SL_OK)
+        st = mf_side_lines(dir, f, buf, &d, err);
     free(d.blocks);
     free(buf);
     return st;
@@ -144,7 +169,7 @@ static sl_status mf_write(const char *dir, const char *name, sl_err *err)
     if (st == SL_OK && (asprintf(&final, "%s/%s", dir, name) < 0 || !(f = open_memstream(&text, &len))))
         st = sl_err_set(err, SL_E_NOMEM, "out of memory");
     if (st == SL_OK)
-        st = mf_write_lines(ck, f, err);
+        st = mf_write_lines(ck, dir, f, err);
     if (f && fclose(f) != 0 && st == SL_OK)
         st = sl_err_set(err, SL_E_NOMEM, "manifest: out of memory");
     if (st == SL_OK)

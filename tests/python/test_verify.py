@@ -72,7 +72,9 @@ def test_write_manifest(tiny_ckpt: Path, tmp_path: Path) -> None:  # noqa: F811
     man = shardload.write_manifest(tmp_path / "rs")
     assert man == str(tmp_path / "rs" / "SHA256SUMS")
     sha_lines = [ln for ln in Path(man).read_text().splitlines(True) if not ln.startswith("#")]
-    assert "".join(sha_lines) == _manifest(tmp_path / "rs", tmp_path / "want").read_text()
+    config = hashlib.sha256((tmp_path / "rs" / "config.json").read_bytes()).hexdigest()
+    assert "".join(sha_lines) == (_manifest(tmp_path / "rs", tmp_path / "want").read_text()
+                                  + f"{config}  config.json\n")   # checked whole by a load
     with shardload.load(tmp_path / "rs", tp=2, manifest=man) as m:
         assert m.stats["verified_files"] == 2
     assert shardload.write_manifest(tmp_path / "rs", "other.sha256").endswith("other.sha256")
