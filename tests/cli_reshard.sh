@@ -81,6 +81,26 @@ r32=$(check_mesh "$T/a" --tp 2 --dtype f32)
 grep -q '"torch_dtype": *"float32"' "$r32/config.json" || fail "reshard --dtype f32 kept torch_dtype: $(grep -o '"torch_dtype"[^,]*' "$r32/config.json")"
 [ "$("$SL" load "$r32" --tp 2 --checksums --json | sums)" = "$("$SL" load "$T/a" --tp 2 --dtype f32 --checksums --json | sums)" ] ||
     fail "the f32 reshard, loaded without --dtype, differs from an f32 load"
+# --ep on a dense model is the plan without it: its reshard loads without --ep (its parts were
+# stamped "with expert parallelism", refused by a load without it)
+"$SL" reshard "$T/a" "$T/ep-dense" --tp 2 --ep >/dev/null 2>"$T/err" || fail "reshard --ep dense: $(cat "$T/err")"
+"$SL" load "$T/ep-dense" --tp 2 >/dev/null 2>"$T/err" || fail "load of a dense --ep reshard: $(cat "$T/err")"
+# and one an earlier build stamped "ep": "1" loads, with --ep or without
+"${SL_PY:-python3}" - "$T/ep-dense" <<'PY'
+import glob, json, struct, sys
+for f in glob.glob(sys.argv[1] + "/*.safetensors"):
+    raw = open(f, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    head = json.loads(raw[8:8 + n])
+    head.setdefault("__metadata__", {})["ep"] = "1"
+    text = json.dumps(head).encode()
+    text += b" " * (-len(text) % 8)
+    open(f, "wb").write(struct.pack("<Q", len(text)) + text + raw[8 + n:])
+PY
+for ep in "" --ep; do
+    # shellcheck disable=SC2086
+    "$SL" load "$T/ep-dense" --tp 2 $ep >/dev/null 2>"$T/err" || fail "load $ep of a dense reshard stamped ep 1: $(cat "$T/err")"
+done
 # a rerun without --write-manifest takes the earlier run's SHA256SUMS away (it would call the new
 # parts corrupt)
 "$SL" reshard "$T/a" "$T/mf" --tp 2 --write-manifest >/dev/null 2>"$T/err" || fail "reshard --write-manifest: $(cat "$T/err")"

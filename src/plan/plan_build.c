@@ -531,6 +531,10 @@ static sl_status plan_build_impl(sl_plan *p, const sl_checkpoint *ck, const sl_p
     if (st == SL_OK) {
         st = plan_dtype(&c, o);
     }
+    /* ep on a dense model changes no byte: the plan is one without it (it stamped a reshard's
+     * parts "with expert parallelism", which a load without --ep then refused) */
+    if (st == SL_OK && m->cfg.E == 0)
+        p->ep = 0;
     if (st == SL_OK)
         st = sl_plan_check_mesh(&c);
     if (st == SL_OK)
