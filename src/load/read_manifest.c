@@ -71,13 +71,24 @@ static sl_status rd_line_err(const rd_mparse *v, int64_t lineno, sl_err *err, sl
                       (long long)lineno, what);
 }
 
+/* The digest at the start of a line, in lower case (sha256sum -c takes upper-case hex too), into
+ * hex; 0 when the line is too short for one. */
+static int rd_digest(const char *line, size_t len, char hex[2 * SL_SHA256_LEN])
+{
+    if (len < 2 * SL_SHA256_LEN)
+        return 0;
+    for (size_t i = 0; i < 2 * SL_SHA256_LEN; i++)
+        hex[i] = line[i] >= 'A' && line[i] <= 'F' ? (char)(line[i] - 'A' + 'a') : line[i];
+    return 1;
+}
+
 /* sha256sum's line: "<64 hex> <space or *><name>" (its text and binary forms). */
 static sl_status rd_sha_line(rd_mparse *v, const char *line, size_t len, int64_t lineno,
                              sl_err *err)
 {
-    char nb[SL_TEXT_NAME];
-    if (len < 2 * SL_SHA256_LEN + 2 || !sl_sha256_is_hex(line, 2 * SL_SHA256_LEN) ||
-        line[2 * SL_SHA256_LEN] != ' ')
+    char nb[SL_TEXT_NAME], hex[2 * SL_SHA256_LEN];
+    if (len < 2 * SL_SHA256_LEN + 2 || !rd_digest(line, len, hex) ||
+        !sl_sha256_is_hex(hex, 2 * SL_SHA256_LEN) || line[2 * SL_SHA256_LEN] != ' ')
         return sl_err_set(err, SL_E_INVALID_ARG,
                           "%s: line %lld is not '<sha256>  <file>' (sha256sum's format)",
                           sl_text_name(v->manifest, nb, sizeof nb), (long long)lineno);
@@ -88,10 +99,10 @@ static sl_status rd_sha_line(rd_mparse *v, const char *line, size_t len, int64_t
     rd_vfile *f = rd_find(v, name, nlen);
     if (!f)
         return SL_OK;
-    if (f->source && strncmp(f->want, line, 2 * SL_SHA256_LEN) != 0)
+    if (f->source && strncmp(f->want, hex, 2 * SL_SHA256_LEN) != 0)
         return sl_err_set(err, SL_E_INVALID_ARG, "%s: two different SHA-256 for %s",
                           sl_text_name(v->manifest, nb, sizeof nb), rd_base(f->path));
-    memcpy(f->want, line, 2 * SL_SHA256_LEN);
+    memcpy(f->want, hex, 2 * SL_SHA256_LEN);
     f->want[2 * SL_SHA256_LEN] = '\0';
     f->source = "the manifest";
     return SL_OK;
@@ -272,9 +283,9 @@ static sl_status rd_side_line(const sl_checkpoint *ck, const char *manifest, con
                               size_t len, sl_err *err)
 {
     static const char *const side[] = RD_SIDE_FILES;
-    char nb[SL_TEXT_NAME], fe[512], hex[SL_SHA256_HEX];
-    if (len < 2 * SL_SHA256_LEN + 2 || !sl_sha256_is_hex(line, 2 * SL_SHA256_LEN) ||
-        line[2 * SL_SHA256_LEN] != ' ')
+    char nb[SL_TEXT_NAME], fe[512], hex[SL_SHA256_HEX], want[2 * SL_SHA256_LEN];
+    if (len < 2 * SL_SHA256_LEN + 2 || !rd_digest(line, len, want) ||
+        !sl_sha256_is_hex(want, 2 * SL_SHA256_LEN) || line[2 * SL_SHA256_LEN] != ' ')
         return SL_OK;   /* not a sha256sum line: rd_manifest_read says so */
     const char *name = line + 2 * SL_SHA256_LEN + 1, *end = line + len;
     if (name < end && (*name == ' ' || *name == '*'))
@@ -292,9 +303,9 @@ static sl_status rd_side_line(const sl_checkpoint *ck, const char *manifest, con
         sl_sha256_free(h);
         sl_free(buf);
         SL_CHECK(ok, err, SL_E_NOMEM, "%s: SHA-256 failed", side[i]);
-        SL_CHECK(memcmp(hex, line, 2 * SL_SHA256_LEN) == 0, err, SL_E_INTEGRITY,
+        SL_CHECK(memcmp(hex, want, 2 * SL_SHA256_LEN) == 0, err, SL_E_INTEGRITY,
                  "%s/%s: its SHA-256 is %s, the manifest's %.64s: the file is not the one the "
-                 "manifest was written for", sl_checkpoint_dir(ck), side[i], hex, line);
+                 "manifest was written for", sl_checkpoint_dir(ck), side[i], hex, want);
     }
     return SL_OK;
 }
