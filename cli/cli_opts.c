@@ -195,7 +195,8 @@ static int opts_flag(cli_opts *o, const char *s)
 }
 
 /* The options of one device kind given for another are a usage error, not ignored (a
- * --pjrt-plugin without --device pjrt loaded on the cpu). */
+ * --pjrt-plugin without --device pjrt loaded on the cpu), as is checking files a dummy load
+ * does not read. */
 static int opts_device_only(const cli_opts *o)
 {
     const char *dev = o->lo.device ? o->lo.device : "cpu";
@@ -205,6 +206,8 @@ static int opts_device_only(const cli_opts *o)
         return cli_usage_error(o->cmd, "--gpus goes with --device cuda (the device is %s)", dev);
     if (o->lo.numa && strcmp(dev, "cpu") != 0)
         return cli_usage_error(o->cmd, "--numa goes with --device cpu (the device is %s)", dev);
+    if (o->lo.verify && o->lo.dummy)
+        return cli_usage_error(o->cmd, "--verify and --manifest check checkpoint files; --format dummy reads none");
     return CLI_EXIT_OK;
 }
 

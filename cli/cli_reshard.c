@@ -84,6 +84,8 @@ int cli_reshard(int argc, char **argv)
         return rc < 0 ? CLI_EXIT_OK : rc;
     if (a.n_pos != 2)
         return cli_usage_error("reshard", "expected PATH and OUTDIR");
+    if (!a.pos[1][0])
+        return cli_usage_error("reshard", "OUTDIR is empty");
     char pb[CLI_PATH_MAX];
     if ((rc = cli_ckpt_path(a.pos[0], pb, sizeof pb, &a.pos[0])) != CLI_EXIT_OK)
         return rc;

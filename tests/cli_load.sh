@@ -106,6 +106,7 @@ done
 "$SL" load "$CK" --io sideways >/dev/null 2>&1; [ $? -eq 2 ] || fail "bad --io should exit 2"
 "$SL" load "$CK" --bogus >/dev/null 2>&1; [ $? -eq 2 ] || fail "unknown option should exit 2"
 "$SL" load --format dummy >/dev/null 2>&1; [ $? -eq 2 ] || fail "dummy without config should exit 2"
+"$SL" load --format dummy --config "$T/tiny.json" --verify >/dev/null 2>&1; [ $? -eq 2 ] || fail "dummy with --verify should exit 2"
 # an option of another device kind is a usage error, not ignored (--pjrt-plugin alone loaded on cpu)
 for bad in "--pjrt-plugin /nonexistent.so" "--gpus 0" "--device cuda --numa" "--device pjrt --pjrt-plugin /x.so --gpus 0"; do
     # shellcheck disable=SC2086

@@ -38,6 +38,7 @@ n=$(ls "$T"/a/*.safetensors | wc -l)
 "$SL" inspect "$T/q" | grep -q "model.norm.weight  F32" || fail "synth --dtype f32"
 "$SL" inspect "$T/q" | grep -q "lm_head.weight" && fail "a tied checkpoint has no lm_head.weight"
 "$SL" synth "$T/x" >/dev/null 2>&1; [ $? -eq 2 ] || fail "synth without --config must exit 2"
+"$SL" reshard "$T/a" "" --tp 2 >/dev/null 2>&1; [ $? -eq 2 ] || fail "reshard to an empty OUTDIR must exit 2"
 # into another checkpoint's folder (shards of another count): refused, that checkpoint untouched
 # (its index and config were replaced, its shards orphaned)
 cp -r "$T/a" "$T/other"
