@@ -120,7 +120,13 @@ one_line_error $? "$T/err" "rs-cfg/config.json: its SHA-256 is [0-9a-f]*, the ma
     || fail "pre-sharded, config.json edited: $(cat "$T/err")"
 rm "$T/rs-cfg/config.json"
 "$SL" load "$T/rs-cfg" --tp 2 --manifest "$T/rs-cfg/SHA256SUMS" --config "$T/tiny.json" >/dev/null 2>"$T/err"
-one_line_error $? "$T/err" "names config.json, which .*rs-cfg cannot give" || fail "pre-sharded, config.json gone: $(cat "$T/err")"
+one_line_error $? "$T/err" "names config.json, which .*rs-cfg does not have" || fail "pre-sharded, config.json gone: $(cat "$T/err")"
+# a manifest of `sha256sum DIR/*` names DIR/config.json: checked too (by its last path component)
+"$SL" reshard "$CK" "$T/rs-star" --tp 2 >/dev/null 2>"$T/err" || fail "reshard for sha256sum: $(cat "$T/err")"
+sha256sum "$T/rs-star"/* >"$T/star.sha"
+sed -i 's/"num_key_value_heads": *2/"num_key_value_heads": 1/' "$T/rs-star/config.json"
+"$SL" load "$T/rs-star" --tp 2 --manifest "$T/star.sha" >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "rs-star/config.json: its SHA-256 is" || fail "sha256sum DIR/* manifest, config edited: $(cat "$T/err")"
 "$SL" reshard "$CK" "$T/rs-mpi" --tp 2 --dist independent --write-manifest >/dev/null 2>"$T/err"
 [ $? -eq 2 ] && grep -q "write-manifest is for one process" "$T/err" || fail "--write-manifest under MPI: $(cat "$T/err")"
 

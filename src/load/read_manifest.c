@@ -9,10 +9,13 @@
 #include "common/sl_file.h"
 #include "common/sl_text.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define RD_MANIFEST_MAX ((size_t)64 << 20)
 /* A block hash on a '#b' line: a space and 16 hex digits. */
@@ -261,51 +264,80 @@ sl_status rd_manifest_parse(rd_vfile *files, int64_t n, const char *path, const 
     return st == SL_OK ? rd_record_close(v, err) : st;
 }
 
-#define RD_SIDE_MAX ((size_t)16 << 20)
+#define RD_SIDE_CHUNK ((size_t)1 << 20)
 
-/* A side file's bytes: next to a remote checkpoint's files (fetched), or in its folder. */
-static sl_status rd_side_bytes(const sl_checkpoint *ck, const char *name, char **buf, size_t *n,
-                               char *msg, size_t msg_len)
+/* The SHA-256 of a remote side file, fetched (the 16 MiB a fetch holds: these are small). */
+static sl_status rd_side_remote(const sl_checkpoint *ck, const char *name, sl_sha256 *h, sl_err *err)
 {
-    if (sl_checkpoint_file_count(ck) > 0 && ck_file_remote(ck, 0))
-        return sl_checkpoint_fetch_bytes(ck, name, buf, n, msg, msg_len);
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", sl_checkpoint_dir(ck), name);
-    sl_err e = {0};
-    const sl_status st = sl_file_read_all(path, RD_SIDE_MAX, SL_E_IO, &e, buf, n);
-    sl_err_export(&e, msg, msg_len);
-    sl_err_clear(&e);
+    char msg[512], *buf = NULL;
+    size_t n = 0;
+    const sl_status st = sl_checkpoint_fetch_bytes(ck, name, &buf, &n, msg, sizeof msg);
+    if (st == SL_OK && sl_sha256_update(h, buf, n) != 0)
+        msg[0] = '\0';
+    sl_free(buf);
+    return st == SL_OK ? SL_OK : sl_err_set(err, st, "%s", msg);
+}
+
+/* The SHA-256 of a local side file, read in chunks (an index may be tens of MB). */
+static sl_status rd_side_local(const char *path, sl_sha256 *h, sl_err *err)
+{
+    char nb[SL_TEXT_NAME];
+    struct stat sb;
+    const int fd = sl_file_open_regular(path, &sb);
+    if (fd < 0)
+        return sl_err_set(err, fd == SL_FILE_NOT_REGULAR || errno != ENOENT ? SL_E_IO : SL_E_NOT_FOUND,
+                          "%s: cannot open: %s", sl_text_name(path, nb, sizeof nb),
+                          fd == SL_FILE_NOT_REGULAR ? "not a regular file" : strerror(errno));
+    unsigned char *buf = malloc(RD_SIDE_CHUNK);
+    sl_status st = buf ? SL_OK : sl_err_set(err, SL_E_NOMEM, "out of memory");
+    for (uint64_t off = 0; st == SL_OK && off < (uint64_t)sb.st_size;) {
+        const uint64_t left = (uint64_t)sb.st_size - off;
+        const size_t k = left < RD_SIDE_CHUNK ? (size_t)left : RD_SIDE_CHUNK;
+        if (sl_pread_full(fd, buf, k, off) != 0 || sl_sha256_update(h, buf, k) != 0)
+            st = sl_err_set(err, SL_E_IO, "%s: read error at offset %llu", sl_text_name(path, nb, sizeof nb),
+                            (unsigned long long)off);
+        off += k;
+    }
+    free(buf);
+    close(fd);
     return st;
 }
 
-/* One sha256sum line naming a side file: that file of ck hashed and compared. */
+/* One sha256sum line naming a side file (by its last path component, as data files are matched:
+ * `sha256sum dir/...` names dir/config.json): that file of ck hashed and compared. One the folder
+ * does not have is an integrity failure; one it cannot read, that read's error. */
 static sl_status rd_side_line(const sl_checkpoint *ck, const char *manifest, const char *line,
                               size_t len, sl_err *err)
 {
     static const char *const side[] = RD_SIDE_FILES;
-    char nb[SL_TEXT_NAME], fe[512], hex[SL_SHA256_HEX], want[2 * SL_SHA256_LEN];
+    char nb[SL_TEXT_NAME], hex[SL_SHA256_HEX], want[2 * SL_SHA256_LEN], path[4096];
     if (len < 2 * SL_SHA256_LEN + 2 || !rd_digest(line, len, want) ||
         !sl_sha256_is_hex(want, 2 * SL_SHA256_LEN) || line[2 * SL_SHA256_LEN] != ' ')
         return SL_OK;   /* not a sha256sum line: rd_manifest_read says so */
     const char *name = line + 2 * SL_SHA256_LEN + 1, *end = line + len;
     if (name < end && (*name == ' ' || *name == '*'))
         name++;
+    for (const char *p = name; p < end; p++)
+        if (*p == '/')
+            name = p + 1;
     for (size_t i = 0; i < sizeof side / sizeof side[0]; i++) {
         if ((size_t)(end - name) != strlen(side[i]) || memcmp(name, side[i], (size_t)(end - name)) != 0)
             continue;
-        char *buf = NULL;
-        size_t n = 0;
-        if (rd_side_bytes(ck, side[i], &buf, &n, fe, sizeof fe) != SL_OK)
-            return sl_err_set(err, SL_E_INTEGRITY, "%s names %s, which %s cannot give: %s",
-                              sl_text_name(manifest, nb, sizeof nb), side[i], sl_checkpoint_dir(ck), fe);
+        snprintf(path, sizeof path, "%s/%s", sl_checkpoint_dir(ck), side[i]);
         sl_sha256 *h = sl_sha256_new();
-        const int ok = h && sl_sha256_update(h, buf, n) == 0 && sl_sha256_final_hex(h, hex) == 0;
+        SL_CHECK(h, err, SL_E_NOMEM, "out of memory");
+        const int remote = sl_checkpoint_file_count(ck) > 0 && ck_file_remote(ck, 0);
+        sl_status st = remote ? rd_side_remote(ck, side[i], h, err) : rd_side_local(path, h, err);
+        if (st == SL_OK && sl_sha256_final_hex(h, hex) != 0)
+            st = sl_err_set(err, SL_E_IO, "%s: SHA-256 failed", side[i]);
         sl_sha256_free(h);
-        sl_free(buf);
-        SL_CHECK(ok, err, SL_E_NOMEM, "%s: SHA-256 failed", side[i]);
+        if (st == SL_E_NOT_FOUND)
+            return sl_err_set(err, SL_E_INTEGRITY, "%s names %s, which %s does not have",
+                              sl_text_name(manifest, nb, sizeof nb), side[i], sl_checkpoint_dir(ck));
+        SL_TRY(st);
         SL_CHECK(memcmp(hex, want, 2 * SL_SHA256_LEN) == 0, err, SL_E_INTEGRITY,
-                 "%s/%s: its SHA-256 is %s, the manifest's %.64s: the file is not the one the "
-                 "manifest was written for", sl_checkpoint_dir(ck), side[i], hex, want);
+                 "%s: its SHA-256 is %s, the manifest's %.64s: the file is not the one the "
+                 "manifest was written for", sl_text_name(path, nb, sizeof nb), hex, want);
     }
     return SL_OK;
 }
