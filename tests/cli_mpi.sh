@@ -189,6 +189,15 @@ for dist in cooperative independent; do
     [ "$(grep -c '^shardload: error:' "$T/err")" -eq 1 ] || fail "truncated ($dist): not one error line: $(cat "$T/err")"
     grep '^shardload: error:' "$T/err" | grep -q "$(basename "$f")" || fail "truncated ($dist): file not named"
 done
+# ranks given different options (one rank's --staging, --dist, mesh): every rank fails in one
+# agreed line, at once (the job hung in mismatched collectives, or loaded an incoherent mesh)
+for odd in "--staging 200K" "--dist independent" "--tp 4 --devices-per-rank 2"; do
+    "${MPIRUN[@]}" -np 2 bash -c 'x=; [ "$OMPI_COMM_WORLD_RANK" = 1 ] && x=$3; "$0" load "$1" --tp 2 --dist "$2" $x; echo "rank-exit $?" >&2' \
+        "$SL" "$CK" cooperative "$odd" >"$T/out" 2>"$T/err"
+    [ $? -ne 124 ] || { fail "rank 1 with $odd: mpirun timed out"; continue; }
+    [ "$(grep -c '^rank-exit 1$' "$T/err")" -eq 2 ] && [ "$(grep -c '^shardload: error:' "$T/err")" -eq 1 ] &&
+        grep -q "differ from another rank's" "$T/err" || fail "rank 1 with $odd: $(cat "$T/err")"
+done
 "${MPIRUN[@]}" -np 2 "$SL" load "$CK" --tp 4 --devices-per-rank 1 >"$T/out" 2>"$T/err"
 [ $? -ne 0 ] && grep -q "^shardload: error: .*2 ranks x 1 devices per rank != the mesh's 4" "$T/err" ||
     fail "rank/device mismatch: $(cat "$T/err")"

@@ -216,6 +216,50 @@ static sl_status dist_check(dist_ctx *c, const sl_plan *p)
     return sl_load_job_range(c->job, c->me.first_device, c->k, err);
 }
 
+/* FNV-1a over one value: what the ranks must agree on, hashed. */
+static uint64_t dist_mix(uint64_t h, uint64_t v)
+{
+    for (int i = 0; i < 8; i++, v >>= 8)
+        h = (h ^ (v & 0xFF)) * 0x100000001b3ull;
+    return h;
+}
+
+/* What every rank must have the same of: the strategy, the budgets that cut the chunks (and so
+ * the rounds of collectives), the mesh and what each device holds, and the files' sizes. */
+static uint64_t dist_digest(const dist_ctx *c, const sl_plan *p, const sl_dist_opts *d)
+{
+    const sl_load_opts *o = &c->job->opts;
+    uint64_t h = 0xcbf29ce484222325ull;
+    const uint64_t v[] = {(uint64_t)d->strategy, (uint64_t)o->dummy, o->dummy ? o->seed : 0,
+                          (uint64_t)c->k, (uint64_t)c->n_mesh, o->staging_bytes, o->request_bytes,
+                          (uint64_t)o->read_gap, (uint64_t)sl_plan_dtype(p), (uint64_t)sl_plan_layout(p),
+                          (uint64_t)sl_plan_tp(p), (uint64_t)sl_plan_pp(p), (uint64_t)c->job->n_files};
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+        h = dist_mix(h, v[i]);
+    for (int32_t dv = 0; dv < c->n_mesh; dv++)
+        h = dist_mix(dist_mix(h, sl_plan_device_bytes(p, dv)), (uint64_t)sl_plan_param_count(p, dv));
+    for (int64_t f = 0; f < c->job->n_files; f++)
+        h = dist_mix(h, c->job->files[f].size);
+    return h;
+}
+
+/* The ranks agree that they were given the same command line and files (dist_digest): a rank
+ * with another --staging cut other chunks and waited in another collective than the rest (the
+ * job hung), another --tp loaded an incoherent mesh and "succeeded". One collective, always
+ * entered; a rank that failed already (st) takes no part in the comparison, and its own error
+ * is the one agreed on after. */
+static sl_status dist_same(dist_ctx *c, const sl_plan *p, const sl_dist_opts *d, sl_status st)
+{
+    const uint64_t h = st == SL_OK ? dist_digest(c, p, d) : UINT64_MAX;
+    uint64_t mine[2] = {h, st == SL_OK ? ~h : UINT64_MAX}, all[2];
+    MPI_Allreduce(mine, all, 2, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+    if (st != SL_OK || h == all[0])
+        return st;
+    return sl_err_set(&c->m->err, SL_E_INVALID_ARG, "its options, plan or files differ from another "
+                      "rank's (strategy, --staging, --request, --read-gap, --dtype, the mesh, the "
+                      "checkpoint): give every rank the same command line and checkpoint");
+}
+
 /* Independent: the ordinary engine on the job of this rank's devices. */
 static sl_status dist_independent(dist_ctx *c)
 {
@@ -486,6 +530,7 @@ static sl_status dist_run(dist_ctx *c, const sl_plan *p, const sl_dist_opts *d)
     c->me.devices = c->k;
     c->m->ranks = calloc((size_t)c->size, sizeof *c->m->ranks);
     sl_status st = c->m->ranks ? dist_check(c, p) : sl_err_set(&c->m->err, SL_E_NOMEM, "out of memory");
+    st = dist_same(c, p, d, st);
     if (st == SL_OK)
         st = c->job->open(c->job->open_user, c->m, p, c->me.first_device, c->k, &c->job->opts);
     SL_TRY(dist_agree_err(c, st));
