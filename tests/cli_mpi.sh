@@ -189,11 +189,21 @@ for dist in cooperative independent; do
     [ "$(grep -c '^shardload: error:' "$T/err")" -eq 1 ] || fail "truncated ($dist): not one error line: $(cat "$T/err")"
     grep '^shardload: error:' "$T/err" | grep -q "$(basename "$f")" || fail "truncated ($dist): file not named"
 done
-# ranks given different options (one rank's --staging, --dist, mesh): every rank fails in one
-# agreed line, at once (the job hung in mismatched collectives, or loaded an incoherent mesh)
-for odd in "--staging 200K" "--dist independent" "--tp 4 --devices-per-rank 2"; do
+# ranks given different options (one rank's --staging, --dist, mesh, --manifest): every rank
+# fails in one agreed line, at once (the job hung in mismatched collectives, or loaded an
+# incoherent mesh); ones that change nothing the ranks share (a --request of the default, or
+# --staging under independent) still load
+"$SL" synth --config "$T/tiny.json" "$T/mck" --max-shard-size 600KB --write-manifest >/dev/null || fail "synth --write-manifest"
+one_rank() { # ckpt dist "rank 1's options"
     "${MPIRUN[@]}" -np 2 bash -c 'x=; [ "$OMPI_COMM_WORLD_RANK" = 1 ] && x=$3; "$0" load "$1" --tp 2 --dist "$2" $x; echo "rank-exit $?" >&2' \
-        "$SL" "$CK" cooperative "$odd" >"$T/out" 2>"$T/err"
+        "$SL" "$1" "$2" "$3" >"$T/out" 2>"$T/err"
+}
+for same in "cooperative --request 16" "independent --staging 32"; do
+    one_rank "$CK" ${same%% *} "${same#* }"
+    [ "$(grep -c '^rank-exit 0$' "$T/err")" -eq 2 ] || fail "rank 1 with ${same#* } (${same%% *}) refused: $(cat "$T/err")"
+done
+for odd in "--staging 200K" "--dist independent" "--tp 4 --devices-per-rank 2" "--manifest $T/mck/SHA256SUMS"; do
+    one_rank "$T/mck" cooperative "$odd"
     [ $? -ne 124 ] || { fail "rank 1 with $odd: mpirun timed out"; continue; }
     [ "$(grep -c '^rank-exit 1$' "$T/err")" -eq 2 ] && [ "$(grep -c '^shardload: error:' "$T/err")" -eq 1 ] &&
         grep -q "differ from another rank's" "$T/err" || fail "rank 1 with $odd: $(cat "$T/err")"

@@ -224,16 +224,24 @@ static uint64_t dist_mix(uint64_t h, uint64_t v)
     return h;
 }
 
-/* What every rank must have the same of: the strategy, the budgets that cut the chunks (and so
- * the rounds of collectives), the mesh and what each device holds, and the files' sizes. */
+/* Whether this job takes the cooperative path (else each rank runs the ordinary engine). One
+ * rank reads every byte once either way: the single-process pipeline does it faster. */
+static int dist_coop_path(const dist_ctx *c, const sl_dist_opts *d)
+{
+    return d->strategy != SL_DIST_INDEPENDENT && !c->job->opts.dummy && c->size > 1;
+}
+
+/* What every rank must have the same of before anything is opened: the path, the mesh and what
+ * each device holds, and the files' sizes (not the budgets: independent ranks may differ there,
+ * and the cooperative rounds are compared themselves, dist_same_rounds). */
 static uint64_t dist_digest(const dist_ctx *c, const sl_plan *p, const sl_dist_opts *d)
 {
     const sl_load_opts *o = &c->job->opts;
     uint64_t h = 0xcbf29ce484222325ull;
-    const uint64_t v[] = {(uint64_t)d->strategy, (uint64_t)o->dummy, o->dummy ? o->seed : 0,
-                          (uint64_t)c->k, (uint64_t)c->n_mesh, o->staging_bytes, o->request_bytes,
-                          (uint64_t)o->read_gap, (uint64_t)sl_plan_dtype(p), (uint64_t)sl_plan_layout(p),
-                          (uint64_t)sl_plan_tp(p), (uint64_t)sl_plan_pp(p), (uint64_t)c->job->n_files};
+    const uint64_t v[] = {(uint64_t)dist_coop_path(c, d), (uint64_t)o->dummy, o->dummy ? o->seed : 0,
+                          (uint64_t)c->k, (uint64_t)c->n_mesh, (uint64_t)sl_plan_dtype(p),
+                          (uint64_t)sl_plan_layout(p), (uint64_t)sl_plan_tp(p), (uint64_t)sl_plan_pp(p),
+                          (uint64_t)c->job->n_files};
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
         h = dist_mix(h, v[i]);
     for (int32_t dv = 0; dv < c->n_mesh; dv++)
@@ -243,21 +251,41 @@ static uint64_t dist_digest(const dist_ctx *c, const sl_plan *p, const sl_dist_o
     return h;
 }
 
-/* The ranks agree that they were given the same command line and files (dist_digest): a rank
- * with another --staging cut other chunks and waited in another collective than the rest (the
- * job hung), another --tp loaded an incoherent mesh and "succeeded". One collective, always
- * entered; a rank that failed already (st) takes no part in the comparison, and its own error
- * is the one agreed on after. */
-static sl_status dist_same(dist_ctx *c, const sl_plan *p, const sl_dist_opts *d, sl_status st)
+/* One collective of every rank: whether the digests of the ranks that have one (h; st SL_OK)
+ * agree. A rank that failed already takes no part (its own error is the one agreed on after). */
+static sl_status dist_compare(dist_ctx *c, uint64_t h, sl_status st, const char *what)
 {
-    const uint64_t h = st == SL_OK ? dist_digest(c, p, d) : UINT64_MAX;
-    uint64_t mine[2] = {h, st == SL_OK ? ~h : UINT64_MAX}, all[2];
+    uint64_t mine[2] = {st == SL_OK ? h : UINT64_MAX, st == SL_OK ? ~h : UINT64_MAX}, all[2];
     MPI_Allreduce(mine, all, 2, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
     if (st != SL_OK || h == all[0])
         return st;
-    return sl_err_set(&c->m->err, SL_E_INVALID_ARG, "its options, plan or files differ from another "
-                      "rank's (strategy, --staging, --request, --read-gap, --dtype, the mesh, the "
-                      "checkpoint): give every rank the same command line and checkpoint");
+    return sl_err_set(&c->m->err, SL_E_INVALID_ARG, "its %s differ from another rank's: give "
+                      "every rank the same command line and checkpoint", what);
+}
+
+/* The ranks agree that they were given the same mesh and files, and take the same path: a rank
+ * with another --tp loaded an incoherent mesh and "succeeded", one with another --dist waited
+ * in other collectives than the rest (the job hung). Every rank enters it, on every path. */
+static sl_status dist_same(dist_ctx *c, const sl_plan *p, const sl_dist_opts *d, sl_status st)
+{
+    return dist_compare(c, st == SL_OK ? dist_digest(c, p, d) : 0, st,
+                        "options, plan or files (--dist, --dtype, the mesh, the checkpoint)");
+}
+
+/* Cooperative: the ranks cut the same chunks into the same slots (--staging, --request,
+ * --read-gap, --verify's blocks decide them), so that they run the same rounds: one rank with
+ * another --staging waited in another collective than the rest. */
+static sl_status dist_same_rounds(dist_ctx *c)
+{
+    uint64_t h = dist_mix(dist_mix(0xcbf29ce484222325ull, c->slot), (uint64_t)sl_rd_verifies(c->rd));
+    const int64_t n = sl_rd_chunk_count(c->rd);
+    h = dist_mix(h, (uint64_t)n);
+    for (int64_t i = 0; i < n; i++) {
+        const sl_rd_chunk ch = sl_rd_chunk_at(c->rd, i);
+        h = dist_mix(dist_mix(dist_mix(dist_mix(h, (uint64_t)ch.file), ch.a), ch.b), ch.b_ext);
+    }
+    return dist_compare(c, h, SL_OK, "reads (--staging, --request, --read-gap, --verify or "
+                        "--manifest)");
 }
 
 /* Independent: the ordinary engine on the job of this rank's devices. */
@@ -509,6 +537,7 @@ static sl_status dist_coop_verified(dist_ctx *c)
 static sl_status dist_cooperative(dist_ctx *c)
 {
     SL_TRY(dist_agree_err(c, dist_coop_setup(c)));
+    SL_TRY(dist_agree_err(c, dist_same_rounds(c)));
     dist_coop_assign(c);
     int64_t rounds = 0;
     for (int r = 0; r < c->size; r++)
@@ -536,8 +565,7 @@ static sl_status dist_run(dist_ctx *c, const sl_plan *p, const sl_dist_opts *d)
     SL_TRY(dist_agree_err(c, st));
     sl_prefault pf;
     sl_prefault_start(&pf, c->m);
-    /* One rank reads every byte once either way: the single-process pipeline does it faster. */
-    if (d->strategy == SL_DIST_INDEPENDENT || c->job->opts.dummy || c->size == 1)
+    if (!dist_coop_path(c, d))
         st = dist_independent(c);
     else
         st = dist_cooperative(c);
@@ -600,8 +628,11 @@ sl_status sl_load_dist_devices(const sl_checkpoint *ck, const sl_plan *p, const 
         return SL_E_INVALID_ARG;
     sl_model *m = sl_model_new();
     *out = m;
-    if (!m && dist_active()) /* the other ranks wait for the first agreement */
+    if (!m && dist_active()) { /* the other ranks wait in dist_same, then the first agreement */
+        uint64_t none[2] = {UINT64_MAX, UINT64_MAX}, all[2];
+        MPI_Allreduce(none, all, 2, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
         return sl_dist_agree(SL_E_NOMEM, "out of memory", NULL, 0);
+    }
     if (!m)
         return SL_E_NOMEM;
     sl_load_job_init(&job, o);
@@ -624,7 +655,7 @@ sl_status sl_load_dist_devices(const sl_checkpoint *ck, const sl_plan *p, const 
     MPI_Comm_size(MPI_COMM_WORLD, &c.size);
     const double t0 = MPI_Wtime();
     sl_status st = sl_load_job_files(&job, o->dummy ? NULL : ck, &m->err);
-    st = st == SL_OK ? dist_run(&c, p, d) : dist_agree_err(&c, st);
+    st = st == SL_OK ? dist_run(&c, p, d) : dist_agree_err(&c, dist_same(&c, p, d, st));
     m->stats.seconds = MPI_Wtime() - t0;
     if (ck)
         m->stats.checkpoint_bytes = sl_checkpoint_total_bytes(ck);
