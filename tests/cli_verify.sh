@@ -127,6 +127,16 @@ sha256sum "$T/rs-star"/* >"$T/star.sha"
 sed -i 's/"num_key_value_heads": *2/"num_key_value_heads": 1/' "$T/rs-star/config.json"
 "$SL" load "$T/rs-star" --tp 2 --manifest "$T/star.sha" >/dev/null 2>"$T/err"
 one_line_error $? "$T/err" "rs-star/config.json: its SHA-256 is" || fail "sha256sum DIR/* manifest, config edited: $(cat "$T/err")"
+# a manifest of two folders names config.json twice: this folder's must be one of them
+mkdir -p "$T/multi" && cp -r "$CK" "$T/multi/a"
+sed 's/"rms_norm_eps": *[0-9e.-]*/"rms_norm_eps":1e-06/' "$T/tiny.json" >"$T/tiny6.json"
+"$SL" synth --config "$T/tiny6.json" "$T/multi/b" --max-shard-size 2MB >/dev/null || fail "synth b"
+(cd "$T/multi" && sha256sum a/* b/*) >"$T/multi/MAN"
+"$SL" load "$T/multi/a" --tp 2 --manifest "$T/multi/MAN" >/dev/null 2>"$T/err" || fail "two-folder manifest: $(cat "$T/err")"
+sed -i 's/"rms_norm_eps": *[0-9e.-]*/"rms_norm_eps":1e-04/' "$T/multi/a/config.json"
+"$SL" load "$T/multi/a" --tp 2 --manifest "$T/multi/MAN" >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "a/config.json: its SHA-256 is [0-9a-f]*, the manifest's [0-9a-f]* (or another of its lines)" ||
+    fail "two-folder manifest, config edited: $(cat "$T/err")"
 "$SL" reshard "$CK" "$T/rs-mpi" --tp 2 --dist independent --write-manifest >/dev/null 2>"$T/err"
 [ $? -eq 2 ] && grep -q "write-manifest is for one process" "$T/err" || fail "--write-manifest under MPI: $(cat "$T/err")"
 

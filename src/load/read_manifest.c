@@ -5,6 +5,8 @@
 
 #include "load/read_verify.h"
 #include "ckpt/checkpoint.h"
+#include "format/st_format.h"
+#include "io/http.h"
 
 #include "common/sl_file.h"
 #include "common/sl_text.h"
@@ -266,16 +268,19 @@ sl_status rd_manifest_parse(rd_vfile *files, int64_t n, const char *path, const 
 
 #define RD_SIDE_CHUNK ((size_t)1 << 20)
 
-/* The SHA-256 of a remote side file, fetched (the 16 MiB a fetch holds: these are small). */
+/* The SHA-256 of a remote side file, fetched whole with the checkpoint's settings, up to the
+ * size the opener takes an index of (ST_MAX_INDEX; sl_checkpoint_fetch_bytes stops at 16 MiB). */
 static sl_status rd_side_remote(const sl_checkpoint *ck, const char *name, sl_sha256 *h, sl_err *err)
 {
-    char msg[512], *buf = NULL;
+    char *url = sl_http_join(ck->remote_base, name), *buf = NULL;
     size_t n = 0;
-    const sl_status st = sl_checkpoint_fetch_bytes(ck, name, &buf, &n, msg, sizeof msg);
+    SL_CHECK(url, err, SL_E_NOMEM, "out of memory");
+    sl_status st = sl_http_get_all(ck->remote_cfg, url, ST_MAX_INDEX, &buf, &n, err);
     if (st == SL_OK && sl_sha256_update(h, buf, n) != 0)
-        msg[0] = '\0';
-    sl_free(buf);
-    return st == SL_OK ? SL_OK : sl_err_set(err, st, "%s", msg);
+        st = sl_err_set(err, SL_E_IO, "%s: SHA-256 failed", name);
+    free(buf);
+    free(url);
+    return st;
 }
 
 /* The SHA-256 of a local side file, read in chunks (an index may be tens of MB). */
@@ -303,43 +308,68 @@ static sl_status rd_side_local(const char *path, sl_sha256 *h, sl_err *err)
     return st;
 }
 
+#define RD_SIDE_N 2          /* RD_SIDE_FILES */
+#define RD_SIDE_DIGESTS 16   /* digests kept per side file: a manifest of several folders */
+static const char *const rd_side_names[] = RD_SIDE_FILES;
+_Static_assert(sizeof rd_side_names / sizeof rd_side_names[0] == RD_SIDE_N, "RD_SIDE_N counts RD_SIDE_FILES");
+
+/* The digests a manifest gives the side files: per name, the distinct ones of its lines. */
+typedef struct rd_side {
+    char hex[RD_SIDE_N][RD_SIDE_DIGESTS][2 * SL_SHA256_LEN];
+    int n[RD_SIDE_N];
+} rd_side;
+
 /* One sha256sum line naming a side file (by its last path component, as data files are matched:
- * `sha256sum dir/...` names dir/config.json): that file of ck hashed and compared. One the folder
- * does not have is an integrity failure; one it cannot read, that read's error. */
-static sl_status rd_side_line(const sl_checkpoint *ck, const char *manifest, const char *line,
-                              size_t len, sl_err *err)
+ * `sha256sum dir/...` names dir/config.json): its digest kept. */
+static void rd_side_line(rd_side *sd, const char *line, size_t len)
 {
-    static const char *const side[] = RD_SIDE_FILES;
-    char nb[SL_TEXT_NAME], hex[SL_SHA256_HEX], want[2 * SL_SHA256_LEN], path[4096];
+    const char *const *side = rd_side_names;
+    char want[2 * SL_SHA256_LEN];
     if (len < 2 * SL_SHA256_LEN + 2 || !rd_digest(line, len, want) ||
         !sl_sha256_is_hex(want, 2 * SL_SHA256_LEN) || line[2 * SL_SHA256_LEN] != ' ')
-        return SL_OK;   /* not a sha256sum line: rd_manifest_read says so */
+        return;   /* not a sha256sum line: rd_manifest_read says so */
     const char *name = line + 2 * SL_SHA256_LEN + 1, *end = line + len;
     if (name < end && (*name == ' ' || *name == '*'))
         name++;
     for (const char *p = name; p < end; p++)
         if (*p == '/')
             name = p + 1;
-    for (size_t i = 0; i < sizeof side / sizeof side[0]; i++) {
+    for (int i = 0; i < RD_SIDE_N; i++) {
         if ((size_t)(end - name) != strlen(side[i]) || memcmp(name, side[i], (size_t)(end - name)) != 0)
             continue;
-        snprintf(path, sizeof path, "%s/%s", sl_checkpoint_dir(ck), side[i]);
-        sl_sha256 *h = sl_sha256_new();
-        SL_CHECK(h, err, SL_E_NOMEM, "out of memory");
-        const int remote = sl_checkpoint_file_count(ck) > 0 && ck_file_remote(ck, 0);
-        sl_status st = remote ? rd_side_remote(ck, side[i], h, err) : rd_side_local(path, h, err);
-        if (st == SL_OK && sl_sha256_final_hex(h, hex) != 0)
-            st = sl_err_set(err, SL_E_IO, "%s: SHA-256 failed", side[i]);
-        sl_sha256_free(h);
-        if (st == SL_E_NOT_FOUND)
-            return sl_err_set(err, SL_E_INTEGRITY, "%s names %s, which %s does not have",
-                              sl_text_name(manifest, nb, sizeof nb), side[i], sl_checkpoint_dir(ck));
-        SL_TRY(st);
-        SL_CHECK(memcmp(hex, want, 2 * SL_SHA256_LEN) == 0, err, SL_E_INTEGRITY,
-                 "%s: its SHA-256 is %s, the manifest's %.64s: the file is not the one the "
-                 "manifest was written for", sl_text_name(path, nb, sizeof nb), hex, want);
+        int k = 0;
+        while (k < sd->n[i] && memcmp(sd->hex[i][k], want, sizeof want) != 0)
+            k++;
+        if (k == sd->n[i] && k < RD_SIDE_DIGESTS)
+            memcpy(sd->hex[i][sd->n[i]++], want, sizeof want);
     }
-    return SL_OK;
+}
+
+/* Side file i of ck, which the manifest names, hashed and compared with its digests (a manifest
+ * of several folders gives config.json one for each: this folder's must be one of them). One
+ * the folder does not have is an integrity failure; one it cannot read, that read's error. */
+static sl_status rd_side_check(const sl_checkpoint *ck, const char *manifest, const rd_side *sd,
+                               int i, sl_err *err)
+{
+    const char *const *side = rd_side_names;
+    char nb[SL_TEXT_NAME], hex[SL_SHA256_HEX], path[4096];
+    snprintf(path, sizeof path, "%s/%s", sl_checkpoint_dir(ck), side[i]);
+    sl_sha256 *h = sl_sha256_new();
+    SL_CHECK(h, err, SL_E_NOMEM, "out of memory");
+    sl_status st = ck->remote_cfg ? rd_side_remote(ck, side[i], h, err) : rd_side_local(path, h, err);
+    if (st == SL_OK && sl_sha256_final_hex(h, hex) != 0)
+        st = sl_err_set(err, SL_E_IO, "%s: SHA-256 failed", side[i]);
+    sl_sha256_free(h);
+    if (st == SL_E_NOT_FOUND)
+        return sl_err_set(err, SL_E_INTEGRITY, "%s names %s, which %s does not have",
+                          sl_text_name(manifest, nb, sizeof nb), side[i], sl_checkpoint_dir(ck));
+    SL_TRY(st);
+    for (int k = 0; k < sd->n[i]; k++)
+        if (memcmp(hex, sd->hex[i][k], 2 * SL_SHA256_LEN) == 0)
+            return SL_OK;
+    return sl_err_set(err, SL_E_INTEGRITY, "%s: its SHA-256 is %s, the manifest's %.64s%s: the file "
+                      "is not the one the manifest was written for", sl_text_name(path, nb, sizeof nb),
+                      hex, sd->hex[i][0], sd->n[i] > 1 ? " (or another of its lines)" : "");
 }
 
 sl_status rd_manifest_check_side(const sl_checkpoint *ck, const char *path, sl_err *err)
@@ -347,17 +377,26 @@ sl_status rd_manifest_check_side(const sl_checkpoint *ck, const char *path, sl_e
     char *text = NULL;
     size_t len = 0;
     SL_TRY(sl_file_read_all(path, RD_MANIFEST_MAX, SL_E_INVALID_ARG, err, &text, &len));
-    sl_status st = SL_OK;
-    for (size_t i = 0; i < len && st == SL_OK;) {
+    rd_side *sd = calloc(1, sizeof *sd);
+    if (!sd) {
+        free(text);
+        return sl_err_set(err, SL_E_NOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < len;) {
         const char *nl = memchr(text + i, '\n', len - i);
         const size_t end = nl ? (size_t)(nl - text) : len;
         size_t l = end - i;
         if (l && text[i + l - 1] == '\r')
             l--;
-        st = rd_side_line(ck, path, text + i, l, err);
+        rd_side_line(sd, text + i, l);
         i = end + 1;
     }
     free(text);
+    sl_status st = SL_OK;
+    for (int i = 0; i < RD_SIDE_N && st == SL_OK; i++)
+        if (sd->n[i] > 0)
+            st = rd_side_check(ck, path, sd, i, err);
+    free(sd);
     return st;
 }
 
