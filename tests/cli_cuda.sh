@@ -177,6 +177,12 @@ out=$(FAKE_CUDA_FAIL=cudaHostRegister:1 fake load "$CK" --device cuda --tp 2 --s
 [ "$(counter injected)" = 1 ] && [ "$(counter async)" = 0 ] && [ "$(counter sync)" -gt 0 ] \
     || fail "unregistered staging: $(cat "$T/log")"
 check_clean "unregistered staging"
+# the tolerated failure is taken off the runtime's last error (a process sharing the runtime,
+# PyTorch, would see it at its next cudaGetLastError), and the load's end waits for the
+# synchronous copies, which leave pageable memory on the legacy default stream: a real
+# cudaMemcpy may return before its DMA lands
+[ "$(counter last_error)" = 0 ] || fail "unregistered staging left the runtime's last error $(counter last_error)"
+[ "$(counter legacy_syncs)" -gt 0 ] || fail "unregistered staging: the legacy default stream was never synchronized"
 
 # 7. --gpus errors
 fake load "$CK" --device cuda --tp 2 --gpus 0,5 >/dev/null 2>"$T/err"

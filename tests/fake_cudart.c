@@ -108,7 +108,9 @@ static struct {
     /* counters reported at exit */
     unsigned long mallocs, frees, async_copies, async_unregistered, sync_copies, copies_2d,
         memsets, registers, register_errors, nonportable, bad_ptr, wrong_gpu, pending_at_unregister,
-        max_queue, syncs, event_syncs;
+        max_queue, syncs, event_syncs, legacy_syncs;
+    cudaError_t last_error;     /* cudaGetLastError's (one for the process: the tests' threads
+                                   that fail are the ones that would clear it) */
     double bw;                  /* timed mode: bytes per second per copy engine; 0: off */
     int events_as_stream;       /* event waits wait for the whole stream (a baseline to compare) */
     double engine_free[FK_MAX_GPUS], busy, first_start, last_end, slept;
@@ -330,6 +332,7 @@ FK_EXPORT cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s);
 FK_EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t e);
 FK_EXPORT cudaError_t cudaEventDestroy(cudaEvent_t e);
 FK_EXPORT const char *cudaGetErrorString(cudaError_t e);
+FK_EXPORT cudaError_t cudaGetLastError(void);
 
 /* 1 when this call of entry point name is the one FAKE_CUDA_FAIL picks. */
 static int fk_inject(const char *name)
@@ -364,6 +367,8 @@ unsigned long fake_cuda_fail(const char *name, unsigned long at)
         pthread_mutex_lock(&g.lock);                                         \
         fk_init();                                                           \
         cudaError_t fk_e_ = fk_inject(__func__) ? FK_LAUNCH_FAILURE : (expr); \
+        if (fk_e_ != FK_OK)                                                  \
+            g.last_error = fk_e_;                                            \
         pthread_mutex_unlock(&g.lock);                                       \
         return fk_e_;                                                        \
     } while (0)
@@ -492,8 +497,11 @@ cudaError_t cudaStreamDestroy(cudaStream_t s)
 
 static cudaError_t fk_stream_sync(cudaStream_t s)
 {
-    if (!s)
-        return FK_INVALID_HANDLE;
+    if (!s) {   /* the legacy default stream: waits for the GPU's blocking streams too */
+        g.legacy_syncs++;
+        fk_drain_gpu(t_gpu);
+        return FK_OK;
+    }
     g.syncs++;
     fk_drain(s);
     return FK_OK;
@@ -687,6 +695,16 @@ cudaError_t cudaEventDestroy(cudaEvent_t e)
     return FK_OK;
 }
 
+/* Returns and clears the last error, as the runtime's per-thread one (not injected into). */
+cudaError_t cudaGetLastError(void)
+{
+    pthread_mutex_lock(&g.lock);
+    const cudaError_t e = g.last_error;
+    g.last_error = FK_OK;
+    pthread_mutex_unlock(&g.lock);
+    return e;
+}
+
 const char *cudaGetErrorString(cudaError_t e)
 {
     switch (e) {
@@ -724,11 +742,12 @@ __attribute__((destructor)) static void fk_report(void)
             "async_unregistered=%lu sync=%lu copies_2d=%lu memsets=%lu syncs=%lu registers=%lu "
             "register_errors=%lu nonportable=%lu live_registers=%lu bad_ptr=%lu wrong_gpu=%lu "
             "pending_at_unregister=%lu pending_at_exit=%lu max_queue=%lu event_syncs=%lu "
-            "injected=%lu engine_busy_s=%.6f engine_span_s=%.6f slept_s=%.6f\n",
+            "injected=%lu engine_busy_s=%.6f engine_span_s=%.6f slept_s=%.6f legacy_syncs=%lu "
+            "last_error=%d\n",
             g.mallocs, g.frees, live_allocs, live_bytes, g.async_copies, g.async_unregistered,
             g.sync_copies, g.copies_2d, g.memsets, g.syncs, g.registers, g.register_errors,
             g.nonportable, live_regs, g.bad_ptr, g.wrong_gpu, g.pending_at_unregister, pending,
             g.max_queue, g.event_syncs, g.injected, g.busy, g.last_end > g.first_start ? g.last_end - g.first_start : 0.0,
-            g.slept);
+            g.slept, g.legacy_syncs, (int)g.last_error);
     fclose(f);
 }

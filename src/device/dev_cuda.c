@@ -59,8 +59,18 @@ typedef struct cuda_dev {
 
 /* ---- helpers -------------------------------------------------------------------------------- */
 
+/* A failed call's error, taken off the runtime's per-thread "last error": the library reports it
+ * (or tolerates it), and a process that shares the runtime (PyTorch) would otherwise see it at
+ * its own next cudaGetLastError and raise a CUDA error of ours. */
+static void cu_forget(void)
+{
+    if (sl_cuda_api.GetLastError)
+        (void)sl_cuda_api.GetLastError();
+}
+
 static sl_status cu_fail(const cuda_dev *d, sl_err *err, const char *what, cudaError_t e)
 {
+    cu_forget();
     const char *s = sl_cuda_api.GetErrorString ? sl_cuda_api.GetErrorString(e) : NULL;
     return sl_err_set(err, SL_E_DEVICE, "cuda device %d (GPU %d): %s failed: %s (error %d)",
                       d->index, d->gpu, what, s ? s : "unknown error", e);
@@ -114,6 +124,8 @@ static sl_status cuda_alloc(void *ctx, uint64_t bytes, sl_err *err)
         return SL_OK;
     }
     cudaError_t e = sl_cuda_api.Malloc(&p, (size_t)bytes);
+    if (e != 0)
+        cu_forget();
     if (e != 0)
         return sl_err_set(err, SL_E_NOMEM, "cuda device %d (GPU %d): cudaMalloc of %llu bytes failed: %s "
                           "(%llu bytes free)", d->index, d->gpu, (unsigned long long)bytes,
@@ -248,11 +260,15 @@ static sl_status cuda_read(void *ctx, uint64_t off, void *dst, size_t n, sl_err 
     return SL_OK;
 }
 
+/* Everything queued is done: the stream's copies, and the synchronous cudaMemcpy ones (from
+ * pageable memory: unpinned staging, the bounce buffer, dummy fills) on the legacy default
+ * stream, which may return once the source is in the driver's buffer, before the DMA lands. */
 static sl_status cuda_fence(void *ctx, sl_err *err)
 {
     cuda_dev *d = ctx;
     SL_TRY(cu_select(d, err));
     CU_CALL(d, err, "cudaStreamSynchronize", sl_cuda_api.StreamSynchronize(d->stream));
+    CU_CALL(d, err, "cudaStreamSynchronize (the legacy default stream)", sl_cuda_api.StreamSynchronize(NULL));
     return SL_OK;
 }
 
@@ -302,9 +318,12 @@ static sl_status cuda_pin(void *ctx, void *ptr, size_t len, sl_err *err)
     SL_TRY(cu_select(d, err));
     pthread_mutex_lock(&g_cu.lock);
     cu_pin *p = cu_pin_slot(ptr);
-    if (p && p->refs == 0)
+    if (p && p->refs == 0) {
         *p = (cu_pin){.ptr = ptr, .len = len,
                       .registered = sl_cuda_api.HostRegister(ptr, len, CU_HOST_REGISTER_PORTABLE) == 0};
+        if (!p->registered)
+            cu_forget();   /* tolerated: copies are synchronous then */
+    }
     if (p && p->len == len) {
         p->refs++;
         d->pin_ptr = ptr;
@@ -363,18 +382,19 @@ static void cuda_free(void *ctx)
         return;
     if (d->pin_ptr)
         cuda_unpin(d, d->pin_ptr);
-    if (sl_cuda_api.SetDevice(d->gpu) == 0) {
-        if (d->stream)
-            (void)sl_cuda_api.StreamSynchronize(d->stream);
-        for (unsigned i = 0; i < SL_DEVICE_MAX_MARKS; i++) {
-            if (d->marks[i])
-                (void)sl_cuda_api.EventDestroy(d->marks[i]);
-        }
-        if (d->base && !d->dest)
-            (void)sl_cuda_api.Free(d->base);
-        if (d->stream)
-            (void)sl_cuda_api.StreamDestroy(d->stream);
+    /* freed whichever GPU is current: the runtime finds a pointer's, stream's and event's own */
+    (void)sl_cuda_api.SetDevice(d->gpu);
+    if (d->stream)
+        (void)sl_cuda_api.StreamSynchronize(d->stream);
+    for (unsigned i = 0; i < SL_DEVICE_MAX_MARKS; i++) {
+        if (d->marks[i])
+            (void)sl_cuda_api.EventDestroy(d->marks[i]);
     }
+    if (d->base && !d->dest)
+        (void)sl_cuda_api.Free(d->base);
+    if (d->stream)
+        (void)sl_cuda_api.StreamDestroy(d->stream);
+    cu_forget();
     sl_device_blocks_free(&d->blocks);
     free(d);
 }
@@ -425,6 +445,8 @@ static sl_status cu_gpu_count(int *count, sl_err *err)
 {
     cudaError_t e = sl_cuda_api.GetDeviceCount(count);
     if (e != 0)
+        cu_forget();
+    if (e != 0)
         return sl_err_set(err, SL_E_DEVICE, "device 'cuda': no CUDA GPU available (cudaGetDeviceCount: "
                           "%s); use --device cpu", sl_cuda_api.GetErrorString(e));
     SL_CHECK(*count > 0, err, SL_E_DEVICE, "device 'cuda': no CUDA GPU available (0 devices); use "
@@ -436,8 +458,10 @@ int32_t sl_cuda_gpu_count(void)
 {
     sl_err e = {0};
     int n = 0;
-    if (sl_cuda_rt_load(&e) != SL_OK || sl_cuda_api.GetDeviceCount(&n) != 0 || n < 0)
+    if (sl_cuda_rt_load(&e) != SL_OK)
         n = 0;
+    else if (sl_cuda_api.GetDeviceCount(&n) != 0 || n < 0)
+        n = 0, cu_forget();
     sl_err_clear(&e);
     return n;
 }

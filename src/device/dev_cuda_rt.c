@@ -40,6 +40,7 @@ static const struct {
     {"cudaEventSynchronize", offsetof(cuda_api, EventSynchronize)},
     {"cudaEventDestroy", offsetof(cuda_api, EventDestroy)},
     {"cudaGetErrorString", offsetof(cuda_api, GetErrorString)},
+    {"cudaGetLastError", offsetof(cuda_api, GetLastError)},
 };
 
 static int cu_resolve(void *lib, const char *path, char *msg, size_t len)

@@ -46,6 +46,7 @@ typedef struct cuda_api {
     cudaError_t (*EventSynchronize)(cudaEvent_t e);
     cudaError_t (*EventDestroy)(cudaEvent_t e);
     const char *(*GetErrorString)(cudaError_t e);
+    cudaError_t (*GetLastError)(void);   /* returns and clears the thread's last error */
 } cuda_api;
 
 /* The entry points; filled by the first sl_cuda_rt_load that succeeds, never changed after. */
