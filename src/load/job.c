@@ -56,6 +56,10 @@ sl_status sl_load_job_plan(sl_load_job *j, const sl_plan *p, sl_err *err)
              "--verify checks checkpoint files; dummy weights read none");
     SL_CHECK(j->opts.dummy || j->n_files >= p->n_files, err, SL_E_INVALID_ARG,
              "plan reads %lld files, %lld given", (long long)p->n_files, (long long)j->n_files);
+    /* (one per mesh device, by mesh index: more is a typo, not ignored) */
+    SL_CHECK(!j->opts.gpus || j->opts.n_gpus <= p->n_devices, err, SL_E_INVALID_ARG,
+             "--gpus lists %d GPUs for a mesh of %d devices (one per mesh device)",
+             (int)j->opts.n_gpus, (int)p->n_devices);
     if (j->opts.verify && j->opts.manifest_path && j->ck)
         SL_TRY(rd_manifest_check_side(j->ck, j->opts.manifest_path, err));
     return sl_load_check_plan(p, j->files, j->n_files, j->opts.dummy, err);
