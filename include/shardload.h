@@ -513,10 +513,12 @@ void *sl_model_param_pjrt_buffer(const sl_model *m, int32_t dev, int64_t i);
  * const PJRT_Api *; NULL for other backends. Borrowed: valid until sl_model_free. */
 void *sl_model_pjrt_client(const sl_model *m, int32_t dev);
 const void *sl_model_pjrt_api(const sl_model *m, int32_t dev);
-/* pjrt backend: how device dev's staging host memory reached the plugin during the load:
- * "dma-mapped" (PJRT_Client_DmaMap once per client, unmapped at the load's end) or "plain (why)"
- * (the plugin has no DmaMap, or the map failed; the bytes are the same, staged by the plugin).
- * NULL for other backends and for loads without staging (dummy weights). Owned by the model. */
+/* How device dev's staging host memory reached the device during the load. pjrt: "dma-mapped"
+ * (PJRT_Client_DmaMap once per client, unmapped at the load's end) or "plain (why)" (the plugin
+ * has no DmaMap, or the map failed; the bytes are the same, staged by the plugin). cuda:
+ * "page-locked" (cudaHostRegister: asynchronous copies) or "plain (why)" (the registration was
+ * refused, locked-memory limits say; synchronous copies, slower). NULL for cpu and for loads
+ * without staging (dummy weights). Owned by the model. */
 const char *sl_model_device_staging(const sl_model *m, int32_t dev);
 /* GPU ordinal of device dev for cuda; -1 for host backends and out of range. */
 int32_t sl_model_device_gpu(const sl_model *m, int32_t dev);

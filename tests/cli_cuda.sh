@@ -182,6 +182,10 @@ check_clean "unregistered staging"
 # synchronous copies, which leave pageable memory on the legacy default stream: a real
 # cudaMemcpy may return before its DMA lands
 [ "$(counter last_error)" = 0 ] || fail "unregistered staging left the runtime's last error $(counter last_error)"
+echo "$out" | grep -q '"staging_memory":"plain (cudaHostRegister: unspecified launch failure)"' ||
+    fail "unregistered staging: not reported: $(echo "$out" | grep -o '"staging_memory":"[^"]*"' | head -1)"
+out=$(fake load "$CK" --device cuda --tp 2 --staging 256K --json 2>"$T/err") || fail "page-locked: $(cat "$T/err")"
+[ "$(echo "$out" | grep -o '"staging_memory":"page-locked"' | wc -l)" = 2 ] || fail "page-locked staging not reported: $out"
 [ "$(counter legacy_syncs)" -gt 0 ] || fail "unregistered staging: the legacy default stream was never synchronized"
 
 # 7. --gpus errors

@@ -235,7 +235,7 @@ class Model:
             if gpu >= 0:
                 entry["gpu"] = gpu
             staging = N.lib.sl_model_device_staging(h, k)
-            if staging is not None:   # pjrt: "dma-mapped" or "plain (why)"
+            if staging is not None:   # pjrt: "dma-mapped", cuda: "page-locked", or "plain (why)"
                 entry["staging"] = N.text(staging)
             devs.append(entry)
         return {"seconds": s.seconds, "setup_seconds": s.setup_seconds,

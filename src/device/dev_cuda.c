@@ -23,6 +23,7 @@
 
 #include <pthread.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,6 +35,7 @@ typedef struct cu_pin {
     size_t len;
     int refs;
     int registered;    /* 0: cudaHostRegister failed; copies from it are synchronous */
+    char why[128];     /* then its error */
 } cu_pin;
 
 /* Process state: the pins every mesh device shares. */
@@ -54,6 +56,7 @@ typedef struct cuda_dev {
     void *pin_ptr;                 /* the range this instance holds a pin reference on, or NULL */
     size_t pin_len;
     int pin_async;                 /* the range is registered: copies from it may be async */
+    char staging_mem[160];         /* how the staging reached the GPU: "page-locked" or "plain (why)" */
     cudaEvent_t marks[SL_DEVICE_MAX_MARKS]; /* created on first use; NULL: never marked */
 } cuda_dev;
 
@@ -319,16 +322,20 @@ static sl_status cuda_pin(void *ctx, void *ptr, size_t len, sl_err *err)
     pthread_mutex_lock(&g_cu.lock);
     cu_pin *p = cu_pin_slot(ptr);
     if (p && p->refs == 0) {
-        *p = (cu_pin){.ptr = ptr, .len = len,
-                      .registered = sl_cuda_api.HostRegister(ptr, len, CU_HOST_REGISTER_PORTABLE) == 0};
-        if (!p->registered)
+        const cudaError_t e_reg = sl_cuda_api.HostRegister(ptr, len, CU_HOST_REGISTER_PORTABLE);
+        *p = (cu_pin){.ptr = ptr, .len = len, .registered = e_reg == 0};
+        if (!p->registered) {
+            snprintf(p->why, sizeof p->why, "cudaHostRegister: %s", sl_cuda_api.GetErrorString(e_reg));
             cu_forget();   /* tolerated: copies are synchronous then */
+        }
     }
     if (p && p->len == len) {
         p->refs++;
         d->pin_ptr = ptr;
         d->pin_len = len;
         d->pin_async = p->registered;
+        snprintf(d->staging_mem, sizeof d->staging_mem, p->registered ? "page-locked" : "plain (%s)",
+                 p->why);
     }
     pthread_mutex_unlock(&g_cu.lock);
     return SL_OK;
@@ -351,6 +358,15 @@ static void cuda_unpin(void *ctx, void *ptr)
     d->pin_ptr = NULL;
     d->pin_len = 0;
     d->pin_async = 0;
+}
+
+/* How the staging reached the GPU (sl_model_device_staging): a slow load on a real GPU whose
+ * staging could not be page-locked (locked-memory limits) is told apart from a slow link. */
+static void *cuda_handle(const void *ctx, sl_device_handle_kind what, int64_t i)
+{
+    const cuda_dev *d = ctx;
+    (void)i;
+    return what == SL_DEVICE_HANDLE_STAGING && d->staging_mem[0] ? (void *)(uintptr_t)d->staging_mem : NULL;
 }
 
 static void *cuda_device_ptr(void *ctx)
@@ -420,6 +436,7 @@ static const sl_device_ops cuda_ops = {
     .device_ptr = cuda_device_ptr,
     .gpu = cuda_gpu,
     .mem_info = cuda_mem_info,
+    .handle = cuda_handle,
     .async = &cuda_async_ops,
 };
 
