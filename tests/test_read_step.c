@@ -98,14 +98,36 @@ static sl_status step_load(const sl_load_file *f, const sl_plan *p, sl_load_opts
     return st;
 }
 
-static void test_split(void)
+/* A file of one chunk that splits into parts (12 MiB and change), its plan and its bytes. */
+typedef struct split_file {
+    char path[600];
+    unsigned char *data;
+    sl_plan *p;
+    sl_load_file f;
+} split_file;
+
+static void split_open(split_file *sf, const char *name, unsigned seed)
 {
     const uint64_t size = 12 * MIB + 3 * 4096 + 1000;
-    char path[600];
-    unsigned char *data = tu_random_file("big.bin", size, 7, path, sizeof path);
-    sl_plan *p = step_plan(size);
-    const sl_load_file f = {path, size};
-    unsigned char *fd[1] = {data};
+    sf->data = tu_random_file(name, size, seed, sf->path, sizeof sf->path);
+    sf->p = step_plan(size);
+    sf->f = (sl_load_file){sf->path, size};
+}
+
+static void split_close(split_file *sf)
+{
+    tp_free(sf->p);
+    free(sf->data);
+    unlink(sf->path);
+}
+
+static void test_split(void)
+{
+    split_file sf;
+    split_open(&sf, "big.bin", 7);
+    sl_plan *p = sf.p;
+    const char *path = sf.path;
+    unsigned char *fd[1] = {sf.data};
     const sl_io_mode modes[2] = {SL_IO_BUFFERED, SL_IO_DIRECT};
     /* default requests (one 12 MiB chunk: 8 parts), 4 MiB ones (4 parts each) and 1.5 MiB ones
      * (under two RD_SPLIT_MIN: never split) */
@@ -121,7 +143,7 @@ static void test_split(void)
                 sl_load_stats s = {0};
                 step_expect x = {0};
                 int skip = 0;
-                sl_status st = step_load(&f, p, &o, engines[e], m, &s, &x, 0, &skip);
+                sl_status st = step_load(&sf.f, p, &o, engines[e], m, &s, &x, 0, &skip);
                 if (!skip) {
                     const char *what = engines[e];
                     EXPECT(st == SL_OK && !compare_model(m, p, fd), "%s io %d request %llu: %s",
@@ -146,7 +168,7 @@ static void test_split(void)
     }
     /* cut short under the reads: a part's short read fails naming the file */
     for (int e = 0; e < 2; e++) {
-        tu_write_file(path, data, size);
+        tu_write_file(path, sf.data, sf.f.size);
         sl_load_opts o;
         sl_load_opts_init(&o);
         o.io = SL_IO_BUFFERED;
@@ -154,15 +176,13 @@ static void test_split(void)
         sl_load_stats s = {0};
         step_expect x = {0};
         int skip = 0;
-        sl_status st = step_load(&f, p, &o, engines[e], m, &s, &x, 6 * MIB, &skip);
+        sl_status st = step_load(&sf.f, p, &o, engines[e], m, &s, &x, 6 * MIB, &skip);
         EXPECT(skip || (st == SL_E_CHANGED && strstr(sl_model_errmsg(m), path) &&
                         strstr(sl_model_errmsg(m), "short read")),
                "%s truncated: status %d, %s", engines[e], (int)st, sl_model_errmsg(m));
         sl_model_free(m);
     }
-    tp_free(p);
-    free(data);
-    unlink(path);
+    split_close(&sf);
 }
 
 /* O_DIRECT refused by reads of a split chunk's parts in flight, from the first read or after three
@@ -170,12 +190,10 @@ static void test_split(void)
  * pread engine: io_uring's reads bypass einval_inject.h. */
 static void test_split_refused(void)
 {
-    const uint64_t size = 12 * MIB + 3 * 4096 + 1000;
-    char path[600];
-    unsigned char *data = tu_random_file("refused.bin", size, 8, path, sizeof path);
-    sl_plan *p = step_plan(size);
-    const sl_load_file f = {path, size};
-    unsigned char *fd[1] = {data};
+    split_file sf;
+    split_open(&sf, "refused.bin", 8);
+    sl_plan *p = sf.p;
+    unsigned char *fd[1] = {sf.data};
     for (int reads_ok = 0; reads_ok <= 3; reads_ok += 3) {
         sl_load_opts o;
         sl_load_opts_init(&o);
@@ -185,7 +203,7 @@ static void test_split_refused(void)
         step_expect x = {0};
         int skip = 0;
         ei_set(EI_READ, reads_ok);
-        sl_status st = step_load(&f, p, &o, engines[0], m, &s, &x, 0, &skip);
+        sl_status st = step_load(&sf.f, p, &o, engines[0], m, &s, &x, 0, &skip);
         const int refused = ei_refusals();
         ei_set(EI_OFF, 0);
         if (!skip) {
@@ -202,9 +220,7 @@ static void test_split_refused(void)
         }
         sl_model_free(m);
     }
-    tp_free(p);
-    free(data);
-    unlink(path);
+    split_close(&sf);
 }
 
 int main(void)
