@@ -42,13 +42,19 @@ const char *rd_base(const char *path)
     return s ? s + 1 : path;
 }
 
+/* name [*name, +*nlen) cut to its last path component (checkpoints are flat folders). */
+static void rd_last_part(const char **name, size_t *nlen)
+{
+    for (size_t k = *nlen; k > 0; k--)
+        if ((*name)[k - 1] == '/') {
+            *name += k, *nlen -= k;
+            return;
+        }
+}
+
 static rd_vfile *rd_find(rd_mparse *v, const char *name, size_t nlen)
 {
-    for (size_t k = nlen; k > 0; k--)
-        if (name[k - 1] == '/') {
-            name += k, nlen -= k;
-            break;
-        }
+    rd_last_part(&name, &nlen);
     for (int64_t i = 0; i < v->n; i++) {
         const char *b = rd_base(v->v[i].path);
         if (strlen(b) == nlen && memcmp(b, name, nlen) == 0)
@@ -87,20 +93,45 @@ static int rd_digest(const char *line, size_t len, char hex[2 * SL_SHA256_LEN])
     return 1;
 }
 
-/* sha256sum's line: "<64 hex> <space or *><name>" (its text and binary forms). */
+/* sha256sum's line, "<64 hex> <space or *><name>" (its text and binary forms): its digest in
+ * lower case into hex, and its name; 0 when the line is not one. */
+static int rd_sha_fields(const char *line, size_t len, char hex[2 * SL_SHA256_LEN],
+                         const char **name, size_t *nlen)
+{
+    if (len < 2 * SL_SHA256_LEN + 2 || !rd_digest(line, len, hex) ||
+        !sl_sha256_is_hex(hex, 2 * SL_SHA256_LEN) || line[2 * SL_SHA256_LEN] != ' ')
+        return 0;
+    *name = line + 2 * SL_SHA256_LEN + 1;
+    *nlen = len - 2 * SL_SHA256_LEN - 1;
+    if (*nlen && (**name == ' ' || **name == '*'))
+        ++*name, --*nlen;
+    return 1;
+}
+
+/* The next line of [*at, end), without its "\n" or "\r\n"; 0 when there is none left. */
+static int rd_next_line(const char **at, const char *end, const char **line, size_t *len)
+{
+    if (*at >= end)
+        return 0;
+    const char *nl = memchr(*at, '\n', (size_t)(end - *at)), *e = nl ? nl : end;
+    *line = *at;
+    *len = (size_t)(e - *at);
+    if (*len && e[-1] == '\r')
+        --*len;
+    *at = nl ? nl + 1 : end;
+    return 1;
+}
+
 static sl_status rd_sha_line(rd_mparse *v, const char *line, size_t len, int64_t lineno,
                              sl_err *err)
 {
     char nb[SL_TEXT_NAME], hex[2 * SL_SHA256_LEN];
-    if (len < 2 * SL_SHA256_LEN + 2 || !rd_digest(line, len, hex) ||
-        !sl_sha256_is_hex(hex, 2 * SL_SHA256_LEN) || line[2 * SL_SHA256_LEN] != ' ')
+    const char *name = NULL;
+    size_t nlen = 0;
+    if (!rd_sha_fields(line, len, hex, &name, &nlen))
         return sl_err_set(err, SL_E_INVALID_ARG,
                           "%s: line %lld is not '<sha256>  <file>' (sha256sum's format)",
                           sl_text_name(v->manifest, nb, sizeof nb), (long long)lineno);
-    const char *name = line + 2 * SL_SHA256_LEN + 1;
-    size_t nlen = len - 2 * SL_SHA256_LEN - 1;
-    if (nlen && (*name == ' ' || *name == '*'))
-        name++, nlen--;
     rd_vfile *f = rd_find(v, name, nlen);
     if (!f)
         return SL_OK;
@@ -254,15 +285,10 @@ sl_status rd_manifest_parse(rd_vfile *files, int64_t n, const char *path, const 
     rd_mparse parse = {.v = files, .n = n, .manifest = path, .text_end = text + len}, *v = &parse;
     sl_status st = SL_OK;
     int64_t lineno = 0;
-    for (size_t i = 0; i < len && st == SL_OK;) {
-        const char *nl = memchr(text + i, '\n', len - i);
-        const size_t end = nl ? (size_t)(nl - text) : len;
-        size_t l = end - i;
-        if (l && text[i + l - 1] == '\r')
-            l--;
-        st = rd_manifest_line(v, text + i, l, ++lineno, err);
-        i = end + 1;
-    }
+    const char *at = text, *line = NULL;
+    size_t l = 0;
+    while (st == SL_OK && rd_next_line(&at, text + len, &line, &l))
+        st = rd_manifest_line(v, line, l, ++lineno, err);
     return st == SL_OK ? rd_record_close(v, err) : st;
 }
 
@@ -325,17 +351,13 @@ static void rd_side_line(rd_side *sd, const char *line, size_t len)
 {
     const char *const *side = rd_side_names;
     char want[2 * SL_SHA256_LEN];
-    if (len < 2 * SL_SHA256_LEN + 2 || !rd_digest(line, len, want) ||
-        !sl_sha256_is_hex(want, 2 * SL_SHA256_LEN) || line[2 * SL_SHA256_LEN] != ' ')
+    const char *name = NULL;
+    size_t nlen = 0;
+    if (!rd_sha_fields(line, len, want, &name, &nlen))
         return;   /* not a sha256sum line: rd_manifest_read says so */
-    const char *name = line + 2 * SL_SHA256_LEN + 1, *end = line + len;
-    if (name < end && (*name == ' ' || *name == '*'))
-        name++;
-    for (const char *p = name; p < end; p++)
-        if (*p == '/')
-            name = p + 1;
+    rd_last_part(&name, &nlen);
     for (int i = 0; i < RD_SIDE_N; i++) {
-        if ((size_t)(end - name) != strlen(side[i]) || memcmp(name, side[i], (size_t)(end - name)) != 0)
+        if (nlen != strlen(side[i]) || memcmp(name, side[i], nlen) != 0)
             continue;
         int k = 0;
         while (k < sd->n[i] && memcmp(sd->hex[i][k], want, sizeof want) != 0)
@@ -382,15 +404,10 @@ sl_status rd_manifest_check_side(const sl_checkpoint *ck, const char *path, sl_e
         free(text);
         return sl_err_set(err, SL_E_NOMEM, "out of memory");
     }
-    for (size_t i = 0; i < len;) {
-        const char *nl = memchr(text + i, '\n', len - i);
-        const size_t end = nl ? (size_t)(nl - text) : len;
-        size_t l = end - i;
-        if (l && text[i + l - 1] == '\r')
-            l--;
-        rd_side_line(sd, text + i, l);
-        i = end + 1;
-    }
+    const char *at = text, *line = NULL;
+    size_t l = 0;
+    while (rd_next_line(&at, text + len, &line, &l))
+        rd_side_line(sd, line, l);
     free(text);
     sl_status st = SL_OK;
     for (int i = 0; i < RD_SIDE_N && st == SL_OK; i++)
