@@ -216,6 +216,8 @@ static sl_status dist_check(dist_ctx *c, const sl_plan *p)
     return sl_load_job_range(c->job, c->me.first_device, c->k, err);
 }
 
+#define DIST_FNV_BASIS 0xcbf29ce484222325ull
+
 /* FNV-1a over one value: what the ranks must agree on, hashed. */
 static uint64_t dist_mix(uint64_t h, uint64_t v)
 {
@@ -237,7 +239,7 @@ static int dist_coop_path(const dist_ctx *c, const sl_dist_opts *d)
 static uint64_t dist_digest(const dist_ctx *c, const sl_plan *p, const sl_dist_opts *d)
 {
     const sl_load_opts *o = &c->job->opts;
-    uint64_t h = 0xcbf29ce484222325ull;
+    uint64_t h = DIST_FNV_BASIS;
     const uint64_t v[] = {(uint64_t)dist_coop_path(c, d), (uint64_t)o->dummy, o->dummy ? o->seed : 0,
                           (uint64_t)c->k, (uint64_t)c->n_mesh, (uint64_t)sl_plan_dtype(p),
                           (uint64_t)sl_plan_layout(p), (uint64_t)sl_plan_tp(p), (uint64_t)sl_plan_pp(p),
@@ -251,13 +253,21 @@ static uint64_t dist_digest(const dist_ctx *c, const sl_plan *p, const sl_dist_o
     return h;
 }
 
-/* One collective of every rank: whether the digests of the ranks that have one (h; st SL_OK)
- * agree. A rank that failed already takes no part (its own error is the one agreed on after). */
+/* The least digest of the ranks that have one (mine: this rank's is h), in one collective that
+ * every rank enters; a rank that failed already gives UINT64_MAX and takes no part. */
+static uint64_t dist_least(uint64_t h, int mine)
+{
+    uint64_t v = mine ? h : UINT64_MAX, least = 0;
+    MPI_Allreduce(&v, &least, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+    return least;
+}
+
+/* Whether the digests of the ranks that have one (h; st SL_OK) agree: a rank whose digest is not
+ * the least fails (its own error, if it failed already, is the one agreed on after). */
 static sl_status dist_compare(dist_ctx *c, uint64_t h, sl_status st, const char *what)
 {
-    uint64_t mine[2] = {st == SL_OK ? h : UINT64_MAX, st == SL_OK ? ~h : UINT64_MAX}, all[2];
-    MPI_Allreduce(mine, all, 2, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
-    if (st != SL_OK || h == all[0])
+    const uint64_t least = dist_least(h, st == SL_OK);
+    if (st != SL_OK || h == least)
         return st;
     return sl_err_set(&c->m->err, SL_E_INVALID_ARG, "its %s differ from another rank's: give "
                       "every rank the same command line and checkpoint", what);
@@ -277,7 +287,7 @@ static sl_status dist_same(dist_ctx *c, const sl_plan *p, const sl_dist_opts *d,
  * another --staging waited in another collective than the rest. */
 static sl_status dist_same_rounds(dist_ctx *c)
 {
-    uint64_t h = dist_mix(dist_mix(0xcbf29ce484222325ull, c->slot), (uint64_t)sl_rd_verifies(c->rd));
+    uint64_t h = dist_mix(dist_mix(DIST_FNV_BASIS, c->slot), (uint64_t)sl_rd_verifies(c->rd));
     const int64_t n = sl_rd_chunk_count(c->rd);
     h = dist_mix(h, (uint64_t)n);
     for (int64_t i = 0; i < n; i++) {
@@ -629,8 +639,7 @@ sl_status sl_load_dist_devices(const sl_checkpoint *ck, const sl_plan *p, const 
     sl_model *m = sl_model_new();
     *out = m;
     if (!m && dist_active()) { /* the other ranks wait in dist_same, then the first agreement */
-        uint64_t none[2] = {UINT64_MAX, UINT64_MAX}, all[2];
-        MPI_Allreduce(none, all, 2, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+        (void)dist_least(0, 0);
         return sl_dist_agree(SL_E_NOMEM, "out of memory", NULL, 0);
     }
     if (!m)
