@@ -23,6 +23,7 @@
 #include "load/read_manifest.h"
 #include "load/read_verify.h"
 #include "shardload.h"
+#include "tools/tools_common.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -190,7 +191,7 @@ sl_status sl_write_manifest(const char *dir, const char *name, char *err, size_t
         st = sl_err_set(&e, SL_E_INVALID_ARG, "sl_write_manifest: the manifest's name must be a "
                         "file name, without '/'");
     else
-        st = mf_write(dir, name ? name : "SHA256SUMS", &e);
+        st = mf_write(dir, name ? name : SL_TOOLS_MANIFEST, &e);
     sl_err_export(&e, err, errlen);
     sl_err_clear(&e);
     return st;

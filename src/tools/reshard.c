@@ -262,18 +262,12 @@ static sl_status reshard_finish(reshard *r)
     return SL_OK;
 }
 
-/* transformers' name of the plan's dtype, or NULL (the plan keeps another). */
-static const char *torch_name(sl_dtype dt)
-{
-    return dt == SL_DTYPE_BF16 ? "bfloat16" : dt == SL_DTYPE_F16 ? "float16" : dt == SL_DTYPE_F32 ? "float32" : NULL;
-}
-
 /* The config's text with its dtype ("torch_dtype", and "dtype" where newer transformers wrote
  * that) set to what the parts hold: with --dtype f16 a config still saying bfloat16 made a load
  * of the output convert the F16 parts to BF16, rounding twice. NULL: the text as it is. */
 static char *config_with_dtype(const char *text, sl_dtype dt)
 {
-    const char *name = torch_name(dt);
+    const char *name = sl_tools_torch_dtype(dt);
     json_t *root = name ? json_loads(text, 0, NULL) : NULL;
     char *out = NULL;
     if (json_is_object(root)) {
@@ -311,14 +305,9 @@ static sl_status reshard_write_config(reshard *r)
  * try. */
 static sl_status reshard_drop_stale(reshard *r)
 {
-    static const char *const names[] = {"config.json", "SHA256SUMS"};
-    char src[4096], dst[4096];
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        snprintf(src, sizeof(src), "%s/%s", sl_checkpoint_dir(r->ck), names[i]);
-        snprintf(dst, sizeof(dst), "%s/%s", r->outdir, names[i]);
-        SL_TRY(sl_tools_remove_stale(dst, src, &r->err));
-    }
-    return SL_OK;
+    static const char *const names[] = {"config.json", SL_TOOLS_MANIFEST};
+    return sl_tools_remove_stale_names(r->outdir, sl_checkpoint_dir(r->ck), names,
+                                       sizeof names / sizeof names[0], &r->err);
 }
 
 /* Before anything is created or removed: outdir must not be the input, nor hold another

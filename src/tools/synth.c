@@ -236,7 +236,7 @@ static sl_status synth_write_index(synth *s, json_t *wmap)
 static sl_status synth_write_config(synth *s)
 {
     json_t *cfg = json_loads(s->desc->config_text, 0, NULL);
-    const char *tname = s->dtype == SL_DTYPE_BF16 ? "bfloat16" : s->dtype == SL_DTYPE_F16 ? "float16" : "float32";
+    const char *known = sl_tools_torch_dtype(s->dtype), *tname = known ? known : "float32";
     if (cfg && json_object_set_new(cfg, "torch_dtype", json_string(tname)) != 0) {
         json_decref(cfg);
         cfg = NULL;
@@ -272,13 +272,8 @@ static sl_status synth_prepare(synth *s, const char *outdir, int32_t dtype)
  * from outdir/config.json). */
 static sl_status synth_drop_stale(synth *s)
 {
-    static const char *const names[] = {"model.safetensors.index.json", "config.json", "SHA256SUMS"};
-    char path[4096];
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        snprintf(path, sizeof(path), "%s/%s", s->outdir, names[i]);
-        SL_TRY(sl_tools_remove_stale(path, NULL, &s->err));
-    }
-    return SL_OK;
+    static const char *const names[] = {"model.safetensors.index.json", "config.json", SL_TOOLS_MANIFEST};
+    return sl_tools_remove_stale_names(s->outdir, NULL, names, sizeof names / sizeof names[0], &s->err);
 }
 
 /* Bytes the shards take (data plus a generous header per tensor), against the free space: a config

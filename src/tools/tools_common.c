@@ -27,6 +27,24 @@ sl_status sl_tools_remove_stale(const char *path, const char *keep_if_same, sl_e
     return SL_OK;
 }
 
+sl_status sl_tools_remove_stale_names(const char *dir, const char *keep_dir, const char *const *names,
+                                      size_t n, sl_err *err)
+{
+    char path[4096], keep[4096];
+    for (size_t i = 0; i < n; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        if (keep_dir)
+            snprintf(keep, sizeof keep, "%s/%s", keep_dir, names[i]);
+        SL_TRY(sl_tools_remove_stale(path, keep_dir ? keep : NULL, err));
+    }
+    return SL_OK;
+}
+
+const char *sl_tools_torch_dtype(sl_dtype dt)
+{
+    return dt == SL_DTYPE_BF16 ? "bfloat16" : dt == SL_DTYPE_F16 ? "float16" : dt == SL_DTYPE_F32 ? "float32" : NULL;
+}
+
 uint64_t sl_tools_file_size(const char *path)
 {
     struct stat sb;

@@ -3,13 +3,26 @@
 #define SL_TOOLS_COMMON_H
 
 #include "common/sl_err.h"
+#include "shardload.h"
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* Removes path (absent is fine) unless it is the very file keep_if_same names (same device and
  * inode; keep_if_same may be NULL). Both tools write their config.json last, so an older one must
  * go before anything else is written, but never the source config itself. */
 sl_status sl_tools_remove_stale(const char *path, const char *keep_if_same, sl_err *err);
+/* sl_tools_remove_stale of each of dir/names[0..n), each kept when it is keep_dir/<same name>
+ * (keep_dir may be NULL). */
+sl_status sl_tools_remove_stale_names(const char *dir, const char *keep_dir, const char *const *names,
+                                      size_t n, sl_err *err);
+
+/* The manifest sl_write_manifest writes by default (sha256sum's conventional name). */
+#define SL_TOOLS_MANIFEST "SHA256SUMS"
+
+/* transformers' name of a dtype a tool writes ("bfloat16", "float16", "float32"), for a
+ * config's torch_dtype; NULL for any other. */
+const char *sl_tools_torch_dtype(sl_dtype dt);
 
 /* Refuses (SL_E_IO, naming dir and both figures) to write `need` bytes into dir when its file
  * system has less free space (statvfs: blocks available to this user), counting `reclaimed` bytes
