@@ -127,12 +127,12 @@ static sl_status cuda_alloc(void *ctx, uint64_t bytes, sl_err *err)
         return SL_OK;
     }
     cudaError_t e = sl_cuda_api.Malloc(&p, (size_t)bytes);
-    if (e != 0)
+    if (e != 0) {
         cu_forget();
-    if (e != 0)
         return sl_err_set(err, SL_E_NOMEM, "cuda device %d (GPU %d): cudaMalloc of %llu bytes failed: %s "
                           "(%llu bytes free)", d->index, d->gpu, (unsigned long long)bytes,
                           sl_cuda_api.GetErrorString(e), (unsigned long long)fr);
+    }
     d->base = p;
     d->bytes = bytes;
     CU_CALL(d, err, "cudaMemGetInfo", sl_cuda_api.MemGetInfo(&fr, &total));
@@ -461,11 +461,11 @@ static sl_status cu_pick_gpu(int32_t index, const sl_load_opts *o, int count, in
 static sl_status cu_gpu_count(int *count, sl_err *err)
 {
     cudaError_t e = sl_cuda_api.GetDeviceCount(count);
-    if (e != 0)
+    if (e != 0) {
         cu_forget();
-    if (e != 0)
         return sl_err_set(err, SL_E_DEVICE, "device 'cuda': no CUDA GPU available (cudaGetDeviceCount: "
                           "%s); use --device cpu", sl_cuda_api.GetErrorString(e));
+    }
     SL_CHECK(*count > 0, err, SL_E_DEVICE, "device 'cuda': no CUDA GPU available (0 devices); use "
              "--device cpu");
     return SL_OK;
@@ -475,10 +475,12 @@ int32_t sl_cuda_gpu_count(void)
 {
     sl_err e = {0};
     int n = 0;
-    if (sl_cuda_rt_load(&e) != SL_OK)
+    if (sl_cuda_rt_load(&e) != SL_OK) {
         n = 0;
-    else if (sl_cuda_api.GetDeviceCount(&n) != 0 || n < 0)
-        n = 0, cu_forget();
+    } else if (sl_cuda_api.GetDeviceCount(&n) != 0 || n < 0) {
+        n = 0;
+        cu_forget();
+    }
     sl_err_clear(&e);
     return n;
 }
