@@ -48,7 +48,7 @@ from ..checkpoint import opened
 from ..errors import UnsupportedError
 from ..model import ReadGap, _load_opts, wants_bar
 from ..plan import ConfigSource, Plan
-from ._loader import Loader
+from ._loader import Loader, check_fits
 from ._shardings import ShardingSpec, Targets, boxes_plan, items, local_devices
 
 _DMA_ENV = "SHARDLOAD_JAX_DMA"  # "0": never dma_map the slabs
@@ -228,15 +228,10 @@ def _check_narrowed(ck: Any, to: Targets, staging: int) -> None:
         narrow = np.dtype(canonical(own))
         if v >= 0 or narrow == own or own.kind not in "iu" or not t.nbytes:
             continue   # (F64 is converted by the C core: _shardings._as_f32)
-        lim, step = np.iinfo(narrow), max(staging // own.itemsize, 1) * own.itemsize
+        step = max(staging // own.itemsize, 1) * own.itemsize
         for off in range(0, t.nbytes, step):
             part = ck._read_bytes(name, off, min(step, t.nbytes - off)).view(own)
-            if part.min() < lim.min or part.max() > lim.max:
-                raise ValueError(f"tensor '{name}': {own} values that {narrow} cannot hold "
-                                 f"(JAX without jax_enable_x64 holds {own} as {narrow}: they "
-                                 "would wrap), found before donate deleted anything; enable it "
-                                 "(jax.config.update('jax_enable_x64', True)) or leave the "
-                                 "tensor out")
+            check_fits(name, part, ", found before donate deleted anything")
 
 
 __all__ = ["load", "load_into", "plan"]

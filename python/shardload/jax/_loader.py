@@ -135,20 +135,26 @@ def _narrowed(dtype: str, target: int) -> bool:
     return target < 0 and np.dtype(canonical(own)) != own
 
 
-def _check_x64(boxes: Received) -> None:
+def check_fits(name: str, buf: np.ndarray, when: str = "") -> None:
     """Without jax_enable_x64 JAX holds 64-bit integers as 32-bit ones, wrapping what does not
-    fit: such values are an error, never another number (F64 is rounded to F32, as JAX does)."""
+    fit: such values in buf (tensor name's) are an error, never another number (F64 is rounded
+    to F32, as JAX does). when: what the message adds about the moment."""
     from jax.dtypes import canonicalize_dtype as canonical
+    to = np.dtype(canonical(buf.dtype))
+    if buf.dtype.kind not in "iu" or to == buf.dtype or not buf.size:
+        return
+    lim = np.iinfo(to)
+    if buf.min() < lim.min or buf.max() > lim.max:
+        raise ValueError(f"tensor '{name}': {buf.dtype} values that {to} cannot hold (JAX "
+                         f"without jax_enable_x64 holds {buf.dtype} as {to}: they would wrap)"
+                         f"{when}; enable it (jax.config.update('jax_enable_x64', True)) or leave "
+                         "the tensor out")
+
+
+def _check_x64(boxes: Received) -> None:
+    """check_fits of every box."""
     for _, b, buf in boxes:
-        to = np.dtype(canonical(buf.dtype))
-        if buf.dtype.kind not in "iu" or to == buf.dtype or not buf.size:
-            continue
-        lim = np.iinfo(to)
-        if buf.min() < lim.min or buf.max() > lim.max:
-            raise ValueError(f"tensor '{b[0]}': {buf.dtype} values that {to} cannot hold (JAX "
-                             f"without jax_enable_x64 holds {buf.dtype} as {to}: they would wrap); "
-                             "enable it (jax.config.update('jax_enable_x64', True)) or leave the "
-                             "tensor out")
+        check_fits(b[0], buf)
 
 
 class Progress:
