@@ -228,14 +228,14 @@ def items(ck: Checkpoint, mesh: Any, shardings: ShardingSpec, config: ConfigSour
           ) -> tuple[dict[str, Any], dict[str, Any], list[Item], dict[str, int]]:
     """The target sharding of every tensor, the one it is read with (the same unless
     cooperative), the boxes of this process's devices, in checkpoint order, and each tensor's
-    target (targets). dtype may be such targets already (a mapping: load_into's)."""
+    target (targets). dtype may be such targets already (load_into's Targets)."""
     if isinstance(dtype, Targets):
         specs, to = _shardings(ck, mesh, shardings, config, None)[0], dict(dtype)
     else:
         specs, to = _shardings(ck, mesh, shardings, config, dtype)
-    _as_f32(ck._by_name(), to)
-    order = {t.name: k for k, t in enumerate(ck.tensors)}
     tensors = ck._by_name()
+    _as_f32(tensors, to)
+    order = {t.name: k for k, t in enumerate(ck.tensors)}
     reads = ({n: read_sharding(sp, tensors[n].shape) for n, sp in specs.items()} if cooperative
              else specs)
     return specs, reads, [(tensors[n], boxes(n, tensors[n].shape, reads[n], index))
