@@ -57,11 +57,6 @@ static int32_t box_target(const box_ctx *c, const sl_box *b)
     return c->dtype == SL_BOX_DTYPES ? b->dtype : c->dtype;
 }
 
-static int is_target(int32_t dtype)
-{
-    return dtype == -1 || dtype == SL_DTYPE_F32 || dtype == SL_DTYPE_F16 || dtype == SL_DTYPE_BF16;
-}
-
 static const char *target_name(int32_t dtype)
 {
     const char *s = dtype >= 0 ? sl_dtype_name((sl_dtype)dtype) : NULL;
@@ -75,7 +70,7 @@ static sl_status box_dtype(box_ctx *c, const sl_box *boxes, int64_t n, int32_t d
 {
     sl_tensor_info ti;
     c->dtype = dtype;
-    SL_CHECK(dtype == SL_BOX_DTYPES || is_target(dtype), &c->p->err, SL_E_INVALID_ARG,
+    SL_CHECK(dtype == SL_BOX_DTYPES || sl_plan_is_target(dtype), &c->p->err, SL_E_INVALID_ARG,
              "dtype: convert to F32, F16 or BF16, not %s (-1 keeps each tensor's, SL_BOX_DTYPES "
              "takes each box's)", dtype < -2 ? "a negative number" : target_name(dtype));
     if (dtype >= 0)
@@ -86,7 +81,7 @@ static sl_status box_dtype(box_ctx *c, const sl_box *boxes, int64_t n, int32_t d
                  "tensor '%.*s': %s elements are smaller than a byte, and a box cuts whole bytes",
                  BOX_NAME_MAX, boxes[i].tensor, sl_dtype_name(ti.dtype));
         const int32_t to = box_target(c, &boxes[i]);
-        SL_CHECK(is_target(to), &c->p->err, SL_E_INVALID_ARG, "tensor '%.*s': its box on device "
+        SL_CHECK(sl_plan_is_target(to), &c->p->err, SL_E_INVALID_ARG, "tensor '%.*s': its box on device "
                  "%d converts to %s (F32, F16 or BF16, or -1 to keep its dtype)", BOX_NAME_MAX,
                  boxes[i].tensor, (int)boxes[i].device, to < -1 ? "a negative number" : target_name(to));
         if (i == 0 && dtype < 0)

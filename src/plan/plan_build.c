@@ -444,8 +444,7 @@ static sl_status opts_check(sl_plan *p, const sl_checkpoint *ck, const sl_plan_o
              "tp*pp is above %d devices", SL_PLAN_MAX_DEVICES);
     SL_CHECK(o->layout == SL_LAYOUT_TP || o->layout == SL_LAYOUT_SPMD, &p->err, SL_E_INVALID_ARG,
              "unknown layout %d", (int)o->layout);
-    SL_CHECK(o->dtype == -1 || o->dtype == SL_DTYPE_F32 || o->dtype == SL_DTYPE_F16 ||
-                 o->dtype == SL_DTYPE_BF16,
+    SL_CHECK(sl_plan_is_target(o->dtype),
              &p->err, SL_E_INVALID_ARG, "target dtype must be F32, F16 or BF16");
     SL_CHECK(o->config_json != NULL || o->config_json_len == 0, &p->err, SL_E_INVALID_ARG,
              "config_json_len is %zu but config_json is NULL", o->config_json_len);

@@ -87,4 +87,10 @@ sl_status sl_plan_tied_names(sl_plan *p, const sl_arch *m);
 /* plan_totals.c: sorts each device's ops, fills file_bytes and read_bytes. */
 sl_status sl_plan_finish(plan_ctx *c);
 
+/* A dtype a plan converts to, or -1 (none: the config's, or each tensor's own). */
+static inline int sl_plan_is_target(int32_t dtype)
+{
+    return dtype == -1 || dtype == SL_DTYPE_F32 || dtype == SL_DTYPE_F16 || dtype == SL_DTYPE_BF16;
+}
+
 #endif /* SL_PLAN_CTX_H */
