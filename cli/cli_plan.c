@@ -147,11 +147,11 @@ static void plan_json_device(const sl_plan *p, int32_t d)
     printf("]}");
 }
 
-static void plan_json(const sl_plan *p, int ep)
+static void plan_json(const sl_plan *p)
 {
     printf("{\"layout\":\"%s\",\"tp\":%d,\"pp\":%d,\"dtype\":\"%s\",\"ep\":%s,\"devices\":[",
            sl_plan_layout(p) == SL_LAYOUT_SPMD ? "spmd" : "tp", (int)sl_plan_tp(p),
-           (int)sl_plan_pp(p), sl_dtype_name(sl_plan_dtype(p)), ep ? "true" : "false");
+           (int)sl_plan_pp(p), sl_dtype_name(sl_plan_dtype(p)), sl_plan_ep(p) ? "true" : "false");
     for (int32_t d = 0; d < sl_plan_device_count(p); d++)
         plan_json_device(p, d);
     printf("],\"total_bytes\":%" PRIu64 ",\"read_bytes\":", sl_plan_total_bytes(p));
@@ -220,7 +220,7 @@ int cli_plan(int argc, char **argv)
         goto out;
     }
     if (a.json)
-        plan_json(p, a.o.ep);
+        plan_json(p);
     else
         plan_text(p, a.verbose);
 out:

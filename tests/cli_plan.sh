@@ -10,6 +10,9 @@ check() { if ! eval "$2"; then echo "FAIL: $1" >&2; fail=1; fi; }
 
 out=$("$SL" plan --config "$CFG/llama-3-8b.json" --tp 8)
 check "text lists 8 devices of 2,008,031,232 bytes" '[ "$(grep -c " 2,008,031,232 " <<<"$out")" = 8 ]'
+# --ep on a dense model is the plan without it, and the JSON says so (it printed the option)
+out=$("$SL" plan --config "$CFG/llama-3-8b.json" --tp 2 --ep --json)
+check "dense --ep plans no ep" 'grep -q "\"ep\":false" <<<"$out"'
 out=$("$SL" plan --config "$CFG/llama-3-8b.json" --tp 8 --json)
 check "json read_bytes null" 'grep -q "\"read_bytes\":null}" <<<"$out"'
 check "json device bytes" '[ "$(grep -o "\"bytes\":2008031232," <<<"$out" | wc -l)" = 8 ]'

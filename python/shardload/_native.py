@@ -109,6 +109,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "sl_plan_layout": (c_int, [_P]),
     "sl_plan_tp": (c_int32, [_P]),
     "sl_plan_pp": (c_int32, [_P]),
+    "sl_plan_ep": (c_int32, [_P]),
     "sl_plan_dtype": (c_int, [_P]),
     "sl_plan_device_count": (c_int32, [_P]),
     "sl_plan_device_ranks": (c_int, [_P, c_int32, POINTER(c_int32), POINTER(c_int32)]),

@@ -23,6 +23,11 @@ int32_t sl_plan_pp(const sl_plan *p)
     return p->pp;
 }
 
+int32_t sl_plan_ep(const sl_plan *p)
+{
+    return p->ep;
+}
+
 sl_dtype sl_plan_dtype(const sl_plan *p)
 {
     return p->dtype;

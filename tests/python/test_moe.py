@@ -25,6 +25,9 @@ def test_plan_ep_worked_figures() -> None:
     flat = shardload.plan(config=CONFIGS / "mixtral-8x7b.json", tp=2)
     assert {q.name: q.shape for q in flat.devices[0].params}[
         "model.layers.0.block_sparse_moe.experts.w13_weight"] == (8, 14336, 4096)
+    assert p.ep and not flat.ep
+    dense = shardload.plan(config=CONFIGS / "llama-3-8b.json", tp=2, ep=True)
+    assert not dense.ep   # ep changes no byte of a dense model: the plan is one without it
     with pytest.raises(TypeError, match="ep must be a bool"):
         shardload.plan(config=CONFIGS / "mixtral-8x7b.json", tp=2, ep=1)  # type: ignore[arg-type]
 
