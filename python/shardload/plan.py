@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, Union
 
+import numpy as np
+
 from . import _native as N
 from ._dtypes import BOX_DTYPES, NAMES, target_value
 from .checkpoint import Checkpoint, opened
@@ -131,6 +133,50 @@ def _check_mesh(tp: int, pp: int, ep: bool, layout: str) -> None:
         raise TypeError(f"ep must be a bool, got {type(ep).__name__}")
 
 
+_BOX_FIELDS = [str(f[0]) for f in N.Box._fields_]
+_BOX: np.dtype[Any] = np.dtype({
+    "names": _BOX_FIELDS,
+    "formats": [np.uintp, np.int32, np.uint32, np.uintp, np.uintp, np.int32],
+    "offsets": [getattr(N.Box, f).offset for f in _BOX_FIELDS],
+    "itemsize": ctypes.sizeof(N.Box)})
+
+
+def _box_array(boxes: list[tuple[str, int, tuple[int, ...], tuple[int, ...]]],
+               targets: Mapping[str, int] | None) -> tuple[np.ndarray, list[Any]]:
+    """The boxes as an array of sl_box, filled column by column (a JAX load of an MoE checkpoint
+    has 150,000 boxes: one ctypes struct and two arrays each cost 1.2 s), and what its pointers
+    point into (alive until the plan is built): each tensor's name once, every start and length
+    in one array."""
+    n = len(boxes)
+    names = list(dict.fromkeys(b[0] for b in boxes))
+    blob = ctypes.create_string_buffer(b"".join(x.encode("utf-8", "surrogateescape") + b"\0"
+                                                for x in names))
+    at, off = {}, ctypes.addressof(blob)
+    for x in names:
+        at[x] = off
+        off += len(x.encode("utf-8", "surrogateescape")) + 1
+    ndim = np.fromiter((len(b[2]) for b in boxes), np.int64, n)
+    if n and any(len(b[3]) != len(b[2]) for b in boxes):
+        raise ValueError("a box's start and length differ in length")
+    total = int(ndim.sum())
+    dims, lens = np.zeros(max(total, 1), np.uint64), np.zeros(max(total, 1), np.uint64)
+    try:
+        dims[:total] = np.fromiter((v for b in boxes for v in b[2]), np.uint64, total)
+        lens[:total] = np.fromiter((v for b in boxes for v in b[3]), np.uint64, total)
+    except OverflowError as e:
+        raise ValueError(f"a box's start or length is not a count of elements: {e}") from e
+    first = (np.cumsum(ndim) - ndim).astype(np.uint64) * np.uint64(8)
+    arr = np.zeros(max(n, 1), _BOX)
+    arr["tensor"][:n] = np.fromiter((at[b[0]] for b in boxes), np.uintp, n)
+    arr["device"][:n] = np.fromiter((b[1] for b in boxes), np.int32, n)
+    arr["ndim"][:n] = ndim
+    arr["start"][:n] = np.uint64(dims.ctypes.data) + first
+    arr["len"][:n] = np.uint64(lens.ctypes.data) + first
+    arr["dtype"][:n] = (-1 if targets is None else
+                        np.fromiter((targets[b[0]] for b in boxes), np.int32, n))
+    return arr, [blob, dims, lens]
+
+
 class Plan:
     """The placement of a model on a mesh of tp * pp devices (SHARDING.md).
 
@@ -162,34 +208,32 @@ class Plan:
     def from_boxes(cls, ck: Checkpoint, boxes: list[tuple[str, int, tuple[int, ...],
                                                           tuple[int, ...]]],
                    n_devices: int, dtype: Any = None,
-                   targets: Mapping[str, int] | None = None) -> "Plan":
+                   targets: Mapping[str, int] | None = None, describe: bool = True) -> "Plan":
         """A plan whose device d holds, in order, the boxes (tensor, d, start, length) given
         for it: any sharding (sl_plan_build_boxes); the parameters keep checkpoint names.
         dtype: every box's target (None: each tensor's own dtype); or `targets`, a tensor's
-        sl_dtype value (-1: its own) for each of its boxes."""
+        sl_dtype value (-1: its own) for each of its boxes. describe=False leaves `devices`
+        empty (the plan is checked, its totals read): reading 150,000 parameters into Python
+        costs a second."""
         if targets is not None and dtype is not None:
             raise ValueError("from_boxes takes a dtype for every box or targets per tensor, not both")
-        arr = (N.Box * max(len(boxes), 1))()
         bad = [(n, v) for n, v in (targets or {}).items() if not -1 <= v < len(NAMES)]
         if bad:
             raise ValueError(f"tensor '{bad[0][0]}': target {bad[0][1]} is no sl_dtype")
-        keep: list[Any] = []
-        for i, (name, dev, start, length) in enumerate(boxes):
-            s = (ctypes.c_uint64 * max(len(start), 1))(*start)
-            n = (ctypes.c_uint64 * max(len(length), 1))(*length)
-            b = name.encode("utf-8", "surrogateescape")
-            keep += [s, n, b]
-            arr[i] = N.Box(b, dev, len(start), s, n, -1 if targets is None else targets[name])
+        arr, keep = _box_array(boxes, targets)
         self = cls.__new__(cls)
         self._h = ctypes.c_void_p()
-        st = N.lib.sl_plan_build_boxes(ck.handle, arr, len(boxes), n_devices,
+        st = N.lib.sl_plan_build_boxes(ck.handle, arr.ctypes.data_as(ctypes.POINTER(N.Box)),
+                                       len(boxes), n_devices,
                                        target_value(dtype) if targets is None else BOX_DTYPES,
                                        ctypes.byref(self._h))
-        self._take(st)
+        del keep  # the plan copied the names and boxes it keeps
+        self._take(st, describe)
         return self
 
-    def _take(self, st: int) -> None:
-        """Reads the built plan into Python, or raises its error."""
+    def _take(self, st: int, describe: bool = True) -> None:
+        """Reads the built plan into Python (its devices' parameters unless not `describe`),
+        or raises its error."""
         if st != 0:
             msg = N.lib.sl_plan_errmsg(self._h) if self._h else None
             self.close()
@@ -198,8 +242,8 @@ class Plan:
         self.tp, self.pp = N.lib.sl_plan_tp(self._h), N.lib.sl_plan_pp(self._h)
         self.ep: bool = bool(N.lib.sl_plan_ep(self._h))   # False on a dense model, even if asked
         self.dtype: str = NAMES[N.lib.sl_plan_dtype(self._h)]
-        self.devices: list[Device] = [self._device(d)
-                                      for d in range(N.lib.sl_plan_device_count(self._h))]
+        self.devices: list[Device] = [self._device(d) for d in
+                                      range(N.lib.sl_plan_device_count(self._h) if describe else 0)]
         self.total_bytes: int = N.lib.sl_plan_total_bytes(self._h)
         rb = N.lib.sl_plan_read_bytes(self._h)
         self.read_bytes: int | None = None if rb == 2**64 - 1 else rb

@@ -416,3 +416,31 @@ def test_gil_released_while_loading(tiny_ckpt: Path) -> None:
     # With a long switch interval the spinner runs inside a load only if the load lets go of the
     # GIL (a load here takes a few ms).
     assert gil_free >= 8, gil_free
+
+
+def test_plan_from_boxes(tmp_path: Path) -> None:
+    """Plan.from_boxes: each device's parameters are its boxes in order, of their tensors'
+    dtypes or the targets given (a scalar, a 1-D and a 2-D tensor, names not ASCII); boxes
+    that are not counts of elements, or whose start and length differ in length, are a
+    ValueError before the C planner sees them; describe=False checks and totals the plan with
+    no parameter read back."""
+    from safetensors.numpy import save_file
+    from shardload._dtypes import VALUE
+    save_file({"s": np.array(3.0, np.float32), "v.é": np.arange(6, dtype=np.float32),
+               "m": np.arange(12, dtype=np.float32).reshape(3, 4)}, str(tmp_path / "a.safetensors"))
+    boxes = [("m", 1, (1, 0), (2, 4)), ("s", 0, (), ()), ("v.é", 0, (2,), (3,)),
+             ("m", 0, (0, 2), (3, 2))]
+    with shardload.open(tmp_path) as ck:
+        p = shardload.Plan.from_boxes(ck, boxes, 2, targets={"m": VALUE["BF16"], "s": -1,
+                                                             "v.é": -1})
+        got = [[(q.name, q.dtype, q.shape, q.nbytes) for q in d.params] for d in p.devices]
+        assert got == [[("s", "F32", (), 4), ("v.é", "F32", (3,), 12), ("m", "BF16", (3, 2), 12)],
+                       [("m", "BF16", (2, 4), 16)]]
+        quiet = shardload.Plan.from_boxes(ck, boxes, 2, describe=False)
+        assert quiet.devices == [] and quiet.read_bytes == p.read_bytes > 0
+        with pytest.raises(ValueError, match="start and length differ"):
+            shardload.Plan.from_boxes(ck, [("m", 0, (0, 0), (3,))], 1)
+        with pytest.raises(ValueError, match="not a count of elements"):
+            shardload.Plan.from_boxes(ck, [("m", 0, (-1, 0), (3, 4))], 1)
+        with pytest.raises(shardload.Error, match="m"):
+            shardload.Plan.from_boxes(ck, [("m", 0, (2, 0), (2, 4))], 1)  # past row 3
