@@ -233,19 +233,25 @@ def test_copied_buffers_bound_the_groups(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 def _as_copying_devices(monkeypatch: pytest.MonkeyPatch) -> list:
-    """The CPU devices made to copy every put; returns (buffer address, array) of every box
-    handed to JAX, and checks, whenever a group is about to be loaded into a slab again, that
-    load waited for every array put from that slab (a CPU copy is often done by then anyway:
-    is_ready() alone would not notice a missing wait)."""
+    """The CPU devices made to copy every put; returns (buffer address, array, bytes) of every
+    box handed to JAX (the array: the box's own, or its whole tensor's where put_tensor made
+    it; the bytes: one device's copy), and checks, whenever a group is about to be loaded into
+    a slab again, that load waited for every array put from that slab (a CPU copy is often done
+    by then anyway: is_ready() alone would not notice a missing wait)."""
     devices_copy(monkeypatch)
-    put: list = []  # (buffer address, array): the arrays stay alive, so their ids stay theirs
+    put: list = []  # the arrays stay alive, so their ids stay theirs
     waited: set[int] = set()
-    put_group, take, wait = jl.put_group, jst.Staging.take, jl.wait
+    put_group, put_tensor, take, wait = jl.put_group, jl.put_tensor, jst.Staging.take, jl.wait
 
     def spy_put(bufs: list, targets: list) -> tuple:
         arrays, copied, adopted = put_group(bufs, targets)
-        put.extend((buf.ctypes.data, a) for buf, a in zip(bufs, arrays))
+        put.extend((buf.ctypes.data, a, buf.nbytes) for buf, a in zip(bufs, arrays))
         return arrays, copied, adopted
+
+    def spy_put_tensor(shape: tuple, sharding: object, boxes: list) -> tuple:
+        a, copied, adopted = put_tensor(shape, sharding, boxes)
+        put.extend((buf.ctypes.data, a, buf.nbytes) for _, buf in boxes)
+        return a, copied, adopted
 
     def spy_wait(arrays: list) -> None:
         waited.update(id(a) for a in arrays)
@@ -255,9 +261,10 @@ def _as_copying_devices(monkeypatch: pytest.MonkeyPatch) -> list:
         slab = self.slabs[slot] if slot is not None else None  # type: ignore[attr-defined]
         if slab is not None:
             lo, hi = slab.ctypes.data, slab.ctypes.data + slab.nbytes
-            assert all(id(a) in waited for addr, a in list(put) if lo <= addr < hi)
+            assert all(id(a) in waited for addr, a, _ in list(put) if lo <= addr < hi)
         return take(self, slot, params)  # type: ignore[arg-type]
     monkeypatch.setattr(jl, "put_group", spy_put)
+    monkeypatch.setattr(jl, "put_tensor", spy_put_tensor)
     monkeypatch.setattr(jl, "wait", spy_wait)
     monkeypatch.setattr(jst.Staging, "take", spy_take)
     return put
@@ -292,7 +299,7 @@ def test_copying_devices_reuse_two_slabs(tmp_path: Path, monkeypatch: pytest.Mon
     assert stats["staging"] == "plain" and "UNIMPLEMENTED" in stats["dma"], stats
     assert stats["slabs"] == 2 and stats["reused"] >= 5 and stats["retired"] == 0, stats
     assert stats["slab_bytes"] == 2 * ((2 << 20) - (1 << 20)) // 2 and stats["dma_mapped_bytes"] == 0
-    assert stats["adopted_bytes"] == 0 and stats["copied_bytes"] == sum(a.nbytes for _, a in put)
+    assert stats["adopted_bytes"] == 0 and stats["copied_bytes"] == sum(n for _, _, n in put)
     assert stats["groups"] == stats["reused"] + stats["slabs"] + stats["oversize_groups"]
 
 
@@ -341,18 +348,23 @@ def test_copies_of_a_box_share_a_slab_buffer(tmp_path: Path,
             for n, w in want.items() if "rotary" not in n}
     put = _as_copying_devices(monkeypatch)
     calls: list[list[int]] = []  # each put's buffer addresses (slabs are reused across groups)
-    inner = jl.put_group
+    inner, inner_tensor = jl.put_group, jl.put_tensor
 
     def spy(bufs: list, targets: list) -> tuple:
         calls.append([b.ctypes.data for b in bufs])
         return inner(bufs, targets)
+
+    def spy_tensor(shape: tuple, sharding: object, boxes: list) -> tuple:
+        calls.append([b.ctypes.data for _, b in boxes])
+        return inner_tensor(shape, sharding, boxes)
     monkeypatch.setattr(jl, "put_group", spy)
+    monkeypatch.setattr(jl, "put_tensor", spy_tensor)
     stats: dict = {}
     arrays = sj.load(path, mesh, spec, staging=2 << 20, stats=stats)
     check_shards(arrays, {n: want[n] for n in spec})
     copies = {c.count(a) for c in calls for a in c}
     assert copies == {2, 8}, copies  # rows split over "model": 2 copies; 1-D replicated: 8
-    assert stats["copied_bytes"] == sum(a.nbytes for _, a in put)
+    assert stats["copied_bytes"] == sum(n for _, _, n in put)
     addresses = [s.data.unsafe_buffer_pointer() for a in arrays.values()
                  for s in a.addressable_shards]
     assert len(set(addresses)) == len(addresses)
@@ -884,7 +896,7 @@ def test_rows_larger_than_a_group(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
                      stats=stats)
     check_shards(arrays, {"w": w})
     bound = ((2 << 20) - (1 << 20)) // 2
-    assert stats["oversize_groups"] == 0 and max(a.nbytes for _, a in put) <= bound, stats
+    assert stats["oversize_groups"] == 0 and max(n for _, _, n in put) <= bound, stats
     assert stats["assembled_boxes"] == 8, stats
     sizes = {b[3] for args, _ in fills for _, bs in args[1] for _, b in bs}
     assert all(n[:deep] == (1,) * deep for n in sizes) and \
@@ -942,7 +954,7 @@ def test_copying_devices_assemble_bands(tmp_path: Path, monkeypatch: pytest.Monk
     check_shards(arrays, want, dtype)
     bound = ((2 << 20) - (1 << 20)) // 2
     assert stats["oversize_groups"] == 0 and stats["slabs"] == 2, stats
-    assert max(a.nbytes for _, a in put) <= bound
+    assert max(n for _, _, n in put) <= bound
     embed = arrays["model.embed_tokens.weight"]
     assert stats["parts"] >= 8 * 5 and stats["assembled_boxes"] >= 8 * 2, stats
     assert all(s.data.shape == want["model.embed_tokens.weight"].shape

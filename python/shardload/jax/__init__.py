@@ -131,15 +131,23 @@ def load(path: Any, mesh: Any, shardings: ShardingSpec = None, *, dtype: Any = N
                                           read_gap)
     _check_dtype(dtype)
     t_start = time.perf_counter()
-    index = local_devices(mesh)
     with opened(path) as ck:
-        specs, reads, its, to = items(ck, mesh, shardings, config, dtype, index, cooperative)
-        loader = Loader(ck, its, specs, reads, index, to, staging,
-                        {"io": io, "threads": threads, "read_gap": read_gap}, progress, use_dma)
+        loader = _prepare(ck, mesh, shardings, config, dtype, cooperative,
+                         {"io": io, "threads": threads, "read_gap": read_gap}, staging,
+                         progress, use_dma)
         out = loader.run()
     if stats is not None:
         stats.update(loader.stats(), seconds=time.perf_counter() - t_start)
     return out
+
+
+def _prepare(ck: Any, mesh: Any, shardings: ShardingSpec, config: ConfigSource | None,
+            dtype: Any, cooperative: bool, opts: dict[str, Any], staging: int,
+            progress: Callable[[int, int], None] | None | bool, use_dma: bool) -> Loader:
+    """The load of load and load_into, every box checked by the C planner (nothing read yet)."""
+    index = local_devices(mesh)
+    specs, reads, its, to = items(ck, mesh, shardings, config, dtype, index, cooperative)
+    return Loader(ck, its, specs, reads, index, to, staging, opts, progress, use_dma)
 
 
 class _Devices:
@@ -167,24 +175,32 @@ def load_into(path: Any, arrays: Mapping[str, Any], *, donate: bool = False,
     import jax
     if not isinstance(arrays, Mapping):
         raise TypeError(f"arrays must be a mapping name -> jax.Array, got {type(arrays).__name__}")
-    _check_options(staging, io, threads, progress, dma, stats, dist, read_gap)
+    use_dma, cooperative = _check_options(staging, io, threads, progress, dma, stats, dist,
+                                          read_gap)
     if not arrays:
         return {}
+    t_start = time.perf_counter()
     with opened(path) as ck:   # opened once (a remote one: its headers fetched once)
         specs, to = _targets(ck._by_name(), arrays)
-        devices = _Devices(specs.values())
         try:  # the C planner checks every box and conversion (its plans read nothing): before
             # any deletion
-            plan(ck, devices, specs, dtype=to, dist=dist).close()
+            loader = _prepare(ck, _Devices(specs.values()), specs, None, to, cooperative,
+                             {"io": io, "threads": threads, "read_gap": read_gap}, staging,
+                             progress, use_dma)
         except UnsupportedError as e:
             raise ValueError(str(e)) from e
         if donate:
-            _check_narrowed(ck, to, staging)
+            try:
+                _check_narrowed(ck, to, staging)
+            except BaseException:
+                loader.progress.close()
+                raise
             for a in arrays.values():
                 if isinstance(a, jax.Array):
                     a.delete()
-        out = load(ck, devices, specs, dtype=to, staging=staging, io=io, threads=threads,
-                   progress=progress, dma=dma, dist=dist, read_gap=read_gap, stats=stats)
+        out = loader.run()
+    if stats is not None:
+        stats.update(loader.stats(), seconds=time.perf_counter() - t_start)
     return {name: out[name] for name in arrays}
 
 

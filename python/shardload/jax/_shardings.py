@@ -255,7 +255,9 @@ def _as_f32(tensors: Mapping[str, Tensor], to: dict[str, int]) -> None:
             to[n] = VALUE["F32"]
 
 
-def boxes_plan(ck: Checkpoint, its: list[Item], n_devices: int, to: Mapping[str, int]) -> Plan:
+def boxes_plan(ck: Checkpoint, its: list[Item], n_devices: int, to: Mapping[str, int],
+               describe: bool = True) -> Plan:
     """The C planner's plan of every box of `its` (sl_plan_build_boxes), each to its tensor's
-    target: it checks them all."""
-    return Plan.from_boxes(ck, [b for _, bs in its for _, b in bs], n_devices, targets=to)
+    target: it checks them all. describe: as Plan.from_boxes."""
+    return Plan.from_boxes(ck, [b for _, bs in its for _, b in bs], n_devices, targets=to,
+                           describe=describe)
