@@ -176,7 +176,8 @@ def _set_list(o: N.LoadOpts, keep: list[Any], field: str, count: str,
 
 
 def _set_verify(o: N.LoadOpts, keep: list[Any], verify: bool, manifest: Any) -> None:
-    """verify=True (or a manifest): every file's SHA-256 is checked while it streams (C core)."""
+    """verify=True, or a manifest alone, sets opts.verify: the C core checks the bytes while they
+    stream (manifest XXH3 blocks: the blocks read; else every file's SHA-256)."""
     if not isinstance(verify, bool):
         raise TypeError(f"verify must be a bool, got {type(verify).__name__}")
     if manifest is not None:
@@ -365,8 +366,12 @@ def load(path: Any = None, *, tp: int = 1, pp: int = 1, ep: bool = False, layout
     keys or a transformers config (to_dict()); the planner reads all three alike and checks the
     checkpoint against it. With dummy=True and no path the plan comes from config alone and no
     file is read.
-    verify=True checks every file's SHA-256 while it streams, against manifest (a sha256sum
-    file) or, in a Hugging Face cache, the blob each file links to; a mismatch is a LoadError.
+    verify=True checks the bytes in the same pass, against manifest (a sha256sum file; passing
+    manifest= alone turns verify on). A manifest that write_manifest or --write-manifest wrote
+    also carries XXH3 hashes of 1 MiB blocks, and then only the blocks read are hashed and
+    checked; else every file's SHA-256 is checked (every byte read), against the manifest, the
+    Hugging Face cache's blob names or an S3 object's stored SHA-256. A mismatch is a LoadError
+    (SL_E_INTEGRITY).
     device="pjrt" puts each parameter in a PJRT buffer through the plugin at pjrt_plugin
     (e.g. XLA's CPU plugin xla_cpu_pjrt.so); its bytes come back with .read and .checksums.
     read_gap="none" reads only the bytes the devices need (a rank's rows of a weight split along
