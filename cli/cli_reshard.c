@@ -33,7 +33,7 @@ static void reshard_help(FILE *out)
             "                         about --threads or CPU-count slots of 4 to 16 MiB)\n"
             "                         (--staging, --request: a plain number is MiB, whatever its\n"
             "                         size; with a unit it is that size: 4096B, 512K, 256M, 1G;\n"
-            "                         from 4 KiB to 1 TiB)\n"
+            "                         up to 1 TiB, from 16 KiB (--staging) or 4 KiB (--request))\n"
             "  --threads N            I/O requests in flight (default automatic)\n"
             "  --io M                 auto, direct or buffered (default auto)\n"
             "  --dist S, --devices-per-rank K   under mpirun, as for `load` (docs/mpi.md): rank r\n"
