@@ -22,20 +22,27 @@ def _size(name: str, v: int | None) -> int:
     return v
 
 
-def reshard(path: Any, out: Any, *, tp: int = 1, pp: int = 1, layout: str = "tp",
-            dtype: Any = None, config: ConfigSource | None = None, rules: Any = None,
-            max_part_size: int | None = None, staging: int = 64 << 20, io: str = "auto",
-            threads: int = 0) -> None:
-    """Writes per-device pre-sharded files (model-rank-{d}-part-{p}.safetensors) into out."""
+def reshard(path: Any, out: Any, *, tp: int = 1, pp: int = 1, ep: bool = False,
+            layout: str = "tp", dtype: Any = None, config: ConfigSource | None = None,
+            rules: Any = None, max_part_size: int | None = None, staging: int = 64 << 20,
+            io: str = "auto", threads: int = 0, write_manifest: bool = False) -> None:
+    """Writes per-device pre-sharded files (model-rank-{d}-part-{p}.safetensors) into out, as
+    the CLI's reshard (ep: --ep); write_manifest=True then writes out/SHA256SUMS of them (as
+    write_manifest(out), the CLI's --write-manifest), for load(out, manifest=) later."""
+    if not isinstance(write_manifest, bool):
+        raise TypeError(f"write_manifest must be a bool, got {type(write_manifest).__name__}")
     o = _load_opts("cpu", io, staging, threads, False, 1234)
     err = ctypes.create_string_buffer(_ERRLEN)
     with opened(path) as ck:
-        plan = Plan(ck, config=config, tp=tp, pp=pp, layout=layout, dtype=dtype, rules=rules)
+        plan = Plan(ck, config=config, tp=tp, pp=pp, ep=ep, layout=layout, dtype=dtype,
+                    rules=rules)
         part = _size("max_part_size", max_part_size)
         st = _interrupt.call(lambda: N.lib.sl_reshard(ck.handle, plan.handle, ctypes.byref(o),
                                                       N.fspath(out), part, err, _ERRLEN))
         plan.close()
     N.raise_status(st, err.value)
+    if write_manifest:
+        _manifest(out, None)
 
 
 def synth(config: ConfigSource, out: Any, *, dtype: Any = None, seed: int = 1234,
@@ -58,6 +65,11 @@ def write_manifest(folder: Any, name: str | None = None) -> str:
     """Writes folder/name (default SHA256SUMS), a sha256sum file of the checkpoint files a load
     of folder reads, with XXH3 lines of 1 MiB blocks (a load checks the blocks it reads), for
     load(..., manifest=) later; returns its path."""
+    return _manifest(folder, name)
+
+
+def _manifest(folder: Any, name: str | None) -> str:
+    """write_manifest's work, by another name: reshard's write_manifest flag hides the function."""
     if name is not None and not isinstance(name, str):
         raise TypeError(f"name must be a str, got {type(name).__name__}")
     err = ctypes.create_string_buffer(_ERRLEN)

@@ -53,6 +53,30 @@ def test_load_ep_ranks_are_the_oracle(tmp_path: Path, arch: str) -> None:
         assert 0 < m.stats["bytes_read"] < whole
 
 
+def test_reshard_ep_loads_back(tmp_path: Path) -> None:
+    """reshard(ep=True) writes each rank's whole experts (the CLI's --ep): the rank files load
+    back under EP with the checksums of the original's EP load, and write_manifest=True (the
+    CLI's --write-manifest) writes the SHA256SUMS that load then verifies against."""
+    arch = "mixtral"
+    cfg = dict(oracle_shards.MOE_ARCHS[arch], torch_dtype="bfloat16")
+    ck_dir = tmp_path / arch
+    ck_dir.mkdir()
+    (ck_dir / "config.json").write_text(json.dumps(cfg))
+    ck = oracle_shards.checkpoint_tensors(arch, cfg, "BF16", np.random.default_rng(7))
+    oracle_shards.write_checkpoint(str(ck_dir), ck, 2, random.Random(4))
+    T, out = 4, tmp_path / "ep4"   # E = 6: uneven ranges
+    shardload.reshard(ck_dir, out, tp=T, ep=True, write_manifest=True)
+    with shardload.load(ck_dir, tp=T, ep=True) as want, \
+            shardload.load(out, tp=T, ep=True, manifest=out / "SHA256SUMS") as got:
+        assert got.stats["verified_files"] > 0
+        for r in range(T):
+            assert got.checksums(r) == want.checksums(r), f"rank {r}"
+    with pytest.raises(TypeError, match="ep must be a bool"):
+        shardload.reshard(ck_dir, tmp_path / "bad", tp=T, ep=1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="write_manifest must be a bool"):
+        shardload.reshard(ck_dir, tmp_path / "bad", tp=T, write_manifest=1)  # type: ignore[arg-type]
+
+
 def test_plan_fp8_from_config() -> None:
     """DeepSeek-V3's config is block-FP8: weights F8_E4M3, their 128x128 block scales F32."""
     p = shardload.plan(config=CONFIGS / "deepseek-v3.json", tp=8, ep=True)
