@@ -211,23 +211,37 @@ static int opts_device_only(const cli_opts *o)
     return CLI_EXIT_OK;
 }
 
+/* Engine knobs for benchmarks and tests, from the environment (load --help). A value the library
+ * would refuse is a usage error here, as a bad option is (the engine names: sl_io_open's). */
+static int opts_env(cli_opts *o)
+{
+    static const char *const engines[] = {"pread", "uring", "io_uring", "uring-inline", NULL};
+    const char *engine = getenv("SL_IO_ENGINE");
+    if (engine && *engine && !cli_listed(engine, engines))
+        return cli_usage_error(o->cmd, "SL_IO_ENGINE '%s': give pread, uring or uring-inline "
+                               "(unset: io_uring where it works, else pread)", engine);
+    o->lo.io_engine = engine;
+    const char *gather = getenv("SL_GATHER_ROWS");
+    int64_t rows = 0;
+    if (gather && *gather && cli_parse_int(gather, 0, INT64_MAX, &rows) != 0)
+        return cli_usage_error(o->cmd, "SL_GATHER_ROWS '%s': give a number of bytes (0: the default)", gather);
+    o->lo.gather_rows = (uint64_t)rows;
+    return CLI_EXIT_OK;
+}
+
 int cli_opts_parse(cli_opts *o, const char *cmd, int argc, char **argv, const char *const *allowed,
                    int max_pos, void (*help)(FILE *out))
 {
     o->cmd = cmd;
     sl_plan_opts_init(&o->po);
     sl_load_opts_init(&o->lo);
-    /* Engine knobs for benchmarks and tests, from the environment (load --help). */
-    o->lo.io_engine = getenv("SL_IO_ENGINE");
-    const char *gather = getenv("SL_GATHER_ROWS");
-    int64_t rows = 0;
-    if (gather && *gather && cli_parse_int(gather, 0, INT64_MAX, &rows) != 0)
-        return cli_usage_error(cmd, "SL_GATHER_ROWS '%s': give a number of bytes (0: the default)", gather);
-    o->lo.gather_rows = (uint64_t)rows;
+    int rc = opts_env(o);
+    if (rc != CLI_EXIT_OK)
+        return rc;
     sl_dist_opts_init(&o->dist);
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
-        int rc = CLI_EXIT_OK;
+        rc = CLI_EXIT_OK;
         if (!strcmp(s, "--help") || !strcmp(s, "-h"))
             return help(stdout), -1;
         if (s[0] == '-' && s[1]) {

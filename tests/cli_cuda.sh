@@ -109,6 +109,11 @@ for v in abc -1 12x; do
     SL_GATHER_ROWS=$v "$SL" load "$CK" --tp 4 >/dev/null 2>"$T/err"
     [ $? -eq 2 ] && grep -q "SL_GATHER_ROWS '$v': give a number of bytes" "$T/err" || fail "SL_GATHER_ROWS='$v': $(cat "$T/err")"
 done
+# so is an engine SL_IO_ENGINE does not name (it was a failure, exit 1, from the library)
+for v in bogus PREAD uring2; do
+    SL_IO_ENGINE=$v "$SL" load "$CK" --tp 4 >/dev/null 2>"$T/err"
+    [ $? -eq 2 ] && grep -q "SL_IO_ENGINE '$v': give pread, uring or uring-inline" "$T/err" || fail "SL_IO_ENGINE='$v': $(cat "$T/err")"
+done
 
 # 4. dummy weights (worker threads write through the backend; padding zeroed) match cpu
 ref=$("$SL" load --format dummy --config "$T/tiny.json" --tp 2 --pp 2 --checksums --json | sums)
