@@ -78,7 +78,8 @@ int cli_demo(int argc, char **argv)
     if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
         printf("usage: shardload demo\n\nSynthesizes a small built-in model in a temporary directory,\n"
                "plans and loads it at TP=2 on cpu (and on CUDA GPUs when there are any), prints\n"
-               "the plan and the reports, and cleans up.\n");
+               "the plan and the reports, and cleans up.\n\n"
+               "Exit status: 0 success, 1 failure (one line on stderr), 2 usage error.\n");
         return CLI_EXIT_OK;
     }
     if (argc > 1)

@@ -12,7 +12,7 @@ static void reshard_help(FILE *out)
             "                         [--threads N]\n"
             "                         [--io auto|direct|buffered] [--config FILE] [--rules FILE]\n"
             "                         [--dist cooperative|independent] [--devices-per-rank K]\n"
-            "                         [--write-manifest]\n\n"
+            "                         [--write-manifest] [remote options]\n\n"
             "Writes each device's parameters, with exactly their device shapes (padding included),\n"
             "to OUTDIR/model-rank-{d}-part-{p}.safetensors (vLLM's sharded_state layout), reading\n"
             "each checkpoint byte once with the same host-memory bound as `load`, and then\n"
@@ -39,7 +39,9 @@ static void reshard_help(FILE *out)
             "  --dist S, --devices-per-rank K   under mpirun, as for `load` (docs/mpi.md): rank r\n"
             "                         writes the files of devices [r*K, (r+1)*K), rank 0 config.json\n"
             "  --s3-*, --remote-*     PATH as an http(s):// or s3:// URL, as for `load` (docs/remote.md)\n"
-            "  -h, --help             this text\n");
+            "  -h, --help             this text\n\n"
+            "Exit status: 0 success, 1 failure (one line on stderr), 2 usage error; a run stopped\n"
+            "by SIGINT or SIGTERM removes the files it had not finished and ends by that signal.\n");
 }
 
 static const char *const reshard_allowed[] = {

@@ -9,7 +9,7 @@ static void synth_help(FILE *out)
 {
     fprintf(out,
             "usage: shardload synth --config FILE OUTDIR [--dtype D] [--seed S] [--max-shard-size SIZE]\n"
-            "                       [--rules FILE]\n\n"
+            "                       [--rules FILE] [--write-manifest]\n\n"
             "Writes a synthetic checkpoint in Hugging Face layout into OUTDIR: the tensors the config\n"
             "implies (names and shapes of its architecture's rule table) with uniform random values,\n"
             "shards model-0000i-of-0000n.safetensors with model.safetensors.index.json (or one\n"
@@ -26,7 +26,9 @@ static void synth_help(FILE *out)
             "  --rules FILE           rule table for an architecture that is not built in\n"
             "  --write-manifest       also write OUTDIR/SHA256SUMS (sha256sum format, with XXH3 lines\n"
             "                         of 1 MiB blocks), for `load --manifest` (--verify) later\n"
-            "  -h, --help             this text\n");
+            "  -h, --help             this text\n\n"
+            "Exit status: 0 success, 1 failure (one line on stderr), 2 usage error; a run stopped\n"
+            "by SIGINT or SIGTERM removes the files it had not finished and ends by that signal.\n");
 }
 
 int cli_synth(int argc, char **argv)

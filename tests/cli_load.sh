@@ -118,6 +118,17 @@ for o in --tp --pp --layout --dtype --device --io --threads --staging --format -
          --json --config --rules --numa --gpus --devices; do
     echo "$help" | grep -q -- "$o" || fail "--help lacks $o"
 done
+# the usage lines (up to the first blank line) name the options described further down
+usage() { "$SL" "$@" --help | sed '/^$/q'; }
+for o in --verify --manifest --dist --devices-per-rank --read-gap --request --ep "remote options"; do
+    usage load | grep -q -- "$o" || fail "load --help usage lacks $o"
+done
+usage synth | grep -q -- --write-manifest || fail "synth --help usage lacks --write-manifest"
+# every command's help says its exit status (demo extra exits 2, too)
+for cmd in inspect plan load reshard synth demo; do
+    "$SL" $cmd --help | grep -q "^Exit status: 0 .*2 usage error" || fail "$cmd --help has no exit status"
+done
+"$SL" demo extra >/dev/null 2>&1; [ $? -eq 2 ] || fail "demo extra should exit 2"
 
 finish
 echo "cli_load: ok"
