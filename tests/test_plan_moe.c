@@ -1,8 +1,8 @@
 /* test_plan_moe.c - mixture-of-experts plans (SHARDING-MOE-FP8.md): the worked figures from the
  * real Mixtral-8x7B and Qwen3-30B-A3B configs, vLLM's EP placement (uneven E % T included), that a
  * rank under EP reads exactly the experts it holds (plan file bytes and a load's bytes_read, with
- * one checkpoint file per tensor), and every MoE error: T > E, the experts' split, EP with spmd, a
- * missing and an unclaimed expert, and each malformed table form.
+ * one checkpoint file per tensor), and every MoE error: T > E, the experts' split, MLA heads not
+ * divisible by T, EP with spmd, a missing and an unclaimed expert, and each malformed table form.
  * Exit 0 pass, 1 fail. */
 #include "expect.h"
 #include "plan_testutil.h"
@@ -228,6 +228,39 @@ static void mesh_errors(void)
     sl_plan_free(p);
     EXPECT(build(NULL, path, NULL, 3, 1, 1, SL_LAYOUT_TP, &p) == SL_OK, "EP keeps experts whole: %s",
            sl_plan_errmsg(p));
+    sl_plan_free(p);
+    /* DeepSeek MLA has no qkv rule, yet its heads are split: with 6 heads at T = 4 q_b_proj
+     * (6*24 rows), kv_b_proj (6*32) and o_proj (6*16 columns) all divide, each rank would hold a
+     * head and a half. Layout spmd tiles the tensors and may cut heads. So may a --rules table's
+     * column rule of nh*D rows (nh 6, D 8: 48 rows over 4). */
+    snprintf(path, sizeof path, "%s/deepseek-nh6.json", dir);
+    tu_write_text(path, "{\"architectures\":[\"DeepseekV3ForCausalLM\"],\"hidden_size\":96,"
+                     "\"intermediate_size\":64,\"moe_intermediate_size\":32,\"num_attention_heads\":6,"
+                     "\"num_hidden_layers\":2,\"first_k_dense_replace\":1,\"n_routed_experts\":4,"
+                     "\"n_shared_experts\":1,\"q_lora_rank\":48,\"kv_lora_rank\":32,"
+                     "\"qk_nope_head_dim\":16,\"qk_rope_head_dim\":8,\"v_head_dim\":16,"
+                     "\"vocab_size\":128,\"topk_method\":\"noaux_tc\",\"torch_dtype\":\"bfloat16\"}");
+    st = build(NULL, path, NULL, 4, 1, 0, SL_LAYOUT_TP, &p);
+    tu_expect_plan_error("MLA heads % T", st, p, SL_E_DIVISIBILITY,
+                         "num_attention_heads 6 is not divisible by tp 4");
+    sl_plan_free(p);
+    EXPECT(build(NULL, path, NULL, 2, 1, 0, SL_LAYOUT_TP, &p) == SL_OK, "MLA 6 heads at T = 2: %s",
+           sl_plan_errmsg(p));
+    sl_plan_free(p);
+    EXPECT(build(NULL, path, NULL, 4, 1, 0, SL_LAYOUT_SPMD, &p) == SL_OK, "MLA 6 heads, spmd N = 4: %s",
+           sl_plan_errmsg(p));
+    sl_plan_free(p);
+    char rules[300];
+    snprintf(rules, sizeof rules, "%s/heads-rules.json", dir);
+    tu_write_text(rules, "{\"rules\":[{\"tensor\":\"model.layers.{i}.q.weight\",\"shape\":[\"nh*D\",\"H\"],"
+                      "\"shard\":\"column\"}]}");
+    snprintf(path, sizeof path, "%s/heads.json", dir);
+    tu_write_text(path, "{\"architectures\":[\"MyForCausalLM\"],\"hidden_size\":48,\"intermediate_size\":64,"
+                     "\"num_attention_heads\":6,\"num_hidden_layers\":1,\"vocab_size\":128,"
+                     "\"torch_dtype\":\"bfloat16\"}");
+    st = build(NULL, path, rules, 4, 1, 0, SL_LAYOUT_TP, &p);
+    tu_expect_plan_error("--rules heads % T", st, p, SL_E_DIVISIBILITY,
+                         "num_attention_heads 6 is not divisible by tp 4");
     sl_plan_free(p);
     st = build(NULL, cfg, NULL, 2, 1, 1, SL_LAYOUT_SPMD, &p);
     tu_expect_plan_error("ep + spmd", st, p, SL_E_INVALID_ARG, "layout tp only");

@@ -48,11 +48,55 @@ uint64_t sl_plan_vocab_padded(uint64_t v)
     return (v + SL_VOCAB_PAD - 1) / SL_VOCAB_PAD * SL_VOCAB_PAD;
 }
 
+/* The dimension layout tp splits a rule along, -1 when it splits none (qkv: dim 0). */
+static int split_dim(const sl_rule *r)
+{
+    switch (r->shard) {
+    case SL_SHARD_REPLICATED:
+    case SL_SHARD_CONCAT: return -1;
+    case SL_SHARD_ROW: return r->ndim == 2 ? 1 : -1;
+    case SL_SHARD_COLUMN:
+    case SL_SHARD_MERGED:
+    case SL_SHARD_VOCAB:
+    case SL_SHARD_QKV: return 0;
+    }
+    return -1;
+}
+
+/* Whether a rule cuts attention heads: a qkv slot, or a split dimension with nh as a factor of a
+ * term ("nh*D", DeepSeek MLA's "nh*dn+nh*dr" and "nh*dv", a --rules table's own). T dividing
+ * such a dimension is not enough: with nh 6 at tp 4, 6*(16+8) rows split evenly and every rank
+ * would hold a head and a half, which vLLM refuses (num_heads % tp_size). */
+static int splits_heads(const sl_rule *r)
+{
+    if (r->shard == SL_SHARD_QKV)
+        return 1;
+    const int d = split_dim(r);
+    if (d < 0)
+        return 0;
+    for (const char *s = r->dim_expr[d]; *s;) {   /* terms and factors, "nh*dn+nh*dr" */
+        const size_t n = strcspn(s, "*+");
+        if (n == 2 && memcmp(s, "nh", 2) == 0)
+            return 1;
+        s += n + (s[n] != '\0');
+    }
+    return 0;
+}
+
+static sl_status check_heads(sl_plan *p, const sl_arch_config *cfg)
+{
+    SL_CHECK(cfg->nh % p->tp == 0, &p->err, SL_E_DIVISIBILITY,
+             "num_attention_heads %lld is not divisible by tp %d", (long long)cfg->nh, (int)p->tp);
+    return SL_OK;
+}
+
 static sl_status check_rule_tp(sl_plan *p, const sl_arch_config *cfg, const sl_rule *r)
 {
     const int64_t T = p->tp;
     if (r->expert && p->ep)   /* expert parallelism: each expert whole on one rank */
         return SL_OK;
+    if (splits_heads(r))
+        SL_TRY(check_heads(p, cfg));
     switch (r->shard) {
     case SL_SHARD_REPLICATED:
     case SL_SHARD_CONCAT: return SL_OK;
@@ -65,9 +109,7 @@ static sl_status check_rule_tp(sl_plan *p, const sl_arch_config *cfg, const sl_r
                  "by tp %d", (unsigned long long)sl_plan_vocab_padded(r->shape[0]), r->dim_expr[0],
                  (unsigned long long)r->shape[0], (int)T);
         return SL_OK;
-    case SL_SHARD_QKV:
-        SL_CHECK(cfg->nh % T == 0, &p->err, SL_E_DIVISIBILITY,
-                 "num_attention_heads %lld is not divisible by tp %d", (long long)cfg->nh, (int)T);
+    case SL_SHARD_QKV:   /* heads checked above */
         SL_CHECK(cfg->K % T == 0 || T % cfg->K == 0, &p->err, SL_E_DIVISIBILITY,
                  "num_key_value_heads %lld is not divisible by tp %d, nor tp %d by it",
                  (long long)cfg->K, (int)T, (int)T);
@@ -181,12 +223,13 @@ static sl_status check_mesh_impl(plan_ctx *c)
              (long long)cfg->E);
     if (p->layout != SL_LAYOUT_TP)
         return check_fp8_spmd(c);
-    /* heads first: they are what a user tunes tp by, and they imply o_proj's split. A rule with no
-     * tensor for this config (the dense MLP of an all-MoE model) splits nothing. */
+    /* the rules that cut heads first: heads are what a user tunes tp by, and they imply o_proj's
+     * split. A rule with no tensor for this config (the dense MLP of an all-MoE model) splits
+     * nothing. */
     for (int pass = 0; pass < 2; pass++) {
         for (int32_t i = 0; i < c->m->n_rules; i++) {
             const sl_rule *r = &c->m->rules[i];
-            if ((r->shard == SL_SHARD_QKV) == (pass == 0) && r->scale_of < 0 &&
+            if (splits_heads(r) == (pass == 0) && r->scale_of < 0 &&
                 sl_arch_rule_used(c->m, i))
                 SL_TRY(check_rule_tp(p, cfg, r));
         }
