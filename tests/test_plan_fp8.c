@@ -386,6 +386,51 @@ static void checkpoint_errors(void)
     }
 }
 
+/* An entry naming one expert's module, or the MoE block itself, keeps every expert of that layer's
+ * block in the model dtype (vLLM's is_layer_skipped: an ignored entry with "experts" in it that
+ * contains the FusedMoE prefix); the shared experts beside them stay FP8. */
+static void ignored_experts(void)
+{
+    static const char *const lists[] = {"[\"model.layers.1.mlp.experts.2.down_proj\"]",
+                                        "[\"model.layers.1.mlp.experts\"]"};
+    char quant[256], err[512], ckdir[300];
+    for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++) {
+        snprintf(quant, sizeof quant, "{\"quant_method\":\"fp8\",\"weight_block_size\":[128,128],"
+                 "\"ignored_layers\":%s}", lists[i]);
+        const char *cfg = small_ds("ign-experts.json", quant);
+        sl_plan *p = NULL;
+        const sl_status st = build(NULL, cfg, 2, 0, SL_LAYOUT_TP, &p);
+        EXPECT(st == SL_OK && is(p, 1, "model.layers.1.mlp.experts.w13_weight", SL_DTYPE_BF16, 4, 256, 256) &&
+                   is(p, 1, "model.layers.1.mlp.experts.w2_weight", SL_DTYPE_BF16, 4, 256, 128) &&
+                   !tu_param(p, 1, "model.layers.1.mlp.experts.w13_weight_scale_inv") &&
+                   !tu_param(p, 1, "model.layers.1.mlp.experts.w2_weight_scale_inv") &&
+                   is(p, 1, "model.layers.1.mlp.shared_experts.gate_up_proj.weight", SL_DTYPE_F8_E4M3,
+                      256, 256, 0),
+               "ignored_layers %s: the block's experts BF16: %s", lists[i], sl_plan_errmsg(p));
+        sl_plan_free(p);
+        /* synth writes them BF16 and the checkpoint plans */
+        snprintf(ckdir, sizeof ckdir, "%s/ign-experts-%zu", dir, i);
+        EXPECT(sl_synth(cfg, NULL, ckdir, -1, 3, 1, err, sizeof err) == SL_OK, "synth: %s", err);
+        expect_plan_of(ckdir, cfg, 1, lists[i], SL_OK, "");
+    }
+    /* 12 layers, layer 1's block alone: "model.layers.1.mlp.experts" is in neither layer 10's nor
+     * 11's names, so 1 of 12, which is refused (one dtype for a rule's layers) */
+    char path[300];
+    snprintf(path, sizeof path, "%s/q3-12.json", dir);
+    tu_write_text(path, "{\"architectures\":[\"Qwen3MoeForCausalLM\"],\"hidden_size\":128,"
+                        "\"intermediate_size\":256,\"num_attention_heads\":4,\"num_key_value_heads\":2,"
+                        "\"head_dim\":32,\"num_hidden_layers\":12,\"vocab_size\":256,\"num_experts\":2,"
+                        "\"moe_intermediate_size\":128,\"torch_dtype\":\"bfloat16\",\"quantization_config\":"
+                        "{\"quant_method\":\"fp8\",\"activation_scheme\":\"dynamic\",\"ignored_layers\":"
+                        "[\"model.layers.1.mlp.experts.0.up_proj\"]}}");
+    sl_plan *p = NULL;
+    const sl_status st = build(NULL, path, 1, 0, SL_LAYOUT_TP, &p);
+    tu_expect_plan_error("one layer's experts", st, p, SL_E_UNSUPPORTED, "rule 'model.layers.{i}.mlp.experts."
+                         "{e}.gate_proj.weight': quantization_config ignores 1 of its 12 MoE blocks (an "
+                         "entry naming one expert or the block keeps the layer's whole block unquantized");
+    sl_plan_free(p);
+}
+
 static void config_errors(void)
 {
     sl_plan *p = NULL;
@@ -478,6 +523,7 @@ static void config_errors(void)
                tu_param(p, 0, "model.layers.0.mlp.gate_up_proj.weight_scale_inv"),
            "ignored dense down_proj: %s", sl_plan_errmsg(p));
     sl_plan_free(p);
+    ignored_experts();
 }
 
 /* ---- per-tensor and per-channel scales -------------------------------------------------------- */

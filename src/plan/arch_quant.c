@@ -240,11 +240,106 @@ static int ignored_name(const sl_arch *m, const char *module)
     return bsearch(&module, m->quant.ignored, (size_t)m->quant.n_ignored, sizeof(char *), str_cmp) != NULL;
 }
 
-/* How many of rule ri's modules (the tensor name without ".weight", at each layer that has it,
- * per expert) the config lists, out of how many. *named counts the modules of the rules so far:
- * each is a tensor, so past SL_MAX_TENSORS the config is refused before they are named (65,536
- * experts at 1,000 layers took 120 s here, at 100,000 layers it would take hours, before the
- * tensor bound of sl_arch_tensors_build refused it). */
+/* ---- routed experts: vLLM skips a whole MoE block ----------------------------------------------
+ * vLLM quantizes a FusedMoE layer as one (quant_utils.is_layer_skipped, its "experts" branch):
+ * with "experts" in the block's prefix ("model.layers.3.mlp.experts"), the block stays unquantized
+ * when an ignored entry that has "experts" in it contains the prefix as a substring, the block's
+ * own name or any of its experts' modules ("model.layers.3.mlp.experts.0.gate_proj"); a prefix
+ * without "experts" (a --rules table's) must be listed as it is. */
+
+/* An {e} rule's block, vLLM's FusedMoE prefix: the tensor pattern before ".{e}"
+ * ("model.layers.{i}.mlp.experts"), malloc'ed. */
+static char *block_pattern(const char *tensor)
+{
+    const char *e = strstr(tensor, "{e}");
+    size_t n = e ? (size_t)(e - tensor) : strlen(tensor);
+    n -= n > 0 && tensor[n - 1] == '.';
+    char *s = malloc(n + 1);
+    if (s) {
+        memcpy(s, tensor, n);
+        s[n] = '\0';
+    }
+    return s;
+}
+
+/* Sets skip[l] for each layer l whose block name (pat at layer l) entry s contains: wherever the
+ * pattern's text before its first {i} occurs in s, the digits after it are tried as l (1, 12,
+ * 123: "model.layers.1.mlp.experts" is not in "model.layers.12.mlp.experts.0.up_proj", the
+ * formatted name decides). -1 when out of memory. */
+static int block_scan(const sl_arch *m, const char *pat, const char *s, uint8_t *skip)
+{
+    const char *brace = strstr(pat, "{i}");
+    if (brace == NULL) {   /* one name for every layer */
+        if (strstr(s, pat))
+            memset(skip, 1, (size_t)m->cfg.L);
+        return 0;
+    }
+    const size_t head = (size_t)(brace - pat);
+    sl_arena names = {0};
+    for (const char *at = s; *at; at++) {
+        if (strncmp(at, pat, head) != 0)
+            continue;
+        const char *d = at + head;
+        int64_t l = 0;
+        for (int k = 0; d[k] >= '0' && d[k] <= '9' && !(k > 0 && d[0] == '0'); k++) {
+            if ((l = l * 10 + (d[k] - '0')) >= m->cfg.L)
+                break;
+            const char *name = sl_arch_name_format(&names, pat, l, 0);
+            if (name == NULL) {
+                sl_arena_free(&names);
+                return -1;
+            }
+            skip[l] |= strncmp(at, name, strlen(name)) == 0;
+        }
+        sl_arena_free(&names);
+    }
+    return 0;
+}
+
+/* skip[l] for the layers of {e} rule ri whose block the config ignores. */
+static sl_status block_skips(sl_err *err, const sl_arch *m, int32_t ri, uint8_t *skip)
+{
+    char *pat = block_pattern(m->rules[ri].tensor);
+    SL_CHECK(pat != NULL, err, SL_E_NOMEM, "out of memory");
+    int bad = 0;
+    if (strstr(pat, "experts")) {
+        for (int64_t i = 0; !bad && i < m->quant.n_ignored; i++)
+            bad = strstr(m->quant.ignored[i], "experts") && block_scan(m, pat, m->quant.ignored[i], skip) < 0;
+    } else {
+        sl_arena names = {0};
+        for (int64_t l = 0; !bad && l < m->cfg.L; l++) {
+            const char *name = sl_arch_name_format(&names, pat, l, 0);
+            bad = name == NULL;
+            skip[l] = !bad && ignored_name(m, name);
+        }
+        sl_arena_free(&names);
+    }
+    free(pat);
+    SL_CHECK(!bad, err, SL_E_NOMEM, "out of memory");
+    return SL_OK;
+}
+
+/* How many of {e} rule ri's MoE layers have their block ignored (*hit), out of how many (*all). */
+static sl_status block_count(sl_err *err, const sl_arch *m, int32_t ri, int64_t *hit, int64_t *all)
+{
+    uint8_t *skip = calloc((size_t)m->cfg.L, 1);
+    SL_CHECK(skip != NULL, err, SL_E_NOMEM, "out of memory");
+    const sl_status st = block_skips(err, m, ri, skip);
+    for (int64_t l = 0; st == SL_OK && l < m->cfg.L; l++) {
+        if (sl_arch_rule_at(m, ri, l)) {
+            *hit += skip[l];
+            (*all)++;
+        }
+    }
+    free(skip);
+    return st;
+}
+
+/* How many of rule ri's modules (the tensor name without ".weight", at each layer that has it;
+ * for an {e} rule its MoE blocks, one a layer) the config lists, out of how many. *named counts
+ * the tensors of the rules so far, so past SL_MAX_TENSORS the config is refused before they are
+ * named (65,536 experts at 1,000 layers took 120 s here, at 100,000 layers it would take hours,
+ * before the tensor bound of sl_arch_tensors_build refused it). */
 static sl_status ignored_count(sl_err *err, sl_arch *m, int32_t ri, int64_t *named, int64_t *hit,
                                int64_t *all)
 {
@@ -261,6 +356,8 @@ static sl_status ignored_count(sl_err *err, sl_arch *m, int32_t ri, int64_t *nam
     SL_CHECK(*named <= SL_MAX_TENSORS, err, SL_E_CONFIG, "the config implies more than %d tensors "
              "(num_hidden_layers %lld, %lld experts): no real model has this many", SL_MAX_TENSORS,
              (long long)m->cfg.L, (long long)m->cfg.E);
+    if (r->expert)
+        return block_count(err, m, ri, hit, all);
     sl_arena tmp = {0};
     for (int64_t l = 0; l < nl; l++) {
         if (!sl_arch_rule_at(m, ri, l))
@@ -358,8 +455,10 @@ sl_status sl_arch_quant_rules(sl_err *err, sl_arch *m, int32_t cap)
         int64_t hit = 0, all = 0;
         SL_TRY(ignored_count(err, m, i, &named, &hit, &all));
         SL_CHECK(hit == 0 || hit == all, err, SL_E_UNSUPPORTED, "rule '%s': quantization_config "
-                 "ignores %lld of its %lld modules; a rule quantized in some layers only is not "
-                 "supported yet", r->tensor, (long long)hit, (long long)all);
+                 "ignores %lld of its %lld %s; a rule quantized in some layers only is not supported "
+                 "yet", r->tensor, (long long)hit, (long long)all, r->expert ? "MoE blocks (an entry "
+                 "naming one expert or the block keeps the layer's whole block unquantized, as in "
+                 "vLLM)" : "modules");
         if (hit > 0)
             continue;   /* kept in the model dtype */
         /* CompressedTensorsW8A8Fp8MoEMethod's check: no per-channel weights with static inputs */
