@@ -9,8 +9,8 @@
  * Per-tensor and per-channel scales (fp8 without blocks, fbgemm_fp8, compressed-tensors): the
  * spec's shapes from the real Mixtral and Llama configs, synth's checkpoints ([] and [1] scalars,
  * [out, 1] channels, equal w1/w3 input scales), and their errors: a scale of the wrong shape, a
- * missing input scale, unequal w1/w3 input scales, regular expressions in "ignore", formats that
- * are not FP8. Exit 0 pass, 1 fail. */
+ * missing input scale, unequal w1/w3 input scales, an F64 scale, regular expressions in "ignore",
+ * formats that are not FP8. Exit 0 pass, 1 fail. */
 #include "expect.h"
 #include "plan_testutil.h"
 #include "scratch.h"
@@ -669,6 +669,13 @@ static void scale_errors(void)
          "'model.layers.0.self_attn.o_proj.weight_scale' has shape [256] but the config implies [256, 1]"},
         {fbgemm, "model.layers.1.mlp.experts.3.down_proj.weight_scale", SL_DTYPE_BOOL, 0, NULL, SL_E_MISSING,
          "(checkpoint tensors missing: 'model.layers.1.mlp.experts.3.down_proj.weight_scale')"},
+        /* F64 scales: not widened exactly, and w1's and w3's input scales are compared as 2 or 4
+         * bytes (8 escaped the comparison) */
+        {pt_static, "model.layers.1.mlp.experts.2.up_proj.input_scale", SL_DTYPE_F64, 0, NULL, SL_E_UNSUPPORTED,
+         "checkpoint tensor 'model.layers.1.mlp.experts.2.up_proj.input_scale' is an FP8 scale of dtype F64: "
+         "scales must be F32, BF16 or F16"},
+        {pt_static, "model.layers.0.self_attn.o_proj.weight_scale", SL_DTYPE_F64, 0, NULL, SL_E_UNSUPPORTED,
+         "'model.layers.0.self_attn.o_proj.weight_scale' is an FP8 scale of dtype F64"},
         {fbgemm, "model.layers.0.self_attn.o_proj.weight_scale", SL_DTYPE_BF16, 2, chan, SL_OK, ""},   /* widened */
         {ct_static, "model.layers.0.self_attn.o_proj.weight_scale", SL_DTYPE_F32, 0, NULL, SL_OK, ""},   /* [] too */
     };

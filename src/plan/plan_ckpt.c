@@ -109,11 +109,26 @@ static sl_status check_fp8_dtype(plan_ctx *c, const sl_tensor_info *ti)
     return SL_OK;
 }
 
+/* A scale is F32, BF16 or F16 (SHARDING-MOE-FP8.md: "a BF16 or F16 scale in the file is widened
+ * exactly"): an F64 one would be rounded to vLLM's F32, and the w1/w3 input scales are compared
+ * bit for bit as the 2 or 4 bytes of these dtypes (check_input_scales). */
+static sl_status check_scale_dtype(plan_ctx *c, const sl_tensor_info *ti)
+{
+    char nb[SL_TEXT_NAME];
+    SL_CHECK(ti->dtype == SL_DTYPE_F32 || ti->dtype == SL_DTYPE_BF16 || ti->dtype == SL_DTYPE_F16,
+             &c->p->err, SL_E_UNSUPPORTED, "%s: checkpoint tensor '%s' is an FP8 scale of dtype %s: "
+             "scales must be F32, BF16 or F16 (widened exactly to vLLM's F32)", tensor_file(c, ti),
+             sl_text_name(ti->name, nb, sizeof nb), sl_dtype_name(ti->dtype) ? sl_dtype_name(ti->dtype) : "?");
+    return SL_OK;
+}
+
 static sl_status check_dtype(plan_ctx *c, const sl_tensor_info *ti, const sl_arch_tensor *mt)
 {
     char nb[SL_TEXT_NAME];
     if (mt->dtype == SL_DTYPE_F8_E4M3)
         return check_fp8_dtype(c, ti);
+    if (c->m->rules[mt->rule].scale_of >= 0)
+        return check_scale_dtype(c, ti);
     const int f8 = ti->dtype == SL_DTYPE_F8_E4M3 || ti->dtype == SL_DTYPE_F8_E5M2;
     SL_CHECK(ti->dtype == c->p->dtype || sl_dtype_converts(ti->dtype), &c->p->err, SL_E_UNSUPPORTED,
              "%s: checkpoint tensor '%s' has dtype %s, which cannot be converted to %s%s",
@@ -329,7 +344,8 @@ static sl_status scale_add(plan_ctx *c, scale_set *ss, int64_t tensor)
     ss->refs = nr;
     ss->refs[ss->n] = (scale_ref){.tensor = tensor, .file = s->file, .offset = s->offset,
                                   .n = sl_dtype_bits(s->dtype) / 8};
-    assert(ss->refs[ss->n].n >= 1 && ss->refs[ss->n].n <= 4);   /* bind_one took F32, BF16, F16 only */
+    /* check_scale_dtype took F32, BF16 and F16 only: span_read's bits hold every byte */
+    assert(ss->refs[ss->n].n >= 2 && ss->refs[ss->n].n <= sizeof ss->refs[ss->n].bits);
     ss->n++;
     return SL_OK;
 }
