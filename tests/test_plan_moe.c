@@ -215,6 +215,14 @@ static void mesh_errors(void)
                      "Tensor parallel size 12 is greater than the number of experts 8");
         sl_plan_free(p);
     }
+    /* layout spmd tiles each expert's tensor on its own: 12 devices over 8 experts, w1's 96 rows
+     * in tiles of 8 */
+    const sl_status spmd = build(NULL, cfg, NULL, 12, 1, 0, SL_LAYOUT_SPMD, &p);
+    EXPECT(spmd == SL_OK, "spmd N > E: %s", sl_plan_errmsg(p));
+    EXPECT(spmd == SL_OK && shape3(p, 11, "model.layers.1.block_sparse_moe.experts.7.w1.weight", 8, 48, 0) &&
+               shape3(p, 11, "model.layers.1.block_sparse_moe.experts.7.w2.weight", 48, 8, 0),
+           "spmd N = 12: an expert's w1 [8, 48], w2 [48, 8]");
+    sl_plan_free(p);
     /* the experts' intermediate split only without EP: I = 96 over T = 6 heads-wise fine, 96 % 6
      * == 0; over T = 3 with I = 100 it is not */
     char path[300];

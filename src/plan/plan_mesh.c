@@ -1,6 +1,7 @@
-/* plan_mesh.c - whether a mesh fits a config (SHARDING.md, SHARDING-MOE-FP8.md): every dimension a
- * rule splits divisible by T, heads first; for MoE models no more ranks than experts, and the
- * experts' own split only without expert parallelism (under EP experts are whole). */
+/* plan_mesh.c - whether a mesh fits a config (SHARDING.md, SHARDING-MOE-FP8.md): in layout tp every
+ * dimension a rule splits divisible by T, heads first; for MoE models no more ranks than experts,
+ * and the experts' own split only without expert parallelism (under EP experts are whole). Layout
+ * spmd pads its tiles and needs only FP8 tiles of whole blocks. */
 #include "plan/plan_ctx.h"
 #include "plan/arch_config.h"
 
@@ -217,12 +218,13 @@ static sl_status check_mesh_impl(plan_ctx *c)
              "layout spmd is a 1-D mesh: pp must be 1 (got %d)", (int)p->pp);
     SL_CHECK(p->pp <= cfg->L, &p->err, SL_E_CONFIG,
              "pp %d is larger than num_hidden_layers %lld", (int)p->pp, (long long)cfg->L);
+    /* layout spmd tiles each expert's tensor on its own (SHARDING-MOE-FP8.md), over any N */
+    if (p->layout != SL_LAYOUT_TP)
+        return check_fp8_spmd(c);
     /* vLLM's check (qwen3_moe.py, qwen2_moe.py; SHARDING-MOE-FP8.md): with or without EP */
     SL_CHECK(c->m->n_moe_layers == 0 || cfg->E >= p->tp, &p->err, SL_E_DIVISIBILITY,
              "Tensor parallel size %d is greater than the number of experts %lld", (int)p->tp,
              (long long)cfg->E);
-    if (p->layout != SL_LAYOUT_TP)
-        return check_fp8_spmd(c);
     /* the rules that cut heads first: heads are what a user tunes tp by, and they imply o_proj's
      * split. A rule with no tensor for this config (the dense MLP of an all-MoE model) splits
      * nothing. */
