@@ -503,16 +503,20 @@ static void config_errors(void)
         tu_expect_plan_error(cases[i].want, st, p, cases[i].st, cases[i].want);
         sl_plan_free(p);
     }
-    /* a module listed for every layer stays in the model dtype, without a scale */
-    st = build(NULL, small_ds("ign.json", "{\"quant_method\":\"fp8\",\"weight_block_size\":[128,128],"
-                                          "\"modules_to_not_convert\":[\"model.layers.0.self_attn.o_proj\","
-                                          "\"model.layers.1.self_attn.o_proj\"]}"),
-               2, 0, SL_LAYOUT_TP, &p);
-    EXPECT(st == SL_OK && is(p, 0, "model.layers.1.self_attn.o_proj.weight", SL_DTYPE_BF16, 256, 128, 0) &&
-               !tu_param(p, 0, "model.layers.1.self_attn.o_proj.weight_scale_inv") &&
-               is(p, 0, "model.layers.1.self_attn.kv_b_proj.weight", SL_DTYPE_F8_E4M3, 256, 128, 0),
-           "ignored o_proj: %s", sl_plan_errmsg(p));
-    sl_plan_free(p);
+    /* a module listed for every layer stays in the model dtype, without a scale; an empty
+     * ignored_layers falls back to modules_to_not_convert, as vLLM's Fp8Config does */
+    for (int empty = 0; empty < 2; empty++) {
+        char quant[256];
+        snprintf(quant, sizeof quant, "{\"quant_method\":\"fp8\",\"weight_block_size\":[128,128],%s"
+                 "\"modules_to_not_convert\":[\"model.layers.0.self_attn.o_proj\","
+                 "\"model.layers.1.self_attn.o_proj\"]}", empty ? "\"ignored_layers\":[]," : "");
+        st = build(NULL, small_ds("ign.json", quant), 2, 0, SL_LAYOUT_TP, &p);
+        EXPECT(st == SL_OK && is(p, 0, "model.layers.1.self_attn.o_proj.weight", SL_DTYPE_BF16, 256, 128, 0) &&
+                   !tu_param(p, 0, "model.layers.1.self_attn.o_proj.weight_scale_inv") &&
+                   is(p, 0, "model.layers.1.self_attn.kv_b_proj.weight", SL_DTYPE_F8_E4M3, 256, 128, 0),
+               "ignored o_proj%s: %s", empty ? " (ignored_layers [])" : "", sl_plan_errmsg(p));
+        sl_plan_free(p);
+    }
     /* a dense layer's module (layer 0 here; layer 1 is MoE) listed where it exists: all of it,
      * not "1 of its 2 modules" counting a layer that has no such module */
     st = build(NULL, small_ds("ign-dense.json", "{\"quant_method\":\"fp8\",\"weight_block_size\":[128,128],"

@@ -41,14 +41,21 @@ static sl_status ignored_entry(sl_err *err, sl_arch *m, const char *key, const j
     return SL_OK;
 }
 
+/* A list key that names nothing: absent, null or [] (vLLM's Fp8Config.from_config falls back to
+ * modules_to_not_convert when ignored_layers is falsy, so an empty list does not stop it). */
+static int ignored_none(const json_t *ig)
+{
+    return ig == NULL || json_is_null(ig) || (json_is_array(ig) && json_array_size(ig) == 0);
+}
+
 static sl_status quant_ignored(sl_err *err, sl_arch *m, const json_t *q)
 {
     static const char *const keys[] = {"ignored_layers", "modules_to_not_convert", "ignore"};
     const json_t *ig = NULL;
     const char *key = NULL;
-    for (size_t k = 0; k < sizeof keys / sizeof keys[0] && (ig == NULL || json_is_null(ig)); k++)
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0] && ignored_none(ig); k++)
         ig = json_object_get(q, key = keys[k]);
-    if (ig == NULL || json_is_null(ig))
+    if (ignored_none(ig))
         return SL_OK;
     SL_CHECK(json_is_array(ig) && json_array_size(ig) <= 1000000, err, SL_E_CONFIG,
              "config quantization_config '%s' is not a list of module names", key);
