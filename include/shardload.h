@@ -319,8 +319,8 @@ sl_status sl_plan_build_boxes(const sl_checkpoint *ck, const sl_box *boxes, int6
 sl_layout sl_plan_layout(const sl_plan *p);
 int32_t sl_plan_tp(const sl_plan *p);
 int32_t sl_plan_pp(const sl_plan *p);
-/* 1 when the plan spreads whole experts over the TP ranks (sl_plan_opts.ep on an MoE model); 0
- * on a dense model whatever was asked, since ep changes none of its bytes. */
+/* 1 when the plan spreads whole experts over the TP ranks (sl_plan_opts.ep on an MoE model at
+ * tp > 1); 0 on a dense model or at tp 1 whatever was asked, since ep changes none of its bytes. */
 int32_t sl_plan_ep(const sl_plan *p);
 sl_dtype sl_plan_dtype(const sl_plan *p);
 int32_t sl_plan_device_count(const sl_plan *p);

@@ -61,6 +61,28 @@ one_line_error $? "$T/err" "model-rank-0-part-0.safetensors: pre-sharded with ex
 "$SL" load "$T/rs" --tp 2 --ep >/dev/null 2>"$T/err"
 one_line_error $? "$T/err" "pre-sharded without expert parallelism; asked for a load with it" \
     || fail "plain files loaded with --ep: $(cat "$T/err")"
+# --ep at T = 1 changes nothing: the plan is the one without it, so its parts carry no "ep" stamp
+# and load either way, as do parts an earlier build stamped "ep": "1"
+"$SL" plan "$T/ck" --tp 1 --ep --json | grep -q '"ep":false' || fail "plan --tp 1 --ep --json says no ep"
+rm -rf "$T/rs1"
+"$SL" reshard "$T/ck" "$T/rs1" --tp 1 --ep >/dev/null || fail "reshard --tp 1 --ep"
+ref=$("$SL" load "$T/ck" --checksums --json)
+for stamp in no yes; do
+    [ $stamp = yes ] && python3 - "$T/rs1/model-rank-0-part-0.safetensors" <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+h["__metadata__"]["ep"] = "1"
+t = json.dumps(h).encode()
+t += b" " * (-len(t) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(t)) + t + b[8 + n:])
+PY
+    for ep in "" --ep; do
+        got=$("$SL" load "$T/rs1" $ep --checksums --json) || { fail "tp 1 --ep parts (stamp $stamp) load '$ep'"; continue; }
+        [ "$(sums <<<"$ref")" = "$(sums <<<"$got")" ] || fail "tp 1 --ep parts (stamp $stamp) load '$ep' to the checksums"
+    done
+done
 "$SL" plan "$T/ck" --tp 2 --ep --json | grep -q '"ep":true' || fail "plan --json says ep"
 "$SL" plan "$T/ck" --tp 2 --json | grep -q '"ep":false' || fail "plan --json says no ep"
 noep=$("$SL" load "$T/ck" --tp 4 --checksums --json)

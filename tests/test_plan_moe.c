@@ -103,6 +103,7 @@ static void worked_figures(void)
     EXPECT(build(NULL, q3, NULL, 1, 1, 0, SL_LAYOUT_TP, &a) == SL_OK &&
                build(NULL, q3, NULL, 1, 1, 1, SL_LAYOUT_TP, &b) == SL_OK, "T=1");
     EXPECT(a && b && sl_plan_device_bytes(a, 0) == sl_plan_device_bytes(b, 0), "T=1 EP same bytes");
+    EXPECT(b && sl_plan_ep(b) == 0, "T=1 --ep: the plan without it (a reshard stamps no ep)");
     sl_plan_free(a);
     sl_plan_free(b);
 }

@@ -182,8 +182,8 @@ class Plan:
 
     ``devices[d]`` lists device d's parameters; ``total_bytes`` sums them, ``read_bytes`` is
     what a load reads when each checkpoint byte is read once (None from a config alone).
-    ``ep`` says whether the experts are spread over the TP ranks (False for a dense model, even
-    with ``ep=True``: the option changes none of its bytes).
+    ``ep`` says whether the experts are spread over the TP ranks (False for a dense model or at
+    ``tp=1``, even with ``ep=True``: the option changes none of their bytes).
     """
 
     def __init__(self, ck: Checkpoint | None, *, config: ConfigSource | None = None, tp: int = 1,
@@ -240,7 +240,7 @@ class Plan:
             N.raise_status(st, msg)
         self.layout = _LAYOUT_NAMES.get(N.lib.sl_plan_layout(self._h), "?")
         self.tp, self.pp = N.lib.sl_plan_tp(self._h), N.lib.sl_plan_pp(self._h)
-        self.ep: bool = bool(N.lib.sl_plan_ep(self._h))   # False on a dense model, even if asked
+        self.ep: bool = bool(N.lib.sl_plan_ep(self._h))   # False on a dense model or at tp 1, even if asked
         self.dtype: str = NAMES[N.lib.sl_plan_dtype(self._h)]
         self.devices: list[Device] = [self._device(d) for d in
                                       range(N.lib.sl_plan_device_count(self._h) if describe else 0)]

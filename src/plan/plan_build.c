@@ -513,6 +513,11 @@ static sl_status sources_init(plan_ctx *c)
     return SL_OK;
 }
 
+int sl_plan_ep_matters(const plan_ctx *c)
+{
+    return c->m->n_moe_layers > 0 && c->p->tp > 1;
+}
+
 static sl_status plan_build_impl(sl_plan *p, const sl_checkpoint *ck, const sl_plan_opts *o)
 {
     plan_ctx c = {.p = p, .ck = ck};
@@ -530,9 +535,9 @@ static sl_status plan_build_impl(sl_plan *p, const sl_checkpoint *ck, const sl_p
     if (st == SL_OK) {
         st = plan_dtype(&c, o);
     }
-    /* ep on a dense model changes no byte: the plan is one without it (it stamped a reshard's
-     * parts "with expert parallelism", which a load without --ep then refused) */
-    if (st == SL_OK && m->cfg.E == 0)
+    /* ep that changes no byte (a dense model, or tp 1) gives the plan without it: it stamped a
+     * reshard's parts "with expert parallelism", which a load without --ep then refused */
+    if (st == SL_OK && !sl_plan_ep_matters(&c))
         p->ep = 0;
     if (st == SL_OK)
         st = sl_plan_check_mesh(&c);

@@ -47,6 +47,11 @@ typedef struct plan_ctx {
     int64_t *stage_start;         /* pp + 1 entries: stage s holds layers [start[s], start[s+1]) */
 } plan_ctx;
 
+/* plan_build.c: whether expert parallelism changes any byte of the plan: the model has MoE layers
+ * and tp > 1 (at tp 1 the one rank of a stage holds every expert whole either way). When it does
+ * not, the plan is the one without it (p->ep 0), and pre-sharded files' "ep" stamp is not
+ * compared. */
+int sl_plan_ep_matters(const plan_ctx *c);
 /* plan_mesh.c: the mesh against the config (divisibility, T > E, pp > L); messages name the
  * config. */
 sl_status sl_plan_check_mesh(plan_ctx *c);

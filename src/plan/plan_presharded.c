@@ -42,11 +42,12 @@ static sl_status check_file_mesh(plan_ctx *c, int64_t f)
              "(reshard the original checkpoint for this mesh)",
              sl_checkpoint_file_path(c->ck, f), ml ? ml : "?", mt ? mt : "?", mp ? mp : "?", md ? md : "?",
              layout, p->tp, p->pp);
-    /* the experts a rank holds differ with and without EP, and so its tensors' shapes; a dense
-     * model's parts are the same either way (earlier builds stamped a dense --ep reshard "1") */
+    /* the experts a rank holds differ with and without EP, and so its tensors' shapes; where EP
+     * changes nothing (a dense model, tp 1) the parts are the same either way (earlier builds
+     * stamped a dense or tp 1 --ep reshard "1") */
     const char *me = meta_get(c->ck, f, "ep");
     const int file_ep = me && !strcmp(me, "1");
-    SL_CHECK(c->m->cfg.E == 0 || file_ep == (p->ep != 0), &p->err, SL_E_CONFIG,
+    SL_CHECK(!sl_plan_ep_matters(c) || file_ep == (p->ep != 0), &p->err, SL_E_CONFIG,
              "%s: pre-sharded %s expert parallelism; asked for a load %s it (give --ep %s, or reshard "
              "the original checkpoint)", sl_checkpoint_file_path(c->ck, f), file_ep ? "with" : "without",
              p->ep ? "with" : "without", file_ep ? "too" : "no more");

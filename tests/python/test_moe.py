@@ -28,6 +28,7 @@ def test_plan_ep_worked_figures() -> None:
     assert p.ep and not flat.ep
     dense = shardload.plan(config=CONFIGS / "llama-3-8b.json", tp=2, ep=True)
     assert not dense.ep   # ep changes no byte of a dense model: the plan is one without it
+    assert not shardload.plan(config=CONFIGS / "mixtral-8x7b.json", tp=1, ep=True).ep   # nor at tp 1
     with pytest.raises(TypeError, match="ep must be a bool"):
         shardload.plan(config=CONFIGS / "mixtral-8x7b.json", tp=2, ep=1)  # type: ignore[arg-type]
 
