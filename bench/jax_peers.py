@@ -14,7 +14,10 @@ subprocess (its own peak RSS), rounds interleaved, hot (page cache warm) and col
 as root). On CPU the devices' memory is host memory, so "beyond" is peak RSS minus the bytes the
 devices hold minus an idle process with the same imports.
 
-Knobs: BENCH_ROUNDS (default 3).
+Knobs: BENCH_ROUNDS (default 3); BENCH_JAX_CONTENDERS (comma-separated, default all three);
+BENCH_JAX_TITLE (the report's heading, default "JAX peers"). make bench also runs it on an
+MoE-shaped checkpoint of small tensors (Qwen3-30B-A3B's 48 layers of 128 experts, 18,867
+tensors, 150,000 shards on 8 devices): what each contender costs per tensor and per shard.
 
 Two measurements of the path for devices that copy (GPU, TPU), on CPU, outside make bench:
   jax_peers.py --group-cost CKPT   one C load of a ~28 MiB group (the bound at 64 MiB staging)
@@ -45,7 +48,7 @@ import shardload, shardload.jax as sj, shardload.jax._shardings as jsh
 path, how = sys.argv[1], sys.argv[2]
 mesh = Mesh(np.array(jax.devices()[:8]), ("model",))
 with shardload.open(path) as ck:
-    specs = {n: NamedSharding(mesh, s) for n, s in jsh.default_specs(ck, mesh, None, None).items()}
+    specs = {n: NamedSharding(mesh, s) for n, s in jsh.default_specs(ck, mesh, None, None)[0].items()}
     files = {}
     for t in ck.tensors:
         if t.name in specs:
@@ -78,7 +81,8 @@ print(json.dumps({"seconds": sec, "held": held, "peak_rss": peak, "idle_rss": id
                   "tensors": len(out)}))
 """
 
-CONTENDERS = ["shardload.jax", "device_put", "orbax"]
+CONTENDERS = os.environ.get("BENCH_JAX_CONTENDERS", "shardload.jax,device_put,orbax").split(",")
+TITLE = os.environ.get("BENCH_JAX_TITLE", "JAX peers")
 
 
 GROUP_COST = r"""
@@ -211,9 +215,11 @@ def main():
 
 def report(rows, broken, cold_ok, ck):
     size = sum(os.path.getsize(f) for f in files_of(ck))
-    out = [f"\n## JAX peers ({time.strftime('%Y-%m-%d')})\n",
+    tensors = max((x.get("tensors", 0) for x in rows), default=0)
+    out = [f"\n## {TITLE} ({time.strftime('%Y-%m-%d')})\n",
            f"Produced by `make bench` (`bench/jax_peers.py`): {os.path.basename(ck)}, "
-           f"{size / 1e9:.2f} GB in {len(files_of(ck))} files, onto a mesh of 8 virtual CPU devices "
+           f"{size / 1e9:.2f} GB in {len(files_of(ck))} files, {tensors:,} tensors loaded, "
+           f"onto a mesh of 8 virtual CPU devices "
            f"(one axis), shardload's default shardings given to every contender; median of "
            f"{ROUNDS} interleaved rounds, each run a fresh process."
            + ("" if cold_ok else " Cold runs could not drop the page cache (not root): they are warm.")
