@@ -169,7 +169,7 @@ def main():
     # Sections written by other scripts (bench/ring_sim.sh here; bench/gpu_check.sh on a GPU machine,
     # whose figures this machine cannot renew) are kept, not lost, when this file is rewritten.
     here = os.path.dirname(os.path.abspath(out))
-    for extra in ("ring.md", "python_peers.md", "jax_peers.md", "jax_dist.md", "remote.md", "moe.md",
+    for extra in ("ring.md", "python_peers.md", "jax_peers.md", "jax_many.md", "jax_dist.md", "remote.md", "moe.md",
                   "read_gap.md", "gpu.md"):   # python_peers.md: bench/python_peers.sh
         path = os.path.join(here, extra)
         if os.path.exists(path):

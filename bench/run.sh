@@ -3,7 +3,7 @@
 # one run, interleaved (A B C A B C ...) so that drift on a shared machine hits every contender alike.
 # Writes bench/RESULTS.md, bench/results.jsonl, bench/mpi.jsonl, bench/ring.jsonl (ring_sim.sh)
 # and bench/chart.png; RESULTS.md also carries bench/ring.md, bench/python_peers.md (python_peers.sh),
-# bench/jax_peers.md (jax_peers.py), bench/jax_dist.md (jax_dist.py), bench/remote.md (remote.sh),
+# bench/jax_peers.md and bench/jax_many.md (jax_peers.py), bench/jax_dist.md (jax_dist.py), bench/remote.md (remote.sh),
 # bench/moe.md (moe.sh), bench/read_gap.md (read_gap.sh)
 # and, when present, bench/gpu.md.
 #
@@ -136,6 +136,28 @@ if [[ ${BENCH_JAX:-1} != 0 ]]; then
          .venv/bin/python bench/jax_peers.py "$CK" bench/jax_peers.jsonl bench/jax_peers.md; }; then
     echo "bench: jax peers failed" >&2
     printf '## JAX peers (bench/jax_peers.py, issue 14 item 5)\n\nNot run: it failed in this run (see its output).\n' > bench/jax_peers.md
+  fi
+fi
+
+# ---- JAX, many small tensors (bench/jax_peers.py on an MoE-shaped checkpoint) ---------------------
+# Qwen3-30B-A3B's tensor list (48 layers of 128 experts: 18,867 tensors) with tiny dimensions, so
+# that what a contender costs per tensor and per shard shows, not the bytes: shardload.jax against
+# device_put per tensor (orbax left out: it takes minutes here). bench/jax_many.{jsonl,md}.
+# BENCH_JAX_MANY=0 skips it.
+if [[ ${BENCH_JAX_MANY:-1} != 0 ]]; then
+  echo "bench: JAX, many small tensors (bench/jax_peers.py)" >&2
+  MANY=$WORK/qwen3-30b-a3b-small
+  if [[ ! -f $MANY/.complete ]]; then
+    rm -rf "$MANY"
+    python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c.update(hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=256); json.dump(c, open(sys.argv[2], "w"))' \
+      "$CONFIGS/qwen3-30b-a3b.json" "$WORK/qwen3-30b-a3b-small.json"
+    $SL synth --config "$WORK/qwen3-30b-a3b-small.json" "$MANY" >/dev/null && touch "$MANY/.complete"
+  fi
+  if ! { scripts/pyenv.sh &&
+         BENCH_JAX_CONTENDERS=shardload.jax,device_put BENCH_JAX_TITLE="JAX, many small tensors" \
+         .venv/bin/python bench/jax_peers.py "$MANY" bench/jax_many.jsonl bench/jax_many.md; }; then
+    echo "bench: jax many failed" >&2
+    printf '## JAX, many small tensors (bench/jax_peers.py)\n\nNot run: it failed in this run (see its output).\n' > bench/jax_many.md
   fi
 fi
 
