@@ -1,10 +1,12 @@
-/* dummy.c - dummy weights (SHARDING.md "Dummy weights"), following vLLM's CPU recipe
- * (vllm-notes 1.8): every parameter of every device gets its own MT19937 seeded with the seed,
- * one 32-bit draw per element in row-major order over the device's parameter (padding rows
- * included), value = (u & (2^digits - 1)) * 2^-digits * T(to - from) + T(from) computed in float
- * and rounded to T, with from = T(-1e-3), to = T(1e-3). ZERO operations (vocab padding) are
- * applied afterwards, so padding is zero while every other element equals what PyTorch's
- * uniform_(-1e-3, 1e-3) gives a tensor of the device's shape. No file is read.
+/* dummy.c - dummy weights (SHARDING.md "Dummy weights"), equal to vLLM's on the CPU (vllm-notes
+ * 1.8; docs/engine.md says what is checked against which torch): every parameter of every device
+ * gets its own MT19937 seeded with the seed, as torch.Generator().manual_seed(seed) does, and is
+ * filled as PyTorch's CPU uniform_(-1e-3, 1e-3) fills a contiguous tensor of the device's shape
+ * (aten/src/ATen/native/cpu/DistributionTemplates.h uniform_kernel): serially, one 32-bit draw
+ * per element in row-major order (padding rows included), v = fma(x, to - from, from) in float
+ * with x = (u & (2^24 - 1)) * 2^-24 and from, to the floats nearest -1e-3 and 1e-3, rounded once
+ * to T, and T(from) where that gives T(to). ZERO operations (vocab padding) are applied
+ * afterwards, so padding is zero. No file is read.
  *
  * Parameters are independent, so worker threads take them one at a time; each generates into its
  * own bounded buffer and writes through the device ops (so non-host backends work too). */
@@ -12,6 +14,7 @@
 #include "load/engine.h"
 #include "plan/plan_data.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -20,12 +23,9 @@
 #include "common/sl_bytes.h"
 
 #define DUMMY_CHUNK ((size_t)1 << 20)
-
-/* x * range + from must round twice, as in PyTorch's scalar CPU kernel. GCC in ISO C mode does
- * not contract across statements; clang needs to be told. */
-#ifdef __clang__
-#pragma STDC FP_CONTRACT OFF
-#endif
+#define DUMMY_BLOCK 1024     /* floats generated before they are rounded to T */
+#define DUMMY_FROM (-1e-3)   /* the bounds of vLLM's initialize_dummy_weights, as doubles */
+#define DUMMY_TO 1e-3
 
 void sl_mt19937_seed(sl_mt19937 *g, uint32_t seed)
 {
@@ -57,35 +57,60 @@ uint32_t sl_mt19937_next(sl_mt19937 *g)
     return y;
 }
 
-/* Each step rounds as PyTorch's uniform_real does for T = float, Half, BFloat16 (see above);
- * kept in separate statements so that no FMA contraction changes fp32 results. */
-void sl_dummy_values(sl_mt19937 *g, sl_dtype dt, void *dst, size_t n)
+/* The float that uniform_real<float> gives for each draw: every T takes this path, as the
+ * accumulate type of Half and BFloat16 is float, so 24 bits of each draw count for all three.
+ * fmaf because torch's AVX2 and AVX512 kernels contract x * (to - from) + from into one FMA
+ * (its x86 DEFAULT kernel, without FMA, rounds twice and gives other values). */
+static void dummy_floats(sl_mt19937 *g, float *v, size_t n)
 {
-    unsigned char *d = dst;
+    const float from = (float)DUMMY_FROM, to = (float)DUMMY_TO;
+    for (size_t i = 0; i < n; i++) {
+        const float x = (float)(sl_mt19937_next(g) & 0xffffffu) * 0x1.0p-24f;
+        v[i] = fmaf(x, to - from, from);
+    }
+}
+
+/* The bits of T(f) for T = F32, F16, BF16 (round to nearest even). */
+static uint32_t dummy_bits(sl_dtype dt, float f)
+{
+    uint32_t u = 0;
+    if (dt == SL_DTYPE_F32)
+        memcpy(&u, &f, 4);
+    else
+        u = dt == SL_DTYPE_F16 ? sl_f32_to_f16(f) : sl_f32_to_bf16(f);
+    return u;
+}
+
+/* Rounds the floats to T once, then replaces a value that rounded up to T(to) by T(from), as
+ * uniform_kernel does to keep [from, to) half-open. */
+static void dummy_store(sl_dtype dt, const float *v, unsigned char *d, size_t n)
+{
+    const uint32_t from_t = dummy_bits(dt, (float)DUMMY_FROM), to_t = dummy_bits(dt, (float)DUMMY_TO);
+    sl_convert(d, dt, v, SL_DTYPE_F32, n);
     if (dt == SL_DTYPE_F32) {
-        const float from = -1e-3f, to = 1e-3f;
-        const float range = to - from;
-        for (size_t i = 0; i < n; i++) {
-            float x = (float)(sl_mt19937_next(g) & 0xffffffu) * 0x1.0p-24f;
-            float v = x * range;
-            v = v + from;
-            memcpy(d + 4 * i, &v, 4);
-        }
+        for (size_t i = 0; i < n; i++)
+            if (v[i] == (float)DUMMY_TO)
+                memcpy(d + 4 * i, &from_t, 4);
         return;
     }
-    const int f16 = dt == SL_DTYPE_F16;
-    const uint32_t mask = f16 ? 0x7ffu : 0xffu;
-    const float scale = f16 ? 0x1.0p-11f : 0x1.0p-8f;
-    uint16_t (*round_t)(float) = f16 ? sl_f32_to_f16 : sl_f32_to_bf16;
-    float (*widen_t)(uint16_t) = f16 ? sl_f16_to_f32 : sl_bf16_to_f32;
-    const float from = widen_t(round_t(-1e-3f)), to = widen_t(round_t(1e-3f));
-    const float range = widen_t(round_t(to - from));
+    const uint16_t from16 = (uint16_t)from_t, to16 = (uint16_t)to_t;
     for (size_t i = 0; i < n; i++) {
-        float x = (float)(sl_mt19937_next(g) & mask) * scale;
-        float v = x * range;
-        v = v + from;
-        uint16_t h = round_t(v);
-        memcpy(d + 2 * i, &h, 2);
+        uint16_t h;
+        memcpy(&h, d + 2 * i, 2);
+        if (h == to16)
+            memcpy(d + 2 * i, &from16, 2);
+    }
+}
+
+void sl_dummy_values(sl_mt19937 *g, sl_dtype dt, void *dst, size_t n)
+{
+    float v[DUMMY_BLOCK];
+    unsigned char *d = dst;
+    const size_t es = sl_dtype_bits(dt) / 8;
+    for (size_t done = 0; done < n; done += DUMMY_BLOCK) {
+        const size_t m = n - done < DUMMY_BLOCK ? n - done : DUMMY_BLOCK;
+        dummy_floats(g, v, m);
+        dummy_store(dt, v, d + done * es, m);
     }
 }
 
