@@ -35,13 +35,22 @@ void sl_mt19937_seed(sl_mt19937 *g, uint32_t seed)
     g->idx = 624;
 }
 
+static uint32_t mt_mix(uint32_t hi, uint32_t lo, uint32_t far)
+{
+    const uint32_t y = (hi & 0x80000000u) | (lo & 0x7fffffffu);
+    return far ^ (y >> 1) ^ ((y & 1u) ? 0x9908b0dfu : 0u);
+}
+
+/* The standard three-part twist (no index modulo, so the first two loops vectorize). */
 static void mt_twist(sl_mt19937 *g)
 {
-    for (int i = 0; i < 624; i++) {
-        uint32_t y = (g->mt[i] & 0x80000000u) | (g->mt[(i + 1) % 624] & 0x7fffffffu);
-        uint32_t v = g->mt[(i + 397) % 624] ^ (y >> 1);
-        g->mt[i] = (y & 1u) ? v ^ 0x9908b0dfu : v;
-    }
+    uint32_t *mt = g->mt;
+    int i = 0;
+    for (; i < 624 - 397; i++)
+        mt[i] = mt_mix(mt[i], mt[i + 1], mt[i + 397]);
+    for (; i < 623; i++)
+        mt[i] = mt_mix(mt[i], mt[i + 1], mt[i + 397 - 624]);
+    mt[623] = mt_mix(mt[623], mt[0], mt[396]);
     g->idx = 0;
 }
 
