@@ -184,11 +184,13 @@ class Plan:
     what a load reads when each checkpoint byte is read once (None from a config alone).
     ``ep`` says whether the experts are spread over the TP ranks (False for a dense model or at
     ``tp=1``, even with ``ep=True``: the option changes none of their bytes).
+    ``describe=False`` leaves ``devices`` empty (the plan is checked and totalled; ``device(d)``
+    reads one device), where reading every device's parameters would cost more than the plan.
     """
 
     def __init__(self, ck: Checkpoint | None, *, config: ConfigSource | None = None, tp: int = 1,
                  pp: int = 1, ep: bool = False, layout: str = "tp", dtype: Any = None,
-                 rules: Any = None) -> None:
+                 rules: Any = None, describe: bool = True) -> None:
         _check_mesh(tp, pp, ep, layout)
         if ck is not None and not isinstance(ck, Checkpoint):
             raise TypeError(f"Plan takes an open Checkpoint (shardload.open) or None, got "
@@ -202,7 +204,7 @@ class Plan:
         self._h = ctypes.c_void_p()
         st = N.lib.sl_plan_build(ck.handle if ck else None, ctypes.byref(opts),
                                  ctypes.byref(self._h))
-        self._take(st)
+        self._take(st, describe)
 
     @classmethod
     def from_boxes(cls, ck: Checkpoint, boxes: list[tuple[str, int, tuple[int, ...],
@@ -247,6 +249,13 @@ class Plan:
         self.total_bytes: int = N.lib.sl_plan_total_bytes(self._h)
         rb = N.lib.sl_plan_read_bytes(self._h)
         self.read_bytes: int | None = None if rb == 2**64 - 1 else rb
+
+    def device(self, d: int) -> Device:
+        """Device d's parameters, read from the plan (what ``devices[d]`` holds)."""
+        n = N.lib.sl_plan_device_count(self.handle)
+        if not 0 <= d < n:
+            raise IndexError(f"device {d}: the plan has {n} devices")
+        return self._device(d)
 
     def _device(self, d: int) -> Device:
         tp_rank, pp_rank = ctypes.c_int32(), ctypes.c_int32()

@@ -248,8 +248,8 @@ def _as_copying_devices(monkeypatch: pytest.MonkeyPatch) -> list:
         put.extend((buf.ctypes.data, a, buf.nbytes) for buf, a in zip(bufs, arrays))
         return arrays, copied, adopted
 
-    def spy_put_tensor(shape: tuple, sharding: object, boxes: list) -> tuple:
-        a, copied, adopted = put_tensor(shape, sharding, boxes)
+    def spy_put_tensor(shape: tuple, sharding: object, boxes: list, cache: object) -> tuple:
+        a, copied, adopted = put_tensor(shape, sharding, boxes, cache)
         put.extend((buf.ctypes.data, a, buf.nbytes) for _, buf in boxes)
         return a, copied, adopted
 
@@ -354,9 +354,9 @@ def test_copies_of_a_box_share_a_slab_buffer(tmp_path: Path,
         calls.append([b.ctypes.data for b in bufs])
         return inner(bufs, targets)
 
-    def spy_tensor(shape: tuple, sharding: object, boxes: list) -> tuple:
+    def spy_tensor(shape: tuple, sharding: object, boxes: list, cache: object) -> tuple:
         calls.append([b.ctypes.data for _, b in boxes])
-        return inner_tensor(shape, sharding, boxes)
+        return inner_tensor(shape, sharding, boxes, cache)
     monkeypatch.setattr(jl, "put_group", spy)
     monkeypatch.setattr(jl, "put_tensor", spy_tensor)
     stats: dict = {}

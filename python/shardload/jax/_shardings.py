@@ -36,11 +36,11 @@ def default_specs(ck: Checkpoint, mesh: Any, config: ConfigSource | None,
     from jax.sharding import PartitionSpec
     axis = mesh.axis_names[-1]
     n = int(mesh.shape[axis])
-    plan = Plan(ck, config=config, tp=n, layout="spmd", dtype=dtype)
+    plan = Plan(ck, config=config, tp=n, layout="spmd", dtype=dtype, describe=False)
     tensors = ck._by_name()
     out: dict[str, Any] = {}
     dtypes: dict[str, str] = {}
-    for p in plan.devices[0].params:
+    for p in plan.device(0).params:  # one device's tiles tell: the others are the same shapes
         whole = tensors[p.name].shape
         split = [k for k in range(len(whole)) if p.shape[k] != whole[k]]
         spec = [None] * len(whole)
@@ -144,9 +144,23 @@ def _check_rules(rules: list[Any] | tuple[Any, ...]) -> None:
                             f"{r!r} (a single rule goes in a list: [(regex, spec)])")
 
 
-def boxes(name: str, shape: tuple[int, ...], sharding: Any,
-          index: dict[Any, int]) -> list[tuple[Any, Box]]:
-    """(device, box) of every addressable device of the sharding, in the mesh's order."""
+def boxes(name: str, shape: tuple[int, ...], sharding: Any, index: dict[Any, int],
+          seen: dict[Any, list[tuple[Any, Box]]] | None = None) -> list[tuple[Any, Box]]:
+    """(device, box) of every addressable device of the sharding, in the mesh's order. seen:
+    the boxes of (sharding, shape) pairs met before (an MoE checkpoint has 18,000 tensors of a
+    few shapes), taken from there under this name."""
+    key = (sharding, shape)
+    if seen is not None and key in seen:
+        return [(dev, (name,) + b[1:]) for dev, b in seen[key]]
+    out = _boxes(name, shape, sharding, index)
+    if seen is not None:
+        seen[key] = out
+    return out
+
+
+def _boxes(name: str, shape: tuple[int, ...], sharding: Any,
+           index: dict[Any, int]) -> list[tuple[Any, Box]]:
+    """boxes(), worked out."""
     spec = getattr(sharding, "spec", None)
     if spec is not None and len(spec) > len(shape):  # JAX says only "list index out of range"
         raise ValueError(f"tensor '{name}' {shape}: its PartitionSpec {spec} has {len(spec)} "
@@ -238,7 +252,8 @@ def items(ck: Checkpoint, mesh: Any, shardings: ShardingSpec, config: ConfigSour
     order = {t.name: k for k, t in enumerate(ck.tensors)}
     reads = ({n: read_sharding(sp, tensors[n].shape) for n, sp in specs.items()} if cooperative
              else specs)
-    return specs, reads, [(tensors[n], boxes(n, tensors[n].shape, reads[n], index))
+    seen: dict[Any, list[tuple[Any, Box]]] = {}
+    return specs, reads, [(tensors[n], boxes(n, tensors[n].shape, reads[n], index, seen))
                           for n in sorted(specs, key=order.__getitem__)], to
 
 
