@@ -444,3 +444,16 @@ def test_plan_from_boxes(tmp_path: Path) -> None:
             shardload.Plan.from_boxes(ck, [("m", 0, (-1, 0), (3, 4))], 1)
         with pytest.raises(shardload.Error, match="m"):
             shardload.Plan.from_boxes(ck, [("m", 0, (2, 0), (2, 4))], 1)  # past row 3
+
+
+def test_plan_describe_false_reads_one_device(tiny_ckpt: Path) -> None:
+    with shardload.open(tiny_ckpt) as ck:
+        full = shardload.Plan(ck, tp=2)
+        quiet = shardload.Plan(ck, tp=2, describe=False)
+        assert quiet.devices == [] and quiet.total_bytes == full.total_bytes
+        assert quiet.device(1) == full.devices[1] and full.device(0) == full.devices[0]
+        with pytest.raises(IndexError, match="device 2: the plan has 2 devices"):
+            quiet.device(2)
+        quiet.close()
+        with pytest.raises(ValueError, match="closed"):
+            quiet.device(0)
