@@ -33,14 +33,21 @@ def test_plan_ep_worked_figures() -> None:
         shardload.plan(config=CONFIGS / "mixtral-8x7b.json", tp=2, ep=1)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("arch", ["qwen2_moe", "mixtral"])
-def test_load_ep_ranks_are_the_oracle(tmp_path: Path, arch: str) -> None:
+def _moe_checkpoint(tmp_path: Path, arch: str, seed: int, layout_seed: int) -> tuple[dict, Path, dict]:
+    """The oracle's BF16 checkpoint of a small MoE architecture in tmp_path/arch, two files:
+    its config, folder and tensors."""
     cfg = dict(oracle_shards.MOE_ARCHS[arch], torch_dtype="bfloat16")
     ck_dir = tmp_path / arch
     ck_dir.mkdir()
     (ck_dir / "config.json").write_text(json.dumps(cfg))
-    ck = oracle_shards.checkpoint_tensors(arch, cfg, "BF16", np.random.default_rng(5))
-    oracle_shards.write_checkpoint(str(ck_dir), ck, 2, random.Random(3))
+    ck = oracle_shards.checkpoint_tensors(arch, cfg, "BF16", np.random.default_rng(seed))
+    oracle_shards.write_checkpoint(str(ck_dir), ck, 2, random.Random(layout_seed))
+    return cfg, ck_dir, ck
+
+
+@pytest.mark.parametrize("arch", ["qwen2_moe", "mixtral"])
+def test_load_ep_ranks_are_the_oracle(tmp_path: Path, arch: str) -> None:
+    cfg, ck_dir, ck = _moe_checkpoint(tmp_path, arch, 5, 3)
     T = 4   # E = 5 (qwen2_moe) and 6 (mixtral): uneven ranges
     whole = shardload.load(ck_dir, tp=T, ep=True).stats["bytes_read"]
     for r in range(T):
@@ -59,12 +66,7 @@ def test_reshard_ep_loads_back(tmp_path: Path) -> None:
     back under EP with the checksums of the original's EP load, and write_manifest=True (the
     CLI's --write-manifest) writes the SHA256SUMS that load then verifies against."""
     arch = "mixtral"
-    cfg = dict(oracle_shards.MOE_ARCHS[arch], torch_dtype="bfloat16")
-    ck_dir = tmp_path / arch
-    ck_dir.mkdir()
-    (ck_dir / "config.json").write_text(json.dumps(cfg))
-    ck = oracle_shards.checkpoint_tensors(arch, cfg, "BF16", np.random.default_rng(7))
-    oracle_shards.write_checkpoint(str(ck_dir), ck, 2, random.Random(4))
+    _, ck_dir, _ = _moe_checkpoint(tmp_path, arch, 7, 4)
     T, out = 4, tmp_path / "ep4"   # E = 6: uneven ranges
     shardload.reshard(ck_dir, out, tp=T, ep=True, write_manifest=True)
     with shardload.load(ck_dir, tp=T, ep=True) as want, \
