@@ -636,7 +636,9 @@ sl_status sl_write_manifest(const char *dir, const char *name, char *err, size_t
 
 /* Asks every sl_load, sl_reshard, sl_reshard_dist, sl_synth and sl_checkpoint_read running in this
  * process to stop: each fails with SL_E_CANCELLED at its next check (between read requests, before
- * each write, between a read's 64 MiB chunks)
+ * each write, between a read's 64 MiB chunks; a remote checkpoint's GETs, its open's included, also
+ * while they wait on the server or on a retry's backoff: within about 100 ms for the load's ranges
+ * and a second for the blocking GETs of an open or sl_checkpoint_read)
  * and, as after any failure, removes the files it had not finished. sl_cancel only stores to a
  * lock-free atomic, so a signal handler may call it (the CLI does, on SIGINT and SIGTERM); the
  * library installs no handler itself. The request holds until sl_cancel_clear. */

@@ -103,6 +103,23 @@ one_line_error $? "$T/err" "safetensors: bytes [0-9]*-[0-9]*: no byte for 1000 m
     fail "stall, retries 1: $(cat "$T/err")"
 [ $(($(date +%s) - start)) -lt 40 ] || fail "stall, retries 1: not bounded"
 stop_proxy
+# a server that answers no data GET at all (not even a status line): SIGTERM stops a reshard within
+# a second or two, by the signal, its files removed. Before, the engine's wait never looked at the
+# stop, and the reshard went on for the timeout's tries (10 s x 6 here) before failing
+start_proxy "$UP" hang --fault hang --stall 30
+"$SL" reshard "$PROXY/ck/" "$T/rs_hang" --tp 2 "${KNOBS[@]}" >/dev/null 2>"$T/err" &
+pid=$!
+sleep 1
+start=$(date +%s%N)
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+took=$((($(date +%s%N) - start) / 1000000))
+stop_proxy
+[ "$rc" -eq 143 ] && [ "$(wc -l <"$T/err")" -eq 1 ] && grep -q "reshard interrupted by SIGTERM" "$T/err" ||
+    fail "hang, SIGTERM: exit $rc, stderr: $(cat "$T/err")"
+[ "$took" -lt 3000 ] || fail "hang, SIGTERM: the reshard ended $took ms after the signal"
+ls "$T/rs_hang" 2>/dev/null | grep -q safetensors && fail "hang, SIGTERM: files left: $(ls "$T/rs_hang")"
 # an object replaced (rewritten in place, same size) after its header was read
 cp -r "$W/ck" "$W/ckr"
 start_proxy "$UP" replace --fault replace --after 5 --replace "$W/ckr/model-00003-of-00006.safetensors"

@@ -17,6 +17,8 @@ and (i - after) % every == 0, at most --count times (0: no limit). KIND:
   stall     half the body (--stall-bytes B: B bytes of it, 0 for none), then nothing for --stall
             seconds (default 5), then the rest; logged when the stall starts, with the bytes sent
             before it
+  hang      nothing at all (no status line) for --stall seconds, then the connection closed: a
+            server that accepted the request and went quiet
   flip      the whole body, one byte of it (the middle one) flipped: bytes the store did not hold
             (its stored checksum still the original's), which only --verify can catch
   replace   after the --after-th candidate, FILE is rewritten in place (same size, every byte
@@ -105,6 +107,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if fault in ("503", "507", "501", "429"):
             extra = [("Retry-After", "1")] if fault == "429" else []
             return self._plain(int(fault), fault, extra)
+        if fault == "hang":
+            self._log(0, 0, fault)
+            time.sleep(A.stall)
+            self.close_connection = True
+            return None
         status, body = self._forward("GET")
         half = len(body) // 2
         if fault == "flip" and body:
@@ -168,7 +175,8 @@ def main():
     p.add_argument("upstream", type=int)
     p.add_argument("portfile")
     p.add_argument("--fault", required=True,
-                   choices=["reset", "truncate", "503", "507", "501", "429", "stall", "flip", "replace", "none"])
+                   choices=["reset", "truncate", "503", "507", "501", "429", "stall", "hang", "flip", "replace",
+                            "none"])
     p.add_argument("--every", type=int, default=1)
     p.add_argument("--after", type=int, default=0)
     p.add_argument("--count", type=int, default=0)

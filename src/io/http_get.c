@@ -4,6 +4,7 @@
  * alive connection. */
 #include "io/http_list.h"
 #include "io/http_xfer.h"
+#include "common/sl_cancel.h"
 #include "common/sl_text.h"
 
 #include <stdio.h>
@@ -17,15 +18,19 @@ void sl_http_conn_free(void *conn)
         curl_easy_cleanup(conn);
 }
 
-static void sleep_until(uint64_t t_ms)
+enum { SLEEP_SLICE_MS = 50 };   /* a retry's backoff (up to 64 x backoff_ms) looks for a stop this often */
+
+/* Until x's next attempt is due; SL_E_CANCELLED as soon as a stop is asked for. */
+static sl_status sleep_until(const sl_http_xfer *x, sl_err *err)
 {
-    const uint64_t now = xf_now_ms();
-    if (t_ms <= now)
-        return;
-    const uint64_t d = t_ms - now;
-    struct timespec ts = {.tv_sec = (time_t)(d / 1000), .tv_nsec = (long)(d % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0) {
+    for (uint64_t now = xf_now_ms(); now < x->not_before_ms; now = xf_now_ms()) {
+        if (sl_cancel_requested())
+            return xf_cancelled(x, err);
+        const uint64_t d = x->not_before_ms - now < SLEEP_SLICE_MS ? x->not_before_ms - now : SLEEP_SLICE_MS;
+        const struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)d * 1000000L};
+        nanosleep(&ts, NULL);   /* a signal ends it early: the loop looks again */
     }
+    return SL_OK;
 }
 
 static sl_status run_locked(sl_http_xfer *x, sl_http_cfg *c, sl_err *err)
@@ -42,7 +47,7 @@ static sl_status run_locked(sl_http_xfer *x, sl_http_cfg *c, sl_err *err)
             return SL_OK;
         if (r == XF_FAIL)
             return err->st;
-        sleep_until(x->not_before_ms);
+        SL_TRY(sleep_until(x, err));
     }
 }
 

@@ -1,7 +1,15 @@
 /* http_pool.c - transfers on one multi handle (see http_pool.h). */
 #include "io/http_pool.h"
 
+#include "common/sl_cancel.h"
+
 #include <stdlib.h>
+
+/* The longest wait of a step, whatever the stall timeout: a stop asked for with sl_cancel (from
+ * another thread, or by a signal that did not land on this one) is seen this soon, even while
+ * every transfer waits on a server that sends nothing or on its backoff. Ten idle wake-ups a
+ * second cost nothing next to a transfer. */
+enum { POOL_TICK_MAX_MS = 100 };
 
 sl_status xf_pool_init(xf_pool *p, const sl_http_tune *t, unsigned n_easy, sl_err *err)
 {
@@ -9,7 +17,8 @@ sl_status xf_pool_init(xf_pool *p, const sl_http_tune *t, unsigned n_easy, sl_er
      * own: with every connection idle (all stalled), a step that slept a second noticed a 1 s
      * stall a second late */
     const long quarter = (long)(t->timeout_ms / 4);
-    *p = (xf_pool){.n_easy = n_easy ? n_easy : 1, .tick_ms = quarter < 10 ? 10 : quarter > 1000 ? 1000 : quarter};
+    *p = (xf_pool){.n_easy = n_easy ? n_easy : 1,
+                   .tick_ms = quarter < 10 ? 10 : quarter > POOL_TICK_MAX_MS ? POOL_TICK_MAX_MS : quarter};
     p->multi = curl_multi_init();
     p->idle = calloc(2 * (size_t)p->n_easy, sizeof *p->idle);   /* the idle stack, then all */
     int ok = p->multi && p->idle;
@@ -89,6 +98,31 @@ static sl_status start_due(xf_pool *p, sl_err *err)
     return SL_OK;
 }
 
+/* A transfer of the pool, to name in a message: the first waiting one, else a running one (a
+ * handle not on the idle stack runs the transfer its CURLOPT_PRIVATE names). */
+static const sl_http_xfer *any_xfer(const xf_pool *p)
+{
+    if (p->head)
+        return p->head;
+    for (unsigned k = 0; k < p->n_easy; k++) {
+        CURL *h = p->idle[p->n_easy + k];
+        int idle = 0;
+        for (unsigned i = 0; i < p->n_idle && !idle; i++)
+            idle = p->idle[i] == h;
+        sl_http_xfer *x = NULL;
+        if (!idle && curl_easy_getinfo(h, CURLINFO_PRIVATE, (char **)&x) == CURLE_OK && x)
+            return x;
+    }
+    return NULL;
+}
+
+/* SL_E_CANCELLED naming one of the pool's transfers; the caller drops them all. */
+static sl_status pool_cancelled(const xf_pool *p, sl_err *err)
+{
+    const sl_http_xfer *x = any_xfer(p);
+    return x ? xf_cancelled(x, err) : sl_err_set(err, SL_E_CANCELLED, "cancelled while reading");
+}
+
 /* Judges the transfers that ended; *completed counts those handed to done. */
 static sl_status reap(xf_pool *p, void (*done)(void *, sl_http_xfer *), void *user, unsigned *completed,
                       sl_err *err)
@@ -121,6 +155,8 @@ static sl_status reap(xf_pool *p, void (*done)(void *, sl_http_xfer *), void *us
 sl_status xf_pool_step(xf_pool *p, void (*done)(void *user, sl_http_xfer *x), void *user, sl_err *err)
 {
     unsigned completed = 0;
+    if (sl_cancel_requested())
+        return pool_cancelled(p, err);
     SL_TRY(start_due(p, err));
     int still = 0;
     const CURLMcode mc = curl_multi_perform(p->multi, &still);

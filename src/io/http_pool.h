@@ -12,7 +12,8 @@ typedef struct xf_pool {
     CURLM *multi;
     CURL **idle;                 /* n_idle handles that run nothing, then all n_easy of them */
     unsigned n_idle, n_easy, running;
-    long tick_ms;                /* the longest wait in a step: stalls are judged after it */
+    long tick_ms;                /* the longest wait in a step: stalls and a stop (sl_cancel) are
+                                    judged after it */
     sl_http_xfer *head, *tail;   /* waiting to start (linked by q_next) */
 } xf_pool;
 
@@ -22,11 +23,12 @@ sl_status xf_pool_init(xf_pool *p, const sl_http_tune *t, unsigned n_easy, sl_er
 void xf_pool_push(xf_pool *p, sl_http_xfer *x);
 /* Whether a transfer runs or waits. */
 int xf_pool_busy(const xf_pool *p);
-/* Starts the transfers that are due while handles are free, lets curl move the running ones and
- * judges those that ended: done(user, x) for each that completed, the queue again for a retry, the
- * error of the first that failed for good. Then, unless one completed or a waiting one can start
- * at once, waits for the sockets, the next backoff (a retry queued in this step included) or a
- * tick: a second, or a quarter of the stall timeout where that is shorter. */
+/* SL_E_CANCELLED at once once sl_cancel was called (naming a waiting or running transfer; the
+ * caller drops them). Else starts the transfers that are due while handles are free, lets curl move
+ * the running ones and judges those that ended: done(user, x) for each that completed, the queue
+ * again for a retry, the error of the first that failed for good. Then, unless one completed or a
+ * waiting one can start at once, waits for the sockets, the next backoff (a retry queued in this
+ * step included) or a tick: 100 ms, or a quarter of the stall timeout where that is shorter. */
 sl_status xf_pool_step(xf_pool *p, void (*done)(void *user, sl_http_xfer *x), void *user, sl_err *err);
 /* x out of the multi handle if it runs (before the buffer it writes into goes). */
 void xf_pool_drop(xf_pool *p, sl_http_xfer *x);

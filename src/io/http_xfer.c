@@ -8,6 +8,7 @@
  * exponential backoff with jitter, from the first byte not yet received; 403, 404, other 4xx, 501
  * (not implemented) and 505 (HTTP version not supported) fail at once: every try would meet them. */
 #include "io/http_xfer.h"
+#include "common/sl_cancel.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -211,7 +212,9 @@ static size_t on_body(char *p, size_t size, size_t nmemb, void *user)
 
 /* A stall: no byte for the timeout. curl's own low-speed check (CURLOPT_LOW_SPEED_TIME) averages
  * over about 5 s and counts whole seconds, so a burst before a stall hid it for several seconds
- * more; curl calls this at least once a second while a transfer is idle. */
+ * more; curl calls this at least once a second while a transfer is idle. A stop asked for with
+ * sl_cancel ends the transfer here too: a GET that waits on a server that sends nothing would
+ * otherwise hold the stop for its timeout times its tries (minutes). */
 static int on_progress(void *user, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow)
 {
     (void)dltotal;
@@ -219,8 +222,9 @@ static int on_progress(void *user, curl_off_t dltotal, curl_off_t dlnow, curl_of
     (void)ultotal;
     (void)ulnow;
     sl_http_xfer *x = user;
-    x->stalled = xf_now_ms() - x->last_byte_ms > x->tune->timeout_ms;
-    return x->stalled;   /* non-zero: CURLE_ABORTED_BY_CALLBACK */
+    x->cancelled = sl_cancel_requested();
+    x->stalled = !x->cancelled && xf_now_ms() - x->last_byte_ms > x->tune->timeout_ms;
+    return x->stalled || x->cancelled;   /* non-zero: CURLE_ABORTED_BY_CALLBACK */
 }
 
 /* ---- an attempt ---- */
@@ -272,6 +276,7 @@ sl_status xf_prepare(sl_http_xfer *x, CURL *h, sl_err *err)
     x->body[0] = '\0';
     x->fail_st = SL_OK;
     x->stalled = 0;
+    x->cancelled = 0;
     x->last_byte_ms = xf_now_ms();
     x->tries++;
     if (x->whole)
@@ -339,6 +344,14 @@ static void range_text(const sl_http_xfer *x, char *buf, size_t n)
         snprintf(buf, n, x->head ? "HEAD" : "GET");
     else
         snprintf(buf, n, "bytes %" PRIu64 "-%" PRIu64, x->off, x->off + x->len - 1);
+}
+
+sl_status xf_cancelled(const sl_http_xfer *x, sl_err *err)
+{
+    char r[64];
+    range_text(x, r, sizeof r);
+    return sl_err_set(err, SL_E_CANCELLED, "%s: cancelled while reading %s%s", x->obj->name,
+                      x->whole || x->head ? "its " : "", r);
 }
 
 static int xf_retry(sl_http_xfer *x, sl_err *err)
@@ -437,6 +450,10 @@ int xf_finish(sl_http_xfer *x, CURLcode rc, sl_err *err)
     }
     if (rc == CURLE_OK && (code < 200 || code >= 300))
         return xf_http_fail(x, code, err);
+    if (rc == CURLE_ABORTED_BY_CALLBACK && x->cancelled) {
+        xf_cancelled(x, err);
+        return XF_FAIL;
+    }
     if (rc == CURLE_ABORTED_BY_CALLBACK && x->stalled) {
         snprintf(x->last_reason, sizeof x->last_reason, "no byte for %u ms", x->tune->timeout_ms);
         return xf_retry(x, err);

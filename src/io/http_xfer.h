@@ -37,6 +37,7 @@ typedef struct sl_http_xfer {
     size_t got_at_start;
     uint64_t last_byte_ms;     /* when the attempt started or its last byte (header or body) came */
     int stalled;               /* ended by on_progress: no byte for the tune's timeout */
+    int cancelled;             /* ended by on_progress: sl_cancel was called */
     int checked;               /* the response's headers were checked (at the first body byte) */
     sl_http_resp resp;         /* the response's headers (http_parse.h) */
     char s3_code[64];
@@ -61,6 +62,9 @@ sl_status xf_prepare(sl_http_xfer *x, CURL *h, sl_err *err);
  * one line naming the object, never a credential). */
 int xf_finish(sl_http_xfer *x, CURLcode rc, sl_err *err);
 void xf_release(sl_http_xfer *x);
+/* SL_E_CANCELLED with the message of a stop asked for while x ran or waited (sl_cancel): its
+ * object and range. */
+sl_status xf_cancelled(const sl_http_xfer *x, sl_err *err);
 /* After a HEAD that ended XF_DONE: 1 and the store's SHA-256 of the whole object in hex (lowercase,
  * NUL-terminated), or 0 when the response has none that covers the whole object. */
 int xf_whole_sha256(const sl_http_xfer *x, char hex[65]);

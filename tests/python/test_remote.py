@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -215,6 +216,44 @@ def test_http_config_held_in_memory(http: str, tiny_ckpt: Path) -> None:  # noqa
     # config= given: the remote config.json is not fetched at all
     assert shardload.plan(f"{http}/zero-layers/", tp=2, config=json.loads(
         (tiny_ckpt / "config.json").read_text())).devices == shardload.plan(tiny_ckpt, tp=2).devices
+
+
+@pytest.fixture
+def hanging(http: str, tmp_path: Path) -> Iterator[str]:
+    """tests/fault_proxy.py in front of the http fixture's server: the open's small GETs pass, every
+    data range (8 KiB or more) gets no answer at all for 5 s, then a closed connection."""
+    port = tmp_path / "proxy.port"
+    p = subprocess.Popen([sys.executable, str(TESTS / "fault_proxy.py"), http.rsplit(":", 1)[1], str(port),
+                          "--fault", "hang", "--stall", "5"])
+    _wait(port, p)
+    yield f"http://127.0.0.1:{port.read_text()}"
+    p.terminate()
+    p.wait()
+
+
+def test_cancel_while_the_server_sends_nothing(hanging: str) -> None:
+    """shardload.cancel() from another thread stops a load whose ranges wait on a silent server
+    (the engine's wait) and a Checkpoint.read (a blocking ranged GET) within about a second:
+    CancelledError naming the URL and the range. Before, both waited out the timeout's tries (a
+    load took 185 s against a server that never answers, then failed with SL_E_IO)."""
+    ck = shardload.open(f"{hanging}/ck/")
+    big = max(ck.tensors, key=lambda t: t.nbytes)
+    calls = {"load": lambda: shardload.load(f"{hanging}/ck/", tp=2), "read": lambda: ck.read(big.name)}
+    for what, call in calls.items():
+        timer = threading.Timer(0.5, shardload.cancel)
+        start = time.monotonic()
+        timer.start()
+        try:
+            with pytest.raises(shardload.CancelledError,
+                               match=r"/ck/model-\d+-of-\d+\.safetensors: cancelled while reading bytes \d+-\d+"):
+                call()
+            took = time.monotonic() - start
+        finally:
+            timer.cancel()
+            timer.join()
+            shardload.clear_cancel()
+        assert took < 4, f"{what}: stopped {took:.1f} s after its start, the cancel came at 0.5 s"
+    ck.close()
 
 
 def test_http_errors(http: str) -> None:
