@@ -103,6 +103,16 @@ one_line_error $? "$T/err" "safetensors: bytes [0-9]*-[0-9]*: no byte for 1000 m
     fail "stall, retries 1: $(cat "$T/err")"
 [ $(($(date +%s) - start)) -lt 40 ] || fail "stall, retries 1: not bounded"
 stop_proxy
+# headers that trickle (a line every 0.2 s, never a body): no body byte is progress, so each try
+# ends at the 1 s timeout and retries 2 is 3 tries, as for a stall. Before, each header line reset
+# the timeout: the range lived as long as the server went on (60 s here, then again per try)
+start_proxy "$UP" hdrdrip --fault hdrdrip --stall 60
+start=$(date +%s)
+timeout 40 "$SL" load "$PROXY/ck/" --tp 2 "${KNOBS[@]}" "${STALL_TIMEOUT[@]}" --remote-retries 2 >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "safetensors: bytes [0-9]*-[0-9]*: no byte for 1000 ms (gave up after 3 tries)" ||
+    fail "header trickle: $(cat "$T/err")"
+[ $(($(date +%s) - start)) -lt 15 ] || fail "header trickle: not bounded ($(($(date +%s) - start)) s)"
+stop_proxy
 # a server that answers no data GET at all (not even a status line): SIGTERM stops a reshard within
 # a second or two, by the signal, its files removed. Before, the engine's wait never looked at the
 # stop, and the reshard went on for the timeout's tries (10 s x 6 here) before failing

@@ -19,6 +19,8 @@ and (i - after) % every == 0, at most --count times (0: no limit). KIND:
             before it
   hang      nothing at all (no status line) for --stall seconds, then the connection closed: a
             server that accepted the request and went quiet
+  hdrdrip   a 206 status line, then one 1000-byte header line every 0.2 s for --stall seconds,
+            never the blank line that ends the headers nor a body, then the connection closed
   flip      the whole body, one byte of it (the middle one) flipped: bytes the store did not hold
             (its stored checksum still the original's), which only --verify can catch
   replace   after the --after-th candidate, FILE is rewritten in place (same size, every byte
@@ -107,6 +109,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if fault in ("503", "507", "501", "429"):
             extra = [("Retry-After", "1")] if fault == "429" else []
             return self._plain(int(fault), fault, extra)
+        if fault == "hdrdrip":
+            self._log(206, 0, fault)
+            self.wfile.write(b"HTTP/1.1 206 Partial Content\r\n")
+            end = time.monotonic() + A.stall
+            i = 0
+            while time.monotonic() < end:
+                self.wfile.write(b"X-Pad-%d: %s\r\n" % (i, b"y" * 1000))
+                i += 1
+                time.sleep(0.2)
+            self.close_connection = True
+            return None
         if fault == "hang":
             self._log(0, 0, fault)
             time.sleep(A.stall)
@@ -175,7 +188,7 @@ def main():
     p.add_argument("upstream", type=int)
     p.add_argument("portfile")
     p.add_argument("--fault", required=True,
-                   choices=["reset", "truncate", "503", "507", "501", "429", "stall", "hang", "flip", "replace",
+                   choices=["reset", "truncate", "503", "507", "501", "429", "stall", "hang", "hdrdrip", "flip", "replace",
                             "none"])
     p.add_argument("--every", type=int, default=1)
     p.add_argument("--after", type=int, default=0)

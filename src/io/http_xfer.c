@@ -73,10 +73,12 @@ void xf_release(sl_http_xfer *x)
 
 /* ---- the response's headers ---- */
 
+/* A header line is not progress (last_byte_ms stays): a server that sends one every few hundred
+ * milliseconds, and never a body, held a range for ever, each line resetting the stall check. The
+ * headers of an attempt, redirects' included, have the timeout from its start. */
 static size_t on_header(char *line, size_t size, size_t nitems, void *user)
 {
     sl_http_xfer *x = user;
-    x->last_byte_ms = xf_now_ms();
     sl_http_resp_header(&x->resp, line, size * nitems);
     return size * nitems;
 }

@@ -35,7 +35,8 @@ typedef struct sl_http_xfer {
     /* the attempt */
     CURL *h;                   /* the handle it runs on; NULL when not running (http_pool.c) */
     size_t got_at_start;
-    uint64_t last_byte_ms;     /* when the attempt started or its last byte (header or body) came */
+    uint64_t last_byte_ms;     /* when the attempt started or its last body byte came (headers
+                                  are not progress: on_header) */
     int stalled;               /* ended by on_progress: no byte for the tune's timeout */
     int cancelled;             /* ended by on_progress: sl_cancel was called */
     int checked;               /* the response's headers were checked (at the first body byte) */
