@@ -19,6 +19,21 @@ cp -r "$W/ck" "$W/noconfig" && rm "$W/noconfig/config.json"
 cp -r "$W/ck" "$W/badconfig" && sed -i 's/"num_hidden_layers": *[0-9]*/"num_hidden_layers": 0/' "$W/badconfig/config.json"
 cp -r "$W/ck" "$W/hole" && rm "$W/hole/model-00003-of-00006.safetensors"
 mkdir "$W/noindex" && cp "$W/ck"/model-0000[1-6]-of-00006.safetensors "$W/ck/config.json" "$W/noindex/"
+# shard names that are not URL-safe (the index accepts any bare file name): a space, '#', '?' and a
+# '%' followed by hex digits, with a decoy 50A.safetensors for the last (what "50%41" decodes to)
+cp -r "$W/ck" "$W/names"
+python3 - "$W/names" <<'PY' || fail "names: shards not renamed"
+import json, os, shutil, sys
+d = sys.argv[1]
+new = {"model-00001-of-00006.safetensors": "model 1.safetensors", "model-00002-of-00006.safetensors": "a#2.safetensors",
+       "model-00003-of-00006.safetensors": "q?4.safetensors", "model-00004-of-00006.safetensors": "50%41.safetensors"}
+ix = json.load(open(os.path.join(d, "model.safetensors.index.json")))
+ix["weight_map"] = {k: new.get(v, v) for k, v in ix["weight_map"].items()}
+json.dump(ix, open(os.path.join(d, "model.safetensors.index.json"), "w"))
+for a, b in new.items():
+    os.rename(os.path.join(d, a), os.path.join(d, b))
+shutil.copy(os.path.join(d, "model-00005-of-00006.safetensors"), os.path.join(d, "50A.safetensors"))
+PY
 # static FP8 scales in several files (w1's and w3's input scales must be equal), and a copy where
 # one expert's w3 input scale is twice its w1's
 static_fp8_ckpt "$W/fp8" || fail "synth static fp8"
@@ -73,6 +88,14 @@ ref=$("$SL" load "$W/one/model.safetensors" --tp 2 --checksums --json | sums)
 "${L[@]}" "$HTTP/noindex/" --tp 2 >/dev/null 2>"$T/err"
 one_line_error $? "$T/err" "noindex: no model.safetensors.index.json, and an HTTP directory cannot be listed" ||
     fail "no index: $(cat "$T/err")"
+
+# those names are percent-encoded in the requests (they failed, or read 50A.safetensors), shown as
+# the index writes them; the same through a query string below
+ref=$("$SL" load "$W/names" --tp 2 --checksums --json | sums)
+[ -n "$ref" ] && [ "$("${L[@]}" "$HTTP/names/" --tp 2 --checksums --json 2>"$T/err" | sums)" = "$ref" ] ||
+    fail "names to encode: $(cat "$T/err")"
+"$SL" inspect "$HTTP/names/" --json >"$T/out" 2>"$T/err" && grep -qF "\"$HTTP/names/q?4.safetensors\"" "$T/out" &&
+    grep -qF "\"$HTTP/names/model 1.safetensors\"" "$T/out" || fail "names to encode, inspect: $(cat "$T/err")"
 
 # inspect and plan take URLs
 "$SL" inspect "$HTTP/ck/" >"$T/out" 2>"$T/err" && grep -q "$HTTP/ck/model-00001-of-00006.safetensors" "$T/out" ||
@@ -148,6 +171,8 @@ SAS="sv=2022-11-02&sr=c&sig=s3cr3tSig%2B%3D"
 start_http "$W" --require-query "$SAS" --log "$T/sas.log"
 [ "$("${L[@]}" "$HTTP/ck/?$SAS" --tp 2 --checksums --json 2>"$T/err" | sums)" = \
   "$("$SL" load "$W/ck" --tp 2 --checksums --json | sums)" ] || fail "SAS directory: $(cat "$T/err")"
+[ "$("${L[@]}" "$HTTP/names/?$SAS" --tp 2 --checksums --json 2>"$T/err" | sums)" = \
+  "$("$SL" load "$W/names" --tp 2 --checksums --json | sums)" ] || fail "SAS, names to encode: $(cat "$T/err")"
 [ "$("${L[@]}" "$HTTP/one/model.safetensors?$SAS" --tp 2 --checksums --json 2>"$T/err" | sums)" = \
   "$("$SL" load "$W/one/model.safetensors" --tp 2 --checksums --json | sums)" ] || fail "SAS file: $(cat "$T/err")"
 ! grep -v " 206 \| 200 " "$T/sas.log" | grep -q . || fail "SAS: refused requests: $(grep -v ' 206 \| 200 ' "$T/sas.log")"

@@ -2,7 +2,7 @@
 """http_range_server.py - a loopback HTTP/1.1 file server with what object stores give a loader:
 single byte ranges (206 + Content-Range, 416 past the end), keep-alive, an ETag and Last-Modified
 per file (from its inode, size and mtime in ns, so a replaced or rewritten file gets new ones),
-If-Match (412 when it no longer matches) and 404s. No directory listings.
+If-Match (412 when it no longer matches) and 404s. Paths are percent-decoded. No directory listings.
 
 Usage: http_range_server.py ROOT PORTFILE [--log FILE] [--deny SUBSTRING] [--no-if-match]
                            [--long-etag] [--weak-etag] [--no-validators] [--require-query Q]
@@ -28,6 +28,7 @@ import socketserver
 import ssl
 import sys
 import threading
+import urllib.parse
 
 ROOT = ""
 LOG = None
@@ -79,7 +80,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self):
         rel, _, query = self.path.partition("?")
-        rel = rel.lstrip("/")
+        # the path percent-decoded, as web servers and object stores do ("model%201.safetensors"
+        # is "model 1.safetensors"; "50%2541" is "50%41"); the query compared as sent
+        rel = urllib.parse.unquote(rel.lstrip("/"), errors="surrogateescape")
         if QUERY is not None and query != QUERY:
             return self._send(403, b"<Error><Code>AuthenticationFailed</Code></Error>")
         if DENY and DENY in rel:

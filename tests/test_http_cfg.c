@@ -1,7 +1,8 @@
 /* test_http_cfg.c - the remote sources' settings and names (io/http_cfg.c), without a server: which
  * paths are URLs; the request URL of s3://bucket/key path-style under an endpoint, virtual-host on
  * AWS (path-style for a dotted bucket), as asked for; keys percent-encoded as SigV4's canonical URI
- * has them; names for messages without user:password@; joining; defaults and the checks of
+ * has them; names for messages without user:password@; joining (a file's name percent-encoded into
+ * an http(s) URL); defaults and the checks of
  * sl_http_cfg_init (a malformed endpoint, half a key pair, an unknown addressing, a control
  * character in a credential, a region that is not a name, an unreadable CA bundle). */
 #include "io/http.h"
@@ -155,6 +156,21 @@ int main(void)
         char *j = sl_http_join(joins[k][0], joins[k][1]);
         EXPECT(j && !strcmp(j, joins[k][2]), "join %s + %s: %s, want %s", joins[k][0], joins[k][1],
                j ? j : "(null)", joins[k][2]);
+        free(j);
+    }
+    /* a file's name (an index's shard) is percent-encoded into an http(s) URL, before its query; an
+     * S3 key stays raw (the request URL encodes it) */
+    static const char *const names[][3] = {
+        {"http://h/my%20dir/", "model 1.safetensors", "http://h/my%20dir/model%201.safetensors"},
+        {"https://h/c?sig=a%2B", "q?4#x.safetensors", "https://h/c/q%3F4%23x.safetensors?sig=a%2B"},
+        {"http://h/c", "50%41.safetensors", "http://h/c/50%2541.safetensors"},
+        {"http://h/c", "\xc3\xa9+~_-.safetensors", "http://h/c/%C3%A9%2B~_-.safetensors"},
+        {"s3://b/p/", "model 1?#%.safetensors", "s3://b/p/model 1?#%.safetensors"},
+    };
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        char *j = sl_http_join_name(names[k][0], names[k][1]);
+        EXPECT(j && !strcmp(j, names[k][2]), "join name %s + %s: %s, want %s", names[k][0], names[k][1],
+               j ? j : "(null)", names[k][2]);
         free(j);
     }
     return expect_failures ? 1 : 0;

@@ -43,7 +43,8 @@ static int names_file(const char *url)
     return st_has_suffix(url, sl_http_path_len(url));
 }
 
-static sl_status ck_add_remote(sl_checkpoint *ck, const char *url)
+/* The file at url, called `name` in messages (NULL: url without credentials or query). */
+static sl_status ck_add_remote(sl_checkpoint *ck, const char *url, const char *name)
 {
     if (ck->n_files == ck->cap_files) {
         const size_t cap = ck->cap_files ? 2 * ck->cap_files : 8;
@@ -58,7 +59,7 @@ static sl_status ck_add_remote(sl_checkpoint *ck, const char *url)
     f->remote = calloc(1, sizeof *f->remote);
     SL_CHECK(f->remote, &ck->err, SL_E_NOMEM, "out of memory");
     ck->n_files++;   /* counted now: close frees what is in it */
-    SL_TRY(sl_http_obj_init(f->remote, ck->remote_cfg, url, &ck->err));
+    SL_TRY(sl_http_obj_init_named(f->remote, ck->remote_cfg, url, name, &ck->err));
     f->path = strdup(f->remote->name);
     SL_CHECK(f->path, &ck->err, SL_E_NOMEM, "out of memory");
     return SL_OK;
@@ -129,17 +130,26 @@ static sl_status ck_remote_files(sl_checkpoint *ck)
     return st == SL_OK ? ck_check_duplicates(ck) : st;
 }
 
+/* The file `name` of the directory (a shard named by the index or the listing): requested
+ * percent-encoded for http(s), named as written, as a local file or an S3 key is. */
+static sl_status ck_add_named(sl_checkpoint *ck, const char *name)
+{
+    char *u = sl_http_join_name(ck->remote_base, name), *shown = sl_http_join(ck->dir, name);
+    const sl_status st = u && shown ? ck_add_remote(ck, u, shown)
+                                     : sl_err_set(&ck->err, SL_E_NOMEM, "out of memory");
+    free(u);
+    free(shown);
+    return st;
+}
+
 static sl_status ck_remote_indexed(sl_checkpoint *ck, char *buf, size_t len, const char *index_name)
 {
     st_index ix;
     sl_status st = st_index_parse(buf, len, &ix, &ck->err);
     if (st != SL_OK)
         return sl_err_prefix(&ck->err, index_name);
-    for (size_t i = 0; i < ix.n_shards && st == SL_OK; i++) {
-        char *u = sl_http_join(ck->remote_base, ix.shards[i]);
-        st = u ? ck_add_remote(ck, u) : sl_err_set(&ck->err, SL_E_NOMEM, "out of memory");
-        free(u);
-    }
+    for (size_t i = 0; i < ix.n_shards && st == SL_OK; i++)
+        st = ck_add_named(ck, ix.shards[i]);
     if (st == SL_OK)
         st = ck_remote_files(ck);
     if (st == SL_OK)
@@ -157,11 +167,8 @@ static sl_status ck_remote_listed(sl_checkpoint *ck)
     sl_status st = sl_http_list(ck->remote_cfg, ck->remote_base, ck->dir, &names, &n, &ck->err);
     if (st == SL_OK && n == 0)
         st = sl_err_set(&ck->err, SL_E_NOT_FOUND, "%s: no *.safetensors objects and no " ST_INDEX_NAME, ck->dir);
-    for (size_t i = 0; i < n && st == SL_OK; i++) {
-        char *u = sl_http_join(ck->remote_base, names[i]);
-        st = u ? ck_add_remote(ck, u) : sl_err_set(&ck->err, SL_E_NOMEM, "out of memory");
-        free(u);
-    }
+    for (size_t i = 0; i < n && st == SL_OK; i++)
+        st = ck_add_named(ck, names[i]);
     for (size_t i = 0; i < n; i++)
         free(names[i]);
     free(names);
@@ -174,7 +181,7 @@ static sl_status ck_remote_listed(sl_checkpoint *ck)
 /* A directory URL: its index, else (S3) the *.safetensors objects under the prefix. */
 static sl_status ck_remote_dir(sl_checkpoint *ck)
 {
-    char *index = sl_http_join(ck->remote_base, ST_INDEX_NAME);
+    char *index = sl_http_join_name(ck->remote_base, ST_INDEX_NAME);
     char *index_name = sl_http_join(ck->dir, ST_INDEX_NAME);
     char *buf = NULL;
     size_t len = 0;
@@ -242,7 +249,7 @@ static sl_status ck_open_remote(sl_checkpoint *ck, const char *path, const sl_lo
     SL_TRY(ck_remote_names(ck, path, file));
     if (!file)
         return ck_remote_dir(ck);
-    SL_TRY(ck_add_remote(ck, path));
+    SL_TRY(ck_add_remote(ck, path, NULL));
     return ck_remote_files(ck);
 }
 
@@ -267,7 +274,7 @@ static sl_status ck_fetch(const sl_checkpoint *ck, const char *name, char **buf,
     *len = 0;
     SL_CHECK(ck && name, e, SL_E_INVALID_ARG, "sl_checkpoint_fetch: NULL argument");
     SL_CHECK(ck->remote_cfg, e, SL_E_INVALID_ARG, "%s: not a remote checkpoint", sl_checkpoint_dir(ck));
-    char *url = sl_http_join(ck->remote_base, name);
+    char *url = sl_http_join_name(ck->remote_base, name);
     SL_CHECK(url, e, SL_E_NOMEM, "out of memory");
     const sl_status st = sl_http_get_all(ck->remote_cfg, url, CK_MAX_FETCH, buf, len, e);
     free(url);

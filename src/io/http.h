@@ -84,12 +84,22 @@ size_t sl_http_path_len(const char *u);
 /* base (a directory or file URL as the user wrote it) + "/" + rel, normalised to one '/', before
  * base's query if it has one (http(s)). NULL when out of memory. */
 char *sl_http_join(const char *base, const char *rel);
+/* base + "/" + name, where name is a file's name (from an index or a listing, or "config.json"),
+ * not a URL: for http(s) it is percent-encoded first (a ' ', '#', '?' or '%' in it is part of the
+ * name; sent raw, curl would reject it or the server would read another file), '/' kept; for s3://
+ * it stays raw, as the key is encoded when the request URL is made (sl_http_obj_init). NULL when out
+ * of memory. */
+char *sl_http_join_name(const char *base, const char *name);
 /* s percent-encoded into dst (room for 3 * strlen(s) + 1): every byte but the unreserved ones
  * (ASCII letters and digits, - _ . ~), and '/' when keep_slash (an S3 key in a path; a query
  * value encodes it), as SigV4's canonical forms have them. */
 void sl_http_pct_encode(char *dst, const char *s, int keep_slash);
 /* Fills o for the user-form URL `name` (checked: scheme, host, bucket). */
 sl_status sl_http_obj_init(sl_http_obj *o, sl_http_cfg *c, const char *name, sl_err *err);
+/* The same with what messages call it given (display: no credentials, nor a query; a file's name
+ * as the index writes it, not encoded); NULL: made from url as sl_http_obj_init does. */
+sl_status sl_http_obj_init_named(sl_http_obj *o, sl_http_cfg *c, const char *url, const char *display,
+                                 sl_err *err);
 void sl_http_obj_free(sl_http_obj *o);
 
 /* Frees cfg->conn (http_get.c, or http_none.c without libcurl). */

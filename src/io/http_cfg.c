@@ -154,6 +154,19 @@ char *sl_http_join(const char *base, const char *rel)
     return p;
 }
 
+char *sl_http_join_name(const char *base, const char *name)
+{
+    if (is_s3(base))
+        return sl_http_join(base, name);
+    char *enc = malloc(3 * strlen(name) + 1);
+    if (!enc)
+        return NULL;
+    sl_http_pct_encode(enc, name, 1);
+    char *u = sl_http_join(base, enc);
+    free(enc);
+    return u;
+}
+
 void sl_http_pct_encode(char *dst, const char *s, int keep_slash)
 {
     static const char hex[] = "0123456789ABCDEF";
@@ -240,19 +253,26 @@ static char *display_name(const char *u)
     return s;
 }
 
-sl_status sl_http_obj_init(sl_http_obj *o, sl_http_cfg *c, const char *name, sl_err *err)
+sl_status sl_http_obj_init_named(sl_http_obj *o, sl_http_cfg *c, const char *url, const char *display,
+                                 sl_err *err)
 {
     *o = (sl_http_obj){.cfg = c};
-    SL_CHECK(sl_http_is_url(name), err, SL_E_INVALID_ARG, "%s: not an http://, https:// or s3:// URL", name);
-    o->name = display_name(name);
+    SL_CHECK(sl_http_is_url(url), err, SL_E_INVALID_ARG, "%s: not an http://, https:// or s3:// URL",
+             display ? display : url);
+    o->name = display ? strdup(display) : display_name(url);
     SL_CHECK(o->name, err, SL_E_NOMEM, "out of memory");
-    if (is_s3(name))
-        return s3_url(o, c, name + 5, err);
-    const char *host = strstr(o->name, "://") + 3;
-    SL_CHECK(*host && *host != '/', err, SL_E_INVALID_ARG, "%s: no host in the URL", o->name);
-    o->url = strdup(name);
+    if (is_s3(url))
+        return s3_url(o, c, url + 5, err);
+    const char *host = strstr(o->name, "://");   /* without a user: "http://u@/x" has no host */
+    SL_CHECK(host && host[3] && host[3] != '/', err, SL_E_INVALID_ARG, "%s: no host in the URL", o->name);
+    o->url = strdup(url);
     SL_CHECK(o->url, err, SL_E_NOMEM, "out of memory");
     return SL_OK;
+}
+
+sl_status sl_http_obj_init(sl_http_obj *o, sl_http_cfg *c, const char *name, sl_err *err)
+{
+    return sl_http_obj_init_named(o, c, name, NULL, err);
 }
 
 void sl_http_obj_free(sl_http_obj *o)

@@ -298,7 +298,7 @@ sl_status rd_manifest_parse(rd_vfile *files, int64_t n, const char *path, const 
  * size the opener takes an index of (ST_MAX_INDEX; sl_checkpoint_fetch_bytes stops at 16 MiB). */
 static sl_status rd_side_remote(const sl_checkpoint *ck, const char *name, sl_sha256 *h, sl_err *err)
 {
-    char *url = sl_http_join(ck->remote_base, name), *buf = NULL;
+    char *url = sl_http_join_name(ck->remote_base, name), *buf = NULL;
     size_t n = 0;
     SL_CHECK(url, err, SL_E_NOMEM, "out of memory");
     sl_status st = sl_http_get_all(ck->remote_cfg, url, ST_MAX_INDEX, &buf, &n, err);
