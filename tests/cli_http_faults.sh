@@ -65,6 +65,8 @@ resumed_within stall3 2.5
 # That the stall is noticed by the timeout and not by curl's check is the "no byte for 1000 ms"
 # message below.
 survive mixed --fault reset --every 2 --count 10
+# a server that sends fewer bytes than asked, and says so in its Content-Range: the rest is asked for
+survive crshort --fault crshort --every 3
 # the open's GETs too (the 8-byte lengths and the headers, fetched many at once)
 survive headers --fault reset --every 2 --min-bytes 0
 survive headers503 --fault 503 --count 5 --min-bytes 0
@@ -94,6 +96,20 @@ stop_proxy
 start_proxy "$UP" noretry --fault reset --every 5
 "${L[@]}" "$PROXY/ck/" --remote-retries 0 >/dev/null 2>"$T/err"
 one_line_error $? "$T/err" "safetensors: bytes [0-9]*-[0-9]*: .*(gave up after 1 tries)" || fail "retries 0: $(cat "$T/err")"
+stop_proxy
+# a Content-Range that disagrees with the body (it says half, the body is whole) or with the
+# request (it runs to the object's end): one line, not retried. Before, the body was taken for the
+# bytes asked for, whatever the Content-Range said
+start_proxy "$UP" crhalf --fault crhalf --after 3 --count 1 --min-bytes 65536
+"${L[@]}" "$PROXY/ck/" >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "safetensors: bytes [0-9]*-[0-9]*: the server sent more bytes than its Content-Range (bytes [0-9]*-[0-9]*) holds" ||
+    fail "Content-Range end before the body's: $(cat "$T/err")"
+stop_proxy
+start_proxy "$UP" crpast --fault crpast --after 3 --count 1 --min-bytes 65536
+"${L[@]}" "$PROXY/ck/" >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "safetensors: asked for bytes [0-9]*-[0-9]*, the server's Content-Range is bytes [0-9]*-[0-9]*/[0-9]*" ||
+    fail "Content-Range end past the request: $(cat "$T/err")"
+[ "$(awk '$4 == "crpast"' "$T/crpast.log" | wc -l)" = 1 ] || fail "crpast: not one range broken: $(cat "$T/crpast.log")"
 stop_proxy
 # every data GET stalls before its first body byte: no try progresses, so retries 1 is 2 tries
 start_proxy "$UP" stallfail --fault stall --stall-bytes 0 --stall 60

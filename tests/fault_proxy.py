@@ -21,6 +21,10 @@ and (i - after) % every == 0, at most --count times (0: no limit). KIND:
             server that accepted the request and went quiet
   hdrdrip   a 206 status line, then one 1000-byte header line every 0.2 s for --stall seconds,
             never the blank line that ends the headers nor a body, then the connection closed
+  crhalf    the whole body, its Content-Range saying it ends half-way (bytes A-(A+(B-A)/2)/T)
+  crpast    the body asked for, its Content-Range saying it runs to the object's end (A-(T-1)/T)
+  crshort   an honest shorter range: the first half of the body, Content-Range and Content-Length
+            saying so (a server may send fewer bytes than asked)
   flip      the whole body, one byte of it (the middle one) flipped: bytes the store did not hold
             (its stored checksum still the original's), which only --verify can catch
   replace   after the --after-th candidate, FILE is rewritten in place (same size, every byte
@@ -125,7 +129,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             time.sleep(A.stall)
             self.close_connection = True
             return None
-        status, body = self._forward("GET")
+        status, body = self._forward("GET", fault)
         half = len(body) // 2
         if fault == "flip" and body:
             body = body[:half] + bytes([body[half] ^ 0x01]) + body[half + 1:]
@@ -154,21 +158,42 @@ class Handler(http.server.BaseHTTPRequestHandler):
         status, _ = self._forward("HEAD")
         self._log(status, 0, None)
 
-    def _forward(self, method):
-        """The request sent on upstream; its status line and headers passed back here. Returns
-        the status and the body, which the caller writes (or damages)."""
+    def _forward(self, method, fault=None):
+        """The request sent on upstream; its status line and headers passed back here (a
+        Content-Range fault rewrites them). Returns the status and the body, which the caller
+        writes (or damages)."""
         up = http.client.HTTPConnection("127.0.0.1", A.upstream, timeout=60)
         hdrs = {k: v for k, v in self.headers.items() if k.lower() not in ("connection", "keep-alive")}
         up.request(method, self.path, headers=hdrs)
         r = up.getresponse()
         body = r.read()
         up.close()
+        headers = [(k, v) for k, v in r.getheaders()
+                   if k.lower() not in ("connection", "keep-alive", "transfer-encoding", "date", "server")]
+        if fault in ("crhalf", "crpast", "crshort") and r.status == 206:
+            headers, body = content_range_fault(fault, headers, body)
         self.send_response(r.status)
-        for k, v in r.getheaders():
-            if k.lower() not in ("connection", "keep-alive", "transfer-encoding", "date", "server"):
-                self.send_header(k, v)
+        for k, v in headers:
+            self.send_header(k, v)
         self.end_headers()
         return r.status, body
+
+
+def content_range_fault(fault, headers, body):
+    """headers and body of a 206 with its Content-Range (and for crshort its body) changed."""
+    cr = next(v for k, v in headers if k.lower() == "content-range")
+    a, b, t = map(int, re.fullmatch(r"bytes (\d+)-(\d+)/(\d+)", cr).groups())
+    end = t - 1 if fault == "crpast" else a + (b - a) // 2
+    if fault == "crshort":
+        body = body[:end - a + 1]
+    out = []
+    for k, v in headers:
+        if k.lower() == "content-range":
+            v = "bytes %d-%d/%d" % (a, end, t)
+        elif k.lower() == "content-length":
+            v = str(len(body))
+        out.append((k, v))
+    return out, body
 
 
 class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
@@ -188,7 +213,8 @@ def main():
     p.add_argument("upstream", type=int)
     p.add_argument("portfile")
     p.add_argument("--fault", required=True,
-                   choices=["reset", "truncate", "503", "507", "501", "429", "stall", "hang", "hdrdrip", "flip", "replace",
+                   choices=["reset", "truncate", "503", "507", "501", "429", "stall", "hang", "hdrdrip", "crhalf", "crpast",
+                            "crshort", "flip", "replace",
                             "none"])
     p.add_argument("--every", type=int, default=1)
     p.add_argument("--after", type=int, default=0)

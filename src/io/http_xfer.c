@@ -1,7 +1,8 @@
 /* http_xfer.c - one ranged GET and what its response means (http_xfer.h).
  *
  * Every response is checked before a byte of its body is kept: a 206 must start where the range
- * asked and name the object's total size; ETag and Last-Modified must be the ones the first GET
+ * asked, end within it (its body then holds exactly the bytes it names) and name the object's total
+ * size; ETag and Last-Modified must be the ones the first GET
  * saw. Another size, ETag or modification time, or a 412, is SL_E_CHANGED: the object was replaced
  * after its header was read, and its bytes would be another model's. Connection errors, stalls (no
  * byte for the timeout), truncated bodies, 5xx but 501 and 505, and 429 are retried after an
@@ -139,10 +140,27 @@ static int check_identity(sl_http_xfer *x, uint64_t total)
     return 0;
 }
 
+/* A 206's Content-Range ends where the request did, or before it (a server may send fewer bytes
+ * than asked: the rest is asked for again, as after a cut connection), never past it; and the body
+ * holds exactly the bytes it names (on_body, xf_finish). Without this a response whose body and
+ * Content-Range disagree was taken on the body's word. Checked after check_identity: a total that
+ * changed says more than the end it gives. */
+static int check_range_end(sl_http_xfer *x)
+{
+    const uint64_t from = x->off + x->got, last = x->off + x->len - 1;
+    if (x->resp.cr_end > last)
+        return xf_stop(x, SL_E_IO, "%s: asked for bytes %" PRIu64 "-%" PRIu64 ", the server's Content-Range "
+                       "is bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64, x->obj->name, from, last, x->resp.cr_start,
+                       x->resp.cr_end, x->resp.cr_total);
+    x->got_until = x->got + (size_t)(x->resp.cr_end - x->resp.cr_start + 1);   /* <= len: cr_end <= last */
+    return 0;
+}
+
 /* Called at the first body byte of a 2xx response. */
 static int check_response(sl_http_xfer *x, long code)
 {
     const uint64_t want = x->off + x->got;
+    x->got_until = x->len;
     if (x->whole)
         return code == 200 ? 0 : xf_stop(x, SL_E_IO, "%s: HTTP %ld to a GET", x->obj->name, code);
     if (code == 206) {
@@ -151,7 +169,7 @@ static int check_response(sl_http_xfer *x, long code)
         if (x->resp.cr_start != want)
             return xf_stop(x, SL_E_IO, "%s: asked for bytes from %" PRIu64 ", the server sent from %" PRIu64,
                            x->obj->name, want, x->resp.cr_start);
-        return check_identity(x, x->resp.cr_total);
+        return check_identity(x, x->resp.cr_total) != 0 ? -1 : check_range_end(x);
     }
     /* 200: the whole object, acceptable only when the range was all of it */
     if (code == 200 && want == 0 && x->resp.has_cl && x->resp.content_length == x->len)
@@ -201,8 +219,12 @@ static size_t on_body(char *p, size_t size, size_t nmemb, void *user)
         if (check_response(x, code) != 0)
             return 0;   /* CURLE_WRITE_ERROR; fail_st says why */
     }
-    if (x->whole ? grow(x, x->got + n) != 0 : n > x->len - x->got) {
-        if (!x->fail_st)
+    if (x->whole ? grow(x, x->got + n) != 0 : n > x->got_until - x->got) {
+        if (!x->fail_st && x->got_until < x->len)
+            xf_stop(x, SL_E_IO, "%s: bytes %" PRIu64 "-%" PRIu64 ": the server sent more bytes than its "
+                    "Content-Range (bytes %" PRIu64 "-%" PRIu64 ") holds", x->obj->name, x->off,
+                    x->off + x->len - 1, x->resp.cr_start, x->resp.cr_end);
+        else if (!x->fail_st)
             xf_stop(x, SL_E_IO, "%s: the server sent more bytes than the range %" PRIu64 "-%" PRIu64 " holds",
                     x->obj->name, x->off, x->off + x->len - 1);
         return 0;

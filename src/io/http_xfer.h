@@ -35,6 +35,8 @@ typedef struct sl_http_xfer {
     /* the attempt */
     CURL *h;                   /* the handle it runs on; NULL when not running (http_pool.c) */
     size_t got_at_start;
+    size_t got_until;          /* got may reach this in the attempt: the end of the bytes the
+                                  206's Content-Range says it holds (len for a 200) */
     uint64_t last_byte_ms;     /* when the attempt started or its last body byte came (headers
                                   are not progress: on_header) */
     int stalled;               /* ended by on_progress: no byte for the tune's timeout */
