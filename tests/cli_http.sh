@@ -85,6 +85,10 @@ staging=$(echo "$out" | nums staging_peak | cut -d' ' -f1)
 ref=$("$SL" load "$W/one/model.safetensors" --tp 2 --checksums --json | sums)
 [ "$("${L[@]}" "$HTTP/one/model.safetensors" --tp 2 --checksums --json 2>"$T/err" | sums)" = "$ref" ] ||
     fail "single file URL: $(cat "$T/err")"
+# the URL's path as given, "." and ".." segments included (the server resolves them, or not)
+: >"$T/http.log"
+[ "$("${L[@]}" "$HTTP/ck/./../one/model.safetensors" --tp 2 --checksums --json 2>"$T/err" | sums)" = "$ref" ] &&
+    grep -q '^/ck/\./\.\./one/model\.safetensors ' "$T/http.log" || fail "dot segments: $(cat "$T/err") $(head -3 "$T/http.log")"
 "${L[@]}" "$HTTP/noindex/" --tp 2 >/dev/null 2>"$T/err"
 one_line_error $? "$T/err" "noindex: no model.safetensors.index.json, and an HTTP directory cannot be listed" ||
     fail "no index: $(cat "$T/err")"

@@ -37,6 +37,10 @@ s3 user "$T/keys" && s3 upload models tinyllama "$T/ck" && s3 upload models flat
     s3 upload models corrupt "$T/corrupt" && s3 upload models fp8static "$T/fp8" &&
     s3 upload models odd "$T/noindex" 'a&b c\u00e9+%<\r-' ||
     { fail "moto set-up"; finish; }
+# a key with "." and ".." segments (S3 keys are names: dots/./b/../one is not dots/one, a decoy here)
+for d in "dots/./b/.." dots; do s3 put models "$d/config.json" "$T/one/config.json" || fail "moto set-up, $d"; done
+s3 put models "dots/./b/../one.safetensors" "$T/one/model.safetensors" &&
+    s3 put models "dots/one.safetensors" "$T/ck/model-00001-of-00006.safetensors" || { fail "moto set-up, dots"; finish; }
 s3 role "$T/rkeys" || { fail "moto role"; finish; }
 s3 auth 0 || { fail "moto auth"; finish; }
 read -r KEY SECRET <"$T/keys"
@@ -114,6 +118,9 @@ wait_file "$T/refs.port" || fail "the rewriting proxy did not start"
   "$("$SL" load "$T/one" --tp 2 --checksums --json | sums)" ] || fail "s3 single object: $(cat "$T/err")"
 [ "$("${L[@]}" s3://models/fp8static/ --tp 4 --ep --checksums --json 2>"$T/err" | sums)" = \
   "$("$SL" load "$T/fp8" --tp 4 --ep --checksums --json | sums)" ] || fail "s3 static fp8 MoE: $(cat "$T/err")"
+# the key with dot segments as written (curl removed them and read dots/one.safetensors)
+[ "$("${L[@]}" s3://models/dots/./b/../one.safetensors --tp 2 --checksums --json 2>"$T/err" | sums)" = \
+  "$("$SL" load "$T/one" --tp 2 --checksums --json | sums)" ] || fail "s3 key with . and .. segments: $(cat "$T/err")"
 # virtual-host addressing (BUCKET.localhost: curl resolves *.localhost to the loopback itself)
 VH=(timeout 60 "$SL" load --s3-endpoint "http://localhost:$(port_of "$S3E")" --s3-virtual-host --tp 4 --checksums --json)
 [ "$("${VH[@]}" s3://models/tinyllama/ 2>"$T/err" | sums)" = "$ref4" ] || fail "virtual-host: $(cat "$T/err")"

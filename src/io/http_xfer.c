@@ -48,6 +48,11 @@ CURL *xf_easy_new(const sl_http_tune *t)
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)t->timeout_ms);
+    /* the path as written: curl would otherwise remove "./" and "../" segments (RFC 3986 5.2.4), and
+     * s3://b/a/./b/../c.safetensors fetched the key a/c.safetensors (S3 keys are names, not paths,
+     * and SigV4 signs the path unnormalised); an http(s) URL's path is sent as the user gave it
+     * (a presigned URL's signature covers its literal path; a server resolves dots if it wants) */
+    curl_easy_setopt(h, CURLOPT_PATH_AS_IS, 1L);
     curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 256L * 1024);
     curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
