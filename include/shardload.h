@@ -414,7 +414,8 @@ typedef struct sl_load_opts {
     const char *s3_access_key;
     const char *s3_secret_key;
     const char *s3_session_token; /* temporary credentials; NULL: none */
-    int32_t s3_addressing;        /* 0: path-style with an endpoint, virtual-host on AWS; 1: path-
+    int32_t s3_addressing;        /* 0: path-style with an endpoint, virtual-host on AWS for a
+                                     bucket that is one DNS label (else path-style); 1: path-
                                      style; 2: virtual-host (bucket.host) */
     /* Transfers; 0: the default. The open uses its own options, the load its own where it sets
      * them (else the open's). */

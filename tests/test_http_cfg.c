@@ -1,6 +1,7 @@
 /* test_http_cfg.c - the remote sources' settings and names (io/http_cfg.c), without a server: which
  * paths are URLs; the request URL of s3://bucket/key path-style under an endpoint, virtual-host on
- * AWS (path-style for a dotted bucket), as asked for; keys percent-encoded as SigV4's canonical URI
+ * AWS (path-style for a bucket that is not one DNS label: dotted, legacy upper case or '_'), as
+ * asked for (virtual-host refused for a bucket no host name carries); keys percent-encoded as SigV4's canonical URI
  * has them; names for messages without user:password@; joining (a file's name percent-encoded into
  * an http(s) URL); defaults and the checks of
  * sl_http_cfg_init (a malformed endpoint, half a key pair, an unknown addressing, a control
@@ -53,6 +54,18 @@ int main(void)
     o.s3_region = "eu-west-3";
     url_of("s3://my.bucket/a b/x+y.safetensors", &o,
            "https://s3.eu-west-3.amazonaws.com/my.bucket/a%20b/x%2By.safetensors", "s3://my.bucket/a b/x+y.safetensors");
+    /* on AWS, virtual-host only for a bucket that is one DNS label: a legacy name (upper case, '_'),
+     * or one too short or long, or with a '-' at an end, is path-style (a host name would fold its
+     * case, or not be one) */
+    url_of("s3://My_Bucket/k", &o, "https://s3.eu-west-3.amazonaws.com/My_Bucket/k", "s3://My_Bucket/k");
+    url_of("s3://Models/k", &o, "https://s3.eu-west-3.amazonaws.com/Models/k", "s3://Models/k");
+    url_of("s3://ab/k", &o, "https://s3.eu-west-3.amazonaws.com/ab/k", "s3://ab/k");
+    url_of("s3://-ab/k", &o, "https://s3.eu-west-3.amazonaws.com/-ab/k", "s3://-ab/k");
+    url_of("s3://ab-/k", &o, "https://s3.eu-west-3.amazonaws.com/ab-/k", "s3://ab-/k");
+    url_of("s3://a-1-b/k", &o, "https://a-1-b.s3.eu-west-3.amazonaws.com/k", "s3://a-1-b/k");
+    url_of("s3://abcdefghij0123456789abcdefghij0123456789abcdefghij0123456789abc/k", &o,
+           "https://abcdefghij0123456789abcdefghij0123456789abcdefghij0123456789abc.s3.eu-west-3.amazonaws.com/k",
+           "s3://abcdefghij0123456789abcdefghij0123456789abcdefghij0123456789abc/k");
     o.s3_addressing = 1;
     url_of("s3://models/k", &o, "https://s3.eu-west-3.amazonaws.com/models/k", "s3://models/k");
     o.s3_addressing = 0;
@@ -61,6 +74,7 @@ int main(void)
            "s3://models/dir/f.safetensors");
     o.s3_addressing = 2;
     url_of("s3://models/k~_-.", &o, "http://models.127.0.0.1:9000/k~_-.", "s3://models/k~_-.");
+    url_of("s3://my.models/k", &o, "http://my.models.127.0.0.1:9000/k", "s3://my.models/k");
     /* the name leaves out credentials: a user and password, an http(s) query (a SAS signature);
      * an s3:// key may hold '?' */
     url_of("http://user:secret@host:8/d/f.safetensors?sig=1", &o, "http://user:secret@host:8/d/f.safetensors?sig=1",
@@ -89,6 +103,18 @@ int main(void)
     sl_http_obj_free(&obj);
     sl_http_cfg_free(&c);
     sl_err_clear(&e);
+    /* virtual-host asked for a bucket no host name carries: refused, naming it */
+    o.s3_addressing = 2;
+    static const char *const not_hosts[] = {"s3://My_Bucket/k", "s3://a..b/k", "s3://a.-b/k", "s3://ab/k"};
+    for (size_t k = 0; k < sizeof not_hosts / sizeof not_hosts[0]; k++) {
+        EXPECT(sl_http_cfg_init(&c, &o, &e) == SL_OK, "cfg: %s", sl_err_msg(&e));
+        EXPECT(sl_http_obj_init(&obj, &c, not_hosts[k], &e) == SL_E_INVALID_ARG &&
+                   strstr(sl_err_msg(&e), "cannot be addressed virtual-host style"),
+               "%s virtual-host: %s", not_hosts[k], sl_err_msg(&e));
+        sl_http_obj_free(&obj);
+        sl_http_cfg_free(&c);
+        sl_err_clear(&e);
+    }
 
     sl_load_opts t;
     sl_load_opts_init(&t);

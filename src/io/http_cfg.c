@@ -193,6 +193,26 @@ static int bucket_ok(const char *b, size_t n)
     return 1;
 }
 
+/* Whether bucket b (n bytes) can lead a host name (BUCKET.s3.REGION.amazonaws.com): 3 to 63 bytes
+ * of labels of lowercase letters, digits and '-' that start and end with a letter or digit, as
+ * botocore's check_dns_name has it. A legacy bucket (us-east-1 once took upper case and '_') is
+ * not one: host names are case-insensitive (My_Bucket would reach my_bucket, or no host at all).
+ * Dots only where dotted is 1: automatic addressing punts on them, as botocore does, since the
+ * wildcard certificate *.s3.REGION.amazonaws.com covers one label. */
+static int bucket_is_dns(const char *b, size_t n, int dotted)
+{
+    if (n < 3 || n > 63)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        const int first = i == 0 || b[i - 1] == '.', last = i + 1 == n || b[i + 1] == '.';
+        const char ch = b[i];
+        if (ch == '.' ? !dotted || first || last
+                      : !((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || (ch == '-' && !first && !last)))
+            return 0;
+    }
+    return 1;
+}
+
 /* scheme and host of an endpoint ("http", "127.0.0.1:9000") */
 static void split_endpoint(const char *ep, char *scheme, size_t sl, const char **host)
 {
@@ -202,8 +222,8 @@ static void split_endpoint(const char *ep, char *scheme, size_t sl, const char *
 }
 
 /* The request URL of s3://bucket/key: path-style under an endpoint unless virtual-host is asked
- * for; on AWS virtual-host unless path-style is asked for or the bucket has a dot (which the
- * wildcard certificate does not cover). */
+ * for; on AWS virtual-host unless path-style is asked for or the bucket is no single DNS label
+ * (bucket_is_dns). Virtual-host asked for a bucket that no host name can carry is an error. */
 static sl_status s3_url(sl_http_obj *o, const sl_http_cfg *c, const char *rest, sl_err *err)
 {
     const char *slash = strchr(rest, '/');
@@ -220,7 +240,11 @@ static sl_status s3_url(sl_http_obj *o, const sl_http_cfg *c, const char *rest, 
         snprintf(aws_host, sizeof aws_host, "s3.%s.amazonaws.com", c->region);
         host = aws_host;
     }
-    const int virt = c->addressing == 2 || (c->addressing == 0 && !c->endpoint && !memchr(rest, '.', bl));
+    SL_CHECK(c->addressing != 2 || bucket_is_dns(rest, bl, 1), err, SL_E_INVALID_ARG,
+             "%s: bucket '%.*s' cannot be addressed virtual-host style (a host name: 3 to 63 lowercase "
+             "letters, digits, '-' and '.'); use path-style (s3_addressing 1, --s3-path-style)", o->name,
+             (int)bl, rest);
+    const int virt = c->addressing == 2 || (c->addressing == 0 && !c->endpoint && bucket_is_dns(rest, bl, 0));
     const size_t n = strlen(scheme) + strlen(host) + bl + 3 * strlen(key) + 16;
     char *k = malloc(3 * strlen(key) + 1);
     o->url = malloc(n);
