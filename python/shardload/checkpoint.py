@@ -80,10 +80,10 @@ class Checkpoint:
             msg = N.lib.sl_checkpoint_errmsg(self._h) if self._h else None
             self.close()
             N.raise_status(st, msg)
-        self.path = os.fsdecode(path) if isinstance(path, bytes) else str(path)
         lib, h = N.lib, self._h
         self.files: list[str] = [N.text(lib.sl_checkpoint_file_path(h, f))
                                  for f in range(lib.sl_checkpoint_file_count(h))]
+        self.path = self._shown_url(raw) if self.remote else os.fsdecode(N.fspath(path))
         self.total_bytes: int = lib.sl_checkpoint_total_bytes(h)
         self.warnings: list[str] = [N.text(lib.sl_checkpoint_warning(h, i))
                                     for i in range(lib.sl_checkpoint_warning_count(h))]
@@ -92,6 +92,15 @@ class Checkpoint:
         self.tensors: list[Tensor] = self._tensors()
         self._names: dict[str, Tensor] | None = None   # name -> tensor, for read()
         self._file_index: dict[str, int] | None = None   # path -> file number, for read()
+
+    def _shown_url(self, raw: bytes) -> str:
+        """A URL as the C names show it (docs/remote.md): without "user:password@" nor an http(s)
+        query (a SAS signature), both credentials: the one file's name, or the directory's
+        (sl_checkpoint_dir) and a '/'. The URL given stays with the C handle only."""
+        http = not raw.lower().startswith(b"s3://")   # an s3:// key may hold '?' and '#'
+        if (raw.split(b"?")[0].split(b"#")[0] if http else raw).endswith(b".safetensors") and self.files:
+            return self.files[0]
+        return N.text(N.lib.sl_checkpoint_dir(self._h)) + "/"
 
     def _file_metadata(self, f: int) -> dict[str, str]:
         out: dict[str, str] = {}

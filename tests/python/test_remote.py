@@ -256,6 +256,19 @@ def test_cancel_while_the_server_sends_nothing(hanging: str) -> None:
     ck.close()
 
 
+def test_http_credentials_not_shown(http: str) -> None:
+    """A user, a password and a query (a SAS signature) given in the URL go with the requests but
+    not into ck.path nor repr(ck), as the C names, ck.files and the CLI leave them out."""
+    creds = http.replace("http://", "http://u:PASSWD@")
+    for url, shown in ((f"{creds}/ck/?sig=SECRET", f"{http}/ck/"),
+                       (f"{creds}/ck/model-00001-of-00004.safetensors?sig=SECRET",
+                        f"{http}/ck/model-00001-of-00004.safetensors")):
+        with shardload.open(url) as ck:
+            assert ck.path == shown and shown in repr(ck), repr(ck)
+            text = repr(ck) + " ".join(ck.files) + str(ck.tensors[:3])
+            assert "PASSWD" not in text and "SECRET" not in text and "u:" not in text, text
+
+
 def test_http_errors(http: str) -> None:
     with pytest.raises(shardload.CheckpointError, match=r"nope/model.safetensors.index.json: not found|nope: no model"):
         shardload.open(f"{http}/nope/")
