@@ -408,7 +408,9 @@ typedef struct sl_load_opts {
     void *pjrt_client;
     /* Remote checkpoints (http://, https://, s3://; docs/remote.md), given to
      * sl_checkpoint_open_opts. The library reads no environment: the CLI and the Python package
-     * fill the s3_ fields from AWS_* and ~/.aws/credentials. NULL keys: unsigned requests. */
+     * fill the s3_ fields from AWS_* and ~/.aws/credentials. NULL keys: unsigned requests. Only
+     * libcurl reads its proxy variables (http_proxy, https_proxy, ALL_PROXY, NO_PROXY), as curl
+     * and the AWS tools do (docs/remote.md). */
     const char *s3_endpoint;      /* S3-compatible endpoint, "http://127.0.0.1:9000"; NULL: AWS */
     const char *s3_region;        /* SigV4 region; NULL or "": us-east-1 */
     const char *s3_access_key;

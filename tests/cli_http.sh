@@ -169,6 +169,16 @@ start_http "$W" --no-validators
   "$("$SL" load "$W/ck" --tp 2 --checksums --json | sums)" ] || fail "no validators: $(cat "$T/err")"
 [ "$(wc -l <"$T/err")" = 1 ] && grep -q "^shardload: warning: $HTTP/ck/model-00001-of-00006.safetensors: the server sent no ETag or Last-Modified (6 of 6 files): a rewrite of the same size during the load would go unnoticed" "$T/err" ||
     fail "no validators: warning: $(cat "$T/err")"
+# libcurl's proxy variables apply, as for curl and the AWS CLI: through the proxy a host that
+# cannot be reached directly (port 1) loads, its requests in the proxy's log; NO_PROXY bypasses it
+start_proxy "$(port_of "$HTTP")" fwd --fault none
+[ "$(http_proxy=$PROXY "${L[@]}" http://127.0.0.1:1/ck/ --tp 2 --checksums --json 2>"$T/err" | sums)" = \
+  "$("$SL" load "$W/ck" --tp 2 --checksums --json | sums)" ] && grep -q "^http://127.0.0.1:1/ck/model-00001" "$T/fwd.log" ||
+    fail "http_proxy: $(cat "$T/err") $(head -2 "$T/fwd.log")"
+http_proxy=$PROXY NO_PROXY=127.0.0.1 "${L[@]}" http://127.0.0.1:1/ck/ --tp 2 --remote-retries 0 >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "http://127.0.0.1:1/ck/model.safetensors.index.json: GET: Couldn't connect to server" ||
+    fail "NO_PROXY: $(cat "$T/err")"
+stop_proxy
 # a query string (an Azure SAS token) on a directory or a file URL: sent with every object's GET
 # (the server refuses any other), never in a message or a file name
 SAS="sv=2022-11-02&sr=c&sig=s3cr3tSig%2B%3D"

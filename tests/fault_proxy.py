@@ -31,7 +31,8 @@ and (i - after) % every == 0, at most --count times (0: no limit). KIND:
             flipped): its ETag and Last-Modified change, as when an object is replaced mid-load;
             --replace-cmd runs a shell command instead (an S3 put of other bytes)
   none      nothing broken (counts only)
-HEADs are forwarded as they are, never broken.
+HEADs are forwarded as they are, never broken. It also serves as an HTTP proxy (http_proxy=its URL):
+an absolute-form request's path goes to the upstream, whatever host it names.
 --log appends "<path> <status> <bytes sent> <fault or -> <first byte asked for or -> <unix time>"
 per request (for a stall: when it starts).
 """
@@ -163,8 +164,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
         Content-Range fault rewrites them). Returns the status and the body, which the caller
         writes (or damages)."""
         up = http.client.HTTPConnection("127.0.0.1", A.upstream, timeout=60)
-        hdrs = {k: v for k, v in self.headers.items() if k.lower() not in ("connection", "keep-alive")}
-        up.request(method, self.path, headers=hdrs)
+        hdrs = {k: v for k, v in self.headers.items()
+                if k.lower() not in ("connection", "keep-alive", "proxy-connection")}
+        # a client that takes this for its HTTP proxy (http_proxy) asks for absolute URLs: their
+        # path goes upstream, whatever host they name
+        path = self.path
+        if path.lower().startswith("http://"):
+            path = "/" + path.split("/", 3)[3] if path.count("/") >= 3 else "/"
+        up.request(method, path, headers=hdrs)
         r = up.getresponse()
         body = r.read()
         up.close()

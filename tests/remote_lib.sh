@@ -17,6 +17,8 @@
 #                                 600 KB shards, the checkpoint the servers serve
 #   static_fp8_ckpt DIR           a Mixtral with AutoFP8 static activation scales (per-expert input
 #                                 scales, which the planner reads) in 64 KB shards, into DIR
+# libcurl honours the proxy variables (docs/remote.md): the loopback servers are reached directly
+unset http_proxy https_proxy HTTPS_PROXY all_proxy ALL_PROXY no_proxy NO_PROXY
 TESTS_DIR=$(cd "$(dirname "$0")" && pwd)
 SRC_DIR=$(cd "$TESTS_DIR/.." && pwd)
 SERVERS=()

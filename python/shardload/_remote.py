@@ -4,7 +4,7 @@ AWS_REGION / AWS_DEFAULT_REGION, AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, else th
 (AWS_PROFILE or "default") of AWS_SHARED_CREDENTIALS_FILE (~/.aws/credentials) and AWS_CONFIG_FILE
 (~/.aws/config). The CA bundle for https: AWS_CA_BUNDLE for s3:// (as aws reads it), else
 CURL_CA_BUNDLE (as curl reads it), as the CLI's --ca-bundle defaults. The library itself reads no
-environment."""
+environment (libcurl reads its proxy variables, http_proxy and the like: docs/remote.md)."""
 from __future__ import annotations
 
 import configparser

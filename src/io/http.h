@@ -14,7 +14,9 @@
  *   http_none.c   the same entry points without libcurl: SL_E_UNSUPPORTED
  *
  * The library reads no environment: credentials, region and endpoint come from sl_load_opts (the
- * CLI and the Python package read AWS_* and ~/.aws/credentials). */
+ * CLI and the Python package read AWS_* and ~/.aws/credentials). libcurl alone reads its proxy
+ * variables (http_proxy, https_proxy, ALL_PROXY, NO_PROXY), on purpose: a cluster behind a proxy
+ * loads with the settings its other tools use (docs/remote.md). */
 #ifndef SL_IO_HTTP_H
 #define SL_IO_HTTP_H
 

@@ -27,6 +27,14 @@ import shardload
 from sl_fixtures import TESTS, tiny_ckpt, tiny_config  # noqa: F401  (pytest fixtures)
 
 
+@pytest.fixture(autouse=True)
+def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """libcurl honours the proxy variables (docs/remote.md): the loopback servers are reached
+    directly."""
+    for var in ("http_proxy", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+
+
 def _wait(path: Path, proc: subprocess.Popen[bytes]) -> None:
     for _ in range(200):
         if path.exists() or proc.poll() is not None:
