@@ -23,7 +23,8 @@ ref=$("$SL" load "$W/ck" --tp 4 --checksums --json | sums)
 KNOBS=(--remote-range 64K --remote-backoff-ms 20 --remote-timeout-ms 10000)
 L=(timeout 120 "$SL" load --tp 4 --checksums --json "${KNOBS[@]}")
 STALL_TIMEOUT=(--remote-timeout-ms 1000)   # after KNOBS: the later value wins
-broken() { grep -vc ' - [0-9-]*$' "$T/$1.log"; }
+# requests the proxy broke: the log's fourth field names the fault ("-" for none)
+broken() { awk '$4 != "-"' "$T/$1.log" | wc -l; }
 
 # 1. survived, equal checksums
 survive() { # name fault-args... (LX: more load options)
