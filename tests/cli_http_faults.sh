@@ -130,6 +130,15 @@ one_line_error $? "$T/err" "safetensors: bytes [0-9]*-[0-9]*: no byte for 1000 m
     fail "header trickle: $(cat "$T/err")"
 [ $(($(date +%s) - start)) -lt 15 ] || fail "header trickle: not bounded ($(($(date +%s) - start)) s)"
 stop_proxy
+# a body that trickles (a byte every 0.2 s: never a stall): under 1 kB/s over a timeout window ends
+# the try as a stall does. Before, such a range lived for weeks (its bytes at 5 a second)
+start_proxy "$UP" bodydrip --fault bodydrip --stall 60
+start=$(date +%s)
+timeout 40 "$SL" load "$PROXY/ck/" --tp 2 "${KNOBS[@]}" "${STALL_TIMEOUT[@]}" --remote-retries 2 >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "safetensors: bytes [0-9]*-[0-9]*: under 1000 bytes/s for 1000 ms (gave up after 3 tries)" ||
+    fail "body trickle: $(cat "$T/err")"
+[ $(($(date +%s) - start)) -lt 15 ] || fail "body trickle: not bounded ($(($(date +%s) - start)) s)"
+stop_proxy
 # a server that answers no data GET at all (not even a status line): SIGTERM stops a reshard within
 # a second or two, by the signal, its files removed. Before, the engine's wait never looked at the
 # stop, and the reshard went on for the timeout's tries (10 s x 6 here) before failing

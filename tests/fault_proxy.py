@@ -21,6 +21,8 @@ and (i - after) % every == 0, at most --count times (0: no limit). KIND:
             server that accepted the request and went quiet
   hdrdrip   a 206 status line, then one 1000-byte header line every 0.2 s for --stall seconds,
             never the blank line that ends the headers nor a body, then the connection closed
+  bodydrip  the headers, then the body a byte every 0.2 s for --stall seconds, then the
+            connection closed: a server that trickles (never idle long enough to stall)
   crhalf    the whole body, its Content-Range saying it ends half-way (bytes A-(A+(B-A)/2)/T)
   crpast    the body asked for, its Content-Range saying it runs to the object's end (A-(T-1)/T)
   crshort   an honest shorter range: the first half of the body, Content-Range and Content-Length
@@ -134,6 +136,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
         half = len(body) // 2
         if fault == "flip" and body:
             body = body[:half] + bytes([body[half] ^ 0x01]) + body[half + 1:]
+        if fault == "bodydrip" and body:
+            self._log(status, 0, fault)
+            end = time.monotonic() + A.stall
+            for i in range(len(body)):
+                if time.monotonic() >= end:
+                    break
+                self.wfile.write(body[i:i + 1])
+                self.wfile.flush()
+                time.sleep(0.2)
+            self.close_connection = True
+            return None
         if fault == "stall" and body:
             n = half if A.stall_bytes < 0 else min(A.stall_bytes, len(body))
             self._log(status, n, fault)
@@ -220,7 +233,7 @@ def main():
     p.add_argument("upstream", type=int)
     p.add_argument("portfile")
     p.add_argument("--fault", required=True,
-                   choices=["reset", "truncate", "503", "507", "501", "429", "stall", "hang", "hdrdrip", "crhalf", "crpast",
+                   choices=["reset", "truncate", "503", "507", "501", "429", "stall", "hang", "hdrdrip", "bodydrip", "crhalf", "crpast",
                             "crshort", "flip", "replace",
                             "none"])
     p.add_argument("--every", type=int, default=1)

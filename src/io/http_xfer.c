@@ -244,6 +244,23 @@ static size_t on_body(char *p, size_t size, size_t nmemb, void *user)
  * more; curl calls this at least once a second while a transfer is idle. A stop asked for with
  * sl_cancel ends the transfer here too: a GET that waits on a server that sends nothing would
  * otherwise hold the stop for its timeout times its tries (minutes). */
+/* A trickle: fewer bytes than XF_MIN_RATE over a whole timeout window. A server that sends a
+ * byte every 200 ms never stalls, and held a 16 MiB range for weeks; 1 kB/s is far below any link
+ * a checkpoint is loaded over, and a timeout's worth of it is what a live one sends first. */
+#define XF_MIN_RATE 1000u   /* bytes per second */
+
+static int trickling(sl_http_xfer *x, uint64_t now)
+{
+    if (now - x->window_ms < x->tune->timeout_ms)
+        return 0;
+    const uint64_t least = (uint64_t)x->tune->timeout_ms * XF_MIN_RATE / 1000u;
+    if (x->got > x->window_got && x->got - x->window_got < least)
+        return 1;   /* (no byte at all: a stall, which on_progress tells apart) */
+    x->window_ms = now;
+    x->window_got = x->got;
+    return 0;
+}
+
 static int on_progress(void *user, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow)
 {
     (void)dltotal;
@@ -251,9 +268,11 @@ static int on_progress(void *user, curl_off_t dltotal, curl_off_t dlnow, curl_of
     (void)ultotal;
     (void)ulnow;
     sl_http_xfer *x = user;
+    const uint64_t now = xf_now_ms();
     x->cancelled = sl_cancel_requested();
-    x->stalled = !x->cancelled && xf_now_ms() - x->last_byte_ms > x->tune->timeout_ms;
-    return x->stalled || x->cancelled;   /* non-zero: CURLE_ABORTED_BY_CALLBACK */
+    x->stalled = !x->cancelled && now - x->last_byte_ms > x->tune->timeout_ms;
+    x->slow = !x->cancelled && !x->stalled && trickling(x, now);
+    return x->stalled || x->slow || x->cancelled;   /* non-zero: CURLE_ABORTED_BY_CALLBACK */
 }
 
 /* ---- an attempt ---- */
@@ -305,11 +324,14 @@ sl_status xf_prepare(sl_http_xfer *x, CURL *h, sl_err *err)
     x->body[0] = '\0';
     x->fail_st = SL_OK;
     x->stalled = 0;
+    x->slow = 0;
     x->cancelled = 0;
     x->last_byte_ms = xf_now_ms();
     x->tries++;
     if (x->whole)
         x->got = 0;   /* no Range: the whole body again */
+    x->window_ms = x->last_byte_ms;
+    x->window_got = x->got;
     curl_easy_setopt(h, CURLOPT_URL, x->obj->url);
     curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, x->obj->s3 ? 0L : 1L);
     curl_easy_setopt(h, CURLOPT_MAXREDIRS, 8L);
@@ -485,6 +507,12 @@ int xf_finish(sl_http_xfer *x, CURLcode rc, sl_err *err)
     }
     if (rc == CURLE_ABORTED_BY_CALLBACK && x->stalled) {
         snprintf(x->last_reason, sizeof x->last_reason, "no byte for %u ms", x->tune->timeout_ms);
+        return xf_retry(x, err);
+    }
+    if (rc == CURLE_ABORTED_BY_CALLBACK && x->slow) {
+        snprintf(x->last_reason, sizeof x->last_reason, "under %u bytes/s for %u ms", XF_MIN_RATE,
+                 x->tune->timeout_ms);
+        x->got_at_start = x->got;   /* a trickle is no progress: its tries count (xf_retry) */
         return xf_retry(x, err);
     }
     if (rc != CURLE_OK && retryable_curl(rc)) {

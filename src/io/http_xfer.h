@@ -39,7 +39,10 @@ typedef struct sl_http_xfer {
                                   206's Content-Range says it holds (len for a 200) */
     uint64_t last_byte_ms;     /* when the attempt started or its last body byte came (headers
                                   are not progress: on_header) */
+    uint64_t window_ms;        /* the start of the current rate window (on_progress) */
+    size_t window_got;         /* got at that start */
     int stalled;               /* ended by on_progress: no byte for the tune's timeout */
+    int slow;                  /* ended by on_progress: under XF_MIN_RATE for the timeout */
     int cancelled;             /* ended by on_progress: sl_cancel was called */
     int checked;               /* the response's headers were checked (at the first body byte) */
     sl_http_resp resp;         /* the response's headers (http_parse.h) */
