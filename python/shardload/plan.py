@@ -6,6 +6,7 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from operator import index
 from typing import Any, Protocol, Union
 
 import numpy as np
@@ -160,15 +161,18 @@ def _box_array(boxes: list[tuple[str, int, tuple[int, ...], tuple[int, ...]]],
         raise ValueError("a box's start and length differ in length")
     total = int(ndim.sum())
     dims, lens = np.zeros(max(total, 1), np.uint64), np.zeros(max(total, 1), np.uint64)
-    try:
-        dims[:total] = np.fromiter((v for b in boxes for v in b[2]), np.uint64, total)
-        lens[:total] = np.fromiter((v for b in boxes for v in b[3]), np.uint64, total)
-    except OverflowError as e:
+    try:  # operator.index: NumPy would truncate 1.7 and parse "8"
+        dims[:total] = np.fromiter((index(v) for b in boxes for v in b[2]), np.uint64, total)
+        lens[:total] = np.fromiter((index(v) for b in boxes for v in b[3]), np.uint64, total)
+    except (OverflowError, TypeError) as e:
         raise ValueError(f"a box's start or length is not a count of elements: {e}") from e
     first = (np.cumsum(ndim) - ndim).astype(np.uint64) * np.uint64(8)
     arr = np.zeros(max(n, 1), _BOX)
     arr["tensor"][:n] = np.fromiter((at[b[0]] for b in boxes), np.uintp, n)
-    arr["device"][:n] = np.fromiter((b[1] for b in boxes), np.int32, n)
+    try:
+        arr["device"][:n] = np.fromiter((index(b[1]) for b in boxes), np.int32, n)
+    except (OverflowError, TypeError) as e:
+        raise ValueError(f"a box's device is not a mesh device's index: {e}") from e
     arr["ndim"][:n] = ndim
     arr["start"][:n] = np.uint64(dims.ctypes.data) + first
     arr["len"][:n] = np.uint64(lens.ctypes.data) + first
@@ -286,7 +290,8 @@ class Plan:
 
     def __repr__(self) -> str:
         return (f"Plan(layout={self.layout!r}, tp={self.tp}, pp={self.pp}, dtype={self.dtype}, "
-                f"{len(self.devices)} devices, {self.total_bytes} bytes)")
+                f"{N.lib.sl_plan_device_count(self._h) if self._h else len(self.devices)} devices, "
+                f"{self.total_bytes} bytes)")
 
 
 def plan(path: Any = None, *, config: ConfigSource | None = None, tp: int = 1, pp: int = 1,

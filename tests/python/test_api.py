@@ -440,8 +440,14 @@ def test_plan_from_boxes(tmp_path: Path) -> None:
         assert quiet.devices == [] and quiet.read_bytes == p.read_bytes > 0
         with pytest.raises(ValueError, match="start and length differ"):
             shardload.Plan.from_boxes(ck, [("m", 0, (0, 0), (3,))], 1)
-        with pytest.raises(ValueError, match="not a count of elements"):
-            shardload.Plan.from_boxes(ck, [("m", 0, (-1, 0), (3, 4))], 1)
+        for bad in [("m", 0, (-1, 0), (3, 4)), ("m", 0, (1.7, 0), (2, 4)),
+                    ("m", 0, (0, 0), ("3", 4)), ("m", 0, (0, 0), (3, 2**64))]:
+            with pytest.raises(ValueError, match="not a count of elements"):
+                shardload.Plan.from_boxes(ck, [bad], 1)
+        for dev in (0.0, 2**32, "0"):
+            with pytest.raises(ValueError, match="not a mesh device's index"):
+                shardload.Plan.from_boxes(ck, [("m", dev, (0, 0), (3, 4))], 1)
+        assert "2 devices" in repr(quiet)
         with pytest.raises(shardload.Error, match="m"):
             shardload.Plan.from_boxes(ck, [("m", 0, (2, 0), (2, 4))], 1)  # past row 3
 
