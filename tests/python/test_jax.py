@@ -757,6 +757,33 @@ def test_int64_values_that_would_wrap(tmp_path: Path) -> None:
         sj.load(path, mesh, {"big": P(), "ok": P()})
 
 
+@pytest.mark.skipif(jax.config.jax_enable_x64, reason="int64 is held as it is with x64")
+@pytest.mark.parametrize("copying", [False, True])
+def test_int64_shards_each_their_own_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            copying: bool) -> None:
+    """Without x64 JAX narrows an int64 buffer into one int32 array, which a CPU device adopts
+    when it happens to be aligned: where a box's copies share a buffer (replicated, or over the
+    data axis), two devices were then one memory (the copies the load reports, and no shard
+    owning its bytes). Every shard is its own memory, with the right values, over sizes whose
+    int32 arrays land at various alignments."""
+    from safetensors.numpy import save_file
+    if copying:
+        devices_copy(monkeypatch)
+    rng = np.random.default_rng(3)
+    sizes = [1, 7, 64, 100, 1000, 4096, 10000, 30000]
+    ts = {f"t{k}": rng.integers(-100, 100, (8 * n,)).astype(np.int64) for k, n in enumerate(sizes)}
+    save_file(ts, str(tmp_path / "i.safetensors"))
+    for mesh, spec in ((mesh_1d(), P()), (mesh_2d(), P("model")), (mesh_2d(), P())):
+        stats: dict = {}
+        out = sj.load(tmp_path, mesh, {n: NamedSharding(mesh, spec) for n in ts}, stats=stats)
+        ptrs = [s.data.unsafe_buffer_pointer() for a in out.values() for s in a.addressable_shards]
+        assert len(set(ptrs)) == len(ptrs), (spec, stats)
+        for n, a in out.items():
+            assert a.dtype == np.int32 and np.array_equal(np.asarray(a), ts[n].astype(np.int32))
+        held = sum(s.data.nbytes for a in out.values() for s in a.addressable_shards)
+        assert stats["copied_bytes"] + stats["adopted_bytes"] == held * 2, stats  # int64 boxes
+
+
 def test_an_axis_used_twice_names_the_tensor(tmp_path: Path) -> None:
     path, _ = make_ckpt(tmp_path / "d", "llama")
     q = "model.layers.0.self_attn.q_proj.weight"

@@ -22,7 +22,7 @@ from ..plan import Param, Plan
 from ._groups import Group, distinct, groups, room, width
 from ._parts import Parts, view
 from ._shardings import Box, Item, boxes_plan
-from ._staging import Staging, adopts, aliases, clients
+from ._staging import Staging, adopts, clients
 
 ENGINE_PART = 8  # the engine's staging is staging // ENGINE_PART
 ADOPTED_GROUP = 1 << 30  # bytes of boxes per C load when the devices adopt the buffers
@@ -130,24 +130,36 @@ def wait(arrays: list[Any]) -> None:
 
 def put_group(bufs: list[np.ndarray], targets: list[Any]) -> tuple[list[Any], int, int]:
     """Hands a group's buffers to their targets (one batched device_put): the arrays, the bytes
-    JAX copied and the bytes it adopted (the buffer became the device array). A buffer put to
-    several devices (a box's copies) that two of them adopted would be one memory for both:
-    the later one gets a copy of its own."""
+    JAX copied and the bytes it adopted (the buffer became the device array). Two arrays that
+    are one memory (a box's copies share a buffer, which two devices adopted; or JAX narrowed
+    that buffer, an int64 one without x64, into one int32 array that both adopted): the later
+    one gets a copy of its own."""
     import jax
     arrays = jax.device_put(bufs, targets)
     copied = adopted = 0
-    first: dict[int, Any] = {}
+    seen: set[int] = set()
     for i, (buf, a) in enumerate(zip(bufs, arrays)):
-        was = first.setdefault(buf.ctypes.data, a)
-        if buf.nbytes and aliases(a, buf):
-            if was is not a and aliases(was, buf):
-                arrays[i] = jax.device_put(a, a.sharding, may_alias=False)  # same memory kind
-                copied += buf.nbytes
-                continue
+        ptr = _pointer(a) if buf.nbytes else None
+        if ptr is not None and ptr in seen:
+            arrays[i] = jax.device_put(a, a.sharding, may_alias=False)  # same memory kind
+            copied += buf.nbytes
+            continue
+        if ptr is not None:
+            seen.add(ptr)
+        if ptr is not None and ptr == buf.ctypes.data:
             adopted += buf.nbytes
         else:
             copied += buf.nbytes
     return arrays, copied, adopted
+
+
+def _pointer(a: Any) -> int | None:
+    """A single-device array's buffer address, or None where the backend gives none (its memory
+    is then its own)."""
+    try:
+        return _address(a)
+    except Exception:  # noqa: BLE001 - no address to compare
+        return None
 
 
 IndexKeys = dict[Any, tuple[Any, dict[int, tuple[int, ...]]]]
@@ -199,6 +211,10 @@ def put_tensor(shape: tuple[int, ...], sharding: Any, boxes: list[tuple[Box, np.
     total = sum(buf.nbytes for _, buf in boxes)  # a box's bytes on each of its devices
     if not total:
         return a, 0, 0
+    buf0 = boxes[0][1]
+    if _narrows(buf0):  # JAX's own int32 copy of a buffer may go to several devices
+        return _unshare(a, shape, sharding, {buf.ctypes.data for _, buf in boxes if buf.nbytes},
+                        buf0.itemsize // np.dtype(a.dtype).itemsize)
     # The devices of one tensor all copy or all adopt (one client, one dtype, buffers equally
     # aligned), so the first shard with bytes tells (reading every shard's address costs 5x
     # the put); where they adopt a shared buffer (copies of a box are one array), each shard is
@@ -221,28 +237,39 @@ def _adopted(ptr: int, given: list[np.ndarray]) -> bool:
     return ptr == given[0].ctypes.data or ptr in {b.ctypes.data for b in given[1:]}
 
 
-def _unshare(a: Any, shape: tuple[int, ...], sharding: Any,
-             mine: set[int]) -> tuple[Any, int, int]:
-    """a with a copy of its own for each device after the first that adopted a shared host
-    buffer (one memory for two devices); the bytes copied and adopted."""
+def _unshare(a: Any, shape: tuple[int, ...], sharding: Any, mine: set[int],
+             scale: int = 1) -> tuple[Any, int, int]:
+    """a with a copy of its own for each device whose shard is the memory of an earlier one's
+    (a shared host buffer that two devices adopted, or the one int32 array JAX narrowed a shared
+    int64 buffer into); the host bytes copied and adopted (`mine`: the host buffers; scale: host
+    bytes per shard byte, 2 where JAX narrowed them)."""
     import jax
     shards = [s.data for s in a.addressable_shards]
-    seen: set[int | None] = set()
+    seen: set[int] = set()
     copied = adopted = 0
     fixed = False
     for i, sh in enumerate(shards):
-        ptr = _address(sh) if sh.nbytes else None
-        if ptr in mine and ptr in seen:
+        ptr = _pointer(sh) if sh.nbytes else None
+        if ptr is not None and ptr in seen:
             shards[i] = jax.device_put(sh, sh.sharding, may_alias=False)
             fixed = True
-        if ptr in mine and ptr not in seen:
-            adopted += sh.nbytes
+            copied += sh.nbytes * scale
+            continue
+        if ptr is not None:
+            seen.add(ptr)
+        if ptr in mine:
+            adopted += sh.nbytes * scale
         else:
-            copied += sh.nbytes
-        seen.add(ptr)
+            copied += sh.nbytes * scale
     if fixed:
         a = jax.make_array_from_single_device_arrays(shape, sharding, shards)
     return a, copied, adopted
+
+
+def _narrows(buf: np.ndarray) -> bool:
+    """Whether JAX holds this buffer's values in a narrower type (int64 as int32 without x64)."""
+    from jax.dtypes import canonicalize_dtype as canonical
+    return bool(np.dtype(canonical(buf.dtype)) != buf.dtype)
 
 
 def _narrowed(dtype: str, target: int) -> bool:
