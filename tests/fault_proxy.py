@@ -132,7 +132,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
             time.sleep(A.stall)
             self.close_connection = True
             return None
+        self.undone = False
         status, body = self._forward("GET", fault)
+        if self.undone:
+            fault = None
         half = len(body) // 2
         if fault == "flip" and body:
             body = body[:half] + bytes([body[half] ^ 0x01]) + body[half + 1:]
@@ -191,7 +194,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
         headers = [(k, v) for k, v in r.getheaders()
                    if k.lower() not in ("connection", "keep-alive", "transfer-encoding", "date", "server")]
         if fault in ("crhalf", "crpast", "crshort") and r.status == 206:
-            headers, body = content_range_fault(fault, headers, body)
+            changed = content_range_fault(fault, headers, body)
+            if changed is None:   # nothing to change: the fault goes to the next candidate
+                with LOCK:
+                    STATE["faults"] -= 1
+                self.undone = True
+            else:
+                headers, body = changed
         self.send_response(r.status)
         for k, v in headers:
             self.send_header(k, v)
@@ -200,10 +209,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
 
 def content_range_fault(fault, headers, body):
-    """headers and body of a 206 with its Content-Range (and for crshort its body) changed."""
+    """headers and body of a 206 with its Content-Range (and for crshort its body) changed;
+    None where the change would change nothing (crpast of a range at the object's end)."""
     cr = next(v for k, v in headers if k.lower() == "content-range")
     a, b, t = map(int, re.fullmatch(r"bytes (\d+)-(\d+)/(\d+)", cr).groups())
     end = t - 1 if fault == "crpast" else a + (b - a) // 2
+    if end == b:   # a range that ends at the object's end (crpast), or of one byte
+        return None
     if fault == "crshort":
         body = body[:end - a + 1]
     out = []
