@@ -7,7 +7,7 @@ from __future__ import annotations
 import ctypes
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -121,6 +121,13 @@ def _target(dev: Any, kind: str | None) -> Any:
     return SingleDeviceSharding(dev, memory_kind=kind)
 
 
+def host_memory(devices: Iterable[Any]) -> bool:
+    """Whether some device's memory is host memory (a CPU device), where XLA may take a host
+    buffer as the device array (adopts() tells whether it does). A GPU's or TPU's default memory
+    is its own: device_put copies into it."""
+    return any(d.platform == "cpu" for d in devices)
+
+
 def wait(arrays: list[Any]) -> None:
     """Waits for the arrays' transfers (a deleted one's were done: a gathered tensor's parts)."""
     for a in arrays:
@@ -188,13 +195,16 @@ def _index_keys(shape: tuple[int, ...], sharding: Any, cache: IndexKeys) -> dict
 
 
 def put_tensor(shape: tuple[int, ...], sharding: Any, boxes: list[tuple[Box, np.ndarray]],
-               cache: IndexKeys | None = None) -> tuple[Any, int, int]:
+               cache: IndexKeys | None = None, host: bool = True) -> tuple[Any, int, int]:
     """A whole tensor's global array straight from its boxes' buffers (one buffer per device, or
     one shared by a box's copies), in one call into JAX for all its devices
     (make_array_from_callback: 6x less time per shard than a device_put of each, which made
     an MoE checkpoint's 150,000 shards cost 8 s); the array, the bytes JAX copied and those
     it adopted. Where two devices adopted one shared buffer, the later ones get copies of their
-    own, as in put_group."""
+    own, as in put_group. host: whether the devices' memory is host memory (CPU devices: a
+    buffer may become a device array); where it is not, every byte is a copy and no shard is
+    looked at (reading one makes JAX keep an array object for every shard of the tensor: 195 MiB
+    for 150,000 shards)."""
     import jax
     left: dict[tuple[int, ...], list[np.ndarray]] = {}
     for b, buf in boxes:  # keyed by (start, stop) of each dimension, as data() reads an index
@@ -209,8 +219,8 @@ def put_tensor(shape: tuple[int, ...], sharding: Any, boxes: list[tuple[Box, np.
         return given[-1]
     a = jax.make_array_from_callback(shape, sharding, data)
     total = sum(buf.nbytes for _, buf in boxes)  # a box's bytes on each of its devices
-    if not total:
-        return a, 0, 0
+    if not total or not host:
+        return a, total, 0
     buf0 = boxes[0][1]
     if _narrows(buf0):  # JAX's own int32 copy of a buffer may go to several devices
         return _unshare(a, shape, sharding, {buf.ctypes.data for _, buf in boxes if buf.nbytes},
@@ -397,6 +407,7 @@ class Loader:
         # group after the next, and a replicated tensor's copies would each have a buffer)
         narrows = any(_narrowed(t.dtype, targets.get(t.name, -1)) for t, _ in items)
         self.adopting = adopts(index) and not narrows
+        self.host = host_memory(index)
         # What is read to be gathered (dist="cooperative") is deleted once gathered: beyond the
         # arrays even where the devices adopt the buffers, so those groups keep the bound.
         gathers = any(reads[n] is not specs[n] for n in specs)
@@ -495,7 +506,7 @@ class Loader:
         whole, boxes = self._whole_tensors(boxes)
         arrays, copied, adopted = [], 0, 0
         for n, bs in whole.items():
-            a, c, ad = put_tensor(self.shapes[n], self.reads[n], bs, self.index_keys)
+            a, c, ad = put_tensor(self.shapes[n], self.reads[n], bs, self.index_keys, self.host)
             self.ready[n] = a
             arrays.append(a)
             copied, adopted = copied + c, adopted + ad
