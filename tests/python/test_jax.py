@@ -249,8 +249,8 @@ def _as_copying_devices(monkeypatch: pytest.MonkeyPatch) -> list:
         return arrays, copied, adopted
 
     def spy_put_tensor(shape: tuple, sharding: object, boxes: list, cache: object,
-                       host: bool) -> tuple:
-        a, copied, adopted = put_tensor(shape, sharding, boxes, cache, host)
+                       host: bool, seen: object) -> tuple:
+        a, copied, adopted = put_tensor(shape, sharding, boxes, cache, host, seen)
         put.extend((buf.ctypes.data, a, buf.nbytes) for _, buf in boxes)
         return a, copied, adopted
 
@@ -378,9 +378,9 @@ def test_copies_of_a_box_share_a_slab_buffer(tmp_path: Path,
         return inner(bufs, targets)
 
     def spy_tensor(shape: tuple, sharding: object, boxes: list, cache: object,
-                   host: bool) -> tuple:
+                   host: bool, seen: object) -> tuple:
         calls.append([b.ctypes.data for _, b in boxes])
-        return inner_tensor(shape, sharding, boxes, cache, host)
+        return inner_tensor(shape, sharding, boxes, cache, host, seen)
     monkeypatch.setattr(jl, "put_group", spy)
     monkeypatch.setattr(jl, "put_tensor", spy_tensor)
     stats: dict = {}
