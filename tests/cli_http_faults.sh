@@ -120,25 +120,23 @@ one_line_error $? "$T/err" "safetensors: bytes [0-9]*-[0-9]*: no byte for 1000 m
     fail "stall, retries 1: $(cat "$T/err")"
 [ $(($(date +%s) - start)) -lt 40 ] || fail "stall, retries 1: not bounded"
 stop_proxy
-# headers that trickle (a line every 0.2 s, never a body): no body byte is progress, so each try
-# ends at the 1 s timeout and retries 2 is 3 tries, as for a stall. Before, each header line reset
-# the timeout: the range lived as long as the server went on (60 s here, then again per try)
-start_proxy "$UP" hdrdrip --fault hdrdrip --stall 60
-start=$(date +%s)
-timeout 40 "$SL" load "$PROXY/ck/" --tp 2 "${KNOBS[@]}" "${STALL_TIMEOUT[@]}" --remote-retries 2 >/dev/null 2>"$T/err"
-one_line_error $? "$T/err" "safetensors: bytes [0-9]*-[0-9]*: no byte for 1000 ms (gave up after 3 tries)" ||
-    fail "header trickle: $(cat "$T/err")"
-[ $(($(date +%s) - start)) -lt 15 ] || fail "header trickle: not bounded ($(($(date +%s) - start)) s)"
-stop_proxy
-# a body that trickles (a byte every 0.2 s: never a stall): under 1 kB/s over a timeout window ends
-# the try as a stall does. Before, such a range lived for weeks (its bytes at 5 a second)
-start_proxy "$UP" bodydrip --fault bodydrip --stall 60
-start=$(date +%s)
-timeout 40 "$SL" load "$PROXY/ck/" --tp 2 "${KNOBS[@]}" "${STALL_TIMEOUT[@]}" --remote-retries 2 >/dev/null 2>"$T/err"
-one_line_error $? "$T/err" "safetensors: bytes [0-9]*-[0-9]*: under 1000 bytes/s for 1000 ms (gave up after 3 tries)" ||
-    fail "body trickle: $(cat "$T/err")"
-[ $(($(date +%s) - start)) -lt 15 ] || fail "body trickle: not bounded ($(($(date +%s) - start)) s)"
-stop_proxy
+# a server that trickles for 60 s, timeout 1 s, retries 2: each try ends as a stall does, 3 tries,
+# within seconds
+trickle() { # label fault reason
+    start_proxy "$UP" "$2" --fault "$2" --stall 60
+    start=$(date +%s)
+    timeout 40 "$SL" load "$PROXY/ck/" --tp 2 "${KNOBS[@]}" "${STALL_TIMEOUT[@]}" --remote-retries 2 >/dev/null 2>"$T/err"
+    one_line_error $? "$T/err" "safetensors: bytes [0-9]*-[0-9]*: $3 (gave up after 3 tries)" ||
+        fail "$1: $(cat "$T/err")"
+    [ $(($(date +%s) - start)) -lt 15 ] || fail "$1: not bounded ($(($(date +%s) - start)) s)"
+    stop_proxy
+}
+# headers a line every 0.2 s, never a body: no body byte is progress. Before, each header line
+# reset the timeout: the range lived as long as the server went on (60 s here, then again per try)
+trickle "header trickle" hdrdrip "no byte for 1000 ms"
+# a body a byte every 0.2 s (never a stall): under 1 kB/s over a timeout window. Before, such a
+# range lived for weeks (its bytes at 5 a second), each try's few bytes resetting the retries
+trickle "body trickle" bodydrip "under 1000 bytes/s for 1000 ms"
 # a server that answers no data GET at all (not even a status line): SIGTERM stops a reshard within
 # a second or two, by the signal, its files removed. Before, the engine's wait never looked at the
 # stop, and the reshard went on for the timeout's tries (10 s x 6 here) before failing
