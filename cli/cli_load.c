@@ -87,8 +87,9 @@ static void load_help(FILE *out)
             "                  cuda adds \"gpu\",\"mem_free_before\",\"mem_free_after\" and\n"
             "                  \"staging_memory\" (\"page-locked\" or \"plain (why)\") per device;\n"
             "                  pjrt adds the mem_free pair where its plugin reports memory, and\n"
-            "                  \"staging_memory\": \"dma-mapped\" or \"plain (why)\", but with\n"
-            "                  --format dummy, which stages nothing)\n"
+            "                  \"staging_memory\": \"dma-mapped\" or \"plain (why)\" (but with\n"
+            "                  --format dummy, which stages nothing) and \"pjrt_routes\": the\n"
+            "                  parameters, bytes and calls of each way to a PJRT buffer)\n"
             "  --config FILE   the model's config.json (-: read from stdin); default PATH's\n"
             "                  directory/config.json\n"
             "  --rules FILE    rule table for the architecture instead of the built-in one\n"
@@ -183,6 +184,14 @@ static void load_print_mem(const sl_model *m, int32_t d, int json)
     } else if (staging) {
         char sb[CLI_TEXT_NAME];
         printf("device %d: staging %s\n", g, cli_text(staging, sb, sizeof sb));
+    }
+    const char *routes = sl_model_device_routes(m, d);    /* pjrt: the ways bytes went */
+    if (routes && json) {
+        printf(",\"pjrt_routes\":");
+        cli_json_str(stdout, routes);
+    } else if (routes) {
+        char rb[256];
+        printf("device %d: %s\n", g, cli_text(routes, rb, sizeof rb));
     }
     if (sl_model_device_mem(m, d, &before, &after) != SL_OK)
         return;

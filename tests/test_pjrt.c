@@ -209,6 +209,34 @@ static void test_checksums(void)
     check_run(&(run){"tp2", 2, 1, SL_LAYOUT_TP, -1, 0, 0});
     EXPECT(fk_get("bfhb_strided") > 0, "tp2: no whole parameter from rows with a pitch");
     EXPECT(fk_get("transfers") == 0, "tp2: streamed with a budget that holds every parameter");
+    /* Streamed parameters split by columns (o_proj, down_proj rows of 128 and 256 bytes) come in
+     * rows gathered into ring pieces: 320 transfers here, 2722 with a TransferData per row. */
+    fk_set("reset", 0);
+    check_run(&(run){"tp4 staging 64K", 4, 1, SL_LAYOUT_TP, -1, 64 << 10, 0});
+    EXPECT(fk_get("transfers") > 0 && fk_get("transfers") < 1000,
+           "tp4 staging 64K: %lld transfers: narrow rows not gathered", fk_get("transfers"));
+}
+
+/* sl_model_device_routes: pjrt's account of its ways, NULL for cpu. */
+static void test_routes(void)
+{
+    const run r = {"routes tp4 staging 64K", 4, 1, SL_LAYOUT_TP, -1, 64 << 10, 0};
+    sl_plan *p = plan_of(&r);
+    sl_load_opts cpu = opts_of(&r, "cpu"), pj = opts_of(&r, "pjrt");
+    sl_model *mc = NULL, *mp = NULL;
+    EXPECT(load(&r, p, &cpu, &mc) == SL_OK && load(&r, p, &pj, &mp) == SL_OK, "routes: load: %s",
+           mp ? sl_model_errmsg(mp) : sl_model_errmsg(mc));
+    EXPECT(mc && !sl_model_device_routes(mc, 0), "routes: the cpu backend says something");
+    const char *s = mp ? sl_model_device_routes(mp, 0) : NULL;
+    unsigned long long n[8] = {0};
+    EXPECT(s && sscanf(s, "direct %llu (%*u B), assembled %llu (%*u B), streamed %llu (%*u B); "
+                          "%llu uploads, %llu transfers", &n[0], &n[1], &n[2], &n[3], &n[4]) == 5,
+           "routes: '%s'", s ? s : "(null)");
+    EXPECT(n[2] > 0 && n[4] > 0 && n[0] + n[1] == n[3], "routes: '%s'", s ? s : "(null)");
+    sl_model_free(mc);
+    sl_model_free(mp);
+    sl_plan_free(p);
+    expect_clean(r.what);
 }
 
 /* ---- the buffers ---------------------------------------------------------------------------- */
@@ -802,6 +830,7 @@ int main(void)
     fk_open();
     make_checkpoint();
     test_checksums();
+    test_routes();
     test_buffers();
     test_second_mesh();
     test_given_client();

@@ -86,12 +86,20 @@ typedef struct pjrt_dev {
     int raw;                     /* Buffer_CopyRawToHost is usable (present, not UNIMPLEMENTED) */
     pj_events pending;           /* copies from pinned memory since the last mark */
     pj_events marks[SL_DEVICE_MAX_MARKS];
+    /* A mark covers every copy issued before it (device.h), those filed under other tags too:
+     * the order of the marks whose events are not waited for yet, oldest and newest per tag */
+    uint64_t mark_seq, mark_first[SL_DEVICE_MAX_MARKS], mark_last[SL_DEVICE_MAX_MARKS];
     const unsigned char *pin_ptr;
     size_t pin_len;
     int dma;                     /* pin_ptr's range is DmaMap'd in the client (pj_client_dma_map) */
     char staging_mem[256];       /* "dma-mapped" or "plain (why)" once pinned; "" before */
     int stats;                   /* MemoryStats gave a free figure before the first buffer */
     uint64_t free_before, free_after;
+    /* how the bytes went (pjrt_handle SL_DEVICE_HANDLE_ROUTES): parameters and bytes per way,
+     * and the calls that carried them */
+    uint64_t n_direct, n_assembled, n_streamed, b_direct, b_assembled, b_streamed;
+    uint64_t n_uploads, n_transfers;
+    char routes[192];
     int64_t cached;              /* parameter whose copy is in cache, or -1 */
     unsigned char *cache;
 } pjrt_dev;

@@ -117,6 +117,18 @@ sl_status pj_reap(pjrt_dev *d, int wait, sl_err *err)
     return st;
 }
 
+/* "direct 3 (1024 B, 3 uploads), assembled ..., streamed 2 (.. B, 40 transfers)" */
+static void pj_routes(pjrt_dev *d)
+{
+    snprintf(d->routes, sizeof d->routes,
+             "direct %llu (%llu B), assembled %llu (%llu B), streamed %llu (%llu B); "
+             "%llu uploads, %llu transfers",
+             (unsigned long long)d->n_direct, (unsigned long long)d->b_direct,
+             (unsigned long long)d->n_assembled, (unsigned long long)d->b_assembled,
+             (unsigned long long)d->n_streamed, (unsigned long long)d->b_streamed,
+             (unsigned long long)d->n_uploads, (unsigned long long)d->n_transfers);
+}
+
 sl_status pj_complete(pjrt_dev *d, sl_err *err)
 {
     SL_TRY(pj_reap(d, 1, err));
@@ -125,6 +137,7 @@ sl_status pj_complete(pjrt_dev *d, sl_err *err)
     d->n_tms = 0;
     if (d->stats && pj_device_free_bytes(d->api, d->device, &d->free_after) != 0)
         d->free_after = d->free_before;
+    pj_routes(d);
     return SL_OK;
 }
 
@@ -155,6 +168,9 @@ static sl_status pj_upload(pjrt_dev *d, pj_param *p, const void *data, const int
     if (e)
         return pj_fail_param(d, p, e, "PJRT_Client_BufferFromHostBuffer", err);
     p->buf = a.buffer;
+    d->n_uploads++;
+    d->n_direct++;
+    d->b_direct += p->nbytes;
     const sl_status st = pj_track(d, p, a.done_with_host_buffer, async,
                                   "PJRT_Client_BufferFromHostBuffer", err);
     if (st != SL_OK) { /* the copy failed: no buffer */
@@ -202,6 +218,9 @@ static sl_status pj_assembled(pjrt_dev *d, pj_param *p, sl_err *err)
     if (e)
         return pj_fail_param(d, p, e, "PJRT_Client_BufferFromHostBuffer", err);
     p->buf = a.buffer;
+    d->n_uploads++;
+    d->n_assembled++;
+    d->b_assembled += p->nbytes;
     d->retiring[d->n_retiring++] = (pj_block){.host = p->host, .bytes = p->nbytes,
                                                .done = a.done_with_host_buffer, .name = p->name};
     p->host = NULL;
@@ -279,6 +298,8 @@ static sl_status pj_stream_open(pjrt_dev *d, pj_param *p, sl_err *err)
     if (st == SL_OK && pj_dense(d, p)) {
         p->state = PJ_STREAMING;
         p->got = 0;
+        d->n_streamed++;
+        d->b_streamed += p->nbytes;
         return SL_OK;
     }
     pj_destroy_buffer(d->api, p->buf);
@@ -315,6 +336,7 @@ static sl_status pj_stream(pjrt_dev *d, pj_param *p, uint64_t rel, const unsigne
     PJRT_Error *e = d->api->AsyncHostToDeviceTransferManager_TransferData(&a);
     if (e)
         return pj_fail_param(d, p, e, call, err);
+    d->n_transfers++;
     p->got += n;
     SL_TRY(pj_track(d, p, a.done_with_h2d_transfer, async, call, err));
     return a.is_last_transfer ? pj_tm_retire(d, p, err) : SL_OK;

@@ -184,6 +184,11 @@ int sl_device_gpu(const sl_device *d)
     return d->ops->gpu ? d->ops->gpu(d->ctx) : -1;
 }
 
+uint64_t sl_device_gather_below(const sl_device *d)
+{
+    return d->ops->gather_below ? d->ops->gather_below(d->ctx) : 0;
+}
+
 sl_status sl_device_mem_info(const sl_device *d, uint64_t *free_before, uint64_t *free_after,
                              sl_err *err)
 {

@@ -64,8 +64,10 @@ typedef enum sl_device_handle_kind {
     SL_DEVICE_HANDLE_PARAM = 0,     /* parameter i's buffer (pjrt: PJRT_Buffer *) */
     SL_DEVICE_HANDLE_CLIENT = 1,    /* the runtime's client (pjrt: PJRT_Client *) */
     SL_DEVICE_HANDLE_API = 2,       /* the runtime's entry points (pjrt: const PJRT_Api *) */
-    SL_DEVICE_HANDLE_STAGING = 3    /* how the staging block was handed to the runtime (pjrt: const
+    SL_DEVICE_HANDLE_STAGING = 3,   /* how the staging block was handed to the runtime (pjrt: const
                                        char *, "dma-mapped" or "plain (why)"); NULL: not said */
+    SL_DEVICE_HANDLE_ROUTES = 4     /* how the bytes reached the device (pjrt: const char *, the
+                                       parameters, bytes and calls of each way); NULL: not said */
 } sl_device_handle_kind;
 
 typedef struct sl_device_ops {
@@ -100,6 +102,10 @@ typedef struct sl_device_ops {
     int (*zeroed)(const void *ctx);
     /* The GPU ordinal. */
     int (*gpu)(const void *ctx);
+    /* Same-dtype rows narrower than this many bytes are best gathered by the engine into
+     * contiguous pieces of its staging ring: the backend has no strided copy for part of a
+     * parameter, so each such row would be a call of its own (pjrt: one TransferData per row). */
+    uint64_t (*gather_below)(const void *ctx);
     /* Device free memory (bytes) right before and right after alloc() (pjrt: before the first
      * buffer and after the last); both UINT64_MAX when this instance cannot tell. */
     void (*mem_info)(const void *ctx, uint64_t *free_before, uint64_t *free_after);
@@ -140,6 +146,8 @@ void *sl_device_ptr(const sl_device *d);
 int sl_device_zeroed(const sl_device *d);
 /* -1: no GPU */
 int sl_device_gpu(const sl_device *d);
+/* 0: strided copies are as good as contiguous ones (the engine gathers nothing by itself) */
+uint64_t sl_device_gather_below(const sl_device *d);
 /* SL_E_UNSUPPORTED "device 'NAME' does not report free memory" */
 sl_status sl_device_mem_info(const sl_device *d, uint64_t *free_before, uint64_t *free_after,
                              sl_err *err);

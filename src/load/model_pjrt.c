@@ -35,3 +35,9 @@ const char *sl_model_device_staging(const sl_model *m, int32_t dev)
     const sl_device *d = model_dev(m, dev);
     return d ? sl_device_handle(d, SL_DEVICE_HANDLE_STAGING, 0) : NULL;
 }
+
+const char *sl_model_device_routes(const sl_model *m, int32_t dev)
+{
+    const sl_device *d = model_dev(m, dev);
+    return d ? sl_device_handle(d, SL_DEVICE_HANDLE_ROUTES, 0) : NULL;
+}

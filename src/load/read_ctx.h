@@ -154,6 +154,9 @@ typedef struct rd_ctx {
     sl_pool *pool;                /* helper threads for conversions (rd_start_pool), or NULL */
     uint64_t gather_rows;         /* SL_GATHER_ROWS: same-dtype rows narrower than this many bytes
                                      are gathered through the ring (rd_gathers); 0: never */
+    uint64_t gather_parts;        /* the devices' own wish (sl_device_gather_below): likewise, but
+                                     not when a write holds all of an op's rows, which the device
+                                     takes as one strided copy */
     int ring;                     /* bounce lies in the page-locked staging block: RD_RING pieces,
                                      each copied asynchronously and reused after its mark; its
                                      bytes come out of the staging budget */

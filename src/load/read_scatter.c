@@ -110,16 +110,21 @@ static uint64_t rd_whole_rows(const rd_op *r, uint64_t k, uint64_t b)
     return last >= k ? sl_min_u64(last + 1, op->rows) - k : 0;
 }
 
-/* 1 when whole rows of r are gathered into ring pieces rather than sent one copy per row (or as
- * one 2-D copy): converted rows always (a copy, an event and a wait per row would make a column
- * split's thousands of rows as many tiny copies), and same-dtype rows narrower than gather_rows. */
-static int rd_gathers(const rd_ctx *x, const rd_op *r)
+/* 1 when rows [k, k + rows) of r are gathered into ring pieces rather than sent one copy per row
+ * (or as one 2-D copy): converted rows always (a copy, an event and a wait per row would make a
+ * column split's thousands of rows as many tiny copies), same-dtype rows narrower than
+ * gather_rows, and narrower than gather_parts unless they are all of the op's rows. */
+static int rd_gathers(const rd_ctx *x, const rd_op *r, uint64_t k, uint64_t rows)
 {
     const sl_op *op = r->op;
     const uint64_t dst_row = op->row_elems * r->dsize;
-    return x->ring && op->rows > 1 && dst_row <= rd_ring_piece_bytes(x) &&
-           (op->src_dtype != r->ddt ||
-            (dst_row < x->gather_rows && op->src_stride != op->row_elems * r->ssize));
+    if (!x->ring || op->rows < 2 || dst_row > rd_ring_piece_bytes(x))
+        return 0;
+    if (op->src_dtype != r->ddt)
+        return 1;
+    if (op->src_stride == op->row_elems * r->ssize)
+        return 0;
+    return dst_row < x->gather_rows || (dst_row < x->gather_parts && (k || rows < op->rows));
 }
 
 /* rows whole rows from row k, src at row k's first byte: as many as fit in a ring piece are
@@ -163,11 +168,9 @@ static sl_status rd_put_rows(rd_ctx *x, const rd_op *r, uint64_t k, uint64_t a, 
     *n = 0;
     if (r->host_dst || op->rows < 2 || rs < a || op->src_stride > SIZE_MAX)
         return SL_OK;
-    const int gather = rd_gathers(x, r);
-    if (!gather && op->src_dtype != r->ddt)
-        return SL_OK;
     const uint64_t rows = rd_whole_rows(r, k, b);
-    if (rows < 2)
+    const int gather = rows >= 2 && rd_gathers(x, r, k, rows);
+    if (rows < 2 || (!gather && op->src_dtype != r->ddt))
         return SL_OK;
     *n = rows;
     if (gather)
@@ -236,7 +239,8 @@ int rd_staged_work(const rd_ctx *x, int narrow_too)
         if (r->op->src_dtype != r->ddt)
             return 1;
         const uint64_t row = r->op->row_elems * r->ssize;
-        if (narrow_too && r->op->rows > 1 && row < x->gather_rows && r->op->src_stride != row)
+        if (narrow_too && r->op->rows > 1 && r->op->src_stride != row &&
+            (row < x->gather_rows || row < x->gather_parts))
             return 1;
     }
     return 0;

@@ -67,12 +67,16 @@ uint64_t sl_rd_ring_budget(uint64_t staging)
 }
 
 /* The ring, out of at most max_bytes, when the local devices copy asynchronously and some of
- * their elements are converted (or narrow rows gathered: opts.gather_rows, for benchmarks, see
- * docs/engine.md). Without it, conversions go through a small synchronous bounce buffer. */
+ * their elements are converted (or narrow rows gathered: as the devices ask, and opts.gather_rows,
+ * for benchmarks, see docs/engine.md). Without it, conversions go through a small synchronous bounce buffer. */
 void rd_plan_ring(rd_ctx *x, uint64_t max_bytes)
 {
     const uint64_t unit = (uint64_t)RD_RING * RD_ALIGN;
     x->gather_rows = x->o->gather_rows;
+    x->gather_parts = 0;
+    for (int32_t d = 0; d < x->p->n_devices; d++)
+        if (rd_local(x, d))
+            x->gather_parts = sl_max_u64(x->gather_parts, sl_device_gather_below(&x->devs[d].dev));
     if (max_bytes < unit || !rd_staged_work(x, 1) || !rd_can_mark(x))
         return;
     x->ring = 1;
