@@ -238,6 +238,9 @@ class Model:
             staging = N.lib.sl_model_device_staging(h, k)
             if staging is not None:   # pjrt: "dma-mapped", cuda: "page-locked", or "plain (why)"
                 entry["staging"] = N.text(staging)
+            routes = N.lib.sl_model_device_routes(h, k)
+            if routes is not None:    # pjrt: the parameters, bytes and calls of each way in
+                entry["routes"] = N.text(routes)
             devs.append(entry)
         return {"seconds": s.seconds, "setup_seconds": s.setup_seconds,
                 "bytes_read": s.bytes_read,

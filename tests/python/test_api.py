@@ -96,6 +96,9 @@ def test_pjrt_device_with_a_real_plugin(tiny_ckpt: Path) -> None:
         # XLA's CPU plugin answers DmaMap with UNIMPLEMENTED: its staging is plain, and says why
         assert [dev["staging"].split(" ")[0] for dev in m.stats["devices"]] == ["plain", "plain"]
         assert all("staging" not in dev for dev in want.stats["devices"])
+        assert all(dev["routes"].startswith("direct ") and "transfers" in dev["routes"]
+                   for dev in m.stats["devices"]), m.stats["devices"]
+        assert all("routes" not in dev for dev in want.stats["devices"])
         with pytest.raises(shardload.DeviceError, match=r"NumPy cannot view it; use \.read\(d, "
                            r"name\) or \.checksums\(d\)$"):
             m.numpy(0)   # (.torch and .dlpack cannot view PJRT buffers either)
