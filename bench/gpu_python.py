@@ -9,23 +9,28 @@ device_put per tensor). Knobs: GPU_JAX_LAYERS (default 8), GPU_JAX_REPS (default
 {"python": {...}}; the torch and JAX parts are reported as skipped where torch has no CUDA or JAX
 no GPU (the dry run on the host-memory stand-in). GPU_JAX_PLATFORM=cpu runs the JAX part on JAX's CPU
 devices instead (tests/python/test_gpu_scripts.py)."""
+from __future__ import annotations
+
 import json
 import os
 import sys
 import time
+from typing import Any, Callable, TypeVar
 
 import shardload
+
+T = TypeVar("T")
 
 TP, DEVICES = 8, [0, 5]
 
 
-def timed(fn):
+def timed(fn: Callable[[], T]) -> tuple[T, float]:
     t = time.perf_counter()
     v = fn()
     return v, time.perf_counter() - t
 
 
-def torch_checks(ck, m, r):
+def torch_checks(ck: str, m: shardload.Model, r: dict[str, Any]) -> None:
     import torch
     gpus = torch.cuda.device_count()
     for k, d in enumerate(DEVICES):
@@ -35,7 +40,7 @@ def torch_checks(ck, m, r):
         r.setdefault("views_zero_copy", True)
         for i, (name, t) in enumerate(views.items()):
             r["views_on_gpu"] &= t.device == torch.device("cuda", gpu)
-            r["views_zero_copy"] &= t.data_ptr() == m._ptr(d, i)
+            r["views_zero_copy"] &= t.data_ptr() == m._ptr(m._h(), d, i)
     rank = DEVICES[-1]
     plan = m.plan
     torch.cuda.synchronize()
@@ -55,7 +60,7 @@ JAX_REPS = int(os.environ.get("GPU_JAX_REPS", "2"))
 JAX_PLATFORM = os.environ.get("GPU_JAX_PLATFORM", "gpu")
 
 
-def jax_checks(ck, r):
+def jax_checks(ck: str, r: dict[str, Any]) -> None:
     """shardload.jax onto the GPUs (one mesh axis over them) for the embedding and the first
     JAX_LAYERS layers, each load checked against the same load onto JAX's CPU device: with the
     default settings (jax_load_s), then with JAX_STAGING of staging with its two slabs DMA-mapped
@@ -80,8 +85,8 @@ def jax_checks(ck, r):
     jax.block_until_ready(jax.device_put(np.ones(1 << 20, np.uint8), gpus[0]))  # the first put's set-up
     equal = []
 
-    def run(**kw):
-        st = {}
+    def run(**kw: Any) -> tuple[float, dict[str, Any], bool, int]:
+        st: dict[str, Any] = {}
         arrays, s = timed(lambda: jax.block_until_ready(sj.load(ck, mesh, specs, stats=st, **kw)))
         equal.append(all(np.array_equal(np.asarray(arrays[n]).view(np.uint8), ref[n].view(np.uint8))
                          for n in names))
@@ -94,7 +99,7 @@ def jax_checks(ck, r):
         return s, {k: st[k] for k in keep}, on, nbytes
     r["jax_load_s"], r["jax_stats"], r["jax_on_gpus"], r["jax_bytes"] = run()
     r["jax_staging"], r["jax_dma"] = r["jax_stats"]["staging"], r["jax_stats"]["dma"]
-    times = {"dma": [], "plain": []}
+    times: dict[str, list[float]] = {"dma": [], "plain": []}
     for _ in range(JAX_REPS):
         for kind in times:
             s, st, on, _ = run(staging=JAX_STAGING, dma=kind == "dma")
@@ -109,9 +114,9 @@ def jax_checks(ck, r):
     del ref
     from safetensors import safe_open
 
-    def peer():
-        out = {}
-        by_file = {}
+    def peer() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        by_file: dict[str, list[str]] = {}
         for t in shardload.open(ck).tensors:
             if t.name in specs:
                 by_file.setdefault(t.file, []).append(t.name)
@@ -123,7 +128,8 @@ def jax_checks(ck, r):
     _, r["jax_peer_device_put_s"] = timed(peer)
 
 
-def host_memory(ck, mesh, specs, ref, r):
+def host_memory(ck: str, mesh: Any, specs: dict[str, Any], ref: dict[str, Any],
+                r: dict[str, Any]) -> None:
     """The same shardings with memory_kind "pinned_host" (JAX's host offloading): each shard in
     its GPU's pinned host memory, equal to the CPU result; or why not (a platform without it)."""
     import jax
@@ -146,9 +152,9 @@ def host_memory(ck, mesh, specs, ref, r):
                                                    ref[n].view(np.uint8)) for n in arrays)
 
 
-def main():
+def main() -> None:
     ck = sys.argv[1]
-    r = {"tp": TP, "devices": DEVICES}
+    r: dict[str, Any] = {"tp": TP, "devices": DEVICES}
     cpu, r["load_cpu_s"] = timed(lambda: shardload.load(ck, tp=TP, devices=DEVICES))
     m, r["load_cuda_s"] = timed(lambda: shardload.load(ck, tp=TP, devices=DEVICES, device="cuda"))
     r["bytes"] = sum(x["allocated_bytes"] for x in m.stats["devices"])
