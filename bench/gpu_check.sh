@@ -274,7 +274,7 @@ pjrt_check() {
     cu=$(cat "$WORK/load.$label.cuda.json" 2>/dev/null || echo '{}')
     staging=$(echo "$out" | grep -o '"staging_memory":"[^"]*' | head -1 | cut -d'"' -f4-)
     record "{\"pjrt\":\"$label\",\"params\":$n,\"equal_cpu\":\"$ok_cpu\",\"equal_cuda\":\"$ok_cuda\",\"plan_bytes\":$total,\"mem_delta\":$([ -n "$mb" ] && [ -n "$ma" ] && echo $((mb - ma)) || echo null),\"staging\":$(jstr "$staging"),\"out\":$out,\"cuda\":$cu}"
-    say "pjrt $label: $n checksums = cpu: $ok_cpu, = cuda: $ok_cuda; $(echo "$out" | grep -o '"gbps_after_setup":[0-9.]*') (cuda $(echo "$cu" | grep -o '"gbps_after_setup":[0-9.]*' | cut -d: -f2)); memory delta $([ -n "$mb" ] && [ -n "$ma" ] && echo $((mb - ma)) || echo n/a) of $total plan bytes; staging ${staging:-n/a}"
+    say "pjrt $label: $n checksums = cpu: $ok_cpu, = cuda: $ok_cuda; $(echo "$out" | grep -o '"gbps_after_setup":[0-9.]*') (cuda $(echo "$cu" | grep -o '"gbps_after_setup":[0-9.]*' | cut -d: -f2)); memory delta $([ -n "$mb" ] && [ -n "$ma" ] && echo $((mb - ma)) || echo n/a) of $total plan bytes; staging ${staging:-n/a}; device 0: $(echo "$out" | grep -o '"pjrt_routes":"[^"]*' | head -1 | cut -d'"' -f4)"
 }
 PJRT_ENV=
 PJRT=${GPU_PJRT_PLUGIN:-}
@@ -294,6 +294,18 @@ elif ! late "pjrt (tp1, tp8)"; then
     warm
     pjrt_check tp1 "$PJRT" -- --tp 1
     late "pjrt tp8" || pjrt_check tp8 "$PJRT" -- --tp 8
+    # The plugin's own host memory: a load of a few KB of dummy weights through it (its libraries
+    # and client), against which the peak RSS of the loads above is read.
+    printf '%s' '{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":64,"intermediate_size":128,"num_attention_heads":4,"num_key_value_heads":2,"num_hidden_layers":1,"vocab_size":128,"torch_dtype":"bfloat16"}' >"$WORK/pjrt_tiny.json"
+    if late "pjrt baseline" ; then true
+    elif out=$(timeout 120 env $PJRT_ENV "$SL" load --format dummy --config "$WORK/pjrt_tiny.json" \
+               --device pjrt --pjrt-plugin "$PJRT" --json 2>"$WORK/err"); then
+        rss=$(echo "$out" | grep -o '"peak_rss_bytes":[0-9]*' | cut -d: -f2)
+        record "{\"pjrt_baseline\":{\"peak_rss_bytes\":${rss:-null}}}"
+        say "pjrt: a dummy load of a few KB through the plugin peaks at ${rss:-?} bytes RSS"
+    else
+        bad "pjrt baseline: $(head -c 300 "$WORK/err")"
+    fi
 fi
 
 # ---- 5. shardload throughput from the page cache ------------------------------------------------------
@@ -394,6 +406,26 @@ else
 fi
 
 # ---- 7. from disk ------------------------------------------------------------------------------------
+# The disk's own rate first: every file read at once with dd (O_DIRECT, 16 MiB blocks), the
+# ceiling for the cold loads below.
+if ! late "disk ceiling"; then
+    how=$(evict)
+    t1=$(date +%s.%N)
+    pids=()   # waited for by pid: a bare wait would also wait for the tee of stderr above
+    for f in $FILES; do dd if="$f" of=/dev/null bs=16M iflag=direct status=none 2>>"$WORK/dd.err" & pids+=($!); done
+    ok=1
+    for p in "${pids[@]}"; do wait "$p" || ok=0; done
+    t2=$(date +%s.%N)
+    how="dd iflag=direct bs=16M, $(echo $FILES | wc -w) files at once, after $how"
+    if [ "$ok" = 1 ]; then
+        gbps=$(awk "BEGIN{printf \"%.3f\", $CK_BYTES / ($t2 - $t1) / 1e9}")
+        record "{\"disk\":{\"gbps\":$gbps,\"how\":\"$how\"}}"
+        say "disk: $gbps GB/s ($how)"
+    else   # tmpfs and some file systems refuse O_DIRECT: no figure rather than a wrong one
+        record "{\"disk\":{\"gbps\":null,\"how\":\"$how\",\"why\":$(jstr "$(head -c 200 "$WORK/dd.err")")}}"
+        say "disk: not measured: $(head -c 200 "$WORK/dd.err")"
+    fi
+fi
 late "cold: cuda default" || { how=$(evict); run cuda_tp1_default cold:$how "" -- --device cuda; }
 late "cold: cuda staging 256" || { how=$(evict); run cuda_tp1_stg256 cold:$how "" -- --device cuda --staging 256; }
 late "cold: cpu default" || { how=$(evict); run cpu_tp1_default cold:$how "" --; }

@@ -102,8 +102,8 @@ def pjrt_lines(rows, h2d):
     if runs:
         out += ["| run | parameters | checksums = cpu | = cuda | GB/s after setup | cuda GB/s "
                 "after setup | pjrt / cuda | pjrt / pinned H2D | setup s | GPU memory delta : plan "
-                "bytes | staging |",
-                "|---|---|---|---|---|---|---|---|---|---|---|"]
+                "bytes | staging | peak RSS MB | device 0 |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in runs:
             o, c = r["out"], r.get("cuda") or {}
             delta = "n/a" if r.get("mem_delta") is None else f"{r['mem_delta']}:{r['plan_bytes']}"
@@ -111,7 +111,13 @@ def pjrt_lines(rows, h2d):
                        f"{o['gbps_after_setup']:.2f} | {fmt(c.get('gbps_after_setup'))} | "
                        f"{fmt(ratio(o['gbps_after_setup'], c.get('gbps_after_setup')))} | "
                        f"{fmt(ratio(o['gbps_after_setup'], h2d))} | "
-                       f"{o['setup_seconds']:.2f} | {delta} | {r.get('staging') or 'n/a'} |")
+                       f"{o['setup_seconds']:.2f} | {delta} | {r.get('staging') or 'n/a'} | "
+                       f"{fmt(o.get('peak_rss_bytes', 0) / 1e6, '.0f')} | "
+                       f"{(o.get('devices') or [{}])[0].get('pjrt_routes', 'n/a')} |")
+        base = next((r["pjrt_baseline"] for r in rows if "pjrt_baseline" in r), None)
+        if base and base.get("peak_rss_bytes"):
+            out.append(f"\nThe plugin alone (a dummy load of a few KB through it): peak RSS "
+                       f"{base['peak_rss_bytes'] / 1e6:.0f} MB.")
         out.append("")
     return out
 
@@ -131,6 +137,9 @@ def main():
                f"CPUs; kernel {env.get('kernel', '?')}; torch "
                f"{warm.get('torch', 'n/a (' + warm.get('torch_skipped', 'not run') + ')')}. "
                f"Failures: {fails}.\n")
+    for r in rows:   # what failed, in the script's words (the first lines of each)
+        if "fail" in r:
+            out.append("Failed: " + " / ".join(x.strip() for x in r["fail"].splitlines()[-3:]) + "\n")
     skipped = [f"{r['skipped']} (at {r['elapsed_s']} s)" for r in rows if "skipped" in r]
     if skipped:
         out.append("Skipped for time (GPU_BUDGET_S): " + "; ".join(skipped) + ".\n")
@@ -208,6 +217,11 @@ def main():
             f"| from disk: shardload cuda TP 1 default (GB/s, after setup) | {fmt(g('cuda_tp1_default', 'cold'))} |",
             f"| from disk: safetensors load_file(device='cuda') (GB/s) | {fmt(lfc)} |",
             f"| from disk: shardload / load_file | {fmt(ratio(g('cuda_tp1_default', 'cold'), lfc))} |"]
+    disk = next((r["disk"] for r in rows if "disk" in r), None)
+    if disk:
+        why = f" ({disk['why'].strip()})" if disk.get("why") else ""
+        out += [f"| from disk: the disk itself ({disk['how']}) (GB/s) | {fmt(disk['gbps'])}{why} |",
+                f"| from disk: shardload / the disk | {fmt(ratio(g('cuda_tp1_default', 'cold'), disk['gbps']))} |"]
     print("\n".join(out))
 
 

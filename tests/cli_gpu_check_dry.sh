@@ -36,10 +36,10 @@ for i in 1 2; do
         grep -q "^PJRT backend (\`--device pjrt --pjrt-plugin xla_cuda_plugin.so\`" "$md" \
             || fail "the plugin on python3's path was not found: $(grep -i pjrt "$md")"
         # one stand-in GPU holds all 8 mesh devices: its free memory drops by the plan's bytes
-        grep -Eq "^\| pjrt tp8 .* \| ([0-9]+):\1 \| dma-mapped \|$" "$md" || fail "stand-in: $(grep -i pjrt "$md")"
+        grep -Eq "^\| pjrt tp8 .* \| ([0-9]+):\1 \| dma-mapped \| [0-9]+ \| direct [0-9]+ .*, [0-9]+ transfers \|$" "$md" || fail "stand-in: $(grep -i pjrt "$md")"
     else
         grep -q "^PJRT backend (\`--device pjrt --pjrt-plugin xla_cpu_pjrt.so\`, PJRT 0\.[0-9]*, table" "$md" &&
-            grep -Eq "^\| pjrt tp1 .* \| n/a \| plain \(PJRT_Client_DmaMap is UNIMPLEMENTED in this plugin\) \|$" "$md" \
+            grep -Eq "^\| pjrt tp1 .* \| n/a \| plain \(PJRT_Client_DmaMap is UNIMPLEMENTED in this plugin\) \| [0-9]+ \| direct [0-9]+ .* transfers \|$" "$md" \
             || fail "XLA's CPU plugin: $(grep -i pjrt "$md")"
     fi
 done
@@ -48,6 +48,10 @@ for check in tp1 tp2 tp8 tp2_to_f32 tp8_gather; do
 done
 grep -q "^| cuda_tp1_default .*| warm | io_uring\|^| cuda_tp1_default .*| warm | pread" "$md" || fail "no warm default run"
 grep -q "^| cuda_tp1_default .*| cold:" "$md" || fail "no cold run"
+grep -Eq "^\| from disk: the disk itself \(dd iflag=direct bs=16M, [0-9]+ files at once, after fadvise\) \(GB/s\) \| ([0-9.]+|n/a \(.*\)) \|$" "$md" \
+    || fail "no disk ceiling: $(grep -i disk "$md")"
+grep -Eq "^The plugin alone \(a dummy load of a few KB through it\): peak RSS [0-9]+ MB\.$" "$md" \
+    || fail "no plugin baseline: $(grep -i plugin "$md")"
 grep -q "^| cuda_tp8_gather .*| warm |" "$md" && grep -q "^| cuda_tp8_to_f32 .*| warm |" "$md" || fail "no gather or converting TP 8 run"
 grep -q "^| 2-D, rows 1024 of 8192 | [0-9.]* |" "$md" && grep -q "^| 1-D, 16 MiB copies |" "$md" \
     || fail "no copy-engine table (bench/gpu_copy.c): $(cat "$md")"
