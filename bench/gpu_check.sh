@@ -276,6 +276,18 @@ pjrt_check() {
     record "{\"pjrt\":\"$label\",\"params\":$n,\"equal_cpu\":\"$ok_cpu\",\"equal_cuda\":\"$ok_cuda\",\"plan_bytes\":$total,\"mem_delta\":$([ -n "$mb" ] && [ -n "$ma" ] && echo $((mb - ma)) || echo null),\"staging\":$(jstr "$staging"),\"out\":$out,\"cuda\":$cu}"
     say "pjrt $label: $n checksums = cpu: $ok_cpu, = cuda: $ok_cuda; $(echo "$out" | grep -o '"gbps_after_setup":[0-9.]*') (cuda $(echo "$cu" | grep -o '"gbps_after_setup":[0-9.]*' | cut -d: -f2)); memory delta $([ -n "$mb" ] && [ -n "$ma" ] && echo $((mb - ma)) || echo n/a) of $total plan bytes; staging ${staging:-n/a}; device 0: $(echo "$out" | grep -o '"pjrt_routes":"[^"]*' | head -1 | cut -d'"' -f4)"
 }
+# pjrt_time LABEL -- ARGS: one timed pjrt load (no checksums), recorded as a run of the warm table.
+pjrt_time() {
+    local label=$1 out t1 t2
+    shift 2
+    t1=$(date +%s.%N)
+    out=$(timeout 300 env $PJRT_ENV "$SL" load "$CK" "$@" --device pjrt --pjrt-plugin "$PJRT" --json \
+          2>"$WORK/err") || { bad "$label: $(head -c 300 "$WORK/err")"; return 1; }
+    t2=$(date +%s.%N)
+    out=$(echo "$out" | sed 's/,"params":\[[^]]*\]//g')
+    record "{\"run\":\"$label\",\"cache\":\"warm\",\"env_engine\":\"\",\"args\":$(jstr "$* SL_PJRT_ASSEMBLY=${SL_PJRT_ASSEMBLY:-0}"),\"wall_s\":$(awk "BEGIN{print $t2 - $t1}"),\"out\":$out}"
+    say "$label: $(echo "$out" | grep -o '"gbps_after_setup":[0-9.]*'); device 0: $(echo "$out" | grep -o '"pjrt_routes":"[^"]*' | head -1 | cut -d'"' -f4)"
+}
 PJRT_ENV=
 PJRT=${GPU_PJRT_PLUGIN:-}
 [ -n "$PJRT" ] || PJRT=$(find_pjrt_plugin)
@@ -294,6 +306,12 @@ elif ! late "pjrt (tp1, tp8)"; then
     warm
     pjrt_check tp1 "$PJRT" -- --tp 1
     late "pjrt tp8" || pjrt_check tp8 "$PJRT" -- --tp 8
+    # Timed alone (no checksums), with the default assembly bound and with every parameter over
+    # 64 KiB streamed (SL_PJRT_ASSEMBLY): which way is faster on this plugin decides the default.
+    for a in 0:tp1 65536:tp1 0:tp8; do
+        late "pjrt timed ${a#*:} assembly ${a%%:*}" && break
+        SL_PJRT_ASSEMBLY=${a%%:*} pjrt_time "pjrt_${a#*:}_assembly${a%%:*}" -- --tp "${a#*:tp}"
+    done
     # The plugin's own host memory: a load of a few KB of dummy weights through it (its libraries
     # and client), against which the peak RSS of the loads above is read.
     printf '%s' '{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":64,"intermediate_size":128,"num_attention_heads":4,"num_key_value_heads":2,"num_hidden_layers":1,"vocab_size":128,"torch_dtype":"bfloat16"}' >"$WORK/pjrt_tiny.json"

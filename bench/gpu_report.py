@@ -125,6 +125,7 @@ def pjrt_lines(rows, h2d):
 def main():
     rows = load(sys.argv[1])
     fails = int(sys.argv[2]) if len(sys.argv) > 2 else 0
+    fails = max(fails, sum(1 for r in rows if "fail" in r))   # a subshell's failures too
     env = next((r["env"] for r in rows if "env" in r), {})
     ck = next((r["checkpoint"] for r in rows if "checkpoint" in r), {})
     warm = next((r for r in rows if "h2d_pinned_gbps" in r or "torch_skipped" in r), {})

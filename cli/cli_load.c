@@ -106,6 +106,8 @@ static void load_help(FILE *out)
             "be copied inline at submit instead of by the kernel's workers).\n"
             "SL_GATHER_ROWS=BYTES (cuda, for benchmarks): same-dtype rows narrower than BYTES are\n"
             "gathered on the host and copied in pieces instead of as 2-D copies.\n"
+            "SL_PJRT_ASSEMBLY=BYTES (pjrt, for benchmarks): a device's parameters are assembled on\n"
+            "the host within BYTES (default: staging / mesh size) and streamed beyond them.\n"
             "Exit status: 0 success, 1 failure (one line on stderr), 2 usage error.\n");
 }
 

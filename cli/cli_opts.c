@@ -226,6 +226,11 @@ static int opts_env(cli_opts *o)
     if (gather && *gather && cli_parse_int(gather, 0, INT64_MAX, &rows) != 0)
         return cli_usage_error(o->cmd, "SL_GATHER_ROWS '%s': give a number of bytes (0: the default)", gather);
     o->lo.gather_rows = (uint64_t)rows;
+    const char *assembly = getenv("SL_PJRT_ASSEMBLY");
+    int64_t bytes = 0;
+    if (assembly && *assembly && cli_parse_int(assembly, 0, INT64_MAX, &bytes) != 0)
+        return cli_usage_error(o->cmd, "SL_PJRT_ASSEMBLY '%s': give a number of bytes (0: the default)", assembly);
+    o->lo.pjrt_assembly = (uint64_t)bytes;
     return CLI_EXIT_OK;
 }
 

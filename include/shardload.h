@@ -398,6 +398,10 @@ typedef struct sl_load_opts {
     uint64_t gather_rows;      /* cuda: same-dtype rows narrower than this many bytes are gathered
                                   on the host into ring pieces (a benchmark knob, docs/engine.md);
                                   0: off */
+    uint64_t pjrt_assembly;    /* pjrt: bytes of assembly blocks per device, below which a
+                                  parameter is assembled on the host rather than streamed (a
+                                  benchmark knob, SL_PJRT_ASSEMBLY; docs/engine.md); 0: staging /
+                                  mesh size; at least 64 KiB */
     /* pjrt backend (device "pjrt"): the PJRT plugin to dlopen (xla_cpu_pjrt.so, JAX's
      * xla_cuda_plugin.so, libtpu.so), or, when pjrt_api is set, none: the parameters go into
      * pjrt_client (a PJRT_Client * of that const PJRT_Api *, owned by the caller, who initialized

@@ -94,6 +94,7 @@ typedef struct run {
     int32_t dtype;            /* -1: the config's (bf16) */
     uint64_t staging;         /* 0: default */
     int dummy;
+    uint64_t assembly;        /* opts.pjrt_assembly; 0: default */
 } run;
 
 static sl_plan *plan_of(const run *r)
@@ -123,6 +124,7 @@ static sl_load_opts opts_of(const run *r, const char *device)
     lo.dummy = r->dummy;
     lo.staging_bytes = r->staging;
     lo.pjrt_plugin = SL_FAKE_PJRT;
+    lo.pjrt_assembly = r->assembly;
     return lo;
 }
 
@@ -215,6 +217,11 @@ static void test_checksums(void)
     check_run(&(run){"tp4 staging 64K", 4, 1, SL_LAYOUT_TP, -1, 64 << 10, 0});
     EXPECT(fk_get("transfers") > 0 && fk_get("transfers") < 1000,
            "tp4 staging 64K: %lld transfers: narrow rows not gathered", fk_get("transfers"));
+    /* pjrt_assembly: with the default budget every parameter fits an assembly block at tp2; at
+     * the 64 KiB least, the 256 KiB embeddings and MLP weights are streamed instead */
+    fk_set("reset", 0);
+    check_run(&(run){"tp2 assembly 64K", 2, 1, SL_LAYOUT_TP, -1, 0, 0, 64 << 10});
+    EXPECT(fk_get("transfers") > 0, "tp2 assembly 64K: nothing streamed");
 }
 
 /* sl_model_device_routes: pjrt's account of its ways, NULL for cpu. */

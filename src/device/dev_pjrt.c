@@ -314,7 +314,8 @@ static sl_status pjrt_layout(void *ctx, const sl_device_layout *l, sl_err *err)
     d->raw = pj_api_has_raw_read(d->api);
     d->stats = pj_device_free_bytes(d->api, d->device, &d->free_before) == 0;
     d->free_after = d->free_before;
-    d->cap = sl_max_u64(d->staging / (uint64_t)(mesh > 0 ? mesh : 1), PJ_MIN_CAP);
+    d->cap = sl_max_u64(d->assembly_opt ? d->assembly_opt : d->staging / (uint64_t)(mesh > 0 ? mesh : 1),
+                        PJ_MIN_CAP);
     SL_TRY(pj_alloc_params(d, l, err));
     char *name = d->names;
     int64_t *dims = d->dims;
@@ -435,6 +436,7 @@ sl_status sl_device_pjrt_open(int32_t index, const sl_load_opts *o, const sl_dev
     d->api = api;
     d->given = given;
     d->staging = o && o->staging_bytes ? o->staging_bytes : SL_STAGING_DEFAULT;
+    d->assembly_opt = o ? o->pjrt_assembly : 0;
     d->cached = -1;
     snprintf(d->ctx, sizeof d->ctx, "pjrt device %d", (int)index);
     pthread_mutex_init(&d->lock, NULL);

@@ -76,6 +76,7 @@ typedef struct pjrt_dev {
     uint64_t bytes;              /* the plan's bytes: sum of nbytes */
     int laid_out, allocated;
     uint64_t staging;            /* opts.staging_bytes */
+    uint64_t assembly_opt;       /* opts.pjrt_assembly, or 0 */
     uint64_t cap;                /* the assembly bound */
     uint64_t assembly, assembly_peak; /* bytes in assembly blocks (retiring ones included) */
     pj_block *retiring;
