@@ -8,7 +8,9 @@
 # and what the copy engine gives 1-D copies and narrow 2-D rows (bench/gpu_copy.c), the Python
 # package on the GPU (bench/gpu_python.py: cuda views, load_into CUDA tensors), and the pjrt backend
 # on JAX's CUDA plugin (jax_plugins/xla_cuda*/xla_cuda_plugin.so in python3's site-packages; TP 1
-# and 8 onto the GPU, checksums against cpu and cuda, time, memory deltas). Writes the
+# and 8 onto the GPU, checksums against cpu and cuda, time, memory deltas, the ways each device's
+# bytes went, TP 1 timed with the default assembly bound and with nearly everything streamed, the
+# plugin's own RSS), and the disk's own rate (dd, O_DIRECT) for the cold loads. Writes the
 # "GPU" section (bench/gpu_report.py) to bench/gpu.md and $OUT (or $GPU_WORK), and puts it into
 # bench/RESULTS.md in place of the previous one (make bench keeps it).
 #
