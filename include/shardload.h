@@ -531,8 +531,10 @@ const void *sl_model_pjrt_api(const sl_model *m, int32_t dev);
  * without staging (dummy weights). Owned by the model. */
 const char *sl_model_device_staging(const sl_model *m, int32_t dev);
 /* How the bytes reached device dev's memory, for tuning: pjrt, "direct N (B B), assembled N (B B),
- * streamed N (B B); U uploads, T transfers" (the parameters and bytes of each way docs/engine.md
- * describes, and the BufferFromHostBuffer and TransferData calls that carried them). NULL for
+ * streamed N (B B); U uploads, T transfers" (the parameters and bytes by the way docs/engine.md
+ * describes that each first went, empty parameters among the direct ones, so that the three add
+ * up to the device's parameters and bytes; and the BufferFromHostBuffer and TransferData calls
+ * that carried them). NULL for
  * the other backends and before the device's last byte. Owned by the model. */
 const char *sl_model_device_routes(const sl_model *m, int32_t dev);
 /* GPU ordinal of device dev for cuda; -1 for host backends and out of range. */

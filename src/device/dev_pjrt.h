@@ -45,6 +45,7 @@ typedef struct pj_param {
     uint32_t ndim;
     const int64_t *dims;         /* in pjrt_dev.dims */
     pj_state state;
+    int counted;                 /* in the device's routes already (a reopened one is not again) */
     unsigned char *host;         /* assembling: the block */
     PJRT_AsyncHostToDeviceTransferManager *tm; /* streaming */
     PJRT_Buffer *buf;            /* streaming (retrieved up front) and done */
@@ -96,8 +97,8 @@ typedef struct pjrt_dev {
     char staging_mem[256];       /* "dma-mapped" or "plain (why)" once pinned; "" before */
     int stats;                   /* MemoryStats gave a free figure before the first buffer */
     uint64_t free_before, free_after;
-    /* how the bytes went (pjrt_handle SL_DEVICE_HANDLE_ROUTES): parameters and bytes per way,
-     * and the calls that carried them */
+    /* how the bytes went (pjrt_handle SL_DEVICE_HANDLE_ROUTES): parameters (empty ones among the
+     * direct) and bytes by the way each first went, and the calls that carried them */
     uint64_t n_direct, n_assembled, n_streamed, b_direct, b_assembled, b_streamed;
     uint64_t n_uploads, n_transfers;
     char routes[192];

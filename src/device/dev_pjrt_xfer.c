@@ -87,6 +87,17 @@ static pj_param *pj_param_at(pjrt_dev *d, uint64_t off)
     return &d->params[lo - 1];
 }
 
+/* p in the routes, under the way it first went (a parameter the dummy fill reopens is not
+ * counted twice). */
+static void pj_count(pj_param *p, uint64_t *n, uint64_t *bytes)
+{
+    if (p->counted)
+        return;
+    p->counted = 1;
+    ++*n;
+    *bytes += p->nbytes;
+}
+
 static sl_status pj_param_done(pjrt_dev *d, pj_param *p, sl_err *err)
 {
     p->state = PJ_DONE;
@@ -169,8 +180,7 @@ static sl_status pj_upload(pjrt_dev *d, pj_param *p, const void *data, const int
         return pj_fail_param(d, p, e, "PJRT_Client_BufferFromHostBuffer", err);
     p->buf = a.buffer;
     d->n_uploads++;
-    d->n_direct++;
-    d->b_direct += p->nbytes;
+    pj_count(p, &d->n_direct, &d->b_direct);
     const sl_status st = pj_track(d, p, a.done_with_host_buffer, async,
                                   "PJRT_Client_BufferFromHostBuffer", err);
     if (st != SL_OK) { /* the copy failed: no buffer */
@@ -219,8 +229,7 @@ static sl_status pj_assembled(pjrt_dev *d, pj_param *p, sl_err *err)
         return pj_fail_param(d, p, e, "PJRT_Client_BufferFromHostBuffer", err);
     p->buf = a.buffer;
     d->n_uploads++;
-    d->n_assembled++;
-    d->b_assembled += p->nbytes;
+    pj_count(p, &d->n_assembled, &d->b_assembled);
     d->retiring[d->n_retiring++] = (pj_block){.host = p->host, .bytes = p->nbytes,
                                                .done = a.done_with_host_buffer, .name = p->name};
     p->host = NULL;
@@ -298,8 +307,7 @@ static sl_status pj_stream_open(pjrt_dev *d, pj_param *p, sl_err *err)
     if (st == SL_OK && pj_dense(d, p)) {
         p->state = PJ_STREAMING;
         p->got = 0;
-        d->n_streamed++;
-        d->b_streamed += p->nbytes;
+        pj_count(p, &d->n_streamed, &d->b_streamed);
         return SL_OK;
     }
     pj_destroy_buffer(d->api, p->buf);

@@ -33,6 +33,10 @@ static void rd_op_init(const sl_plan *p, rd_ops *t, rd_op *r, const sl_op *op, i
     r->ddt = pd->params && op->param >= 0 && op->param < pd->n_params ? pd->params[op->param].dtype
                                                                       : p->dtype;
     r->dsize = sl_dtype_bits(r->ddt) / 8;
+    const uint64_t dst_row = op->row_elems * r->dsize;
+    r->whole = pd->params && op->param >= 0 && op->param < pd->n_params &&
+               op->dst_offset == pd->params[op->param].offset && op->dst_stride == dst_row &&
+               op->rows * dst_row == pd->params[op->param].nbytes;
     r->src_end = op->src_offset + (op->rows - 1) * op->src_stride + op->row_elems * r->ssize;
     t->used[op->file] = 1;
     if (op->src_offset % r->ssize || op->src_stride % r->ssize)

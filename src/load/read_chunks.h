@@ -43,6 +43,7 @@ typedef struct rd_op {
     unsigned char *host_dst;
     uint32_t ssize, dsize;
     sl_dtype ddt;        /* the parameter's dtype: what the op writes */
+    int whole;           /* the op writes all of its parameter, packed from its first byte */
     uint64_t src_end;
     uint64_t max_end;    /* max src_end of the file's operations up to this one */
 } rd_op;

@@ -113,7 +113,9 @@ static uint64_t rd_whole_rows(const rd_op *r, uint64_t k, uint64_t b)
 /* 1 when rows [k, k + rows) of r are gathered into ring pieces rather than sent one copy per row
  * (or as one 2-D copy): converted rows always (a copy, an event and a wait per row would make a
  * column split's thousands of rows as many tiny copies), same-dtype rows narrower than
- * gather_rows, and narrower than gather_parts unless they are all of the op's rows. */
+ * gather_rows, and narrower than gather_parts unless they are all of a parameter's rows (one
+ * strided upload; an op that is one of several in its parameter, as a stacked expert is, is
+ * gathered). */
 static int rd_gathers(const rd_ctx *x, const rd_op *r, uint64_t k, uint64_t rows)
 {
     const sl_op *op = r->op;
@@ -124,7 +126,8 @@ static int rd_gathers(const rd_ctx *x, const rd_op *r, uint64_t k, uint64_t rows
         return 1;
     if (op->src_stride == op->row_elems * r->ssize)
         return 0;
-    return dst_row < x->gather_rows || (dst_row < x->gather_parts && (k || rows < op->rows));
+    return dst_row < x->gather_rows ||
+           (dst_row < x->gather_parts && !(r->whole && k == 0 && rows == op->rows));
 }
 
 /* rows whole rows from row k, src at row k's first byte: as many as fit in a ring piece are
