@@ -129,8 +129,14 @@ sl_status pj_events_move(pj_events *dst, pj_events *src, sl_err *err)
         *src = (pj_events){0};
         return SL_OK;
     }
-    for (size_t i = 0; i < src->n; i++)
-        SL_TRY(pj_events_push(dst, src->v[i], err)); /* on failure the rest stay in src */
+    for (size_t i = 0; i < src->n; i++) {
+        const sl_status st = pj_events_push(dst, src->v[i], err);
+        if (st != SL_OK) { /* the rest stay in src, the moved ones only in dst: each finished once */
+            memmove(src->v, src->v + i, (src->n - i) * sizeof *src->v);
+            src->n -= i;
+            return st;
+        }
+    }
     src->n = 0;
     return SL_OK;
 }
