@@ -46,8 +46,8 @@ fake load "$CK" --tp 1 --staging 64K --device pjrt --pjrt-plugin "$FAKE" >/dev/n
     || fail "tp1 64K: $(cat "$T/err")"
 [ "$(counter transfers)" -gt 0 ] || fail "tp1 64K: nothing streamed: $(cat "$T/log")"
 # narrow rows of a streamed parameter come gathered into ring pieces, also when the parameter is
-# several ops (a Mixtral's stacked experts, one op each, 512-byte rows): 1566 transfers with a
-# TransferData per row, 75 gathered (a staging whose chunks hold whole experts)
+# several ops (a Mixtral's stacked experts, one op each, 512-byte rows): 785 transfers with a
+# TransferData per row of the experts, 42 gathered (a staging whose chunks hold whole experts)
 cat >"$T/mx.json" <<JSON
 {"architectures":["MixtralForCausalLM"],"hidden_size":256,"intermediate_size":512,
  "num_attention_heads":8,"num_key_value_heads":2,"num_hidden_layers":1,"vocab_size":130,
