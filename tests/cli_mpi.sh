@@ -202,6 +202,15 @@ for same in "cooperative --request 16" "independent --staging 32"; do
     one_rank "$CK" ${same%% *} "${same#* }"
     [ "$(grep -c '^rank-exit 0$' "$T/err")" -eq 2 ] || fail "rank 1 with ${same#* } (${same%% *}) refused: $(cat "$T/err")"
 done
+# two checkpoints of the same shapes and sizes (another seed: a fine-tune of the same model), one
+# per rank: the ranks' byte samples differ, so neither loads a mix of the two
+"$SL" synth --config "$T/tiny.json" "$T/ck2" --max-shard-size 600KB --seed 99 >/dev/null || fail "synth --seed"
+for dist in cooperative independent; do
+    "${MPIRUN[@]}" -np 2 bash -c 'c=$1; [ "$OMPI_COMM_WORLD_RANK" = 1 ] && c=$2; "$0" load "$c" --tp 2 --dist "$3"; echo "rank-exit $?" >&2' \
+        "$SL" "$CK" "$T/ck2" $dist >"$T/out" 2>"$T/err"
+    [ "$(grep -c '^rank-exit 1$' "$T/err")" -eq 2 ] && grep -q "differ from another rank's" "$T/err" \
+        || fail "two checkpoints of one shape ($dist): $(cat "$T/err")"
+done
 for odd in "--staging 200K" "--dist independent" "--tp 4 --devices-per-rank 2" "--manifest $T/mck/SHA256SUMS"; do
     one_rank "$T/mck" cooperative "$odd"
     [ $? -ne 124 ] || { fail "rank 1 with $odd: mpirun timed out"; continue; }

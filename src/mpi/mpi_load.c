@@ -25,8 +25,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/sl_bytes.h"
+#include "common/sl_file.h"
+#include "io/http.h"
 
 #define DIST_MSG 1024
 
@@ -233,9 +237,42 @@ static int dist_coop_path(const dist_ctx *c, const sl_dist_opts *d)
     return d->strategy != SL_DIST_INDEPENDENT && !c->job->opts.dummy && c->size > 1;
 }
 
-/* What every rank must have the same of before anything is opened: the path, the mesh and what
- * each device holds, and the files' sizes (not the budgets: independent ranks may differ there,
- * and the cooperative rounds are compared themselves, dist_same_rounds). */
+#define DIST_SAMPLE 4096u
+
+static uint64_t dist_mix_bytes(uint64_t h, const unsigned char *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* What a file's bytes say of it, cheaply: 4 KiB at its start, middle and end of a local file (two
+ * checkpoints of the same shapes, such as two fine-tunes at one path on two hosts, differ there;
+ * sizes alone let a cooperative load mix them), the ETag of a remote one. A file that cannot be
+ * read gives a mark of its own: its load fails later, naming it. */
+static uint64_t dist_file_sample(uint64_t h, const sl_load_file *f)
+{
+    if (f->remote)
+        return f->remote->etag ? dist_mix_bytes(h, (const unsigned char *)f->remote->etag,
+                                                strlen(f->remote->etag)) : dist_mix(h, 1);
+    struct stat sb;
+    const int fd = sl_file_open_regular(f->path, &sb);
+    if (fd < 0)
+        return dist_mix(h, 2);
+    unsigned char buf[DIST_SAMPLE];
+    const uint64_t at[] = {0, f->size / 2, f->size > DIST_SAMPLE ? f->size - DIST_SAMPLE : 0};
+    for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) {
+        const size_t n = (size_t)sl_min_u64(DIST_SAMPLE, f->size - at[i]);
+        h = sl_pread_full(fd, buf, n, at[i]) == 0 ? dist_mix_bytes(h, buf, n) : dist_mix(h, 3);
+    }
+    close(fd);
+    return h;
+}
+
+/* What every rank must have the same of before anything is opened: the mesh and what each device
+ * holds, and the files' sizes and a sample of their bytes (dist_file_sample; not the budgets:
+ * independent ranks may differ there, and the cooperative rounds are compared themselves,
+ * dist_same_rounds). */
 static uint64_t dist_digest(const dist_ctx *c, const sl_plan *p, const sl_dist_opts *d)
 {
     const sl_load_opts *o = &c->job->opts;
@@ -249,7 +286,7 @@ static uint64_t dist_digest(const dist_ctx *c, const sl_plan *p, const sl_dist_o
     for (int32_t dv = 0; dv < c->n_mesh; dv++)
         h = dist_mix(dist_mix(h, sl_plan_device_bytes(p, dv)), (uint64_t)sl_plan_param_count(p, dv));
     for (int64_t f = 0; f < c->job->n_files; f++)
-        h = dist_mix(h, c->job->files[f].size);
+        h = dist_file_sample(dist_mix(h, c->job->files[f].size), &c->job->files[f]);
     return h;
 }
 
