@@ -25,6 +25,9 @@ typedef struct sl_load_file {
                                            NULL: a local file */
 } sl_load_file;
 
+/* The ETag a remote file's first GET saw; NULL for a local file or a server that gave none. */
+const char *sl_load_file_etag(const sl_load_file *f);
+
 typedef struct sl_model_dev sl_model_dev;
 
 /* Opens and allocates mesh devices [first, first + count) of p as m->devs[0..count), setting

@@ -7,6 +7,7 @@
 #include "load/engine.h"
 #include "load/read_manifest.h"
 #include "ckpt/checkpoint.h"
+#include "io/http.h"
 #include "plan/plan_data.h"
 
 #include <stdlib.h>
@@ -37,6 +38,11 @@ sl_status sl_load_job_files(sl_load_job *j, const sl_checkpoint *ck, sl_err *err
     j->checkpoint_bytes = ck ? sl_checkpoint_total_bytes(ck) : 0;
     j->ck = ck;
     return SL_OK;
+}
+
+const char *sl_load_file_etag(const sl_load_file *f)
+{
+    return f->remote ? f->remote->etag : NULL;
 }
 
 void sl_load_job_use_files(sl_load_job *j, const sl_load_file *files, int64_t n_files)

@@ -30,7 +30,6 @@
 
 #include "common/sl_bytes.h"
 #include "common/sl_file.h"
-#include "io/http.h"
 
 #define DIST_MSG 1024
 
@@ -252,9 +251,10 @@ static uint64_t dist_mix_bytes(uint64_t h, const unsigned char *b, size_t n)
  * read gives a mark of its own: its load fails later, naming it. */
 static uint64_t dist_file_sample(uint64_t h, const sl_load_file *f)
 {
-    if (f->remote)
-        return f->remote->etag ? dist_mix_bytes(h, (const unsigned char *)f->remote->etag,
-                                                strlen(f->remote->etag)) : dist_mix(h, 1);
+    if (f->remote) {
+        const char *etag = sl_load_file_etag(f);
+        return etag ? dist_mix_bytes(h, (const unsigned char *)etag, strlen(etag)) : dist_mix(h, 1);
+    }
     struct stat sb;
     const int fd = sl_file_open_regular(f->path, &sb);
     if (fd < 0)
