@@ -189,6 +189,9 @@ warm
 for tp in 1 2 8; do check tp$tp -- --tp $tp; done
 
 # ---- 4b. the Python package (bench/gpu_python.py), from the source tree over the build's .so ---------
+# JAX would otherwise take 75% of the GPU at its first use, beside the cuda loads and torch's
+# tensors of the same process.
+export XLA_PYTHON_CLIENT_PREALLOCATE=${XLA_PYTHON_CLIENT_PREALLOCATE:-false}
 PYLIB=$(dirname "$SL")/libshardload.so
 if [ ! -e "$PYLIB" ]; then
     bad "python: no $PYLIB next to $SL"
