@@ -111,6 +111,25 @@ case $? in
 esac
 say "built $SL ($(grep -o 'SL_HAVE_URING:[A-Z]*=[A-Z]*' "$BUILD/CMakeCache.txt" 2>/dev/null || echo io_uring ?))"
 
+# ---- 2b. a variant for section 8: conversions split over the helper threads from 128 Ki elements
+# (CONVERT_PAR_MIN, 512 Ki by default, set on 2 cores) and a conversion ring of up to 16 MiB
+# (RD_RING_MAX, 4 MiB): whether a host with many CPUs converts faster that way. Not in dry runs
+# nor with GPU_SL, unless GPU_VARIANTS=1.
+SLV=
+if { [ -z "${GPU_SL:-}" ] && [ "${GPU_FAKE:-0}" != 1 ]; } || [ "${GPU_VARIANTS:-0}" = 1 ] &&
+   command -v cmake >/dev/null; then
+    VB=$WORK/build-conv
+    if cmake -S "$ROOT" -B "$VB" -DCMAKE_BUILD_TYPE=Release -DSL_BUILD_TESTS=OFF -DSL_WITH_MPI=OFF \
+             "${CMAKE_EXTRA[@]}" "-DCMAKE_C_FLAGS=-DCONVERT_PAR_MIN=131072 -DRD_RING_MAX=16777216" \
+             >"$WORK/cmake-conv.log" 2>&1 &&
+       cmake --build "$VB" -j"$(nproc)" --target shardload_cli >"$WORK/build-conv.log" 2>&1; then
+        SLV=$VB/shardload
+        say "built the conversion variant $SLV"
+    else
+        say "conversion variant not built: $(tail -2 "$WORK/build-conv.log" 2>/dev/null | tr '\n' ' ')"
+    fi
+fi
+
 # ---- 3. checkpoint ---------------------------------------------------------------------------------
 [ -f "$CONFIG" ] || die "no config $CONFIG (set GPU_CONFIG)"
 if [ ! -f "$CK/.complete" ]; then
@@ -155,7 +174,7 @@ run() {
     local label=$1 cache=$2 eng=$3 out t1 t2
     shift 4
     t1=$(date +%s.%N)
-    out=$(SL_IO_ENGINE=$eng timeout 300 "$SL" load "$CK" "$@" --json 2>"$WORK/err") \
+    out=$(SL_IO_ENGINE=$eng timeout 300 "${RUN_SL:-$SL}" load "$CK" "$@" --json 2>"$WORK/err") \
         || { bad "$label: $(cat "$WORK/err")"; return 1; }
     t2=$(date +%s.%N)
     out=$(echo "$out" | sed 's/,"params":\[[^]]*\]//g')
@@ -466,6 +485,15 @@ late "check tp2_to_f32" || check tp2_to_f32 -- --tp 2 --dtype f32
 late "check tp8_gather" || SL_GATHER_ROWS=65536 check tp8_gather -- --tp 8
 late "cuda_tp1_to_f32" || run cuda_tp1_to_f32 warm "" -- --device cuda --dtype f32
 late "cuda_tp8_to_f32" || run cuda_tp8_to_f32 warm "" -- --device cuda --tp 8 --dtype f32   # rows gathered into pieces
+late "cuda_tp1_to_f32_stg256" || run cuda_tp1_to_f32_stg256 warm "" -- --device cuda --dtype f32 --staging 256
+if [ -n "$SLV" ] && ! late "conversion variant"; then   # section 2b's build: the same bytes, then its speed
+    want=$(cat "$WORK/sums.tp2_to_f32.cpu" 2>/dev/null)
+    got=$(timeout 300 "$SLV" load "$CK" --tp 2 --dtype f32 --device cuda --checksums --json 2>"$WORK/err" | sums)
+    [ -n "$want" ] && [ "$got" = "$want" ] || bad "conversion variant: checksums differ from cpu ($(head -c 200 "$WORK/err"))"
+    RUN_SL=$SLV run cuda_tp1_to_f32_par128k_ring16m warm "" -- --device cuda --dtype f32
+    late "conversion variant, staging 256" ||
+        RUN_SL=$SLV run cuda_tp1_to_f32_par128k_ring16m_stg256 warm "" -- --device cuda --dtype f32 --staging 256
+fi
 
 # ---- 9. report ---------------------------------------------------------------------------------------
 "$PY" "$ROOT/bench/gpu_report.py" "$LOG" "$fails" >"$OUTD/gpu.md" || die "could not write the report"
