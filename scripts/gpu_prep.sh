@@ -5,7 +5,7 @@
 # them by scripts/cc_build.sh without libcurl, libcrypto or MPI, so that they need no more there;
 # used only if both ways of building there fail). Both are kept out of git through
 # .git/info/exclude; carry them:
-#   device run: command "GPU_REPS=1 GPU_BUDGET_S=420 bash bench/gpu_check.sh" with timeout_s 590,
+#   device run: command "GPU_REPS=1 GPU_BUDGET_S=480 bash bench/gpu_check.sh" with timeout_s 590,
 #   carry [".devdeps", ".devbuild"] (on an H200, 2026-12-04: 288 s after a 35 s start)
 # then, here: copy the returned gpu.md and gpu_check.jsonl into bench/ and
 #   python3 bench/gpu_report.py --splice bench/RESULTS.md bench/gpu.md
