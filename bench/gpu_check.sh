@@ -227,6 +227,12 @@ elif ! late "python api"; then
         grep -q '"checksums_equal": true' <<<"$out" || bad "python: cuda checksums differ from cpu"
         grep -q '"load_into_equal": false\|"views_zero_copy": false\|"views_on_gpu": false\|"jax_equal_cpu": false\|"jax_on_gpus": false' <<<"$out" &&
             bad "python: views or load_into wrong: $out"
+        # on a GPU the JAX part must have run whole: onto the GPUs, pinned host memory, DMA-mapped slabs
+        if [ "${GPU_FAKE:-0}" != 1 ]; then
+            grep -q '"jax_skipped"\|"jax_pinned_error"\|"jax_pinned_equal_cpu": false\|"jax_pinned_in_kind": false' <<<"$out" &&
+                bad "python: the JAX part did not run whole: $(grep -o '"jax_skipped": "[^"]*"\|"jax_pinned_error": "[^"]*"' <<<"$out")"
+            grep -q '"jax_dma": "mapped"' <<<"$out" || bad "python: JAX's slabs not DMA-mapped: $(grep -o '"jax_dma": "[^"]*"' <<<"$out")"
+        fi
     fi
 fi
 

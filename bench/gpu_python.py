@@ -152,9 +152,24 @@ def host_memory(ck: str, mesh: Any, specs: dict[str, Any], ref: dict[str, Any],
                                                    ref[n].view(np.uint8)) for n in arrays)
 
 
+def jax_start(r: dict[str, Any]) -> bool:
+    """JAX's devices, made first: its CUDA plugin loads and checks its own NVIDIA libraries, which
+    torch's, loaded before them in the same process, could shadow. False (and why) without them."""
+    try:
+        import jax
+        r["jax"] = jax.__version__
+        if not jax.devices(JAX_PLATFORM):
+            raise RuntimeError("no GPU devices")
+    except Exception as e:  # noqa: BLE001 - no JAX or no CUDA plugin: reported, gpu_check says so
+        r["jax_skipped"] = f"{type(e).__name__}: {e}"[:300]
+        return False
+    return True
+
+
 def main() -> None:
     ck = sys.argv[1]
     r: dict[str, Any] = {"tp": TP, "devices": DEVICES}
+    with_jax = jax_start(r)
     cpu, r["load_cpu_s"] = timed(lambda: shardload.load(ck, tp=TP, devices=DEVICES))
     m, r["load_cuda_s"] = timed(lambda: shardload.load(ck, tp=TP, devices=DEVICES, device="cuda"))
     r["bytes"] = sum(x["allocated_bytes"] for x in m.stats["devices"])
@@ -168,13 +183,7 @@ def main() -> None:
         r["torch_skipped"] = str(e)
     else:
         torch_checks(ck, m, r)
-    try:
-        import jax
-        if not jax.devices(JAX_PLATFORM):
-            raise RuntimeError("no GPU devices")
-    except Exception as e:  # noqa: BLE001 - no JAX or no CUDA plugin: reported, not a failure
-        r["jax_skipped"] = str(e)[:200]
-    else:
+    if with_jax:
         jax_checks(ck, r)
     print(json.dumps({"python": r}))
 
