@@ -170,16 +170,19 @@ print("fadvise")' $FILES
 }
 warm() { cat $FILES >/dev/null; }
 # run LABEL CACHE ENV-ENGINE -- shardload load arguments: one timed process, one JSON record.
+# RUN_SL: another shardload; RUN_ENV: variables for it (env words: the PJRT plugin's libraries);
+# RUN_NOTE: words added to the recorded arguments (a variable that changed the run).
 run() {
-    local label=$1 cache=$2 eng=$3 out t1 t2
+    local label=$1 cache=$2 eng=$3 out t1 t2 routes
     shift 4
     t1=$(date +%s.%N)
-    out=$(SL_IO_ENGINE=$eng timeout 300 "${RUN_SL:-$SL}" load "$CK" "$@" --json 2>"$WORK/err") \
+    out=$(env ${RUN_ENV:-} SL_IO_ENGINE=$eng timeout 300 "${RUN_SL:-$SL}" load "$CK" "$@" --json 2>"$WORK/err") \
         || { bad "$label: $(cat "$WORK/err")"; return 1; }
     t2=$(date +%s.%N)
     out=$(echo "$out" | sed 's/,"params":\[[^]]*\]//g')
-    record "{\"run\":\"$label\",\"cache\":\"$cache\",\"env_engine\":\"$eng\",\"args\":$(jstr "$*"),\"wall_s\":$(awk "BEGIN{print $t2 - $t1}"),\"out\":$out}"
-    say "$label: $(echo "$out" | grep -o '"gbps":[0-9.]*'), $(echo "$out" | grep -o '"gbps_after_setup":[0-9.]*'), setup $(echo "$out" | grep -o '"setup_seconds":[0-9.]*' | cut -d: -f2) s, engine $(echo "$out" | grep -o '"engine":"[^"]*"' | cut -d'"' -f4)"
+    record "{\"run\":\"$label\",\"cache\":\"$cache\",\"env_engine\":\"$eng\",\"args\":$(jstr "$*${RUN_NOTE:+ $RUN_NOTE}"),\"wall_s\":$(awk "BEGIN{print $t2 - $t1}"),\"out\":$out}"
+    routes=$(echo "$out" | grep -o '"pjrt_routes":"[^"]*' | head -1 | cut -d'"' -f4)
+    say "$label: $(echo "$out" | grep -o '"gbps":[0-9.]*'), $(echo "$out" | grep -o '"gbps_after_setup":[0-9.]*'), setup $(echo "$out" | grep -o '"setup_seconds":[0-9.]*' | cut -d: -f2) s, engine $(echo "$out" | grep -o '"engine":"[^"]*"' | cut -d'"' -f4)${routes:+; device 0: $routes}"
 }
 
 # ---- 4. correctness: cuda vs cpu; allocations and memory deltas --------------------------------------
@@ -306,18 +309,6 @@ pjrt_check() {
     record "{\"pjrt\":\"$label\",\"params\":$n,\"equal_cpu\":\"$ok_cpu\",\"equal_cuda\":\"$ok_cuda\",\"plan_bytes\":$total,\"mem_delta\":$([ -n "$mb" ] && [ -n "$ma" ] && echo $((mb - ma)) || echo null),\"staging\":$(jstr "$staging"),\"out\":$out,\"cuda\":$cu}"
     say "pjrt $label: $n checksums = cpu: $ok_cpu, = cuda: $ok_cuda; $(echo "$out" | grep -o '"gbps_after_setup":[0-9.]*') (cuda $(echo "$cu" | grep -o '"gbps_after_setup":[0-9.]*' | cut -d: -f2)); memory delta $([ -n "$mb" ] && [ -n "$ma" ] && echo $((mb - ma)) || echo n/a) of $total plan bytes; staging ${staging:-n/a}; device 0: $(echo "$out" | grep -o '"pjrt_routes":"[^"]*' | head -1 | cut -d'"' -f4)"
 }
-# pjrt_time LABEL -- ARGS: one timed pjrt load (no checksums), recorded as a run of the warm table.
-pjrt_time() {
-    local label=$1 out t1 t2
-    shift 2
-    t1=$(date +%s.%N)
-    out=$(timeout 300 env $PJRT_ENV "$SL" load "$CK" "$@" --device pjrt --pjrt-plugin "$PJRT" --json \
-          2>"$WORK/err") || { bad "$label: $(head -c 300 "$WORK/err")"; return 1; }
-    t2=$(date +%s.%N)
-    out=$(echo "$out" | sed 's/,"params":\[[^]]*\]//g')
-    record "{\"run\":\"$label\",\"cache\":\"warm\",\"env_engine\":\"\",\"args\":$(jstr "$* SL_PJRT_ASSEMBLY=${SL_PJRT_ASSEMBLY:-0}"),\"wall_s\":$(awk "BEGIN{print $t2 - $t1}"),\"out\":$out}"
-    say "$label: $(echo "$out" | grep -o '"gbps_after_setup":[0-9.]*'); device 0: $(echo "$out" | grep -o '"pjrt_routes":"[^"]*' | head -1 | cut -d'"' -f4)"
-}
 PJRT_ENV=
 PJRT=${GPU_PJRT_PLUGIN:-}
 [ -n "$PJRT" ] || PJRT=$(find_pjrt_plugin)
@@ -340,7 +331,8 @@ elif ! late "pjrt (tp1, tp8)"; then
     # 64 KiB streamed (SL_PJRT_ASSEMBLY): which way is faster on this plugin decides the default.
     for a in 0:tp1 65536:tp1 0:tp8; do
         late "pjrt timed ${a#*:} assembly ${a%%:*}" && break
-        SL_PJRT_ASSEMBLY=${a%%:*} pjrt_time "pjrt_${a#*:}_assembly${a%%:*}" -- --tp "${a#*:tp}"
+        SL_PJRT_ASSEMBLY=${a%%:*} RUN_ENV=$PJRT_ENV RUN_NOTE="SL_PJRT_ASSEMBLY=${a%%:*}" \
+            run "pjrt_${a#*:}_assembly${a%%:*}" warm "" -- --tp "${a#*:tp}" --device pjrt --pjrt-plugin "$PJRT"
     done
     # The plugin's own host memory: a load of a few KB of dummy weights through it (its libraries
     # and client), against which the peak RSS of the loads above is read.

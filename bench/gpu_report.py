@@ -8,8 +8,12 @@ gpu_report.py --splice RESULTS SECTION - replaces the "## GPU" section of RESULT
 with the file SECTION; bench/report.py keeps bench/gpu.md when it rewrites RESULTS."""
 import json
 import os
+import re
 import sys
 import time
+
+
+DEVICE_ARGS = re.compile(r"--device (cuda|pjrt --pjrt-plugin \S+)")
 
 
 def load(path):
@@ -167,7 +171,8 @@ def main():
                 "|---|---|---|---|---|---|---|---|---|---|"]
         for (label, cache), r in best.items():
             o = r["out"]
-            out.append(f"| {label} {r['args'].replace('--device cuda', '').strip()} | {cache} | {o['engine']}, "
+            args = " ".join(DEVICE_ARGS.sub("", r["args"]).split())   # the device is in the label
+            out.append(f"| {label} {args} | {cache} | {o['engine']}, "
                        f"{o['io']} | {o['gbps']:.2f} | {o['gbps_after_setup']:.2f} | {o['setup_seconds']:.2f} | "
                        f"{r['wall_s']:.2f} | {o['peak_rss_bytes'] / 1e6:.0f} | {o['staging_peak'] / 1e6:.0f} | "
                        f"{r['n']} |")
