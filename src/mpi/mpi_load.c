@@ -27,6 +27,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "common/sl_bytes.h"
 #include "common/sl_file.h"
@@ -238,13 +239,6 @@ static int dist_coop_path(const dist_ctx *c, const sl_dist_opts *d)
 
 #define DIST_SAMPLE 4096u
 
-static uint64_t dist_mix_bytes(uint64_t h, const unsigned char *b, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 0x100000001b3ull;
-    return h;
-}
-
 /* What a file's bytes say of it, cheaply: 4 KiB at its start, middle and end of a local file (two
  * checkpoints of the same shapes, such as two fine-tunes at one path on two hosts, differ there;
  * sizes alone let a cooperative load mix them), the ETag of a remote one. A file that cannot be
@@ -253,7 +247,7 @@ static uint64_t dist_file_sample(uint64_t h, const sl_load_file *f)
 {
     if (f->remote) {
         const char *etag = sl_load_file_etag(f);
-        return etag ? dist_mix_bytes(h, (const unsigned char *)etag, strlen(etag)) : dist_mix(h, 1);
+        return dist_mix(h, etag ? XXH3_64bits(etag, strlen(etag)) : 1);
     }
     struct stat sb;
     const int fd = sl_file_open_regular(f->path, &sb);
@@ -263,7 +257,7 @@ static uint64_t dist_file_sample(uint64_t h, const sl_load_file *f)
     const uint64_t at[] = {0, f->size / 2, f->size > DIST_SAMPLE ? f->size - DIST_SAMPLE : 0};
     for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) {
         const size_t n = (size_t)sl_min_u64(DIST_SAMPLE, f->size - at[i]);
-        h = sl_pread_full(fd, buf, n, at[i]) == 0 ? dist_mix_bytes(h, buf, n) : dist_mix(h, 3);
+        h = dist_mix(h, sl_pread_full(fd, buf, n, at[i]) == 0 ? XXH3_64bits(buf, n) : 3);
     }
     close(fd);
     return h;
