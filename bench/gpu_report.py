@@ -11,6 +11,7 @@ import os
 import re
 import sys
 import time
+from typing import Any
 
 
 DEVICE_ARGS = re.compile(r"--device (cuda|pjrt --pjrt-plugin \S+)")
@@ -36,7 +37,7 @@ def ratio(a, b):
 
 def best_runs(rows):
     """Best run per (label, cache), by throughput after device setup."""
-    best = {}
+    best: dict[tuple[str, str], dict[str, Any]] = {}
     for r in rows:
         if "run" not in r:
             continue
@@ -130,10 +131,10 @@ def main():
     rows = load(sys.argv[1])
     fails = int(sys.argv[2]) if len(sys.argv) > 2 else 0
     fails = max(fails, sum(1 for r in rows if "fail" in r))   # a subshell's failures too
-    env = next((r["env"] for r in rows if "env" in r), {})
-    ck = next((r["checkpoint"] for r in rows if "checkpoint" in r), {})
-    warm = next((r for r in rows if "h2d_pinned_gbps" in r or "torch_skipped" in r), {})
-    cold = next((r for r in rows if "load_file_cold_s" in r), {})
+    env: dict[str, Any] = next((r["env"] for r in rows if "env" in r), {})
+    ck: dict[str, Any] = next((r["checkpoint"] for r in rows if "checkpoint" in r), {})
+    warm: dict[str, Any] = next((r for r in rows if "h2d_pinned_gbps" in r or "torch_skipped" in r), {})
+    cold: dict[str, Any] = next((r for r in rows if "load_file_cold_s" in r), {})
     nbytes = ck.get("bytes", 0)
     out = []
     out.append(f"\n## GPU ({time.strftime('%Y-%m-%d')}): {ck.get('config', '?')}, "
@@ -158,7 +159,7 @@ def main():
     py = next((r["python"] for r in rows if "python" in r), None)
     if py:
         out.append(python_line(py))
-    h2d_row = next((r for r in rows if "h2d_pinned_gbps" in r), {})
+    h2d_row: dict[str, Any] = next((r for r in rows if "h2d_pinned_gbps" in r), {})
     out += pjrt_lines(rows, h2d_row.get("h2d_pinned_gbps"))
     best = best_runs(rows)
     if best:

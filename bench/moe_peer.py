@@ -223,6 +223,7 @@ def rusage(cmd: list[str]) -> dict:
     own rusage, whole process) added."""
     import subprocess
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE)
+    assert p.stdout is not None   # a pipe
     out = p.stdout.read().decode()
     _, status, ru = os.wait4(p.pid, 0)
     code = os.waitstatus_to_exitcode(status)

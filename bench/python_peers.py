@@ -56,6 +56,7 @@ import sys
 import threading
 import time
 from collections import defaultdict
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -451,6 +452,7 @@ def run_child(argv: list[str], timeout: float, prep, handshake: bool
         t0 = time.monotonic()
         p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
                              cwd=ROOT)
+        assert p.stdin is not None and p.stdout is not None   # both are pipes
         timer = threading.Timer(timeout, p.kill)
         timer.start()
         out = ""
@@ -516,7 +518,7 @@ def bench(ck: str) -> None:
             random.Random(seed * 1000 + rnd).shuffle(order)
             print(f"python_peers: round {rnd}/{rounds}, {n} runs", file=sys.stderr, flush=True)
             for cache, t, scope, name in order:
-                how = []
+                how: list[str | float] = []
 
                 def prep(cache: str = cache) -> None:
                     if cache == "hot":
@@ -567,7 +569,7 @@ def git_head() -> str | None:
 
 def versions() -> dict:
     from importlib.metadata import PackageNotFoundError, version
-    out = {"python": platform.python_version()}
+    out: dict[str, str | None] = {"python": platform.python_version()}
     for p in ("torch", "numpy", "safetensors", "fastsafetensors", "runai-model-streamer", "shardload"):
         try:
             out[p] = version(p)
@@ -580,14 +582,14 @@ def machine() -> str:
     mem = next((l.split()[1] for l in open("/proc/meminfo") if l.startswith("MemTotal")), "0")
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
                 if l.startswith("model name")), "unknown cpu")
-    return "%d cores (%s), %.1f GiB RAM" % (os.cpu_count(), cpu, int(mem) / 2**20)
+    return "%d cores (%s), %.1f GiB RAM" % (os.cpu_count() or 0, cpu, int(mem) / 2**20)
 
 
 # ---- the report ---------------------------------------------------------------------------------
 
 def report(src: str, md: str) -> None:
     rows = [json.loads(l) for l in open(src) if l.strip()]
-    meta = next((r for r in rows if r.get("meta")), {})
+    meta: dict[str, Any] = next((r for r in rows if r.get("meta")), {})
     runs = [r for r in rows if not r.get("meta")]
     by: dict[tuple, dict[int, dict]] = defaultdict(dict)
     for r in runs:
@@ -619,6 +621,9 @@ def report(src: str, md: str) -> None:
 
     def med(xs: list[float]) -> float | None:
         return statistics.median(xs) if xs else None
+
+    def medf(xs: list[float]) -> float:   # xs known not to be empty
+        return statistics.median(xs)
 
     def beyond(r: dict) -> int:
         return r["peak_rss"] - r["shard_bytes"] - r["baseline_rss"]
@@ -667,7 +672,7 @@ def report(src: str, md: str) -> None:
     keys = sorted(by, key=lambda k: (k[0] != "hot", k[1], k[2] != "all", order.get(k[3], 99)))
     for k in keys:
         cache, t, scope, name = k
-        rs = [r for r in by[k].values() if ok(r)]
+        good = [r for r in by[k].values() if ok(r)]
         label = CONTENDERS.get(name, (name,))[0]
         if name == "shardload.load":
             label += "(tp=%d)" % t if scope == "all" else "(tp=%d, devices=[0])" % t
@@ -675,21 +680,21 @@ def report(src: str, md: str) -> None:
             label += "(tp=%d, rank=0)" % t
         elif name == "cli":
             label = "CLI `shardload load --tp %d --json`" % t
-        if not rs:
+        if not good:
             err = next((r.get("error") for r in by[k].values()), "?")
             L.append("| %s | %d | %s | %s | failed: %s | | | | | | | |" % (cache, t, scope, label, err))
             continue
-        secs = [r["seconds"] for r in rs]
+        secs = [r["seconds"] for r in good]
         sm = statistics.median(secs)
-        gb = statistics.median([r["shard_bytes"] / r["seconds"] / 1e9 for r in rs])
+        gb = statistics.median([r["shard_bytes"] / r["seconds"] / 1e9 for r in good])
         su = med(ratio(k, (cache, t, scope, "shardload.load")))
         sli = med(ratio(k, (cache, t, scope, "shardload.load_into")))
         fmt = lambda x: "**%.2fx**" % x if x is not None else ""
-        cpu = [r["cpu_seconds"] for r in rs if "cpu_seconds" in r]
+        cpu = [r["cpu_seconds"] for r in good if "cpu_seconds" in r]
         L.append("| %s | %d | %s | %s | %.3f (%.3f-%.3f) | %.2f | %s | %.0f | %.0f | %s | %s | %s |" % (
             cache, t, scope, label, sm, min(secs), max(secs), gb,
             "%.2f" % statistics.median(cpu) if cpu else "",
-            max(r["peak_rss"] for r in rs) / MIB, max(beyond(r) for r in rs) / MIB,
+            max(r["peak_rss"] for r in good) / MIB, max(beyond(r) for r in good) / MIB,
             fmt(su) if name != "shardload.load" else "1", fmt(sli) if name != "shardload.load_into" else
             ("1" if sli is not None else ""), verdict.get((t, scope, name), "")))
     failed = [r for r in runs if not ok(r)]
@@ -725,8 +730,8 @@ def report(src: str, md: str) -> None:
                          "wall / CLI's `seconds`) | %.3f (per round %s); the library's own `seconds` "
                          "inside load() / CLI's: %.3f; load() wall - library seconds (the Python "
                          "layer: open, plan, options): median %.1f ms | %s |" % (
-                             cache, t, t, med(rs), ", ".join("%.2f" % x for x in rs), med(lib),
-                             1e3 * med(over), "yes" if med(rs) <= 1.05 else "**no**"))
+                             cache, t, t, medf(rs), ", ".join("%.2f" % x for x in rs), medf(lib),
+                             1e3 * medf(over), "yes" if medf(rs) <= 1.05 else "**no**"))
     for cache in caches:
         for t in tps:
             goal = 2.0 if t > 1 else 1.2
@@ -735,7 +740,7 @@ def report(src: str, md: str) -> None:
                 for peer in PEERS + (["fastsafetensors.native", "runai.native"] if t == 1 else []):
                     rs = ratio((cache, t, scope, peer), (cache, t, scope, "shardload.load"))
                     if rs:
-                        got.append((peer, med(rs)))
+                        got.append((peer, medf(rs)))
                 if got:
                     missed = [p for p, x in got if x < goal]
                     L.append("| %s, T=%d, %s: shardload.load >= %.1fx each peer | %s | %s |" % (

@@ -13,11 +13,12 @@ import subprocess
 import sys
 import tempfile
 from collections import defaultdict
+from typing import Any
 
 
 def load(path):
     rows = [json.loads(line) for line in open(path) if line.strip()]
-    by = defaultdict(dict)            # (cache, name) -> round -> row
+    by: dict[tuple[str, str], dict[int, dict[str, Any]]] = defaultdict(dict)   # (cache, name) -> round -> row
     for r in rows:
         by[(r["cache"], r["name"])][r["round"]] = r
     return by
@@ -56,7 +57,7 @@ def machine():
                         text=True).stdout.strip().splitlines()[-1]
     model = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
                   if l.startswith("model name")), "unknown cpu")
-    line = "%d cores (%s), %.1f GiB RAM, storage: %s" % (cores, model, int(mem) / 2**20, df)
+    line = "%d cores (%s), %.1f GiB RAM, storage: %s" % (cores or 0, model, int(mem) / 2**20, df)
     cmdline = open("/proc/cmdline").read()
     if "page_reporting" in cmdline:
         line += ("\n\nThis VM reports free memory to its host (`page_reporting` on the kernel command line): "
