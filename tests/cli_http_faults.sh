@@ -137,6 +137,35 @@ trickle "header trickle" hdrdrip "no byte for 1000 ms"
 # a body a byte every 0.2 s (never a stall): under 1 kB/s over a timeout window. Before, such a
 # range lived for weeks (its bytes at 5 a second), each try's few bytes resetting the retries
 trickle "body trickle" bodydrip "under 1000 bytes/s for 1000 ms"
+# One range served at 16 KB/s (a slow node: far above a trickle), the others at loopback speed:
+# it is asked for again from where it had got to, on a new connection, once it is 5 s old
+# (XF_LAG_MIN_MS), and the load ends in seconds with equal checksums. Before, that range alone
+# held the load for 16 s (256 KiB at 16 KB/s); on a real store, a 16 MiB range for 17 minutes.
+LAG=(--remote-range 256K --remote-backoff-ms 20 --remote-timeout-ms 10000)
+start_proxy "$UP" laggard --fault slow --rate 16384 --after 6 --count 1 --min-bytes 262144
+start=$(date +%s%N)
+out=$(timeout 60 "$SL" load "$PROXY/ck/" --tp 4 --checksums --json "${LAG[@]}" 2>"$T/err")
+rc=$?
+took=$((($(date +%s%N) - start) / 1000000))
+stop_proxy
+[ $rc -eq 0 ] && [ "$(echo "$out" | sums)" = "$ref" ] && [ ! -s "$T/err" ] ||
+    fail "laggard: rc $rc, checksums differ or stderr: $(cat "$T/err")"
+# the slow range's path and first byte; its restart: a GET of the same path starting inside it
+read -r lpath lfirst < <(awk '$4 == "slow" {print $1, $5}' "$T/laggard.log")
+awk -v p="$lpath" -v f="$lfirst" '$1 == p && $4 == "-" && $5 > f && $5 < f + 262144 {n++} END {exit n != 1}' \
+    "$T/laggard.log" || fail "laggard: not asked for again from inside the range once: $(cat "$T/laggard.log")"
+[ "$took" -lt 12000 ] || fail "laggard: the load took $took ms (the slow range alone: 16 s)"
+# Every range slow alike (200 KB/s each; 1.3 s for 256 KiB): none is a laggard against the others, none is restarted:
+# as many data GETs as ranges, each at its own first byte.
+start_proxy "$UP" alike --fault slow --rate 200000 --min-bytes 65536
+out=$(timeout 60 "$SL" load "$PROXY/ck/" --tp 4 --checksums --json "${LAG[@]}" 2>"$T/err")
+rc=$?
+stop_proxy
+[ $rc -eq 0 ] && [ "$(echo "$out" | sums)" = "$ref" ] || fail "alike: rc $rc: $(cat "$T/err")"
+# (a file's last range, under 64 KiB, is not throttled)
+awk '$5 != "-" && $5 > 8 {n++; if (($1 " " $5) in seen) dup = 1; seen[$1 " " $5] = 1; slow += $4 == "slow"}
+     END {exit slow < 6 || dup}' "$T/alike.log" ||
+    fail "alike: a range was asked for twice: $(cat "$T/alike.log")"
 # a server that answers no data GET at all (not even a status line): SIGTERM stops a reshard within
 # a second or two, by the signal, its files removed. Before, the engine's wait never looked at the
 # stop, and the reshard went on for the timeout's tries (10 s x 6 here) before failing

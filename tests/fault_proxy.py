@@ -3,7 +3,8 @@
 breaks chosen responses the way networks and object stores do.
 
 Usage: fault_proxy.py UPSTREAM_PORT PORTFILE --fault KIND [--every N] [--after N] [--count N]
-                      [--min-bytes B] [--stall S] [--stall-bytes B] [--replace FILE | --replace-cmd CMD]
+                      [--min-bytes B] [--stall S] [--stall-bytes B] [--rate B]
+                      [--replace FILE | --replace-cmd CMD]
                       [--log FILE]
 
 Only GETs whose Range asks for at least --min-bytes (default 8192: the loader's data ranges, not
@@ -23,6 +24,8 @@ and (i - after) % every == 0, at most --count times (0: no limit). KIND:
             never the blank line that ends the headers nor a body, then the connection closed
   bodydrip  the headers, then the body a byte every 0.2 s for --stall seconds, then the
             connection closed: a server that trickles (never idle long enough to stall)
+  slow      the headers, then the whole body at --rate bytes/s (in 4 KiB pieces): a range served by a
+            slow node, well above any trickle; logged when the body starts
   crhalf    the whole body, its Content-Range saying it ends half-way (bytes A-(A+(B-A)/2)/T)
   crpast    the body asked for, its Content-Range saying it runs to the object's end (A-(T-1)/T)
   crshort   an honest shorter range: the first half of the body, Content-Range and Content-Length
@@ -150,6 +153,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 time.sleep(0.2)
             self.close_connection = True
             return None
+        if fault == "slow" and body:
+            self._log(status, 0, fault)
+            for i in range(0, len(body), 4096):
+                self.wfile.write(body[i:i + 4096])
+                self.wfile.flush()
+                time.sleep(4096 / A.rate)
+            return None
         if fault == "stall" and body:
             n = half if A.stall_bytes < 0 else min(A.stall_bytes, len(body))
             self._log(status, n, fault)
@@ -245,7 +255,7 @@ def main():
     p.add_argument("upstream", type=int)
     p.add_argument("portfile")
     p.add_argument("--fault", required=True,
-                   choices=["reset", "truncate", "503", "507", "501", "429", "stall", "hang", "hdrdrip", "bodydrip", "crhalf", "crpast",
+                   choices=["reset", "truncate", "503", "507", "501", "429", "stall", "hang", "hdrdrip", "bodydrip", "slow", "crhalf", "crpast",
                             "crshort", "flip", "replace",
                             "none"])
     p.add_argument("--every", type=int, default=1)
@@ -254,6 +264,7 @@ def main():
     p.add_argument("--min-bytes", type=int, default=8192)
     p.add_argument("--stall", type=float, default=5.0)
     p.add_argument("--stall-bytes", type=int, default=-1)
+    p.add_argument("--rate", type=float, default=65536.0)
     p.add_argument("--replace")
     p.add_argument("--replace-cmd")
     p.add_argument("--log")

@@ -90,6 +90,7 @@ static sl_status start_due(xf_pool *p, sl_err *err)
             return SL_OK;
         CURL *h = p->idle[--p->n_idle];
         SL_TRY(xf_prepare(x, h, err));   /* x->h = h */
+        x->peers = &p->peers;
         curl_easy_setopt(h, CURLOPT_PRIVATE, x);
         const CURLMcode mc = curl_multi_add_handle(p->multi, h);
         SL_CHECK(mc == CURLM_OK, err, SL_E_IO, "%s: curl: %s", x->obj->name, curl_multi_strerror(mc));
@@ -145,6 +146,7 @@ static sl_status reap(xf_pool *p, void (*done)(void *, sl_http_xfer *), void *us
         if (r == XF_RETRY) {
             xf_pool_push(p, x);
         } else {
+            xf_peers_add(&p->peers, x, xf_now_ms());
             done(user, x);
             (*completed)++;
         }

@@ -1,8 +1,9 @@
 /* http_pool.h - ranged GETs (http_xfer.h) run together on one curl multi handle and a fixed set of
  * easy handles (http_pool.c), for the open's many small GETs (http_many.c) and the read engine
  * (io_http.c). A transfer waits in the queue until its backoff has passed and a handle is free; one
- * that ends in a retryable way goes back with its received bytes kept; the first to fail for good
- * ends the step with its message. No thread: transfers advance only inside xf_pool_step. */
+ * that ends in a retryable way goes back with its received bytes kept (so does a laggard, far slower
+ * than the ranges the pool finished lately: http_xfer.c); the first to fail for good ends the step
+ * with its message. No thread: transfers advance only inside xf_pool_step. */
 #ifndef SL_IO_HTTP_POOL_H
 #define SL_IO_HTTP_POOL_H
 
@@ -15,6 +16,7 @@ typedef struct xf_pool {
     long tick_ms;                /* the longest wait in a step: stalls and a stop (sl_cancel) are
                                     judged after it */
     sl_http_xfer *head, *tail;   /* waiting to start (linked by q_next) */
+    xf_peers peers;              /* how fast its ranges finished: the laggard check's yardstick */
 } xf_pool;
 
 /* n_easy handles (at least 1) with t's options; SL_E_NOMEM, the pool then freed. */

@@ -261,6 +261,61 @@ static int trickling(sl_http_xfer *x, uint64_t now)
     return 0;
 }
 
+/* A laggard: a range far slower than the ranges its pool finished lately, long enough to tell.
+ * Object stores serve the odd request from a slow node or over a congested path, and that one
+ * range, trickling well above XF_MIN_RATE, held a whole load (the staging waits for it in order):
+ * it is asked for again, from the first byte not received, on a new connection (AWS advises
+ * retrying a store's slow requests). Judged against the pool's own finished ranges, so a link that
+ * is slow for every range restarts none; at most XF_LAG_RESTARTS times a range, after which it is
+ * left to the stall and trickle checks. XF_LAG_MIN_MS keeps a healthy range that a busy machine
+ * delays for a moment from being taken for one. */
+#define XF_LAG_RATIO 8.0    /* slower than the ranges' median speed by this */
+#define XF_LAG_AGE 4.0      /* and older than this many times their median duration */
+#define XF_LAG_MIN_MS 5000u /* and than this */
+#define XF_LAG_RESTARTS 2
+
+static double median(const double *v, unsigned n)
+{
+    double s[XF_PEER_SAMPLES];
+    memcpy(s, v, n * sizeof *s);
+    for (unsigned i = 1; i < n; i++)   /* insertion sort: 32 values at most */
+        for (unsigned j = i; j > 0 && s[j - 1] > s[j]; j--) {
+            const double t = s[j];
+            s[j] = s[j - 1];
+            s[j - 1] = t;
+        }
+    return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+}
+
+void xf_peers_add(xf_peers *p, const sl_http_xfer *x, uint64_t now_ms)
+{
+    const size_t bytes = x->got - x->got_at_start;
+    const double secs = (double)(now_ms - x->attempt_ms) / 1e3;
+    if (x->head || bytes < XF_PEER_MIN_BYTES)
+        return;   /* a small GET's time is its round trip, not the link's speed */
+    const double s = secs > 1e-3 ? secs : 1e-3;
+    p->bps[p->next] = (double)bytes / s;
+    p->secs[p->next] = s;
+    p->next = (p->next + 1) % XF_PEER_SAMPLES;
+    p->n += p->n < XF_PEER_SAMPLES;
+    if (p->n >= 4) {
+        p->typical_bps = median(p->bps, p->n);
+        p->typical_s = median(p->secs, p->n);
+    }
+}
+
+static int lagging(const sl_http_xfer *x, uint64_t now)
+{
+    const xf_peers *p = x->peers;
+    if (!p || p->typical_bps <= 0 || x->whole || x->head || x->lag_restarts >= XF_LAG_RESTARTS)
+        return 0;
+    const double age = (double)(now - x->attempt_ms) / 1e3;
+    if (age * 1e3 < XF_LAG_MIN_MS || age < XF_LAG_AGE * p->typical_s)
+        return 0;
+    const double bps = (double)(x->got - x->got_at_start) / age;
+    return bps * XF_LAG_RATIO < p->typical_bps;
+}
+
 static int on_progress(void *user, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow)
 {
     (void)dltotal;
@@ -272,7 +327,8 @@ static int on_progress(void *user, curl_off_t dltotal, curl_off_t dlnow, curl_of
     x->cancelled = sl_cancel_requested();
     x->stalled = !x->cancelled && now - x->last_byte_ms > x->tune->timeout_ms;
     x->slow = !x->cancelled && !x->stalled && trickling(x, now);
-    return x->stalled || x->slow || x->cancelled;   /* non-zero: CURLE_ABORTED_BY_CALLBACK */
+    x->lagging = !x->cancelled && !x->stalled && !x->slow && lagging(x, now);
+    return x->stalled || x->slow || x->cancelled || x->lagging;   /* non-zero: CURLE_ABORTED_BY_CALLBACK */
 }
 
 /* ---- an attempt ---- */
@@ -326,8 +382,11 @@ sl_status xf_prepare(sl_http_xfer *x, CURL *h, sl_err *err)
     x->stalled = 0;
     x->slow = 0;
     x->cancelled = 0;
-    x->last_byte_ms = xf_now_ms();
+    x->lagging = 0;
+    x->last_byte_ms = x->attempt_ms = xf_now_ms();
     x->tries++;
+    curl_easy_setopt(h, CURLOPT_FRESH_CONNECT, x->fresh ? 1L : 0L);
+    x->fresh = 0;
     if (x->whole)
         x->got = 0;   /* no Range: the whole body again */
     x->window_ms = x->last_byte_ms;
@@ -427,6 +486,20 @@ static int xf_retry(sl_http_xfer *x, sl_err *err)
     return XF_RETRY;
 }
 
+/* A laggard again at once, on a new connection; not a failure: it was moving. */
+static int xf_lag_restart(sl_http_xfer *x)
+{
+    const uint64_t now = xf_now_ms();
+    const double secs = (double)(now - x->attempt_ms) / 1e3;
+    snprintf(x->last_reason, sizeof x->last_reason, "%.2f MB/s over %.1f s, against %.1f MB/s for the "
+             "ranges that finished", (double)(x->got - x->got_at_start) / secs / 1e6, secs,
+             x->peers->typical_bps / 1e6);
+    x->lag_restarts++;
+    x->fresh = 1;
+    x->not_before_ms = now;
+    return XF_RETRY;
+}
+
 static int xf_http_fail(sl_http_xfer *x, long code, sl_err *err)
 {
     s3_error_code(x);
@@ -509,6 +582,8 @@ int xf_finish(sl_http_xfer *x, CURLcode rc, sl_err *err)
         snprintf(x->last_reason, sizeof x->last_reason, "no byte for %u ms", x->tune->timeout_ms);
         return xf_retry(x, err);
     }
+    if (rc == CURLE_ABORTED_BY_CALLBACK && x->lagging)
+        return xf_lag_restart(x);
     if (rc == CURLE_ABORTED_BY_CALLBACK && x->slow) {
         snprintf(x->last_reason, sizeof x->last_reason, "under %u bytes/s for %u ms", XF_MIN_RATE,
                  x->tune->timeout_ms);

@@ -14,6 +14,16 @@
 
 enum { XF_DONE = 0, XF_RETRY = 1, XF_FAIL = 2 };
 
+/* How fast a pool's data ranges finished lately (the last XF_PEER_SAMPLES attempts of at least
+ * XF_PEER_MIN_BYTES): the yardstick of the laggard check (on_progress in http_xfer.c). */
+#define XF_PEER_SAMPLES 32u
+#define XF_PEER_MIN_BYTES ((size_t)256 << 10)
+typedef struct xf_peers {
+    double bps[XF_PEER_SAMPLES], secs[XF_PEER_SAMPLES];
+    unsigned n, next;
+    double typical_bps, typical_s;   /* their medians; 0 until there are enough of them */
+} xf_peers;
+
 typedef struct sl_http_xfer {
     const sl_http_obj *obj;
     sl_http_obj *record;       /* obj, where this GET may be its first: records its size, ETag and
@@ -44,6 +54,11 @@ typedef struct sl_http_xfer {
     int stalled;               /* ended by on_progress: no byte for the tune's timeout */
     int slow;                  /* ended by on_progress: under XF_MIN_RATE for the timeout */
     int cancelled;             /* ended by on_progress: sl_cancel was called */
+    int lagging;               /* ended by on_progress: far slower than the pool's finished ranges */
+    int lag_restarts;          /* attempts of this range so ended (at most XF_LAG_RESTARTS) */
+    int fresh;                 /* the next attempt opens a new connection (after a laggard) */
+    const xf_peers *peers;     /* the pool's finished ranges, or NULL (a blocking GET: no peers) */
+    uint64_t attempt_ms;       /* when the attempt started */
     int checked;               /* the response's headers were checked (at the first body byte) */
     sl_http_resp resp;         /* the response's headers (http_parse.h) */
     char s3_code[64];
@@ -75,5 +90,7 @@ sl_status xf_cancelled(const sl_http_xfer *x, sl_err *err);
  * NUL-terminated), or 0 when the response has none that covers the whole object. */
 int xf_whole_sha256(const sl_http_xfer *x, char hex[65]);
 uint64_t xf_now_ms(void);
+/* After x's attempt completed (XF_DONE): its speed into p, where it moved enough bytes to say. */
+void xf_peers_add(xf_peers *p, const sl_http_xfer *x, uint64_t now_ms);
 
 #endif /* SL_IO_HTTP_XFER_H */
