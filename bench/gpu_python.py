@@ -56,7 +56,7 @@ def torch_checks(ck: str, m: shardload.Model, r: dict[str, Any]) -> None:
 JAX_LAYERS = int(os.environ.get("GPU_JAX_LAYERS", "8"))   # the embedding and this many layers
 JAX_STAGING = 512 << 20   # for the dma / plain pair: slabs of 224 MiB hold Llama-3-8B's largest box
 JAX_REPS = int(os.environ.get("GPU_JAX_REPS", "2"))
-# "cpu": the JAX part on JAX's CPU devices, for the dry run (tests/python/test_gpu_python.py)
+# "cpu": the JAX part on JAX's CPU devices, for the dry run (tests/python/test_gpu_scripts.py)
 JAX_PLATFORM = os.environ.get("GPU_JAX_PLATFORM", "gpu")
 
 

@@ -566,6 +566,22 @@ def test_dma_turned_off_and_unmapped_on_failure(tmp_path: Path,
         sj.load(path, mesh_1d(), dma="yes")  # type: ignore[arg-type]
 
 
+def test_retired_slab_held_until_unmapped() -> None:
+    """A slab a device adopted is retired (never loaded into again) but held until close() has
+    unmapped it: a range freed while still registered (cuMemHostRegister) could come back as a
+    later slab, which CUDA would refuse to register again."""
+    from shardload.plan import Param
+    fake = FakeClient()
+    pool = jst.Staging([fake], 1 << 20, True)
+    params = [Param("w", "BF16", (256, 256), 256 * 256 * 2, 0)]
+    buf = pool.take(0, params)[0]
+    addr = pool.slabs[0].ctypes.data  # type: ignore[union-attr]
+    assert fake.maps == [(addr, 1 << 20)] and addr % jst.PAGE == 0 and buf.ctypes.data == addr
+    pool.retire(0)
+    assert pool.slabs[0] is None and [m.ctypes.data for m in pool.retired] == [addr]
+    assert pool.close() is None and fake.unmaps == [addr] and pool.retired == []
+
+
 def test_cpu_stats(tmp_path: Path) -> None:
     """On CPU devices the buffers are adopted: no slab, no dma_map tried, no byte copied."""
     path, _ = make_ckpt(tmp_path / "t", "llama")

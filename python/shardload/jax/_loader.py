@@ -593,9 +593,11 @@ class Loader:
         return a
 
     def _settle(self) -> None:
-        """Waits for every transfer still running: no transfer reads a slab being unmapped."""
+        """Waits for every transfer still running: no transfer reads a slab being unmapped (on a
+        GPU, device_put of a host buffer reads it after returning, until the array is ready;
+        self.sent: a group whose tensors were not all kept, when the load failed)."""
         for a in ([a for xs in self.shards.values() for a in xs] + list(self.out.values())
-                  + list(self.ready.values()) + self.parts.arrays()):
+                  + list(self.ready.values()) + self.parts.arrays() + self.sent):
             try:
                 if not a.is_deleted():
                     a.block_until_ready()

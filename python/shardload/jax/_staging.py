@@ -51,11 +51,14 @@ class Staging:
     refusal, e.g. UNIMPLEMENTED on CPU, stops the tries), and unmapped by close(). A group
     larger than a slab (a box whose single row is over the group bound: groups cut anything
     else in bands) gets fresh plain buffers: mapping memory used once costs more than the copy
-    it saves; a slab a device adopted is retired (it is that device's memory now)."""
+    it saves; a slab a device adopted is retired (it is that device's memory now: never loaded
+    into again, but held, and so never freed, until close() has unmapped it, so that no
+    mapped range is freed while mapped; CUDA refuses to register a range again that way)."""
 
     def __init__(self, clients: list[Any], size: int, dma: bool) -> None:
         self.clients, self.size = clients, -(-size // PAGE) * PAGE
         self.slabs: list[np.ndarray | None] = [None, None]
+        self.retired: list[np.ndarray] = []  # held until close() has unmapped them
         self.mapped: list[tuple[Any, int]] = []
         self.dma = "unused: no group went through a slab" if dma else "off"
         self.refused = not dma
@@ -96,7 +99,9 @@ class Staging:
         self.dma = "mapped"
 
     def retire(self, slot: int) -> None:
-        if self.slabs[slot] is not None:
+        mem = self.slabs[slot]
+        if mem is not None:
+            self.retired.append(mem)
             self.slabs[slot] = None
             self.counts["retired"] += 1
 
@@ -108,7 +113,7 @@ class Staging:
                 c.dma_unmap(addr)
             except Exception as e:  # noqa: BLE001 - reported once all are unmapped
                 err = err or e
-        self.mapped, self.slabs = [], [None, None]
+        self.mapped, self.slabs, self.retired = [], [None, None], []
         return err
 
     def report(self) -> dict[str, Any]:
