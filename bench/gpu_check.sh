@@ -327,13 +327,27 @@ elif ! late "pjrt (tp1, tp8)"; then
     warm
     pjrt_check tp1 "$PJRT" -- --tp 1
     late "pjrt tp8" || pjrt_check tp8 "$PJRT" -- --tp 8
-    # Timed alone (no checksums), with the default assembly bound and with every parameter over
-    # 64 KiB streamed (SL_PJRT_ASSEMBLY): which way is faster on this plugin decides the default.
-    for a in 0:tp1 65536:tp1 0:tp8; do
-        late "pjrt timed ${a#*:} assembly ${a%%:*}" && break
-        SL_PJRT_ASSEMBLY=${a%%:*} RUN_ENV=$PJRT_ENV RUN_NOTE="SL_PJRT_ASSEMBLY=${a%%:*}" \
-            run "pjrt_${a#*:}_assembly${a%%:*}" warm "" -- --tp "${a#*:tp}" --device pjrt --pjrt-plugin "$PJRT"
-    done
+    # Timed alone (no checksums), the most telling first. The default assembly bound against every
+    # parameter over 64 KiB streamed from the DMA-mapped staging (SL_PJRT_ASSEMBLY=65536): XLA's
+    # GPU client DMAs straight from mapped memory but copies a malloc'd assembly block into its own
+    # pinned pool on one thread first (docs/engine.md, "XLA source reading"), so streaming
+    # everything should win; if it is still ~8 GB/s, the per-transfer cost is the cap, which
+    # 16 MiB pieces (--staging 256 --request 16) would show. Then the same unmapped
+    # (SL_PJRT_DMA_MAP=0: does the plugin see our memory as pinned?), everything assembled (that
+    # path's own rate and RSS), and TP 8 both ways.
+    while IFS='|' read -r name knobs args; do
+        late "pjrt timed $name" && break
+        RUN_ENV="$PJRT_ENV $knobs" RUN_NOTE="$knobs" \
+            run "pjrt_$name" warm "" -- $args --device pjrt --pjrt-plugin "$PJRT" </dev/null
+    done <<'RUNS'
+tp1_assembly0|SL_PJRT_ASSEMBLY=0|--tp 1
+tp1_assembly65536|SL_PJRT_ASSEMBLY=65536|--tp 1
+tp1_assembly65536_stg256_req16|SL_PJRT_ASSEMBLY=65536|--tp 1 --staging 256 --request 16
+tp1_assembly65536_nomap|SL_PJRT_ASSEMBLY=65536 SL_PJRT_DMA_MAP=0|--tp 1
+tp1_assembly_all|SL_PJRT_ASSEMBLY=17179869184|--tp 1
+tp8_assembly0|SL_PJRT_ASSEMBLY=0|--tp 8
+tp8_assembly65536|SL_PJRT_ASSEMBLY=65536|--tp 8
+RUNS
     # The plugin's own host memory: a load of a few KB of dummy weights through it (its libraries
     # and client), against which the peak RSS of the loads above is read.
     printf '%s' '{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":64,"intermediate_size":128,"num_attention_heads":4,"num_key_value_heads":2,"num_hidden_layers":1,"vocab_size":128,"torch_dtype":"bfloat16"}' >"$WORK/pjrt_tiny.json"

@@ -108,6 +108,8 @@ static void load_help(FILE *out)
             "gathered on the host and copied in pieces instead of as 2-D copies.\n"
             "SL_PJRT_ASSEMBLY=BYTES (pjrt, for benchmarks): a device's parameters are assembled on\n"
             "the host within BYTES (default: staging / mesh size) and streamed beyond them.\n"
+            "SL_PJRT_DMA_MAP=0 (pjrt, for benchmarks): the staging block is not DMA-mapped in the\n"
+            "plugin's client (default 1: mapped where the plugin can).\n"
             "Exit status: 0 success, 1 failure (one line on stderr), 2 usage error.\n");
 }
 

@@ -231,6 +231,10 @@ static int opts_env(cli_opts *o)
     if (assembly && *assembly && cli_parse_int(assembly, 0, INT64_MAX, &bytes) != 0)
         return cli_usage_error(o->cmd, "SL_PJRT_ASSEMBLY '%s': give a number of bytes (0: the default)", assembly);
     o->lo.pjrt_assembly = (uint64_t)bytes;
+    const char *map = getenv("SL_PJRT_DMA_MAP");
+    if (map && *map && strcmp(map, "0") != 0 && strcmp(map, "1") != 0)
+        return cli_usage_error(o->cmd, "SL_PJRT_DMA_MAP '%s': give 0 (never map the staging) or 1 (the default)", map);
+    o->lo.pjrt_dma_map = map && strcmp(map, "0") == 0 ? -1 : 0;
     return CLI_EXIT_OK;
 }
 

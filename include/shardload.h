@@ -402,6 +402,9 @@ typedef struct sl_load_opts {
                                   parameter is assembled on the host rather than streamed (a
                                   benchmark knob, SL_PJRT_ASSEMBLY; docs/engine.md); 0: staging /
                                   mesh size; at least 64 KiB */
+    int32_t pjrt_dma_map;      /* pjrt: 0: the staging block is DMA-mapped where the plugin can;
+                                  -1: never (a benchmark knob, SL_PJRT_DMA_MAP=0: what the
+                                  plugin's own staging of plain memory costs) */
     /* pjrt backend (device "pjrt"): the PJRT plugin to dlopen (xla_cpu_pjrt.so, JAX's
      * xla_cuda_plugin.so, libtpu.so), or, when pjrt_api is set, none: the parameters go into
      * pjrt_client (a PJRT_Client * of that const PJRT_Api *, owned by the caller, who initialized

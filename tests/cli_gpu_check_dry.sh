@@ -53,6 +53,8 @@ grep -Eq "^\| from disk: the disk itself \(dd iflag=direct bs=16M, [0-9]+ files 
 grep -Eq "^The plugin alone \(a dummy load of a few KB through it\): peak RSS [0-9]+ MB\.$" "$md" \
     || fail "no plugin baseline: $(grep -i plugin "$md")"
 grep -q "^| pjrt_tp1_assembly65536 --tp 1 SL_PJRT_ASSEMBLY=65536 | warm |" "$md" && grep -q "^| pjrt_tp8_assembly0 .*| warm |" "$md" \
+    && grep -q "^| pjrt_tp1_assembly65536_nomap --tp 1 SL_PJRT_ASSEMBLY=65536 SL_PJRT_DMA_MAP=0 | warm |" "$md" \
+    && grep -q "^| pjrt_tp8_assembly65536 .*| warm |" "$md" \
     || fail "no timed pjrt runs: $(grep -i pjrt_ "$md")"
 grep -q "^| cuda_tp8_gather .*| warm |" "$md" && grep -q "^| cuda_tp8_to_f32 .*| warm |" "$md" || fail "no gather or converting TP 8 run"
 grep -q "^| 2-D, rows 1024 of 8192 | [0-9.]* |" "$md" && grep -q "^| 1-D, 16 MiB copies |" "$md" \

@@ -105,6 +105,15 @@ for m in "1:dma-mapped" "0:plain (the plugin has no PJRT_Client_DmaMap)" \
         || fail "dma ${m%%:*}: $(cat "$T/log")"
     check_clean "dma ${m%%:*}"
 done
+# SL_PJRT_DMA_MAP=0 (a benchmark knob): never mapped, though the plugin could; a bad value is a usage error
+out=$(SL_PJRT_DMA_MAP=0 fake load "$CK" --tp 4 --device pjrt --pjrt-plugin "$FAKE" --checksums --json 2>"$T/err") ||
+    fail "SL_PJRT_DMA_MAP=0: $(cat "$T/err")"
+[ "$(echo "$out" | sums)" = "$ref" ] || fail "SL_PJRT_DMA_MAP=0: checksums differ from cpu"
+[ "$(echo "$out" | grep -oF '"staging_memory":"plain (not mapped: opts.pjrt_dma_map)"' | wc -l)" = 4 ] &&
+    [ "$(counter dma_maps)" = 0 ] || fail "SL_PJRT_DMA_MAP=0: mapped anyway: $out $(cat "$T/log")"
+check_clean "SL_PJRT_DMA_MAP=0"
+SL_PJRT_DMA_MAP=yes "$SL" load "$CK" --tp 2 >/dev/null 2>"$T/err"
+[ $? -eq 2 ] && grep -q "SL_PJRT_DMA_MAP 'yes': give 0" "$T/err" || fail "SL_PJRT_DMA_MAP=yes: $(cat "$T/err")"
 fake load "$CK" --tp 2 --device pjrt --pjrt-plugin "$FAKE" | grep -q "^device 1: staging dma-mapped$" \
     || fail "text output lacks the staging line"
 "$SL" load "$CK" --tp 2 --json | grep -q staging_memory && fail "cpu reports a staging_memory"

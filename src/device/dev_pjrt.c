@@ -153,7 +153,9 @@ static sl_status pjrt_pin(void *ctx, void *ptr, size_t len, sl_err *err)
     if (!d->pin_ptr && ptr && len) {
         d->pin_ptr = ptr;
         d->pin_len = len;
-        if (d->client)
+        if (d->no_dma_map)
+            snprintf(d->staging_mem, sizeof d->staging_mem, "plain (not mapped: opts.pjrt_dma_map)");
+        else if (d->client)
             d->dma = pj_client_dma_map(d->client, ptr, len, d->staging_mem, sizeof d->staging_mem);
         else
             snprintf(d->staging_mem, sizeof d->staging_mem, "plain (pinned before the layout)");
@@ -437,6 +439,7 @@ sl_status sl_device_pjrt_open(int32_t index, const sl_load_opts *o, const sl_dev
     d->given = given;
     d->staging = o && o->staging_bytes ? o->staging_bytes : SL_STAGING_DEFAULT;
     d->assembly_opt = o ? o->pjrt_assembly : 0;
+    d->no_dma_map = o && o->pjrt_dma_map < 0;
     d->cached = -1;
     snprintf(d->ctx, sizeof d->ctx, "pjrt device %d", (int)index);
     pthread_mutex_init(&d->lock, NULL);

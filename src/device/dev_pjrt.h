@@ -78,6 +78,7 @@ typedef struct pjrt_dev {
     int laid_out, allocated;
     uint64_t staging;            /* opts.staging_bytes */
     uint64_t assembly_opt;       /* opts.pjrt_assembly, or 0 */
+    int no_dma_map;              /* opts.pjrt_dma_map < 0: the staging block stays plain */
     uint64_t cap;                /* the assembly bound */
     uint64_t assembly, assembly_peak; /* bytes in assembly blocks (retiring ones included) */
     pj_block *retiring;
