@@ -332,7 +332,9 @@ elif ! late "pjrt (tp1, tp8)"; then
     # GPU client DMAs straight from mapped memory but copies a malloc'd assembly block into its own
     # pinned pool on one thread first (docs/engine.md, "XLA source reading"), so streaming
     # everything should win; if it is still ~8 GB/s, the per-transfer cost is the cap, which
-    # 16 MiB pieces (--staging 256 --request 16) would show. Then the same unmapped
+    # 16 MiB pieces (--staging 256 --request 16) would show, and a latency-bound one (the engine
+    # refills a slot after its done event, which the plugin fires from a host callback) would
+    # scale with the staging (--staging 1024: 64 pieces in flight instead of 16). Then the same unmapped
     # (SL_PJRT_DMA_MAP=0: does the plugin see our memory as pinned?), everything assembled (that
     # path's own rate and RSS), and TP 8 both ways.
     while IFS='|' read -r name knobs args; do
@@ -343,6 +345,7 @@ elif ! late "pjrt (tp1, tp8)"; then
 tp1_assembly0|SL_PJRT_ASSEMBLY=0|--tp 1
 tp1_assembly65536|SL_PJRT_ASSEMBLY=65536|--tp 1
 tp1_assembly65536_stg256_req16|SL_PJRT_ASSEMBLY=65536|--tp 1 --staging 256 --request 16
+tp1_assembly65536_stg1024_req16|SL_PJRT_ASSEMBLY=65536|--tp 1 --staging 1024 --request 16
 tp1_assembly65536_nomap|SL_PJRT_ASSEMBLY=65536 SL_PJRT_DMA_MAP=0|--tp 1
 tp1_assembly_all|SL_PJRT_ASSEMBLY=17179869184|--tp 1
 tp8_assembly0|SL_PJRT_ASSEMBLY=0|--tp 8
