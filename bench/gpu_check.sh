@@ -497,6 +497,20 @@ fi
 # page-locked pieces), and narrow rows gathered on the host (SL_GATHER_ROWS) instead of 2-D copies --
 in_time && warm
 late "check tp2_to_f32" || check tp2_to_f32 -- --tp 2 --dtype f32
+# Converted on the GPU (SL_CUDA_CONVERT=gpu: the 16-bit bytes cross the link, a kernel of
+# src/device/cuda_kernels.cu widens them): never run on a GPU before; first the same bytes as the
+# cpu backend's and the devices saying the kernels ran, then its speed against the host's.
+if ! late "check tp2_to_f32_gpu"; then
+    SL_CUDA_CONVERT=gpu check tp2_to_f32_gpu -- --tp 2 --dtype f32
+    conv=$(grep -o '"cuda_convert":"[^"]*"' "$WORK/load.tp2_to_f32_gpu.cuda.json" | head -1)
+    record "{\"cuda_convert\":$(jstr "${conv:-none}")}"
+    say "tp2_to_f32_gpu: device 0 $conv"
+    case $conv in *"converted on the GPU"*) ;; *) bad "tp2_to_f32_gpu: not converted on the GPU: ${conv:-no cuda_convert}" ;; esac
+fi
+late "cuda_tp1_to_f32_gpu" || RUN_ENV="SL_CUDA_CONVERT=gpu" RUN_NOTE="SL_CUDA_CONVERT=gpu" \
+    run cuda_tp1_to_f32_gpu warm "" -- --device cuda --dtype f32
+late "cuda_tp8_to_f32_gpu" || RUN_ENV="SL_CUDA_CONVERT=gpu" RUN_NOTE="SL_CUDA_CONVERT=gpu" \
+    run cuda_tp8_to_f32_gpu warm "" -- --device cuda --tp 8 --dtype f32   # rows gathered unconverted
 late "check tp8_gather" || SL_GATHER_ROWS=65536 check tp8_gather -- --tp 8
 late "cuda_tp1_to_f32" || run cuda_tp1_to_f32 warm "" -- --device cuda --dtype f32
 late "cuda_tp8_to_f32" || run cuda_tp8_to_f32 warm "" -- --device cuda --tp 8 --dtype f32   # rows gathered into pieces

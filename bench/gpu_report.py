@@ -159,6 +159,9 @@ def main():
     py = next((r["python"] for r in rows if "python" in r), None)
     if py:
         out.append(python_line(py))
+    conv = next((r["cuda_convert"] for r in rows if "cuda_convert" in r), None)
+    if conv:   # SL_CUDA_CONVERT=gpu's check: where tp2_to_f32_gpu's device 0 converted
+        out.append(f"Conversions with SL_CUDA_CONVERT=gpu (check tp2_to_f32_gpu, device 0): {conv}\n")
     h2d_row: dict[str, Any] = next((r for r in rows if "h2d_pinned_gbps" in r), {})
     out += pjrt_lines(rows, h2d_row.get("h2d_pinned_gbps"))
     best = best_runs(rows)

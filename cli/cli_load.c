@@ -89,7 +89,8 @@ static void load_help(FILE *out)
             "                  pjrt adds the mem_free pair where its plugin reports memory, and\n"
             "                  \"staging_memory\": \"dma-mapped\" or \"plain (why)\" (but with\n"
             "                  --format dummy, which stages nothing) and \"pjrt_routes\": the\n"
-            "                  parameters, bytes and calls of each way to a PJRT buffer)\n"
+            "                  parameters, bytes and calls of each way to a PJRT buffer; cuda\n"
+            "                  with SL_CUDA_CONVERT=gpu: \"cuda_convert\", where it converted)\n"
             "  --config FILE   the model's config.json (-: read from stdin); default PATH's\n"
             "                  directory/config.json\n"
             "  --rules FILE    rule table for the architecture instead of the built-in one\n"
@@ -100,7 +101,8 @@ static void load_help(FILE *out)
             "PATH may also be http(s)://HOST/DIR/, s3://BUCKET/PREFIX/ or a .safetensors URL\n"
             "(docs/remote.md); config.json is fetched next to it unless --config is given:\n"
             CLI_REMOTE_HELP
-            "  --help          this text\n\n"
+            "  --help          this text\n\n");
+    fprintf(out,
             "Environment: SL_IO_ENGINE=pread|uring|uring-inline forces the read engine (default\n"
             "io_uring when available, else a pread thread pool; uring-inline lets page-cache reads\n"
             "be copied inline at submit instead of by the kernel's workers).\n"
@@ -110,6 +112,8 @@ static void load_help(FILE *out)
             "the host within BYTES (default: staging / mesh size) and streamed beyond them.\n"
             "SL_PJRT_DMA_MAP=0 (pjrt, for benchmarks): the staging block is not DMA-mapped in the\n"
             "plugin's client (default 1: mapped where the plugin can).\n"
+            "SL_CUDA_CONVERT=gpu (cuda, for benchmarks): bf16/f16 -> f32 conversions run on the GPU,\n"
+            "which is sent the 16-bit bytes (default host: the host converts).\n"
             "Exit status: 0 success, 1 failure (one line on stderr), 2 usage error.\n");
 }
 
@@ -190,8 +194,8 @@ static void load_print_mem(const sl_model *m, int32_t d, int json)
         printf("device %d: staging %s\n", g, cli_text(staging, sb, sizeof sb));
     }
     const char *routes = sl_model_device_routes(m, d);    /* pjrt: the ways bytes went */
-    if (routes && json) {
-        printf(",\"pjrt_routes\":");
+    if (routes && json) {   /* cuda: where its conversions ran (opts.cuda_convert) */
+        printf(sl_model_device_gpu(m, d) >= 0 ? ",\"cuda_convert\":" : ",\"pjrt_routes\":");
         cli_json_str(stdout, routes);
     } else if (routes) {
         char rb[256];

@@ -235,6 +235,10 @@ static int opts_env(cli_opts *o)
     if (map && *map && strcmp(map, "0") != 0 && strcmp(map, "1") != 0)
         return cli_usage_error(o->cmd, "SL_PJRT_DMA_MAP '%s': give 0 (never map the staging) or 1 (the default)", map);
     o->lo.pjrt_dma_map = map && strcmp(map, "0") == 0 ? -1 : 0;
+    const char *conv = getenv("SL_CUDA_CONVERT");
+    if (conv && *conv && strcmp(conv, "gpu") != 0 && strcmp(conv, "host") != 0)
+        return cli_usage_error(o->cmd, "SL_CUDA_CONVERT '%s': give gpu or host (the default)", conv);
+    o->lo.cuda_convert = conv && strcmp(conv, "gpu") == 0;
     return CLI_EXIT_OK;
 }
 

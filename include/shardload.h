@@ -405,6 +405,10 @@ typedef struct sl_load_opts {
     int32_t pjrt_dma_map;      /* pjrt: 0: the staging block is DMA-mapped where the plugin can;
                                   -1: never (a benchmark knob, SL_PJRT_DMA_MAP=0: what the
                                   plugin's own staging of plain memory costs) */
+    int32_t cuda_convert;      /* cuda: 1: bf16/f16 -> f32 conversions run on the GPU, the host
+                                  sending the 16-bit bytes (half the link's bytes); 0: the host
+                                  converts. A benchmark knob until checked on a GPU
+                                  (SL_CUDA_CONVERT=gpu; docs/engine.md) */
     /* pjrt backend (device "pjrt"): the PJRT plugin to dlopen (xla_cpu_pjrt.so, JAX's
      * xla_cuda_plugin.so, libtpu.so), or, when pjrt_api is set, none: the parameters go into
      * pjrt_client (a PJRT_Client * of that const PJRT_Api *, owned by the caller, who initialized
@@ -537,7 +541,8 @@ const char *sl_model_device_staging(const sl_model *m, int32_t dev);
  * streamed N (B B); U uploads, T transfers" (the parameters and bytes by the way docs/engine.md
  * describes that each first went, empty parameters among the direct ones, so that the three add
  * up to the device's parameters and bytes; and the BufferFromHostBuffer and TransferData calls
- * that carried them). NULL for
+ * that carried them); cuda with opts.cuda_convert: "converted on the GPU: N elements, K
+ * kernels" or "converted on the host: why". NULL for
  * the other backends and before the device's last byte. Owned by the model. */
 const char *sl_model_device_routes(const sl_model *m, int32_t dev);
 /* GPU ordinal of device dev for cuda; -1 for host backends and out of range. */

@@ -45,6 +45,12 @@ for real in /usr/local/cuda/lib64/libcudart.so.1[1-3] /usr/local/cuda/targets/x8
         fail "real runtime $real: rc $rc: $(cat "$T/err")"
     fi
     echo "cli_cuda: real runtime $real: $([ $rc -eq 0 ] && echo loaded || cat "$T/err")"
+    # the optional entry points of conversions on the GPU (CUDA 12+), resolved by name
+    case $real in *.so.1[23])
+        for sym in cudaLibraryLoadData cudaLibraryGetKernel cudaLaunchKernel; do
+            nm -D "$real" 2>/dev/null | grep -q " T $sym@" || fail "real runtime $real lacks $sym"
+        done ;;
+    esac
     break
 done
 
@@ -95,6 +101,36 @@ fake load "$CK" --device cuda --tp 2 --dtype f32 >/dev/null 2>"$T/err" || fail "
 [ "$(counter async)" -lt 200 ] && [ "$(counter event_syncs)" -lt 200 ] ||
     fail "tp2 f32 rows: $(counter async) copies, $(counter event_syncs) event waits (one per row?)"
 check_clean "tp2 f32 rows"
+
+# 3a. SL_CUDA_CONVERT=gpu: bf16 -> f32 on the (stand-in's) GPU, the host sending the 16-bit bytes,
+# whole runs (TP 1) and column splits gathered unconverted into ring pieces (TP 4); the same bytes
+# as the host's conversion (the stand-in runs the kernels' own element functions, which
+# test_cuda_kernels checks against the host's for every input), every converted element through
+# a kernel, and the GPU's scratch freed by the load's end (live_bytes: only the model's). Where
+# the runtime refuses the PTX (FAKE_CUDA_NO_KERNELS) the host converts, with the same bytes.
+for tp in 1 4; do
+    ref=$("$SL" load "$CK" --tp $tp --dtype f32 --checksums --json | sums)
+    want=$("$SL" plan "$CK" --tp $tp --dtype f32 --json | grep -o '"bytes":[0-9]*,"params"' | grep -o '[0-9]*' | paste -sd+ | bc)
+    out=$(SL_CUDA_CONVERT=gpu FAKE_CUDA_GPUS=4 fake load "$CK" --device cuda --tp $tp --dtype f32 --checksums --json 2>"$T/err") \
+        || fail "convert on gpu, tp $tp: $(cat "$T/err")"
+    [ -n "$ref" ] && [ "$(echo "$out" | sums)" = "$ref" ] || fail "convert on gpu, tp $tp: checksums differ from cpu"
+    # every element but the vocabulary's padding rows (1001 padded to 1024, in embed_tokens and
+    # lm_head, 256 wide), which are zeroed, not converted
+    [ "$(counter libraries)" = 1 ] && [ "$(counter launches)" -gt 0 ] &&
+        [ "$(counter converted)" = $((want / 4 - 2 * (1024 - 1001) * 256)) ] ||
+        fail "convert on gpu, tp $tp: not every element through a kernel ($want bytes): $(cat "$T/log")"
+    [ "$(echo "$out" | grep -o '"cuda_convert":"converted on the GPU: [0-9]* elements, [0-9]* kernels"' | wc -l)" = $tp ] ||
+        fail "convert on gpu, tp $tp: the devices do not say so: $out"
+    check_clean "convert on gpu, tp $tp"
+    out=$(FAKE_CUDA_NO_KERNELS=1 SL_CUDA_CONVERT=gpu FAKE_CUDA_GPUS=4 fake load "$CK" --device cuda --tp $tp --dtype f32 \
+          --checksums --json 2>"$T/err") || fail "no kernels, tp $tp: $(cat "$T/err")"
+    [ "$(echo "$out" | sums)" = "$ref" ] && [ "$(counter launches)" = 0 ] || fail "no kernels, tp $tp: $(cat "$T/log")"
+    echo "$out" | grep -q '"cuda_convert":"converted on the host: cudaLibraryLoadData of the conversion kernels: a PTX JIT' ||
+        fail "no kernels, tp $tp: the devices do not say why: $out"
+    check_clean "no kernels, tp $tp"
+done
+SL_CUDA_CONVERT=yes "$SL" load "$CK" --tp 2 >/dev/null 2>"$T/err"
+[ $? -eq 2 ] && grep -q "SL_CUDA_CONVERT 'yes': give gpu or host" "$T/err" || fail "SL_CUDA_CONVERT=yes: $(cat "$T/err")"
 
 # 3b. SL_GATHER_ROWS (a benchmark knob): narrow same-dtype rows gathered on the host instead of
 # 2-D copies, same bytes

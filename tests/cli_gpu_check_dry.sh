@@ -43,7 +43,7 @@ for i in 1 2; do
             || fail "XLA's CPU plugin: $(grep -i pjrt "$md")"
     fi
 done
-for check in tp1 tp2 tp8 tp2_to_f32 tp8_gather; do
+for check in tp1 tp2 tp8 tp2_to_f32 tp2_to_f32_gpu tp8_gather; do
     grep -q "^| $check | [1-9][0-9]* | yes |" "$md" || fail "$check not checked equal: $(cat "$md")"
 done
 grep -q "^| cuda_tp1_default .*| warm | io_uring\|^| cuda_tp1_default .*| warm | pread" "$md" || fail "no warm default run"
@@ -57,6 +57,10 @@ grep -q "^| pjrt_tp1_assembly65536 --tp 1 SL_PJRT_ASSEMBLY=65536 | warm |" "$md"
     && grep -q "^| pjrt_tp8_assembly65536 .*| warm |" "$md" \
     || fail "no timed pjrt runs: $(grep -i pjrt_ "$md")"
 grep -q "^| cuda_tp8_gather .*| warm |" "$md" && grep -q "^| cuda_tp8_to_f32 .*| warm |" "$md" || fail "no gather or converting TP 8 run"
+grep -q "^| cuda_tp1_to_f32_gpu --dtype f32 SL_CUDA_CONVERT=gpu | warm |" "$md" &&
+    grep -q "^| cuda_tp8_to_f32_gpu .*| warm |" "$md" || fail "no run converting on the GPU: $(grep -i to_f32 "$md")"
+grep -q 'tp2_to_f32_gpu: device 0 "cuda_convert":"converted on the GPU: ' "$T/err" ||
+    fail "the GPU conversion check did not say the kernels ran: $(grep -i convert "$T/err")"
 grep -q "^| 2-D, rows 1024 of 8192 | [0-9.]* |" "$md" && grep -q "^| 1-D, 16 MiB copies |" "$md" \
     || fail "no copy-engine table (bench/gpu_copy.c): $(cat "$md")"
 if [[ $(nm -D "$(dirname "$SL")/libshardload.so") == *" U __asan_init"* ]]; then

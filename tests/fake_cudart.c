@@ -30,6 +30,12 @@
  * refuse every later call of a broken context; the caller's cleanup must be right either way).
  * Tests in one process with the stand-in set it with fake_cuda_fail() instead.
  *
+ * Kernels: cudaLibraryLoadData takes the cuda backend's PTX (it must name the kernels of
+ * src/device/cuda_kernels.h; FAKE_CUDA_NO_KERNELS=1 refuses it as an invalid PTX, as a driver too
+ * old for it would), and cudaLaunchKernel queues a launch in stream order like a copy, which runs
+ * the kernel's element function (cuda_kernels.h, the one cuda_kernels.cu compiles) on the device
+ * memory when the stream is synchronized; its ranges are checked like a copy's.
+ *
  * FAKE_CUDA_GPUS (default 2; 0: no GPU) sets the GPU count. At exit the counters are appended to
  * $FAKE_CUDA_LOG, one line of key=value pairs, for the test to check. */
 #define _POSIX_C_SOURCE 200809L /* posix_memalign under -std=c11 */
@@ -39,6 +45,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "device/cuda_kernels.h"
 
 #define FK_EXPORT __attribute__((visibility("default")))
 #define FK_MAX_GPUS 16
@@ -55,8 +63,18 @@ enum {
     FK_INVALID_HANDLE = 400,
     FK_ALREADY_REGISTERED = 712,
     FK_NOT_REGISTERED = 713,
-    FK_LAUNCH_FAILURE = 719
+    FK_LAUNCH_FAILURE = 719,
+    FK_INVALID_PTX = 218,
+    FK_SYMBOL_NOT_FOUND = 500
 };
+
+/* The kernels the stand-in runs: cuda_kernels.h's, by their PTX names. */
+typedef struct fk_kernel {
+    const char *name;
+    unsigned (*elem)(unsigned short);
+} fk_kernel;
+static const fk_kernel fk_kernels[] = {{SLK_BF16_TO_F32, slk_bf16_to_f32},
+                                       {SLK_F16_TO_F32, slk_f16_to_f32}};
 
 enum { FK_H2D = 1, FK_D2H = 2 };
 
@@ -66,6 +84,8 @@ typedef struct fk_op {
     size_t dpitch, spitch, width, height;
     int value;
     double done_at;             /* timed mode: when the copy engine finishes it */
+    const fk_kernel *kernel;    /* a launch: n elements from src to dst (device memory) */
+    size_t n;
 } fk_op;
 
 struct fk_stream {
@@ -108,7 +128,7 @@ static struct {
     /* counters reported at exit */
     unsigned long mallocs, frees, async_copies, async_unregistered, sync_copies, copies_2d,
         memsets, registers, register_errors, nonportable, bad_ptr, wrong_gpu, pending_at_unregister,
-        max_queue, syncs, event_syncs, legacy_syncs;
+        max_queue, syncs, event_syncs, legacy_syncs, libraries, launches, converted;
     cudaError_t last_error;     /* cudaGetLastError's (one for the process: the tests' threads
                                    that fail are the ones that would clear it) */
     double bw;                  /* timed mode: bytes per second per copy engine; 0: off */
@@ -213,6 +233,16 @@ static void fk_run(const fk_op *o)
 {
     if (g.bw > 0)
         return;
+    if (o->kernel) {
+        for (size_t i = 0; i < o->n; i++) {
+            unsigned short h;
+            memcpy(&h, o->src + 2 * i, 2);
+            const unsigned v = o->kernel->elem(h);
+            memcpy(o->dst + 4 * i, &v, 4);
+        }
+        g.converted += o->n;
+        return;
+    }
     for (size_t r = 0; r < o->height; r++) {
         if (o->src)
             memcpy(o->dst + r * o->dpitch, o->src + r * o->spitch, o->width);
@@ -333,6 +363,14 @@ FK_EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t e);
 FK_EXPORT cudaError_t cudaEventDestroy(cudaEvent_t e);
 FK_EXPORT const char *cudaGetErrorString(cudaError_t e);
 FK_EXPORT cudaError_t cudaGetLastError(void);
+typedef struct fk_dim3 {
+    unsigned x, y, z;
+} fk_dim3;
+FK_EXPORT cudaError_t cudaLibraryLoadData(void **lib, const void *code, int *jit_options, void **jit_values,
+                                          unsigned n_jit, int *lib_options, void **lib_values, unsigned n_lib);
+FK_EXPORT cudaError_t cudaLibraryGetKernel(void **k, void *lib, const char *name);
+FK_EXPORT cudaError_t cudaLaunchKernel(const void *func, fk_dim3 grid, fk_dim3 block, void **args,
+                                       size_t shared_mem, cudaStream_t s);
 
 /* 1 when this call of entry point name is the one FAKE_CUDA_FAIL picks. */
 static int fk_inject(const char *name)
@@ -695,6 +733,84 @@ cudaError_t cudaEventDestroy(cudaEvent_t e)
     return FK_OK;
 }
 
+/* ---- kernels --------------------------------------------------------------------------------- */
+
+static char fk_library;   /* the one library handle: its address */
+
+static cudaError_t fk_library_load(void **lib, const void *code)
+{
+    const char *ptx = code;
+    const char *refuse = getenv("FAKE_CUDA_NO_KERNELS");
+    if ((refuse && *refuse && strcmp(refuse, "0") != 0) || !ptx || strncmp(ptx, ".version ", 9) != 0)
+        return FK_INVALID_PTX;
+    for (size_t i = 0; i < sizeof fk_kernels / sizeof fk_kernels[0]; i++) {
+        char entry[64];
+        snprintf(entry, sizeof entry, ".entry %s(", fk_kernels[i].name);
+        if (!strstr(ptx, entry))
+            return FK_INVALID_PTX;   /* the PTX lacks a kernel the stand-in would run */
+    }
+    g.libraries++;
+    *lib = &fk_library;
+    return FK_OK;
+}
+
+cudaError_t cudaLibraryLoadData(void **lib, const void *code, int *jit_options, void **jit_values,
+                                unsigned n_jit, int *lib_options, void **lib_values, unsigned n_lib)
+{
+    (void)jit_options, (void)jit_values, (void)n_jit, (void)lib_options, (void)lib_values, (void)n_lib;
+    FK_LOCKED(fk_library_load(lib, code));
+}
+
+static cudaError_t fk_get_kernel(void **k, const void *lib, const char *name)
+{
+    if (lib != &fk_library)
+        return FK_INVALID_HANDLE;
+    for (size_t i = 0; i < sizeof fk_kernels / sizeof fk_kernels[0]; i++) {
+        if (strcmp(name, fk_kernels[i].name) == 0) {
+            *k = (void *)(uintptr_t)&fk_kernels[i];
+            return FK_OK;
+        }
+    }
+    return FK_SYMBOL_NOT_FOUND;
+}
+
+cudaError_t cudaLibraryGetKernel(void **k, void *lib, const char *name)
+{
+    FK_LOCKED(fk_get_kernel(k, lib, name));
+}
+
+/* args: (unsigned *dst, const unsigned short *src, unsigned long long n), cuda_kernels.cu's. */
+static cudaError_t fk_launch(const void *func, fk_dim3 grid, fk_dim3 block, void **args, cudaStream_t s)
+{
+    const fk_kernel *k = NULL;
+    for (size_t i = 0; i < sizeof fk_kernels / sizeof fk_kernels[0]; i++)
+        k = func == (const void *)&fk_kernels[i] ? &fk_kernels[i] : k;
+    if (!k || !s || !args)
+        return FK_INVALID_HANDLE;
+    if (!grid.x || !block.x || grid.y != 1 || block.y != 1 || block.x > 1024)
+        return FK_INVALID_VALUE;
+    unsigned char *dst = *(void **)args[0];
+    const unsigned char *src = *(void **)args[1];
+    const unsigned long long n = *(unsigned long long *)args[2];
+    if (n > SIZE_MAX / 4)
+        return FK_INVALID_VALUE;
+    cudaError_t e = n ? fk_check_dev(dst, (size_t)n * 4, s->gpu) : FK_OK;
+    if (e == FK_OK && n)
+        e = fk_check_dev(src, (size_t)n * 2, s->gpu);
+    if (e != FK_OK)
+        return e;
+    g.launches++;
+    fk_op o = {.dst = dst, .src = src, .kernel = k, .n = (size_t)n};
+    return fk_enqueue(s, &o);
+}
+
+cudaError_t cudaLaunchKernel(const void *func, fk_dim3 grid, fk_dim3 block, void **args,
+                             size_t shared_mem, cudaStream_t s)
+{
+    (void)shared_mem;
+    FK_LOCKED(fk_launch(func, grid, block, args, s));
+}
+
 /* Returns and clears the last error, as the runtime's per-thread one (not injected into). */
 cudaError_t cudaGetLastError(void)
 {
@@ -717,6 +833,8 @@ const char *cudaGetErrorString(cudaError_t e)
     case FK_ALREADY_REGISTERED: return "part or all of the requested memory range is already mapped";
     case FK_NOT_REGISTERED: return "pointer does not correspond to a registered memory region";
     case FK_LAUNCH_FAILURE: return "unspecified launch failure";
+    case FK_INVALID_PTX: return "a PTX JIT compilation failed";
+    case FK_SYMBOL_NOT_FOUND: return "named symbol not found";
     default: return "unknown error";
     }
 }
@@ -743,11 +861,11 @@ __attribute__((destructor)) static void fk_report(void)
             "register_errors=%lu nonportable=%lu live_registers=%lu bad_ptr=%lu wrong_gpu=%lu "
             "pending_at_unregister=%lu pending_at_exit=%lu max_queue=%lu event_syncs=%lu "
             "injected=%lu engine_busy_s=%.6f engine_span_s=%.6f slept_s=%.6f legacy_syncs=%lu "
-            "last_error=%d\n",
+            "last_error=%d libraries=%lu launches=%lu converted=%lu\n",
             g.mallocs, g.frees, live_allocs, live_bytes, g.async_copies, g.async_unregistered,
             g.sync_copies, g.copies_2d, g.memsets, g.syncs, g.registers, g.register_errors,
             g.nonportable, live_regs, g.bad_ptr, g.wrong_gpu, g.pending_at_unregister, pending,
             g.max_queue, g.event_syncs, g.injected, g.busy, g.last_end > g.first_start ? g.last_end - g.first_start : 0.0,
-            g.slept, g.legacy_syncs, (int)g.last_error);
+            g.slept, g.legacy_syncs, (int)g.last_error, g.libraries, g.launches, g.converted);
     fclose(f);
 }

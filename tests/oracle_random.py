@@ -77,6 +77,8 @@ def pick(r, name, arch, cfg, fake):
         gpus = r.randint(1, 3)
         engine += ["--device", "cuda", "--gpus", ",".join(str(r.randrange(gpus)) for _ in range(n))]
         env = {"SL_CUDART": fake, "FAKE_CUDA_GPUS": str(gpus)}
+        if r.random() < 0.5:  # widening conversions by the stand-in's kernels (cuda_kernels.h)
+            env["SL_CUDA_CONVERT"] = "gpu"
     return layout, T, P, ep, target, devices, engine, env
 
 

@@ -431,12 +431,73 @@ static void test_convert_threads(void)
     unlink(path);
 }
 
+/* Conversions on the GPU (opts.cuda_convert): a bf16 tensor into f32 on the stand-in, whole and
+ * column-split (rows gathered unconverted into ring pieces), through the kernels; and into a
+ * caller's block at an address that is not 4-byte aligned, which the kernels' word stores cannot
+ * take: the host converts that one. The same bytes as the one-thread oracle each way. */
+static void test_convert_on_gpu(void)
+{
+    const uint64_t rows = 300, cols = 512, size = rows * cols * 2;
+    unsigned char *data = malloc(size);
+    fill_floats(data, SL_DTYPE_BF16, rows * cols, 5);
+    char path[600];
+    snprintf(path, sizeof path, "%s/bf16.bin", dir);
+    tu_write_file(path, data, size);
+    unsigned char *fd[1] = {data};
+    sl_load_file f = {path, size};
+    sl_cuda_set_runtime(SL_FAKE_CUDART);
+    setenv("FAKE_CUDA_GPUS", "1", 1);
+    void *lib = dlopen(SL_FAKE_CUDART, RTLD_NOW | RTLD_LOCAL);
+    malloc_fn cmalloc = NULL;
+    free_fn cfree = NULL;
+    fake_sym(lib, "cudaMalloc", &cmalloc, sizeof cmalloc);
+    fake_sym(lib, "cudaFree", &cfree, sizeof cfree);
+    sl_plan *p = tp_new(2, SL_DTYPE_F32, 1);
+    int64_t w = tp_param(p, 0, "whole", rows, cols);
+    tp_copy(p, 0, w, SL_DTYPE_BF16, 0, 0, 0, 0, 0, 1, rows * cols);
+    int64_t c = tp_param(p, 1, "columns", rows, cols / 2);
+    tp_copy(p, 1, c, SL_DTYPE_BF16, 0, cols / 2 * 2, cols * 2, 0, cols / 2, rows, cols / 2);
+    for (int odd = 0; odd < 2 && cmalloc && cfree; odd++) {
+        void *mem[2] = {NULL, NULL}, *blocks[2][1], *const *table[2] = {blocks[0], blocks[1]};
+        for (int d = 0; d < 2; d++) {
+            EXPECT(cmalloc(&mem[d], (size_t)p->devices[d].params[0].nbytes + 4) == 0, "stand-in cudaMalloc");
+            blocks[d][0] = (unsigned char *)mem[d] + (odd ? 2 : 0);
+        }
+        sl_load_opts o;
+        sl_load_opts_init(&o);
+        o.device = "cuda";
+        o.cuda_convert = 1;
+        o.param_dest = table;
+        o.n_param_dest = 2;
+        sl_model *m = NULL;
+        int skip = 0;
+        sl_status st = run_load(&f, 1, p, &o, engines[0], &m, &skip);
+        EXPECT(st == SL_OK, "bf16 -> f32 on the GPU (odd %d): %s", odd, sl_model_errmsg(m));
+        EXPECT(st != SL_OK || !compare_model(m, p, fd), "bf16 -> f32 on the GPU (odd %d): contents", odd);
+        for (int32_t d = 0; st == SL_OK && d < 2; d++) {
+            const char *r = sl_model_device_routes(m, d);
+            const char *want = odd ? "nothing converted on the GPU" : "converted on the GPU: ";
+            EXPECT(r && !strncmp(r, want, strlen(want)), "device %d (odd %d): %s", d, odd, r ? r : "(null)");
+        }
+        sl_model_free(m);
+        for (int d = 0; d < 2; d++)
+            EXPECT(cfree(mem[d]) == 0, "stand-in cudaFree");
+    }
+    tp_free(p);
+    unsetenv("FAKE_CUDA_GPUS");
+    if (lib)
+        dlclose(lib);
+    free(data);
+    unlink(path);
+}
+
 int main(void)
 {
     tu_load_begin("load_device");
     test_tp_layout_devices(SL_DTYPE_BF16);
     test_tp_layout_devices(SL_DTYPE_F32);
     test_convert_threads();
+    test_convert_on_gpu();
     test_request_sizing();
     test_param_dest_direct();
     return tu_load_end();

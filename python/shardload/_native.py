@@ -45,7 +45,7 @@ class LoadOpts(Structure):
                 ("param_dest", POINTER(POINTER(c_void_p))), ("n_param_dest", c_int32),
                 ("progress", PROGRESS_FN), ("progress_user", c_void_p),
                 ("io_engine", c_char_p), ("gather_rows", c_uint64), ("pjrt_assembly", c_uint64),
-                ("pjrt_dma_map", c_int32),
+                ("pjrt_dma_map", c_int32), ("cuda_convert", c_int32),
                 ("pjrt_plugin", c_char_p), ("pjrt_api", c_void_p), ("pjrt_client", c_void_p),
                 ("s3_endpoint", c_char_p), ("s3_region", c_char_p), ("s3_access_key", c_char_p),
                 ("s3_secret_key", c_char_p), ("s3_session_token", c_char_p), ("s3_addressing", c_int32),

@@ -239,7 +239,7 @@ class Model:
             if staging is not None:   # pjrt: "dma-mapped", cuda: "page-locked", or "plain (why)"
                 entry["staging"] = N.text(staging)
             routes = N.lib.sl_model_device_routes(h, k)
-            if routes is not None:    # pjrt: the parameters, bytes and calls of each way in
+            if routes is not None:    # pjrt: the ways in; cuda: where it converted
                 entry["routes"] = N.text(routes)
             devs.append(entry)
         return {"seconds": s.seconds, "setup_seconds": s.setup_seconds,

@@ -16,6 +16,7 @@
  * small for a ring) are synchronous cudaMemcpy, which returns once the source has been consumed,
  * so callers may reuse it at once. Our streams are ordinary (blocking) streams, so such a
  * cudaMemcpy on the legacy default stream is also ordered after the stream's pending copies. */
+#include "device/cuda_kernels.h"
 #include "device/dev_cuda_rt.h"
 #include "device/device.h"
 
@@ -58,6 +59,15 @@ typedef struct cuda_dev {
     int pin_async;                 /* the range is registered: copies from it may be async */
     char staging_mem[160];         /* how the staging reached the GPU: "page-locked" or "plain (why)" */
     cudaEvent_t marks[SL_DEVICE_MAX_MARKS]; /* created on first use; NULL: never marked */
+    /* conversions on the GPU (opts.cuda_convert): the 16-bit bytes go to scratch, a kernel writes
+     * the f32 values where they belong; scratch lives from the first conversion to the unpin */
+    int convert_opt;               /* opts.cuda_convert */
+    int convert_state;             /* 0: not tried yet, 1: ready, -1: the host converts (why) */
+    cudaKernel_t k_bf16, k_f16;
+    unsigned char *scratch;
+    char convert_why[256];
+    uint64_t conv_elems, conv_kernels;
+    char routes[320];              /* sl_model_device_routes: where the conversions ran, at the unpin */
 } cuda_dev;
 
 /* ---- helpers -------------------------------------------------------------------------------- */
@@ -298,6 +308,121 @@ static sl_status cuda_wait_mark(void *ctx, unsigned tag, sl_err *err)
     return SL_OK;
 }
 
+/* ---- conversions on the GPU ------------------------------------------------------------------ */
+
+#define CU_SCRATCH ((size_t)8 << 20)   /* 16-bit source bytes per kernel */
+#define CU_THREADS 256u
+#define CU_MAX_BLOCKS 4096u
+
+/* The kernels and the scratch, once; a failure leaves the conversions to the host, with why. */
+static int cu_convert_setup(cuda_dev *d)
+{
+    if (d->convert_state)
+        return d->convert_state > 0;
+    d->convert_state = -1;
+    if (!d->convert_opt) {
+        snprintf(d->convert_why, sizeof d->convert_why, "off (opts.cuda_convert)");
+        return 0;
+    }
+    sl_err e = {0};
+    void *p = NULL;
+    if (sl_cuda_kernel(SLK_BF16_TO_F32, &d->k_bf16, d->convert_why, sizeof d->convert_why) != 0 ||
+        sl_cuda_kernel(SLK_F16_TO_F32, &d->k_f16, d->convert_why, sizeof d->convert_why) != 0)
+        return 0;
+    if (cu_select(d, &e) != SL_OK || sl_cuda_api.Malloc(&p, CU_SCRATCH) != 0) {
+        cu_forget();
+        snprintf(d->convert_why, sizeof d->convert_why, "no %zu bytes of GPU scratch: %s", CU_SCRATCH,
+                 e.msg[0] ? e.msg : "cudaMalloc failed");
+        sl_err_clear(&e);
+        return 0;
+    }
+    d->scratch = p;
+    d->convert_state = 1;
+    snprintf(d->convert_why, sizeof d->convert_why, "on the GPU");
+    return 1;
+}
+
+/* What sl_model_device_routes says, with opts.cuda_convert: where this load's conversions ran. */
+static void cu_convert_report(cuda_dev *d)
+{
+    if (!d->convert_opt)
+        return;
+    if (d->conv_kernels)
+        snprintf(d->routes, sizeof d->routes, "converted on the GPU: %llu elements, %llu kernels",
+                 (unsigned long long)d->conv_elems, (unsigned long long)d->conv_kernels);
+    else if (d->convert_state < 0)
+        snprintf(d->routes, sizeof d->routes, "converted on the host: %s", d->convert_why);
+    else
+        snprintf(d->routes, sizeof d->routes, "nothing converted on the GPU");
+}
+
+static void cu_scratch_free(cuda_dev *d)
+{
+    if (d->scratch)
+        (void)sl_cuda_api.Free(d->scratch);
+    d->scratch = NULL;
+    if (d->convert_state > 0)
+        d->convert_state = 0;   /* set up again if another load of this device converts */
+}
+
+/* The kernels store whole 32-bit words: a destination off 4-byte alignment (a caller's block at
+ * an odd address) is converted on the host. */
+static int cuda_converts(void *ctx, uint64_t off, sl_dtype dst_dt, sl_dtype src_dt)
+{
+    cuda_dev *d = ctx;
+    uint64_t avail = 0;
+    if (dst_dt != SL_DTYPE_F32 || (src_dt != SL_DTYPE_BF16 && src_dt != SL_DTYPE_F16) ||
+        off >= d->bytes || (uintptr_t)cu_addr(d, off, &avail) % 4 != 0)
+        return 0;
+    return cu_convert_setup(d);
+}
+
+/* m elements (m * 2 bytes at most CU_SCRATCH) into scratch, then the kernel into dst; in stream
+ * order, so the next piece's copy into scratch waits for this kernel. */
+static sl_status cu_convert_piece(cuda_dev *d, unsigned char *dst, const unsigned char *src,
+                                  cudaKernel_t k, size_t m, int async, sl_err *err)
+{
+    SL_TRY(cu_write_1d(d, d->scratch, src, m * 2, async, err));
+    unsigned long long n = m;
+    void *dst_arg = dst, *src_arg = d->scratch;
+    void *args[] = {&dst_arg, &src_arg, &n};
+    const size_t blocks = (m + CU_THREADS - 1) / CU_THREADS;
+    const cu_dim3 grid = {(unsigned)(blocks < CU_MAX_BLOCKS ? blocks : CU_MAX_BLOCKS), 1, 1};
+    const cu_dim3 block = {CU_THREADS, 1, 1};
+    CU_CALL(d, err, "cudaLaunchKernel (a conversion)",
+            sl_cuda_api.LaunchKernel((const void *)k, grid, block, args, 0, d->stream));
+    d->conv_elems += m;
+    d->conv_kernels++;
+    return SL_OK;
+}
+
+static sl_status cuda_write_convert(void *ctx, uint64_t off, sl_dtype dst_dt, const void *src,
+                                    sl_dtype src_dt, size_t n, sl_err *err)
+{
+    cuda_dev *d = ctx;
+    if (n == 0)
+        return SL_OK;
+    SL_CHECK(cuda_converts(d, off, dst_dt, src_dt), err, SL_E_UNSUPPORTED, "cuda device %d: %s -> %s on the "
+             "GPU: %s", d->index, sl_dtype_name(src_dt), sl_dtype_name(dst_dt), d->convert_why);
+    SL_CHECK(n <= SIZE_MAX / 4, err, SL_E_INVALID_ARG, "cuda device %d: %zu elements", d->index, n);
+    SL_TRY(cu_check_range(d, off, (uint64_t)n * 4, err));
+    SL_TRY(cu_select(d, err));
+    const int async = cu_pinned(d, src, n * 2);
+    const cudaKernel_t k = src_dt == SL_DTYPE_BF16 ? d->k_bf16 : d->k_f16;
+    for (const unsigned char *s = src; n;) { /* pieces of scratch, within one block each */
+        uint64_t avail = 0;
+        unsigned char *dst = cu_addr(d, off, &avail);
+        const size_t m = (size_t)sl_min_u64(sl_min_u64(n, CU_SCRATCH / 2), avail / 4);
+        SL_CHECK(m > 0, err, SL_E_INVALID_ARG, "cuda device %d: a converted element straddles the "
+                 "caller's blocks at offset %llu", d->index, (unsigned long long)off);
+        SL_TRY(cu_convert_piece(d, dst, s, k, m, async, err));
+        off += (uint64_t)m * 4;
+        s += m * 2;
+        n -= m;
+    }
+    return SL_OK;
+}
+
 /* Caller holds g_cu.lock. Returns the entry for ptr, or a free one (refs == 0), or NULL. */
 static cu_pin *cu_pin_slot(void *ptr)
 {
@@ -350,6 +475,8 @@ static void cuda_unpin(void *ctx, void *ptr)
         return;
     (void)cuda_fence(d, &ignored);
     sl_err_clear(&ignored);
+    cu_convert_report(d);
+    cu_scratch_free(d);   /* the load is over: the GPU holds the shard's bytes and no more */
     pthread_mutex_lock(&g_cu.lock);
     cu_pin *p = cu_pin_slot(ptr);
     if (p && p->refs && p->ptr == ptr && --p->refs == 0 && p->registered)
@@ -366,6 +493,8 @@ static void *cuda_handle(const void *ctx, sl_device_handle_kind what, int64_t i)
 {
     const cuda_dev *d = ctx;
     (void)i;
+    if (what == SL_DEVICE_HANDLE_ROUTES)
+        return d->routes[0] ? (void *)(uintptr_t)d->routes : NULL;
     return what == SL_DEVICE_HANDLE_STAGING && d->staging_mem[0] ? (void *)(uintptr_t)d->staging_mem : NULL;
 }
 
@@ -408,6 +537,7 @@ static void cuda_free(void *ctx)
     }
     if (d->base && !d->dest)
         (void)sl_cuda_api.Free(d->base);
+    cu_scratch_free(d);
     if (d->stream)
         (void)sl_cuda_api.StreamDestroy(d->stream);
     cu_forget();
@@ -437,6 +567,8 @@ static const sl_device_ops cuda_ops = {
     .gpu = cuda_gpu,
     .mem_info = cuda_mem_info,
     .handle = cuda_handle,
+    .converts = cuda_converts,
+    .write_convert = cuda_write_convert,
     .async = &cuda_async_ops,
 };
 
@@ -498,6 +630,7 @@ sl_status sl_device_cuda_open(int32_t index, const sl_load_opts *o, const sl_dev
     d->index = index;
     d->gpu = gpu;
     d->dest = sl_device_dest(o, index);
+    d->convert_opt = o && o->cuda_convert > 0;
     sl_status st = sl_device_blocks_copy(&d->blocks, segs, err);
     if (st == SL_OK)
         st = cu_select(d, err);

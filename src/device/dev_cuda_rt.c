@@ -19,34 +19,40 @@ static char cu_path[4096]; /* sl_cuda_set_runtime's choice; "": the default sear
 static const struct {
     const char *name;
     size_t off;
+    int optional;   /* left NULL where the runtime lacks it */
 } cu_syms[] = {
-    {"cudaGetDeviceCount", offsetof(cuda_api, GetDeviceCount)},
-    {"cudaSetDevice", offsetof(cuda_api, SetDevice)},
-    {"cudaMalloc", offsetof(cuda_api, Malloc)},
-    {"cudaFree", offsetof(cuda_api, Free)},
-    {"cudaMemGetInfo", offsetof(cuda_api, MemGetInfo)},
-    {"cudaStreamCreate", offsetof(cuda_api, StreamCreate)},
-    {"cudaStreamDestroy", offsetof(cuda_api, StreamDestroy)},
-    {"cudaStreamSynchronize", offsetof(cuda_api, StreamSynchronize)},
-    {"cudaMemcpy", offsetof(cuda_api, Memcpy)},
-    {"cudaMemcpyAsync", offsetof(cuda_api, MemcpyAsync)},
-    {"cudaMemcpy2D", offsetof(cuda_api, Memcpy2D)},
-    {"cudaMemcpy2DAsync", offsetof(cuda_api, Memcpy2DAsync)},
-    {"cudaMemsetAsync", offsetof(cuda_api, MemsetAsync)},
-    {"cudaHostRegister", offsetof(cuda_api, HostRegister)},
-    {"cudaHostUnregister", offsetof(cuda_api, HostUnregister)},
-    {"cudaEventCreateWithFlags", offsetof(cuda_api, EventCreateWithFlags)},
-    {"cudaEventRecord", offsetof(cuda_api, EventRecord)},
-    {"cudaEventSynchronize", offsetof(cuda_api, EventSynchronize)},
-    {"cudaEventDestroy", offsetof(cuda_api, EventDestroy)},
-    {"cudaGetErrorString", offsetof(cuda_api, GetErrorString)},
-    {"cudaGetLastError", offsetof(cuda_api, GetLastError)},
+    {"cudaGetDeviceCount", offsetof(cuda_api, GetDeviceCount), 0},
+    {"cudaSetDevice", offsetof(cuda_api, SetDevice), 0},
+    {"cudaMalloc", offsetof(cuda_api, Malloc), 0},
+    {"cudaFree", offsetof(cuda_api, Free), 0},
+    {"cudaMemGetInfo", offsetof(cuda_api, MemGetInfo), 0},
+    {"cudaStreamCreate", offsetof(cuda_api, StreamCreate), 0},
+    {"cudaStreamDestroy", offsetof(cuda_api, StreamDestroy), 0},
+    {"cudaStreamSynchronize", offsetof(cuda_api, StreamSynchronize), 0},
+    {"cudaMemcpy", offsetof(cuda_api, Memcpy), 0},
+    {"cudaMemcpyAsync", offsetof(cuda_api, MemcpyAsync), 0},
+    {"cudaMemcpy2D", offsetof(cuda_api, Memcpy2D), 0},
+    {"cudaMemcpy2DAsync", offsetof(cuda_api, Memcpy2DAsync), 0},
+    {"cudaMemsetAsync", offsetof(cuda_api, MemsetAsync), 0},
+    {"cudaHostRegister", offsetof(cuda_api, HostRegister), 0},
+    {"cudaHostUnregister", offsetof(cuda_api, HostUnregister), 0},
+    {"cudaEventCreateWithFlags", offsetof(cuda_api, EventCreateWithFlags), 0},
+    {"cudaEventRecord", offsetof(cuda_api, EventRecord), 0},
+    {"cudaEventSynchronize", offsetof(cuda_api, EventSynchronize), 0},
+    {"cudaEventDestroy", offsetof(cuda_api, EventDestroy), 0},
+    {"cudaGetErrorString", offsetof(cuda_api, GetErrorString), 0},
+    {"cudaGetLastError", offsetof(cuda_api, GetLastError), 0},
+    {"cudaLibraryLoadData", offsetof(cuda_api, LibraryLoadData), 1},
+    {"cudaLibraryGetKernel", offsetof(cuda_api, LibraryGetKernel), 1},
+    {"cudaLaunchKernel", offsetof(cuda_api, LaunchKernel), 1},
 };
 
 static int cu_resolve(void *lib, const char *path, char *msg, size_t len)
 {
     for (size_t i = 0; i < sizeof cu_syms / sizeof cu_syms[0]; i++) {
         void *sym = dlsym(lib, cu_syms[i].name);
+        if (!sym && cu_syms[i].optional)
+            continue;
         if (!sym) {
             snprintf(msg, len, "device 'cuda': the CUDA runtime %.300s lacks %s", path,
                      cu_syms[i].name);
@@ -118,6 +124,40 @@ sl_status sl_cuda_rt_load(sl_err *err)
     return ok ? SL_OK : sl_err_set(err, SL_E_UNSUPPORTED, "%s", msg);
 }
 
+
+/* The kernels' library: loaded once, never unloaded (as the runtime). */
+static cudaLibrary_t cu_lib;
+static int cu_lib_tried;
+static char cu_lib_why[256];
+
+int sl_cuda_kernel(const char *name, cudaKernel_t *k, char *why, size_t why_len)
+{
+    pthread_mutex_lock(&cu_load_lock);
+    if (!cu_lib_tried && cu_loaded) {
+        cu_lib_tried = 1;
+        if (!sl_cuda_api.LibraryLoadData || !sl_cuda_api.LibraryGetKernel || !sl_cuda_api.LaunchKernel) {
+            snprintf(cu_lib_why, sizeof cu_lib_why, "the CUDA runtime lacks cudaLibraryLoadData (CUDA 12+)");
+        } else {
+            const cudaError_t e = sl_cuda_api.LibraryLoadData(&cu_lib, sl_cuda_kernels_ptx, NULL, NULL, 0,
+                                                              NULL, NULL, 0);
+            if (e != 0) {
+                snprintf(cu_lib_why, sizeof cu_lib_why, "cudaLibraryLoadData of the conversion kernels: %s",
+                         sl_cuda_api.GetErrorString(e));
+                (void)sl_cuda_api.GetLastError();
+                cu_lib = NULL;
+            }
+        }
+    }
+    cudaError_t e = cu_lib ? sl_cuda_api.LibraryGetKernel(k, cu_lib, name) : -1;
+    if (cu_lib && e != 0) {
+        snprintf(why, why_len, "cudaLibraryGetKernel %s: %s", name, sl_cuda_api.GetErrorString(e));
+        (void)sl_cuda_api.GetLastError();
+    } else if (!cu_lib) {
+        snprintf(why, why_len, "%s", cu_loaded ? cu_lib_why : "the CUDA runtime is not loaded");
+    }
+    pthread_mutex_unlock(&cu_load_lock);
+    return e == 0 ? 0 : -1;
+}
 
 sl_status sl_cuda_set_runtime(const char *path)
 {

@@ -189,6 +189,21 @@ uint64_t sl_device_gather_below(const sl_device *d)
     return d->ops->gather_below ? d->ops->gather_below(d->ctx) : 0;
 }
 
+int sl_device_converts(const sl_device *d, uint64_t off, sl_dtype dst_dt, sl_dtype src_dt)
+{
+    return d->ops->converts && d->ops->write_convert && dst_dt != src_dt &&
+           d->ops->converts(d->ctx, off, dst_dt, src_dt);
+}
+
+sl_status sl_device_write_convert(const sl_device *d, uint64_t off, sl_dtype dst_dt, const void *src,
+                                  sl_dtype src_dt, size_t n, sl_err *err)
+{
+    if (!sl_device_converts(d, off, dst_dt, src_dt))
+        return sl_err_set(err, SL_E_UNSUPPORTED, "device '%s' does not convert %s to %s",
+                          sl_device_name(d), sl_dtype_name(src_dt), sl_dtype_name(dst_dt));
+    return d->ops->write_convert(d->ctx, off, dst_dt, src, src_dt, n, err);
+}
+
 sl_status sl_device_mem_info(const sl_device *d, uint64_t *free_before, uint64_t *free_after,
                              sl_err *err)
 {

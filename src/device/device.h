@@ -106,6 +106,16 @@ typedef struct sl_device_ops {
      * contiguous pieces of its staging ring: the backend has no strided copy for part of a
      * parameter, so each such row would be a call of its own (pjrt: one TransferData per row). */
     uint64_t (*gather_below)(const void *ctx);
+    /* 1 when write_convert turns src_dt elements into dst_dt at device offset off (and at the
+     * offsets of the elements after it, inside one parameter) on the device itself (cuda: the
+     * widening conversions of cuda_kernels.h, when opts.cuda_convert asks for them, the runtime
+     * takes the kernels and the destination is aligned for them), so that the host sends the
+     * narrower bytes. May set itself up on the first call (the loading thread's). */
+    int (*converts)(void *ctx, uint64_t off, sl_dtype dst_dt, sl_dtype src_dt);
+    /* n src_dt elements from host src, as dst_dt at device offset off, converted on the device;
+     * asynchronous like write (a pinned source may be read until the next mark or fence). */
+    sl_status (*write_convert)(void *ctx, uint64_t off, sl_dtype dst_dt, const void *src,
+                               sl_dtype src_dt, size_t n, sl_err *err);
     /* Device free memory (bytes) right before and right after alloc() (pjrt: before the first
      * buffer and after the last); both UINT64_MAX when this instance cannot tell. */
     void (*mem_info)(const void *ctx, uint64_t *free_before, uint64_t *free_after);
@@ -148,6 +158,11 @@ int sl_device_zeroed(const sl_device *d);
 int sl_device_gpu(const sl_device *d);
 /* 0: strided copies are as good as contiguous ones (the engine gathers nothing by itself) */
 uint64_t sl_device_gather_below(const sl_device *d);
+/* 0: the host converts */
+int sl_device_converts(const sl_device *d, uint64_t off, sl_dtype dst_dt, sl_dtype src_dt);
+/* SL_E_UNSUPPORTED where sl_device_converts says 0 */
+sl_status sl_device_write_convert(const sl_device *d, uint64_t off, sl_dtype dst_dt, const void *src,
+                                  sl_dtype src_dt, size_t n, sl_err *err);
 /* SL_E_UNSUPPORTED "device 'NAME' does not report free memory" */
 sl_status sl_device_mem_info(const sl_device *d, uint64_t *free_before, uint64_t *free_after,
                              sl_err *err);

@@ -86,6 +86,8 @@ static sl_status rd_put(rd_ctx *x, const rd_op *r, uint64_t dst_off, const unsig
     x->in_flight |= sl_device_is_async(d); /* copies may read staging until rd_fence */
     if (sdt == ddt)
         return sl_device_write(d, dst_off, src, (size_t)(n * r->ssize), x->err);
+    if (sl_device_converts(d, dst_off, ddt, sdt))   /* the device converts: it is sent the source bytes */
+        return sl_device_write_convert(d, dst_off, ddt, src, sdt, (size_t)n, x->err);
     if (x->ring)
         return rd_put_ring(x, r, dst_off, src, n);
     const uint64_t per = x->bounce_bytes / 4;   /* elements of up to 4 bytes */
@@ -130,6 +132,28 @@ static int rd_gathers(const rd_ctx *x, const rd_op *r, uint64_t k, uint64_t rows
            (dst_row < x->gather_parts && !(r->whole && k == 0 && rows == op->rows));
 }
 
+/* Rows gathered unconverted into ring pieces, each converted by the device on its way (the
+ * destination rows adjacent: one run per piece). */
+static sl_status rd_gather_rows_raw(rd_ctx *x, const rd_op *r, uint64_t k, uint64_t rows,
+                                    const unsigned char *src)
+{
+    const sl_op *op = r->op;
+    const sl_device *d = &x->devs[r->dev].dev;
+    const uint64_t src_row = op->row_elems * r->ssize, per = rd_ring_piece_bytes(x) / src_row;
+    for (uint64_t i = 0; i < rows; i += per) {
+        unsigned p;
+        unsigned char *piece;
+        SL_TRY(rd_ring_take(x, &p, &piece));
+        const uint64_t m = sl_min_u64(per, rows - i);
+        sl_convert_rows(NULL, piece, (size_t)src_row, op->src_dtype, src + i * op->src_stride,
+                        (size_t)op->src_stride, op->src_dtype, (size_t)op->row_elems, (size_t)m);
+        SL_TRY(sl_device_write_convert(d, op->dst_offset + (k + i) * op->dst_stride, r->ddt, piece,
+                                       op->src_dtype, (size_t)(m * op->row_elems), x->err));
+        SL_TRY(rd_ring_mark(x, p, r->dev));
+    }
+    return SL_OK;
+}
+
 /* rows whole rows from row k, src at row k's first byte: as many as fit in a ring piece are
  * converted (or copied) into it back to back, and the piece goes in one copy (2-D when the
  * destination rows are not adjacent). */
@@ -140,6 +164,9 @@ static sl_status rd_gather_rows(rd_ctx *x, const rd_op *r, uint64_t k, uint64_t 
     const sl_device *d = &x->devs[r->dev].dev;
     const uint64_t dst_row = op->row_elems * r->dsize, per = rd_ring_piece_bytes(x) / dst_row;
     x->in_flight |= sl_device_is_async(d);
+    if (op->src_dtype != r->ddt && op->dst_stride == dst_row &&
+        sl_device_converts(d, op->dst_offset + k * op->dst_stride, r->ddt, op->src_dtype))
+        return rd_gather_rows_raw(x, r, k, rows, src);
     for (uint64_t i = 0; i < rows; i += per) {
         unsigned p;
         unsigned char *piece;
