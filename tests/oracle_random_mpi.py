@@ -60,7 +60,7 @@ def run_case(exe, path, args, np_, k, dist, env):
         cmd[cmd.index("--staging") + 1] = least.group(1)
         got = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if ref.returncode or got.returncode:
-        cmd = ["%s=%s" % kv for kv in env.items() if kv[0].startswith(("SL_CUDART", "FAKE"))] + cmd
+        cmd = ["%s=%s" % kv for kv in env.items() if kv[0].startswith(("SL_CUDART", "SL_CUDA_CONVERT", "FAKE"))] + cmd
         return "%s: exit %d (one process: %d): %s%s" % (" ".join(cmd), got.returncode,
                                                          ref.returncode, ref.stderr[-300:],
                                                          got.stderr[-300:])
