@@ -154,6 +154,7 @@ stop_proxy
 read -r lpath lfirst < <(awk '$4 == "slow" {print $1, $5}' "$T/laggard.log")
 awk -v p="$lpath" -v f="$lfirst" '$1 == p && $4 == "-" && $5 > f && $5 < f + 262144 {n++} END {exit n != 1}' \
     "$T/laggard.log" || fail "laggard: not asked for again from inside the range once: $(cat "$T/laggard.log")"
+echo "cli_http_faults: laggard: the load took $took ms"
 [ "$took" -lt 12000 ] || fail "laggard: the load took $took ms (the slow range alone: 16 s)"
 # Every range slow alike (200 KB/s each; 1.3 s for 256 KiB): none is a laggard against the others, none is restarted:
 # as many data GETs as ranges, each at its own first byte.
