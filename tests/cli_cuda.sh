@@ -204,6 +204,26 @@ for c in "cudaStreamCreate:2" "cudaMalloc:2" "cudaMemsetAsync:1" "cudaMemcpyAsyn
     [ "$(counter injected)" = 1 ] || fail "fault $c: the stand-in injected $(counter injected) failures"
     check_clean "fault $c"
 done
+# ... and with conversions on the GPU: a kernel launch or a copy into the scratch that fails is
+# the load's error; a library the runtime refuses or scratch it cannot allocate is tolerated (the
+# host converts: same bytes), and taken off the runtime's last error
+for c in "cudaLaunchKernel:3" "cudaMemcpyAsync:4"; do
+    SL_CUDA_CONVERT=gpu FAKE_CUDA_FAIL=$c fake load "$CK" --device cuda --tp 2 --staging 256K --dtype f32 >/dev/null 2>"$T/err"
+    one_line_error $? "$T/err" "cuda device [0-9] (GPU [0-9]): ${c%%:*}.* failed" || fail "fault $c, convert on gpu: $(cat "$T/err")"
+    [ "$(counter injected)" = 1 ] || fail "fault $c, convert on gpu: the stand-in injected $(counter injected) failures"
+    check_clean "fault $c, convert on gpu"
+done
+ref=$("$SL" load "$CK" --tp 2 --dtype f32 --checksums --json | sums)
+for c in "cudaLibraryLoadData:1|converted on the host: cudaLibraryLoadData of the conversion kernels: unspecified launch failure" \
+         "cudaMalloc:3|converted on the host: no 8388608 bytes of GPU scratch"; do
+    spec=${c%%|*}
+    out=$(SL_CUDA_CONVERT=gpu FAKE_CUDA_FAIL=$spec fake load "$CK" --device cuda --tp 2 --staging 256K --dtype f32 \
+          --checksums --json 2>"$T/err") || fail "tolerated $spec: $(cat "$T/err")"
+    [ "$(echo "$out" | sums)" = "$ref" ] && [ "$(counter injected)" = 1 ] && [ "$(counter last_error)" = 0 ] ||
+        fail "tolerated $spec: $(cat "$T/log")"
+    echo "$out" | grep -qF "\"cuda_convert\":\"${c#*|}" || fail "tolerated $spec: the device does not say so: $out"
+    check_clean "tolerated $spec"
+done
 # out of device memory: the second device of GPU 0 does not fit
 FAKE_CUDA_MEM=2000000 fake load "$CK" --device cuda --tp 2 --gpus 0,0 >/dev/null 2>"$T/err"
 one_line_error $? "$T/err" "cuda device 1 (GPU 0): cudaMalloc of [0-9]* bytes failed: out of memory ([0-9]* bytes free)" \

@@ -332,7 +332,7 @@ static int cu_convert_setup(cuda_dev *d)
     if (cu_select(d, &e) != SL_OK || sl_cuda_api.Malloc(&p, CU_SCRATCH) != 0) {
         cu_forget();
         snprintf(d->convert_why, sizeof d->convert_why, "no %zu bytes of GPU scratch: %s", CU_SCRATCH,
-                 e.msg[0] ? e.msg : "cudaMalloc failed");
+                 e.msg ? e.msg : "cudaMalloc failed");
         sl_err_clear(&e);
         return 0;
     }
