@@ -82,6 +82,7 @@ static void load_help(FILE *out)
             "                  \"gbps\",\"gbps_after_setup\",\n"
             "                  \"peak_rss_bytes\",\"io\",\"engine\",\"staging_peak\",\"verified_files\",\n"
             "                  \"verified_bytes\",\"read_requests\",\"read_depth_peak\",\n"
+            "                  \"remote_retries\",\"remote_restarts\",\n"
             "                  \"devices\":[{\"index\",\"allocated_bytes\",\n"
             "                  \"params\":[{\"name\",\"xxh3\"}]}]} (params only with --checksums;\n"
             "                  cuda adds \"gpu\",\"mem_free_before\",\"mem_free_after\" and\n"
@@ -239,6 +240,8 @@ static int load_print_json(const cli_opts *a, const sl_plan *p, const sl_model *
            s->verified_bytes);
     printf("\"read_requests\":%" PRIu64 ",\"read_depth_peak\":%u,", s->read_requests,
            s->read_depth_peak);
+    printf("\"remote_retries\":%" PRIu64 ",\"remote_restarts\":%" PRIu64 ",", s->remote_retries,
+           s->remote_restarts);
     printf("\"devices\":[");
     for (int32_t d = 0; d < sl_model_device_count(m); d++) {
         printf("%s{\"index\":%d,\"allocated_bytes\":%" PRIu64, d ? "," : "",
@@ -271,6 +274,9 @@ static int load_print_text(const cli_opts *a, const sl_plan *p, const sl_model *
     if (!a->lo.dummy && s->read_requests)
         printf("%s read requests, at most %u in flight\n",
                cli_commas(s->read_requests, b1, sizeof b1), s->read_depth_peak);
+    if (s->remote_retries || s->remote_restarts)   /* a remote load's flaky ranges */
+        printf("%s ranges retried, %s slow ones asked for again on a new connection\n",
+               cli_commas(s->remote_retries, b1, sizeof b1), cli_commas(s->remote_restarts, b2, sizeof b2));
     printf("staging peak %s bytes; peak RSS %s bytes\n", cli_commas(s->staging_peak, b1, sizeof b1),
            cli_commas(cli_peak_rss_bytes(), b2, sizeof b2));
     if (a->lo.verify)

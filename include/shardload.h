@@ -504,6 +504,11 @@ typedef struct sl_load_stats {
        flight at once: many small requests (opts.read_gap) need depth to be fast */
     uint64_t read_requests;
     uint32_t read_depth_peak;
+    /* remote loads (docs/remote.md): ranged GETs asked for again after a failure, a stall or a
+       trickle, and laggards (far slower than the other ranges) asked for again on a new
+       connection; 0 for files */
+    uint64_t remote_retries;
+    uint64_t remote_restarts;
 } sl_load_stats;
 
 sl_status sl_model_stats(const sl_model *m, sl_load_stats *out);

@@ -23,6 +23,8 @@ ref=$("$SL" load "$W/ck" --tp 4 --checksums --json | sums)
 KNOBS=(--remote-range 64K --remote-backoff-ms 20 --remote-timeout-ms 10000)
 L=(timeout 120 "$SL" load --tp 4 --checksums --json "${KNOBS[@]}")
 STALL_TIMEOUT=(--remote-timeout-ms 1000)   # after KNOBS: the later value wins
+# a number of the load's --json (the first, without nums' trailing space)
+num() { nums "$1" | cut -d' ' -f1; }
 # requests the proxy broke: the log's fourth field names the fault ("-" for none)
 broken() { awk '$4 != "-"' "$T/$1.log" | wc -l; }
 
@@ -35,6 +37,10 @@ survive() { # name fault-args... (LX: more load options)
     stop_proxy
     [ $rc -eq 0 ] && [ "$(echo "$out" | sums)" = "$ref" ] || fail "$name: rc $rc, checksums differ: $(cat "$T/err")"
     [ "$(broken "$name")" -gt 0 ] || fail "$name: the proxy broke nothing"
+    # the load counts what it asked for again (every broken data range, at least once; headers503's
+    # five 503s all meet the open's GETs, which come before the load and are not its retries)
+    [ "$name" = headers503 ] || [ "$(echo "$out" | num remote_retries)" -gt 0 ] && [ "$(echo "$out" | num remote_restarts)" = 0 ] ||
+        fail "$name: retries not counted: $(echo "$out" | grep -o '"remote_re[a-z]*":[0-9]*' | tr '\n' ' ')"
     [ ! -s "$T/err" ] || fail "$name: stderr not empty: $(cat "$T/err")"
 }
 survive reset --fault reset --every 3
@@ -156,6 +162,8 @@ awk -v p="$lpath" -v f="$lfirst" '$1 == p && $4 == "-" && $5 > f && $5 < f + 262
     "$T/laggard.log" || fail "laggard: not asked for again from inside the range once: $(cat "$T/laggard.log")"
 echo "cli_http_faults: laggard: the load took $took ms"
 [ "$took" -lt 12000 ] || fail "laggard: the load took $took ms (the slow range alone: 16 s)"
+[ "$(echo "$out" | num remote_restarts)" = 1 ] && [ "$(echo "$out" | num remote_retries)" = 0 ] ||
+    fail "laggard: restart not counted: $(echo "$out" | grep -o '"remote_re[a-z]*":[0-9]*' | tr '\n' ' ')"
 # Every range slow alike (200 KB/s each; 1.3 s for 256 KiB): none is a laggard against the others, none is restarted:
 # as many data GETs as ranges, each at its own first byte.
 start_proxy "$UP" alike --fault slow --rate 200000 --min-bytes 65536
@@ -163,6 +171,7 @@ out=$(timeout 60 "$SL" load "$PROXY/ck/" --tp 4 --checksums --json "${LAG[@]}" 2
 rc=$?
 stop_proxy
 [ $rc -eq 0 ] && [ "$(echo "$out" | sums)" = "$ref" ] || fail "alike: rc $rc: $(cat "$T/err")"
+[ "$(echo "$out" | num remote_restarts)" = 0 ] || fail "alike: restarts counted: $(echo "$out" | grep -o '"remote_re[a-z]*":[0-9]*' | tr '\n' ' ')"
 # (a file's last range, under 64 KiB, is not throttled)
 awk '$5 != "-" && $5 > 8 {n++; if (($1 " " $5) in seen) dup = 1; seen[$1 " " $5] = 1; slow += $4 == "slow"}
      END {exit slow < 6 || dup}' "$T/alike.log" ||

@@ -65,7 +65,8 @@ class LoadStats(Structure):
                 ("checkpoint_bytes", c_uint64), ("io", c_char_p), ("engine", c_char_p),
                 ("staging_peak", c_uint64), ("verified_files", c_int64),
                 ("verified_bytes", c_uint64), ("read_requests", c_uint64),
-                ("read_depth_peak", c_uint32)]
+                ("read_depth_peak", c_uint32), ("remote_retries", c_uint64),
+                ("remote_restarts", c_uint64)]
 
 
 _STRUCTS = {"sl_tensor_info": TensorInfo, "sl_plan_opts": PlanOpts, "sl_param_info": ParamInfo,

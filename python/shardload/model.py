@@ -250,6 +250,7 @@ class Model:
                 "io": N.text(s.io), "engine": N.text(s.engine), "staging_peak": s.staging_peak,
                 "verified_files": s.verified_files, "verified_bytes": s.verified_bytes,
                 "read_requests": s.read_requests, "read_depth_peak": s.read_depth_peak,
+                "remote_retries": s.remote_retries, "remote_restarts": s.remote_restarts,
                 "devices": devs}
 
     def _local_of(self, d: int) -> int:

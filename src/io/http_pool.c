@@ -144,6 +144,7 @@ static sl_status reap(xf_pool *p, void (*done)(void *, sl_http_xfer *), void *us
         if (r == XF_FAIL)
             return err->st;
         if (r == XF_RETRY) {
+            *(x->lagging ? &p->restarts : &p->retries) += 1;
             xf_pool_push(p, x);
         } else {
             xf_peers_add(&p->peers, x, xf_now_ms());

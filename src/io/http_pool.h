@@ -17,6 +17,7 @@ typedef struct xf_pool {
                                     judged after it */
     sl_http_xfer *head, *tail;   /* waiting to start (linked by q_next) */
     xf_peers peers;              /* how fast its ranges finished: the laggard check's yardstick */
+    uint64_t retries, restarts;  /* attempts asked for again: after a failure, and laggards */
 } xf_pool;
 
 /* n_easy handles (at least 1) with t's options; SL_E_NOMEM, the pool then freed. */

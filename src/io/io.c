@@ -36,6 +36,13 @@ sl_status sl_io_open(const char *force, unsigned depth, unsigned threads, sl_io 
     return sl_io_pread_open(depth, threads, out, err);
 }
 
+void sl_io_get_counts(const sl_io *io, sl_io_counts *out)
+{
+    *out = (sl_io_counts){0};
+    if (io && io->ops && io->ops->counts)
+        io->ops->counts(io->ctx, out);
+}
+
 sl_status sl_io_flush(const sl_io *io, sl_err *err)
 {
     return io->ops->flush ? io->ops->flush(io->ctx, err) : SL_OK;

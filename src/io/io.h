@@ -29,6 +29,12 @@ typedef struct sl_io_req {
     int buffered;      /* fd is not O_DIRECT: the bytes may come from the page cache */
 } sl_io_req;
 
+/* What an engine retried, for the load's stats (the remote engine's; 0 for files). */
+typedef struct sl_io_counts {
+    uint64_t retries;    /* attempts asked for again after a failure, a stall or a trickle */
+    uint64_t restarts;   /* laggards asked for again on a new connection (http_xfer.c) */
+} sl_io_counts;
+
 typedef struct sl_io_ops {
     const char *name;
     /* Queues r (owned by the caller until it comes back from wait). Never blocks on I/O. The
@@ -40,6 +46,8 @@ typedef struct sl_io_ops {
     sl_status (*wait)(void *ctx, sl_io_req **done, sl_err *err);
     /* Waits for requests still in flight, then frees everything. Accepts NULL. */
     void (*close)(void *ctx);
+    /* Optional: what it retried so far; NULL: nothing (sl_io_get_counts gives zeros). */
+    void (*counts)(const void *ctx, sl_io_counts *out);
 } sl_io_ops;
 
 typedef struct sl_io {
@@ -53,6 +61,8 @@ typedef struct sl_io {
  * for tests and benchmarks). */
 sl_status sl_io_open(const char *force, unsigned depth, unsigned threads, sl_io *out, sl_err *err);
 void sl_io_close(sl_io *io);
+/* What io retried so far (zeros for engines that do not say, and for a closed engine). */
+void sl_io_get_counts(const sl_io *io, sl_io_counts *out);
 /* Starts every read submitted so far (ops->flush where the engine has one). */
 sl_status sl_io_flush(const sl_io *io, sl_err *err);
 

@@ -144,7 +144,14 @@ static void hx_close(void *ctx)
     free(c);
 }
 
-static const sl_io_ops hx_ops = {.name = "http", .submit = hx_submit, .wait = hx_wait, .close = hx_close};
+static void hx_counts(const void *ctx, sl_io_counts *out)
+{
+    const hx_ctx *c = ctx;
+    *out = (sl_io_counts){.retries = c->pool.retries, .restarts = c->pool.restarts};
+}
+
+static const sl_io_ops hx_ops = {.name = "http", .submit = hx_submit, .wait = hx_wait, .close = hx_close,
+                                 .counts = hx_counts};
 
 sl_status sl_io_http_open(const sl_http_tune *tune, unsigned depth, sl_io *out, sl_err *err)
 {

@@ -35,6 +35,7 @@ sl_status sl_load_read(const sl_load_file *files, int64_t n_files, const sl_plan
     stats->read_requests = x.requests;
     stats->read_depth_peak = x.reading_peak;
     stats->staging_peak = x.staging_peak + x.bounce_bytes;
+    rd_remote_counts(&x, stats);
     rd_free(&x);
     return st;
 }

@@ -264,6 +264,8 @@ sl_status rd_fence(rd_ctx *x);
 sl_status rd_io_open(rd_ctx *x);
 /* A used remote file's object, or NULL when the files are local (a checkpoint is all one). */
 const struct sl_http_obj *rd_remote_obj(const rd_ctx *x);
+/* The remote engine's retries and restarts into the load's stats (before the engine closes). */
+void rd_remote_counts(const rd_ctx *x, sl_load_stats *stats);
 /* Starts reading chunk `chunk` into slot s, alone (its first part). */
 sl_status rd_submit(rd_ctx *x, rd_slot *s, int64_t chunk);
 /* Checks a completed read. Returns SL_OK with *resubmitted set when it was sent again. */

@@ -36,3 +36,11 @@ sl_status rd_io_open(rd_ctx *x)
         t.timeout_ms = mine.timeout_ms;
     return sl_io_http_open(&t, rd_io_depth(x), &x->io, x->err);
 }
+
+void rd_remote_counts(const rd_ctx *x, sl_load_stats *stats)
+{
+    sl_io_counts k;
+    sl_io_get_counts(&x->io, &k);
+    stats->remote_retries = k.retries;
+    stats->remote_restarts = k.restarts;
+}

@@ -235,6 +235,7 @@ void sl_rd_close(sl_rd *r, sl_load_stats *stats)
         stats->staging_peak = r->x.staging_peak + r->x.bounce_bytes;
         stats->io = rd_files_io_name(&r->x.files);
         stats->engine = r->x.io.ops ? r->x.io.ops->name : "none";
+        rd_remote_counts(&r->x, stats);
     }
     rd_free(&r->x);
     free(r);
