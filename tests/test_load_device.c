@@ -389,20 +389,31 @@ static void test_tp_layout_devices(sl_dtype plan_dt)
     tp_layout_close(&t);
 }
 
+/* A file of n random floats of dt (the tests' values) named name in the test directory: its bytes
+ * (the caller frees them) and, in *f, the file for the loads. */
+static unsigned char *float_file(const char *name, sl_dtype dt, uint64_t n, unsigned seed, char *path,
+                                 size_t path_len, sl_load_file *f)
+{
+    const uint64_t size = n * (sl_dtype_bits(dt) / 8);
+    unsigned char *data = malloc(size);
+    fill_floats(data, dt, n, seed);
+    snprintf(path, path_len, "%s/%s", dir, name);
+    tu_write_file(path, data, size);
+    *f = (sl_load_file){path, size};
+    return data;
+}
+
 /* Large conversions are shared with helper threads (sl_convert_rows on the engine's pool): an f32
  * tensor of 1.2 M elements, whole on device 0 (one run, split by elements) and column-split on
  * device 1 (1200 rows of 512: on cuda, 1024 rows fill a 1 MiB ring piece, split by rows), into
  * bf16 and f16, on cpu and on the cuda stand-in, equal to the one-thread oracle byte for byte. */
 static void test_convert_threads(void)
 {
-    const uint64_t rows = 1200, cols = 1024, size = rows * cols * 4;
-    unsigned char *data = malloc(size);
-    fill_floats(data, SL_DTYPE_F32, rows * cols, 11);
+    const uint64_t rows = 1200, cols = 1024;
     char path[600];
-    snprintf(path, sizeof path, "%s/big.bin", dir);
-    tu_write_file(path, data, size);
+    sl_load_file f;
+    unsigned char *data = float_file("big.bin", SL_DTYPE_F32, rows * cols, 11, path, sizeof path, &f);
     unsigned char *fd[1] = {data};
-    sl_load_file f = {path, size};
     const sl_dtype dts[2] = {SL_DTYPE_BF16, SL_DTYPE_F16};
     sl_cuda_set_runtime(SL_FAKE_CUDART);
     setenv("FAKE_CUDA_GPUS", "2", 1);
@@ -437,14 +448,11 @@ static void test_convert_threads(void)
  * take: the host converts that one. The same bytes as the one-thread oracle each way. */
 static void test_convert_on_gpu(void)
 {
-    const uint64_t rows = 300, cols = 512, size = rows * cols * 2;
-    unsigned char *data = malloc(size);
-    fill_floats(data, SL_DTYPE_BF16, rows * cols, 5);
+    const uint64_t rows = 300, cols = 512;
     char path[600];
-    snprintf(path, sizeof path, "%s/bf16.bin", dir);
-    tu_write_file(path, data, size);
+    sl_load_file f;
+    unsigned char *data = float_file("bf16.bin", SL_DTYPE_BF16, rows * cols, 5, path, sizeof path, &f);
     unsigned char *fd[1] = {data};
-    sl_load_file f = {path, size};
     sl_cuda_set_runtime(SL_FAKE_CUDART);
     setenv("FAKE_CUDA_GPUS", "1", 1);
     void *lib = dlopen(SL_FAKE_CUDART, RTLD_NOW | RTLD_LOCAL);
