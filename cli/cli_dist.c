@@ -104,7 +104,7 @@ static sl_status dist_render(const sl_plan *p, const sl_model *m, int checksums,
 /* ---- job report (rank 0) ---------------------------------------------------------------------- */
 
 typedef struct dist_totals {
-    uint64_t read, sent, received, staging_max, requests, rss_max;
+    uint64_t read, sent, received, staging_max, requests, rss_max, retries, restarts;
     uint32_t depth_max;
     double setup_max;
 } dist_totals;
@@ -122,6 +122,8 @@ static dist_totals dist_sum(const sl_model *m, const uint64_t *rss)
         t.staging_max = r.staging_peak > t.staging_max ? r.staging_peak : t.staging_max;
         t.requests += r.read_requests;
         t.depth_max = r.read_depth_peak > t.depth_max ? r.read_depth_peak : t.depth_max;
+        t.retries += r.remote_retries;
+        t.restarts += r.remote_restarts;
     }
     return t;
 }
@@ -154,10 +156,11 @@ static void dist_print_json(const sl_plan *p, const sl_model *m, const sl_dist_o
            "\"%s\",\"staging_peak\":%" PRIu64 ",\"dist\":\"%s\",\"read_bytes_needed\":%" PRIu64
            ",\"read_amplification\":%.4f,\"bytes_exchanged\":%" PRIu64 ",\"verified_files\":%"
            PRId64 ",\"verified_bytes\":%" PRIu64 ",\"read_requests\":%" PRIu64
-           ",\"read_depth_peak\":%u,\"devices\":[%s],\"ranks\":[",
+           ",\"read_depth_peak\":%u,\"remote_retries\":%" PRIu64 ",\"remote_restarts\":%" PRIu64
+           ",\"devices\":[%s],\"ranks\":[",
            s.io, s.engine, t.staging_max, dist_name(d), sl_plan_read_bytes(p),
            dist_ratio(t.read, sl_plan_read_bytes(p)), t.sent, s.verified_files, s.verified_bytes,
-           t.requests, t.depth_max, devices);
+           t.requests, t.depth_max, t.retries, t.restarts, devices);
     sl_rank_stats r;
     for (int32_t i = 0; sl_model_rank_stats(m, i, &r) == SL_OK; i++) {
         printf("%s{\"rank\":%d,\"devices\":[", i ? "," : "", (int)r.rank);
@@ -165,9 +168,11 @@ static void dist_print_json(const sl_plan *p, const sl_model *m, const sl_dist_o
             printf("%s%d", k ? "," : "", (int)(r.first_device + k));
         printf("],\"bytes_read\":%" PRIu64 ",\"bytes_sent\":%" PRIu64 ",\"bytes_received\":%" PRIu64
                ",\"staging_peak\":%" PRIu64 ",\"seconds\":%.6f,\"read_requests\":%" PRIu64
-               ",\"read_depth_peak\":%u,\"setup_seconds\":%.6f,\"peak_rss_bytes\":%" PRIu64 "}",
+               ",\"read_depth_peak\":%u,\"setup_seconds\":%.6f,\"peak_rss_bytes\":%" PRIu64
+               ",\"remote_retries\":%" PRIu64 ",\"remote_restarts\":%" PRIu64 "}",
                r.bytes_read, r.bytes_sent, r.bytes_received, r.staging_peak, r.seconds,
-               r.read_requests, r.read_depth_peak, r.setup_seconds, rss[i]);
+               r.read_requests, r.read_depth_peak, r.setup_seconds, rss[i], r.remote_retries,
+               r.remote_restarts);
     }
     printf("]}\n");
 }

@@ -616,6 +616,8 @@ typedef struct sl_rank_stats {
     uint64_t read_requests;         /* read requests this rank sent (sl_load_stats') */
     uint32_t read_depth_peak;       /* most of them in flight at once */
     double setup_seconds;           /* of seconds, opening its devices (sl_load_stats') */
+    uint64_t remote_retries;        /* its ranged GETs asked for again (sl_load_stats') */
+    uint64_t remote_restarts;
 } sl_rank_stats;
 
 /* Ranks of the load that made m (1 for sl_load); every rank's figures are on every rank. */

@@ -51,6 +51,19 @@ for mesh in "--tp 4" "--tp 2 --pp 2"; do
     [ "$(data_served indep)" = "$sum" ] || fail "independent $mesh: S3 sent $(data_served indep), ranks read $sum"
 done
 # a rank's failure is every rank's, one line
+# a connection reset every third data range: the ranks survive it, each counts its own retries and
+# the job's figure is their sum
+ref=$("$SL" load "$T/ck" --tp 4 --checksums --json)
+start_proxy "$(port_of "$S3E")" flaky --fault reset --every 3
+out=$("${MPIRUN[@]}" -np 4 "$SL" load s3://models/tiny/ --s3-endpoint "$PROXY" --tp 4 --dist cooperative \
+    --remote-backoff-ms 20 --checksums --json 2>"$T/err")
+stop_proxy
+[ "$(echo "$out" | sums)" = "$(echo "$ref" | sums)" ] || fail "resets under MPI: checksums differ: $(cat "$T/err")"
+set -- $(echo "$out" | nums remote_retries)   # the job's, then each rank's
+total=${1:-0}; shift; echo "cli_s3_mpi: resets under MPI: $total retries, ranks $*"
+sum=0; for r in "$@"; do sum=$((sum + r)); done
+[ $# -eq 4 ] && [ "$total" = "$sum" ] && [ "$total" -gt 0 ] ||
+    fail "resets under MPI: retries $total, ranks' $* (the proxy broke $(awk '$4 != "-"' "$T/flaky.log" | wc -l))"
 "${MPIRUN[@]}" -np 2 "$SL" load s3://models/missing/ --s3-endpoint "$S3E" --tp 2 --dist cooperative >/dev/null 2>"$T/err"
 rc=$?
 [ $rc -eq 1 ] && grep -q "s3://models/missing: no \*.safetensors objects" "$T/err" || fail "missing prefix under MPI: rc $rc: $(cat "$T/err")"

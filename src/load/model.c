@@ -200,6 +200,8 @@ sl_status sl_model_rank_stats(const sl_model *m, int32_t rank, sl_rank_stats *ou
                            .bytes_read = m->stats.bytes_read, .staging_peak = m->stats.staging_peak,
                            .seconds = m->stats.seconds, .read_requests = m->stats.read_requests,
                            .read_depth_peak = m->stats.read_depth_peak,
-                           .setup_seconds = m->stats.setup_seconds};
+                           .setup_seconds = m->stats.setup_seconds,
+                           .remote_retries = m->stats.remote_retries,
+                           .remote_restarts = m->stats.remote_restarts};
     return SL_OK;
 }

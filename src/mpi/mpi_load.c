@@ -626,6 +626,8 @@ static void dist_gather_stats(dist_ctx *c)
     c->me.read_requests = m->stats.read_requests;
     c->me.read_depth_peak = m->stats.read_depth_peak;
     c->me.setup_seconds = m->stats.setup_seconds;
+    c->me.remote_retries = m->stats.remote_retries;
+    c->me.remote_restarts = m->stats.remote_restarts;
     /* MPI_BYTE: every rank runs the same binary, so the struct layout is the same. */
     MPI_Allgather(&c->me, (int)sizeof c->me, MPI_BYTE, m->ranks, (int)sizeof c->me, MPI_BYTE,
                   MPI_COMM_WORLD);
