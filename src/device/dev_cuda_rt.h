@@ -53,7 +53,7 @@ typedef struct cuda_api {
     const char *(*GetErrorString)(cudaError_t e);
     cudaError_t (*GetLastError)(void);   /* returns and clears the thread's last error */
     /* Optional (CUDA 12.0 and later; NULL where the runtime lacks them): the kernels of
-     * cuda_kernels_ptx.c, for conversions on the GPU (dev_cuda_convert.c). */
+     * cuda_kernels_ptx.c, for conversions on the GPU (dev_cuda.c). */
     cudaError_t (*LibraryLoadData)(cudaLibrary_t *lib, const void *code, int *jit_options,
                                    void **jit_values, unsigned n_jit, int *lib_options,
                                    void **lib_values, unsigned n_lib);

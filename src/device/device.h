@@ -160,7 +160,8 @@ int sl_device_gpu(const sl_device *d);
 uint64_t sl_device_gather_below(const sl_device *d);
 /* 0: the host converts */
 int sl_device_converts(const sl_device *d, uint64_t off, sl_dtype dst_dt, sl_dtype src_dt);
-/* SL_E_UNSUPPORTED where sl_device_converts says 0 */
+/* SL_E_UNSUPPORTED where the backend has no write_convert, or (its own check) where
+ * sl_device_converts would say 0 */
 sl_status sl_device_write_convert(const sl_device *d, uint64_t off, sl_dtype dst_dt, const void *src,
                                   sl_dtype src_dt, size_t n, sl_err *err);
 /* SL_E_UNSUPPORTED "device 'NAME' does not report free memory" */
