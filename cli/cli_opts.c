@@ -211,32 +211,38 @@ static int opts_device_only(const cli_opts *o)
     return CLI_EXIT_OK;
 }
 
+/* A number of bytes from environment variable name into *out (unset or empty: 0, the default). */
+static int env_bytes(const cli_opts *o, const char *name, uint64_t *out)
+{
+    const char *v = getenv(name);
+    int64_t n = 0;
+    if (v && *v && cli_parse_int(v, 0, INT64_MAX, &n) != 0)
+        return cli_usage_error(o->cmd, "%s '%s': give a number of bytes (0: the default)", name, v);
+    *out = (uint64_t)n;
+    return CLI_EXIT_OK;
+}
+
 /* Engine knobs for benchmarks and tests, from the environment (load --help). A value the library
  * would refuse is a usage error here, as a bad option is (the engine names: sl_io_open's). */
 static int opts_env(cli_opts *o)
 {
     static const char *const engines[] = {"pread", "uring", "io_uring", "uring-inline", NULL};
+    static const char *const maps[] = {"0", "1", NULL};
+    static const char *const convs[] = {"gpu", "host", NULL};
     const char *engine = getenv("SL_IO_ENGINE");
     if (engine && *engine && !cli_listed(engine, engines))
         return cli_usage_error(o->cmd, "SL_IO_ENGINE '%s': give pread, uring or uring-inline "
                                "(unset: io_uring where it works, else pread)", engine);
     o->lo.io_engine = engine;
-    const char *gather = getenv("SL_GATHER_ROWS");
-    int64_t rows = 0;
-    if (gather && *gather && cli_parse_int(gather, 0, INT64_MAX, &rows) != 0)
-        return cli_usage_error(o->cmd, "SL_GATHER_ROWS '%s': give a number of bytes (0: the default)", gather);
-    o->lo.gather_rows = (uint64_t)rows;
-    const char *assembly = getenv("SL_PJRT_ASSEMBLY");
-    int64_t bytes = 0;
-    if (assembly && *assembly && cli_parse_int(assembly, 0, INT64_MAX, &bytes) != 0)
-        return cli_usage_error(o->cmd, "SL_PJRT_ASSEMBLY '%s': give a number of bytes (0: the default)", assembly);
-    o->lo.pjrt_assembly = (uint64_t)bytes;
+    if (env_bytes(o, "SL_GATHER_ROWS", &o->lo.gather_rows) != CLI_EXIT_OK ||
+        env_bytes(o, "SL_PJRT_ASSEMBLY", &o->lo.pjrt_assembly) != CLI_EXIT_OK)
+        return CLI_EXIT_USAGE;
     const char *map = getenv("SL_PJRT_DMA_MAP");
-    if (map && *map && strcmp(map, "0") != 0 && strcmp(map, "1") != 0)
+    if (map && *map && !cli_listed(map, maps))
         return cli_usage_error(o->cmd, "SL_PJRT_DMA_MAP '%s': give 0 (never map the staging) or 1 (the default)", map);
     o->lo.pjrt_dma_map = map && strcmp(map, "0") == 0 ? -1 : 0;
     const char *conv = getenv("SL_CUDA_CONVERT");
-    if (conv && *conv && strcmp(conv, "gpu") != 0 && strcmp(conv, "host") != 0)
+    if (conv && *conv && !cli_listed(conv, convs))
         return cli_usage_error(o->cmd, "SL_CUDA_CONVERT '%s': give gpu or host (the default)", conv);
     o->lo.cuda_convert = conv && strcmp(conv, "gpu") == 0;
     return CLI_EXIT_OK;
