@@ -66,15 +66,15 @@ for mesh in "--tp 4" "--tp 2 --pp 2" "--tp 1 --dtype f32"; do
         echo "$out" | grep -q '"engine":"http"' || fail "http $mesh $knobs: engine is not http"
         # every data byte once: the ranges past the 8-byte length and the header (which start at
         # 0 and 8) add up to the bytes the local load reads
-        read_b=$(echo "$out" | nums bytes_read | cut -d' ' -f1)
+        read_b=$(echo "$out" | num bytes_read)
         served=$(awk '$2 == 206 && $4 != "-" && $4 > 8 {s += $3} END {print s + 0}' "$T/http.log")
-        [ "$served" = "$read_b" ] && [ "$read_b" = "$(echo "$refj" | nums bytes_read | cut -d' ' -f1)" ] ||
+        [ "$served" = "$read_b" ] && [ "$read_b" = "$(echo "$refj" | num bytes_read)" ] ||
             fail "http $mesh $knobs: data bytes served $served, read $read_b"
     done
 done
 # the same bounded staging: the peak stays within --staging
 out=$("${L[@]}" "$HTTP/ck/" --tp 4 --remote-range 64K --staging 256K --json 2>"$T/err")
-staging=$(echo "$out" | nums staging_peak | cut -d' ' -f1)
+staging=$(echo "$out" | num staging_peak)
 [ "${staging:-0}" -gt 0 ] && [ "$staging" -le $((256 << 10)) ] || fail "staging peak '$staging' over 256K"
 
 # a range past any request (2^64 - 1): one GET per request, not a wrapped count of parts

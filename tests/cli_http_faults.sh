@@ -23,8 +23,6 @@ ref=$("$SL" load "$W/ck" --tp 4 --checksums --json | sums)
 KNOBS=(--remote-range 64K --remote-backoff-ms 20 --remote-timeout-ms 10000)
 L=(timeout 120 "$SL" load --tp 4 --checksums --json "${KNOBS[@]}")
 STALL_TIMEOUT=(--remote-timeout-ms 1000)   # after KNOBS: the later value wins
-# a number of the load's --json (the first, without nums' trailing space)
-num() { nums "$1" | cut -d' ' -f1; }
 # requests the proxy broke: the log's fourth field names the fault ("-" for none)
 broken() { awk '$4 != "-"' "$T/$1.log" | wc -l; }
 
@@ -83,7 +81,7 @@ survive headers503 --fault 503 --count 5 --min-bytes 0
 start_proxy "$UP" resume --fault truncate --every 2
 "${L[@]}" "$PROXY/ck/" >"$T/out" 2>"$T/err" || fail "resume: $(cat "$T/err")"
 stop_proxy
-need=$(nums bytes_read <"$T/out" | cut -d' ' -f1)
+need=$(num bytes_read <"$T/out")
 served=$(awk '$2 == 206 && $5 != "-" && $5 > 8 {s += $3} END {print s + 0}' "$T/resume.log")
 [ "$served" = "$need" ] || fail "resume: data bytes sent $served (broken ones included), loaded $need"
 

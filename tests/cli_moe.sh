@@ -126,8 +126,8 @@ if command -v mpirun >/dev/null 2>&1; then
                 { fail "mpirun $dist --ep"; continue; }
             [ "$(sums <<<"$ref")" = "$(sums <<<"$out")" ] || fail "MPI $dist --ep: checksums equal one process"
         done
-        total=$(nums bytes_read <<<"$out" | cut -d' ' -f1)
-        [ "$total" = "$(nums bytes_read <<<"$ref" | cut -d' ' -f1)" ] || fail "cooperative --ep reads each byte once"
+        total=$(num bytes_read <<<"$out")
+        [ "$total" = "$(num bytes_read <<<"$ref")" ] || fail "cooperative --ep reads each byte once"
         # a block-FP8 checkpoint (DeepSeek shapes, the oracle's config): F8_E4M3 weights and F32
         # scales over the ranks equal one process (which the oracle checks bit for bit)
         python3 -c "import json, sys; sys.path.insert(0, '$(dirname "$0")'); import oracle_shards as o

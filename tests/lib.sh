@@ -26,6 +26,7 @@ JSON
 }
 sums() { grep -o '"xxh3":"[0-9a-f]*"' | tr -d '\n'; }
 nums() { grep -o "\"$1\":[0-9]*" | grep -o '[0-9]*$' | tr '\n' ' '; }
+num() { nums "$1" | cut -d' ' -f1; }   # the first one, without nums' trailing space
 tiny_ckpt() {
     tiny_config "$T/tiny.json"
     if ! "$SL" synth --config "$T/tiny.json" "$T/ck" --max-shard-size 600KB >/dev/null 2>"$T/err"; then
