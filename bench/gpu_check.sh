@@ -169,6 +169,8 @@ print("fadvise")' $FILES
     fi
 }
 warm() { cat $FILES >/dev/null; }
+# The ways device 0's bytes went, from a pjrt load's --json ("" for other backends).
+routes0() { grep -o '"pjrt_routes":"[^"]*' | head -1 | cut -d'"' -f4; }
 # run LABEL CACHE ENV-ENGINE -- shardload load arguments: one timed process, one JSON record.
 # RUN_SL: another shardload; RUN_ENV: variables for it (env words: the PJRT plugin's libraries);
 # RUN_NOTE: words added to the recorded arguments (a variable that changed the run).
@@ -181,7 +183,7 @@ run() {
     t2=$(date +%s.%N)
     out=$(echo "$out" | sed 's/,"params":\[[^]]*\]//g')
     record "{\"run\":\"$label\",\"cache\":\"$cache\",\"env_engine\":\"$eng\",\"args\":$(jstr "$*${RUN_NOTE:+ $RUN_NOTE}"),\"wall_s\":$(awk "BEGIN{print $t2 - $t1}"),\"out\":$out}"
-    routes=$(echo "$out" | grep -o '"pjrt_routes":"[^"]*' | head -1 | cut -d'"' -f4)
+    routes=$(echo "$out" | routes0)
     say "$label: $(echo "$out" | grep -o '"gbps":[0-9.]*'), $(echo "$out" | grep -o '"gbps_after_setup":[0-9.]*'), setup $(echo "$out" | grep -o '"setup_seconds":[0-9.]*' | cut -d: -f2) s, engine $(echo "$out" | grep -o '"engine":"[^"]*"' | cut -d'"' -f4)${routes:+; device 0: $routes}"
 }
 
@@ -307,7 +309,7 @@ pjrt_check() {
     cu=$(cat "$WORK/load.$label.cuda.json" 2>/dev/null || echo '{}')
     staging=$(echo "$out" | grep -o '"staging_memory":"[^"]*' | head -1 | cut -d'"' -f4-)
     record "{\"pjrt\":\"$label\",\"params\":$n,\"equal_cpu\":\"$ok_cpu\",\"equal_cuda\":\"$ok_cuda\",\"plan_bytes\":$total,\"mem_delta\":$([ -n "$mb" ] && [ -n "$ma" ] && echo $((mb - ma)) || echo null),\"staging\":$(jstr "$staging"),\"out\":$out,\"cuda\":$cu}"
-    say "pjrt $label: $n checksums = cpu: $ok_cpu, = cuda: $ok_cuda; $(echo "$out" | grep -o '"gbps_after_setup":[0-9.]*') (cuda $(echo "$cu" | grep -o '"gbps_after_setup":[0-9.]*' | cut -d: -f2)); memory delta $([ -n "$mb" ] && [ -n "$ma" ] && echo $((mb - ma)) || echo n/a) of $total plan bytes; staging ${staging:-n/a}; device 0: $(echo "$out" | grep -o '"pjrt_routes":"[^"]*' | head -1 | cut -d'"' -f4)"
+    say "pjrt $label: $n checksums = cpu: $ok_cpu, = cuda: $ok_cuda; $(echo "$out" | grep -o '"gbps_after_setup":[0-9.]*') (cuda $(echo "$cu" | grep -o '"gbps_after_setup":[0-9.]*' | cut -d: -f2)); memory delta $([ -n "$mb" ] && [ -n "$ma" ] && echo $((mb - ma)) || echo n/a) of $total plan bytes; staging ${staging:-n/a}; device 0: $(echo "$out" | routes0)"
 }
 PJRT_ENV=
 PJRT=${GPU_PJRT_PLUGIN:-}
@@ -330,7 +332,7 @@ elif ! late "pjrt (tp1, tp8)"; then
     # Timed alone (no checksums), the most telling first. The default assembly bound against every
     # parameter over 64 KiB streamed from the DMA-mapped staging (SL_PJRT_ASSEMBLY=65536): XLA's
     # GPU client DMAs straight from mapped memory but copies a malloc'd assembly block into its own
-    # pinned pool on one thread first (docs/engine.md, "XLA source reading"), so streaming
+    # pinned pool on one thread first (docs/engine.md, "PJRT backend"), so streaming
     # everything should win; if it is still ~8 GB/s, the per-transfer cost is the cap, which
     # 16 MiB pieces (--staging 256 --request 16) would show, and a latency-bound one (the engine
     # refills a slot after its done event, which the plugin fires from a host callback) would
