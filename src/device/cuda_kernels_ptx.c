@@ -2,7 +2,7 @@
 #include "device/dev_cuda_rt.h"
 
 const char sl_cuda_kernels_ptx[] =
-    ".version 9.0\n"
+    ".version 8.0\n"
     ".target sm_75\n"
     ".address_size 64\n"
     "	// .globl	sl_bf16_to_f32\n"
