@@ -122,12 +122,19 @@ for tp in 1 4; do
     [ "$(echo "$out" | grep -o '"cuda_convert":"converted on the GPU: [0-9]* elements, [0-9]* kernels"' | wc -l)" = $tp ] ||
         fail "convert on gpu, tp $tp: the devices do not say so: $out"
     check_clean "convert on gpu, tp $tp"
-    out=$(FAKE_CUDA_NO_KERNELS=1 SL_CUDA_CONVERT=gpu FAKE_CUDA_GPUS=4 fake load "$CK" --device cuda --tp $tp --dtype f32 \
-          --checksums --json 2>"$T/err") || fail "no kernels, tp $tp: $(cat "$T/err")"
-    [ "$(echo "$out" | sums)" = "$ref" ] && [ "$(counter launches)" = 0 ] || fail "no kernels, tp $tp: $(cat "$T/log")"
-    echo "$out" | grep -q '"cuda_convert":"converted on the host: cudaLibraryLoadData of the conversion kernels: a PTX JIT' ||
-        fail "no kernels, tp $tp: the devices do not say why: $out"
-    check_clean "no kernels, tp $tp"
+    # refused when the library is loaded (EAGER) or, by default (LAZY), at the first launch, where
+    # the backend's launch of no elements finds out before any byte relies on a kernel
+    for mode in EAGER LAZY; do
+        out=$(CUDA_MODULE_LOADING=$mode FAKE_CUDA_NO_KERNELS=1 SL_CUDA_CONVERT=gpu FAKE_CUDA_GPUS=4 fake load "$CK" \
+              --device cuda --tp $tp --dtype f32 --checksums --json 2>"$T/err") || fail "no kernels, $mode, tp $tp: $(cat "$T/err")"
+        [ "$(echo "$out" | sums)" = "$ref" ] && [ "$(counter launches)" = 0 ] && [ "$(counter last_error)" = 0 ] ||
+            fail "no kernels, $mode, tp $tp: $(cat "$T/log")"
+        why='cudaLibraryLoadData of the conversion kernels: a PTX JIT'
+        [ $mode = EAGER ] || why='the driver refused the conversion kernels: cudaLaunchKernel: a PTX JIT'
+        [ "$(echo "$out" | grep -o "\"cuda_convert\":\"converted on the host: $why" | wc -l)" = $tp ] ||
+            fail "no kernels, $mode, tp $tp: the devices do not say why: $out"
+        check_clean "no kernels, $mode, tp $tp"
+    done
 done
 SL_CUDA_CONVERT=yes "$SL" load "$CK" --tp 2 >/dev/null 2>"$T/err"
 [ $? -eq 2 ] && grep -q "SL_CUDA_CONVERT 'yes': give gpu or host" "$T/err" || fail "SL_CUDA_CONVERT=yes: $(cat "$T/err")"
@@ -205,8 +212,9 @@ for c in "cudaStreamCreate:2" "cudaMalloc:2" "cudaMemsetAsync:1" "cudaMemcpyAsyn
     check_clean "fault $c"
 done
 # ... and with conversions on the GPU: a kernel launch or a copy into the scratch that fails is
-# the load's error; a library the runtime refuses or scratch it cannot allocate is tolerated (the
-# host converts: same bytes), and taken off the runtime's last error
+# the load's error; a library the runtime refuses, scratch it cannot allocate or a first launch
+# (of no elements, before any byte relies on a kernel) that fails is tolerated (the host
+# converts: same bytes), and taken off the runtime's last error
 for c in "cudaLaunchKernel:3" "cudaMemcpyAsync:4"; do
     SL_CUDA_CONVERT=gpu FAKE_CUDA_FAIL=$c fake load "$CK" --device cuda --tp 2 --staging 256K --dtype f32 >/dev/null 2>"$T/err"
     one_line_error $? "$T/err" "cuda device [0-9] (GPU [0-9]): ${c%%:*}.* failed" || fail "fault $c, convert on gpu: $(cat "$T/err")"
@@ -215,7 +223,8 @@ for c in "cudaLaunchKernel:3" "cudaMemcpyAsync:4"; do
 done
 ref=$("$SL" load "$CK" --tp 2 --dtype f32 --checksums --json | sums)
 for c in "cudaLibraryLoadData:1|converted on the host: cudaLibraryLoadData of the conversion kernels: unspecified launch failure" \
-         "cudaMalloc:3|converted on the host: no 8388608 bytes of GPU scratch"; do
+         "cudaMalloc:3|converted on the host: no 8388608 bytes of GPU scratch" \
+         "cudaLaunchKernel:1|converted on the host: the driver refused the conversion kernels: cudaLaunchKernel: unspecified launch failure"; do
     spec=${c%%|*}
     out=$(SL_CUDA_CONVERT=gpu FAKE_CUDA_FAIL=$spec fake load "$CK" --device cuda --tp 2 --staging 256K --dtype f32 \
           --checksums --json 2>"$T/err") || fail "tolerated $spec: $(cat "$T/err")"

@@ -32,7 +32,9 @@
  *
  * Kernels: cudaLibraryLoadData takes the cuda backend's PTX (it must name the kernels of
  * src/device/cuda_kernels.h; FAKE_CUDA_NO_KERNELS=1 refuses it as an invalid PTX, as a driver too
- * old for it would), and cudaLaunchKernel queues a launch in stream order like a copy, which runs
+ * old for it would: with CUDA_MODULE_LOADING=EAGER at cudaLibraryLoadData, else, as CUDA 12.2 and
+ * later load libraries lazily by default, at every launch, where the driver would JIT-compile it),
+ * and cudaLaunchKernel queues a launch in stream order like a copy, which runs
  * the kernel's element function (cuda_kernels.h, the one cuda_kernels.cu compiles) on the device
  * memory when the stream is synchronized; its ranges are checked like a copy's.
  *
@@ -737,11 +739,25 @@ cudaError_t cudaEventDestroy(cudaEvent_t e)
 
 static char fk_library;   /* the one library handle: its address */
 
+/* FAKE_CUDA_NO_KERNELS: the driver refuses the PTX when it compiles it */
+static int fk_refuses_ptx(void)
+{
+    const char *refuse = getenv("FAKE_CUDA_NO_KERNELS");
+    return refuse && *refuse && strcmp(refuse, "0") != 0;
+}
+
+/* CUDA_MODULE_LOADING, the runtime's own variable: libraries are compiled at load when EAGER,
+ * at their first launch otherwise (LAZY, CUDA 12.2's default) */
+static int fk_lazy(void)
+{
+    const char *mode = getenv("CUDA_MODULE_LOADING");
+    return !mode || strcmp(mode, "EAGER") != 0;
+}
+
 static cudaError_t fk_library_load(void **lib, const void *code)
 {
     const char *ptx = code;
-    const char *refuse = getenv("FAKE_CUDA_NO_KERNELS");
-    if ((refuse && *refuse && strcmp(refuse, "0") != 0) || !ptx || strncmp(ptx, ".version ", 9) != 0)
+    if ((fk_refuses_ptx() && !fk_lazy()) || !ptx || strncmp(ptx, ".version ", 9) != 0)
         return FK_INVALID_PTX;
     for (size_t i = 0; i < sizeof fk_kernels / sizeof fk_kernels[0]; i++) {
         char entry[64];
@@ -789,6 +805,8 @@ static cudaError_t fk_launch(const void *func, fk_dim3 grid, fk_dim3 block, void
         return FK_INVALID_HANDLE;
     if (!grid.x || !block.x || grid.y != 1 || block.y != 1 || block.x > 1024)
         return FK_INVALID_VALUE;
+    if (fk_refuses_ptx() && fk_lazy())
+        return FK_INVALID_PTX;
     unsigned char *dst = *(void **)args[0];
     const unsigned char *src = *(void **)args[1];
     const unsigned long long n = *(unsigned long long *)args[2];

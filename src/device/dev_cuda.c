@@ -314,6 +314,39 @@ static sl_status cuda_wait_mark(void *ctx, unsigned tag, sl_err *err)
 #define CU_THREADS 256u
 #define CU_MAX_BLOCKS 4096u
 
+static void cu_scratch_free(cuda_dev *d)
+{
+    if (d->scratch)
+        (void)sl_cuda_api.Free(d->scratch);
+    d->scratch = NULL;
+    if (d->convert_state > 0)
+        d->convert_state = 0;   /* set up again if another load of this device converts */
+}
+
+/* Launches each kernel on no elements. CUDA 12.2 and later load a library into a context lazily,
+ * at its first launch (CUDA_MODULE_LOADING=LAZY, the default), so a driver that refuses the PTX
+ * (one older than the PTX's ISA) says so there, not at cudaLibraryLoadData. Finding out before
+ * any byte relies on a kernel leaves the host to convert instead; a refusal is an error of the
+ * launch call itself, not a fault of the context. */
+static int cu_convert_probe(cuda_dev *d)
+{
+    const cudaKernel_t ks[] = {d->k_bf16, d->k_f16};
+    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
+        unsigned long long n = 0;
+        void *dst_arg = d->scratch, *src_arg = d->scratch;
+        void *args[] = {&dst_arg, &src_arg, &n};
+        const cu_dim3 one = {1, 1, 1};
+        const cudaError_t e = sl_cuda_api.LaunchKernel((const void *)ks[i], one, one, args, 0, d->stream);
+        if (e != 0) {
+            cu_forget();
+            snprintf(d->convert_why, sizeof d->convert_why, "the driver refused the conversion kernels: "
+                     "cudaLaunchKernel: %s", sl_cuda_api.GetErrorString(e));
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* The kernels and the scratch, once; a failure leaves the conversions to the host, with why. */
 static int cu_convert_setup(cuda_dev *d)
 {
@@ -337,6 +370,10 @@ static int cu_convert_setup(cuda_dev *d)
         return 0;
     }
     d->scratch = p;
+    if (!cu_convert_probe(d)) {
+        cu_scratch_free(d);
+        return 0;
+    }
     d->convert_state = 1;
     snprintf(d->convert_why, sizeof d->convert_why, "on the GPU");
     return 1;
@@ -354,15 +391,6 @@ static void cu_convert_report(cuda_dev *d)
         snprintf(d->routes, sizeof d->routes, "converted on the host: %s", d->convert_why);
     else
         snprintf(d->routes, sizeof d->routes, "nothing converted on the GPU");
-}
-
-static void cu_scratch_free(cuda_dev *d)
-{
-    if (d->scratch)
-        (void)sl_cuda_api.Free(d->scratch);
-    d->scratch = NULL;
-    if (d->convert_state > 0)
-        d->convert_state = 0;   /* set up again if another load of this device converts */
 }
 
 /* The kernels store whole 32-bit words: a destination off 4-byte alignment (a caller's block at
