@@ -168,7 +168,25 @@ static sl_status load(const run *r, const sl_plan *p, const sl_load_opts *lo, sl
     return sl_load(r->dummy ? NULL : g_ck, p, lo, m);
 }
 
-/* pjrt's checksums equal cpu's; returns the stand-in's counters through the caller's reads. */
+/* sl_model_device_routes: pjrt's account of its ways, adding up to device 0's parameters and
+ * bytes (a dummy fill reopens parameters to zero their padding: not counted twice); NULL for
+ * cpu. */
+static void expect_routes(const run *r, const sl_plan *p, const sl_model *mc, const sl_model *mp)
+{
+    EXPECT(!sl_model_device_routes(mc, 0), "%s: the cpu backend says something", r->what);
+    const char *s = sl_model_device_routes(mp, 0);
+    unsigned long long n[9] = {0};
+    EXPECT(s && sscanf(s, "direct %llu (%llu B), assembled %llu (%llu B), streamed %llu (%llu B); "
+                          "%llu uploads, %llu transfers", &n[0], &n[1], &n[2], &n[3], &n[4], &n[5],
+                          &n[6], &n[7]) == 8, "%s: '%s'", r->what, s ? s : "(null)");
+    EXPECT(n[0] + n[2] + n[4] == (unsigned long long)sl_plan_param_count(p, 0) &&
+               n[1] + n[3] + n[5] == sl_plan_device_bytes(p, 0) && n[6] >= n[0] + n[2],
+           "%s: '%s' for %lld parameters, %llu bytes", r->what, s ? s : "(null)",
+           (long long)sl_plan_param_count(p, 0), (unsigned long long)sl_plan_device_bytes(p, 0));
+}
+
+/* Loads r on the cpu and the pjrt backends: the same checksums, each device's plan bytes
+ * allocated, and the routes' account. */
 static void check_run(const run *r)
 {
     sl_plan *p = plan_of(r);
@@ -183,6 +201,8 @@ static void check_run(const run *r)
     for (int32_t d = 0; st == SL_OK && d < sl_plan_device_count(p); d++)
         EXPECT(sl_model_device_allocated(mp, d) == sl_plan_device_bytes(p, d),
                "%s: device %d allocated", r->what, d);
+    if (mc && st == SL_OK)
+        expect_routes(r, p, mc, mp);
     free(a);
     free(b);
     sl_model_free(mc);
@@ -222,38 +242,6 @@ static void test_checksums(void)
     fk_set("reset", 0);
     check_run(&(run){"tp2 assembly 64K", 2, 1, SL_LAYOUT_TP, -1, 0, 0, 64 << 10});
     EXPECT(fk_get("transfers") > 0, "tp2 assembly 64K: nothing streamed");
-}
-
-/* sl_model_device_routes: pjrt's account of its ways, adding up to device 0's parameters and
- * bytes (a dummy fill reopens parameters to zero their padding: not counted twice); NULL for
- * cpu. */
-static void check_routes(const run *r)
-{
-    sl_plan *p = plan_of(r);
-    sl_load_opts cpu = opts_of(r, "cpu"), pj = opts_of(r, "pjrt");
-    sl_model *mc = NULL, *mp = NULL;
-    EXPECT(load(r, p, &cpu, &mc) == SL_OK && load(r, p, &pj, &mp) == SL_OK, "%s: load: %s",
-           r->what, mp ? sl_model_errmsg(mp) : sl_model_errmsg(mc));
-    EXPECT(mc && !sl_model_device_routes(mc, 0), "%s: the cpu backend says something", r->what);
-    const char *s = mp ? sl_model_device_routes(mp, 0) : NULL;
-    unsigned long long n[9] = {0};
-    EXPECT(s && sscanf(s, "direct %llu (%llu B), assembled %llu (%llu B), streamed %llu (%llu B); "
-                          "%llu uploads, %llu transfers", &n[0], &n[1], &n[2], &n[3], &n[4], &n[5],
-                          &n[6], &n[7]) == 8, "%s: '%s'", r->what, s ? s : "(null)");
-    EXPECT(n[0] + n[2] + n[4] == (unsigned long long)sl_plan_param_count(p, 0) &&
-               n[1] + n[3] + n[5] == sl_plan_device_bytes(p, 0) && n[6] >= n[0] + n[2],
-           "%s: '%s' for %lld parameters, %llu bytes", r->what, s ? s : "(null)",
-           (long long)sl_plan_param_count(p, 0), (unsigned long long)sl_plan_device_bytes(p, 0));
-    sl_model_free(mc);
-    sl_model_free(mp);
-    sl_plan_free(p);
-    expect_clean(r->what);
-}
-
-static void test_routes(void)
-{
-    check_routes(&(run){"routes tp4 staging 64K", 4, 1, SL_LAYOUT_TP, -1, 64 << 10, 0});
-    check_routes(&(run){"routes dummy tp2 pp2", 2, 2, SL_LAYOUT_TP, -1, 0, 1});
 }
 
 /* ---- the buffers ---------------------------------------------------------------------------- */
@@ -847,7 +835,6 @@ int main(void)
     fk_open();
     make_checkpoint();
     test_checksums();
-    test_routes();
     test_buffers();
     test_second_mesh();
     test_given_client();
