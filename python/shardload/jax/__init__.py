@@ -49,7 +49,7 @@ from ..errors import UnsupportedError
 from ..model import ReadGap, _load_opts, wants_bar
 from ..plan import ConfigSource, Plan
 from ._loader import Loader, check_fits
-from ._shardings import ShardingSpec, Targets, boxes_plan, items, local_devices
+from ._shardings import ShardingSpec, Targets, boxes_plan, concrete, items, local_devices
 
 _DMA_ENV = "SHARDLOAD_JAX_DMA"  # "0": never dma_map the slabs
 _KEEP = "each tensor's checkpoint dtype"  # what dtype=None means here
@@ -228,7 +228,7 @@ def _targets(tensors: Mapping[str, Any],
         else:
             raise ValueError(f"tensor '{name}': dtype {dt}, the checkpoint has {t.dtype} "
                              "(conversions go to bf16, f16 or f32 only)")
-        specs[name] = a.sharding
+        specs[name] = concrete(name, a.sharding)
     return specs, to
 
 

@@ -414,8 +414,9 @@ class Loader:
         # JAX copies a buffer to narrow it (I64, U64 without x64): such a load goes as on devices
         # that copy from its first group (the first copy brings the bound back only for the
         # group after the next, and a replicated tensor's copies would each have a buffer)
-        narrows = any(_narrowed(t.dtype, targets.get(t.name, -1)) for t, _ in items)
-        self.adopting = adopts(index) and not narrows
+        narrowed = {t.dtype for t, _ in items if _narrowed(t.dtype, targets.get(t.name, -1))}
+        adopt = adopts(index)
+        self.adopting = adopt and not narrowed
         self.host = host_memory(index)
         # What is read to be gathered (dist="cooperative") is deleted once gathered: beyond the
         # arrays even where the devices adopt the buffers, so those groups keep the bound.
@@ -424,6 +425,8 @@ class Loader:
         self.opts = dict(opts, staging=engine)
         self.progress = Progress(progress, self.total)
         self.pool = Staging(clients(index), min(self.bounded, boxes_bytes), dma)
+        if adopt:
+            self.pool.fresh = narrowed
         self.groups = groups(items, lambda: self.budget, targets, lambda: not self.adopting)
         self.ahead: tuple[Future[tuple[Received, float, Reads]], int | None] | None = None
         self.shards: dict[str, list[Any]] = {}

@@ -12,6 +12,7 @@ that shape at that place: a shard_map over those devices, compiled once per shap
 (a single-device function is compiled for each device: 0.05-0.18 s each on JAX's CPU devices)."""
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Any
 
@@ -34,12 +35,22 @@ def view(dtype: Any) -> Any:
     return np.dtype(_UINT[dt.itemsize])
 
 
+def _own_mesh(mesh: Any) -> Any:
+    """The context in which the writes run: their own mesh as the context mesh. Under a caller's
+    jax.set_mesh (MaxText and tpu-inference run under one) shard_map refuses a mesh other than
+    the context's ("The context mesh ... should match the mesh passed to shard_map")."""
+    import jax
+    set_mesh = getattr(jax, "set_mesh", None)  # jax >= 0.7; before it, no context mesh to clash
+    return set_mesh(mesh) if set_mesh is not None else contextlib.nullcontext()
+
+
 @functools.lru_cache(maxsize=64)
 def _fns(devs: tuple[Any, ...]) -> tuple[Any, Any, Any, Any]:
     """For a set of devices: the sharding of their buffers side by side (box k of device k at
     rows k*b0...) and the jitted writes of a part into them: the first (into zeros), a middle
     one and the last (then bitcast to the tensor's dtype), the latter two donating the buffer.
-    Zeros and the bitcast are fused in so that a box shape costs three compiles at most."""
+    Zeros and the bitcast are fused in so that a box shape costs three compiles at most. Call
+    them inside _own_mesh(sharding.mesh)."""
     import jax
     import jax.numpy as jnp
     from jax import lax
@@ -105,13 +116,14 @@ class Parts:
         assert any(at) or not final, (name, shape, size)
         part = jax.make_array_from_single_device_arrays(
             (len(devs) * size[0],) + size[1:], sharding, [p[3] for p in ps])
-        if not any(at):
-            buf = first(part, shape)
-        else:
-            buf = jax.make_array_from_single_device_arrays(
-                (len(devs) * shape[0],) + shape[1:], sharding, [self.bufs.pop(k) for k in keys])
-            offsets = np.array(at, np.int32)
-            buf = last(buf, part, offsets, dtype) if final else middle(buf, part, offsets)
+        with _own_mesh(sharding.mesh):
+            if not any(at):
+                buf = first(part, shape)
+            else:
+                buf = jax.make_array_from_single_device_arrays(
+                    (len(devs) * shape[0],) + shape[1:], sharding, [self.bufs.pop(k) for k in keys])
+                offsets = np.array(at, np.int32)
+                buf = last(buf, part, offsets, dtype) if final else middle(buf, part, offsets)
         if not final:
             by_dev = {s.device: s.data for s in buf.addressable_shards}
             for k, dev in zip(keys, devs):

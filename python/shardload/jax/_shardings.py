@@ -52,17 +52,23 @@ def default_specs(ck: Checkpoint, mesh: Any, config: ConfigSource | None,
     return out, dtypes
 
 
+_NO_RULE = object()
+
+
 def _sharding_of(name: str, t: Tensor, mesh: Any, shardings: ShardingSpec) -> Any:
-    """The Sharding of one tensor, from a mapping, a callable or (regex, PartitionSpec) rules."""
+    """The Sharding of one tensor, from a mapping, a callable or (regex, PartitionSpec) rules
+    (a rule's spec None: replicated, as P())."""
     from jax.sharding import NamedSharding, PartitionSpec, Sharding
     if callable(shardings):
         s = shardings(name, t.shape, t.dtype)
     elif isinstance(shardings, Mapping):
         s = shardings[name]
     else:
-        s = next((spec for pat, spec in shardings if re.search(pat, name)), None)
-        if s is None:
+        s = next((spec for pat, spec in shardings if re.search(pat, name)), _NO_RULE)
+        if s is _NO_RULE:
             raise ValueError(f"tensor '{name}': no sharding rule matches it")
+        if s is None:
+            s = PartitionSpec()  # type: ignore[no-untyped-call]
     if isinstance(s, PartitionSpec):
         try:
             s = NamedSharding(mesh, s)
@@ -72,7 +78,32 @@ def _sharding_of(name: str, t: Tensor, mesh: Any, shardings: ShardingSpec) -> An
     if not isinstance(s, Sharding):
         raise TypeError(f"tensor '{name}': expected a jax.sharding.Sharding or PartitionSpec, "
                         f"got {type(s).__name__}")
-    return s
+    return concrete(name, s)
+
+
+def concrete(name: str, s: Any) -> Any:
+    """s over a concrete mesh. jax.eval_shape under jax.set_mesh gives NamedShardings over the
+    AbstractMesh of that mesh (no devices): the context's mesh, where it is that one, stands in
+    for it. A spec entry PartitionSpec.UNCONSTRAINED (jit's "let the compiler choose") places
+    nothing: JAX lays such a dimension out as replicated, and the array's sharding then fails
+    every later device_put and jit that is given it."""
+    from jax.sharding import AbstractMesh, NamedSharding, PartitionSpec
+    spec = getattr(s, "spec", None)
+    if spec is not None and any(e is PartitionSpec.UNCONSTRAINED for e in spec):
+        raise ValueError(f"tensor '{name}': PartitionSpec.UNCONSTRAINED in {spec} leaves the "
+                         "placement to a compiler; a loaded array needs each dimension's axes "
+                         "(None: not split)")
+    mesh = getattr(s, "mesh", None)
+    if not isinstance(mesh, AbstractMesh):
+        return s
+    import jax
+    get_mesh = getattr(jax.sharding, "get_mesh", None)
+    ctx = get_mesh() if get_mesh is not None else None
+    if ctx is None or ctx.empty or ctx.abstract_mesh != mesh:
+        raise ValueError(f"tensor '{name}': its sharding is over an abstract mesh ({mesh}) and "
+                         "no mesh of that shape is set (jax.set_mesh): load inside the "
+                         "jax.set_mesh it was made under, or give shardings over a Mesh")
+    return NamedSharding(ctx, s.spec, memory_kind=s.memory_kind)
 
 
 def _shardings(ck: Checkpoint, mesh: Any, shardings: ShardingSpec, config: ConfigSource | None,

@@ -62,6 +62,10 @@ class Staging:
         self.mapped: list[tuple[Any, int]] = []
         self.dma = "unused: no group went through a slab" if dma else "off"
         self.refused = not dma
+        # dtypes whose boxes get fresh buffers even in a slab group: where the devices adopt the
+        # rest of a slab, JAX's narrowed copies (I64 as int32 without x64) would leave the
+        # original bytes in the retired slab, held as long as the arrays adopted from it
+        self.fresh: set[str] = set()
         self.counts = {"slabs": 0, "reused": 0, "retired": 0, "oversize_groups": 0,
                        "slab_bytes": 0, "dma_mapped_bytes": 0}
 
@@ -71,6 +75,11 @@ class Staging:
         if slot is None or over:
             self.counts["oversize_groups"] += over
             return [host_buffer(p.shape, numpy_dtype(p.dtype), p.nbytes) for p in params]
+        if any(p.dtype in self.fresh for p in params):
+            inslab = [p for p in params if p.dtype not in self.fresh]
+            mine = iter(self.take(slot, inslab) if inslab else [])
+            return [host_buffer(p.shape, numpy_dtype(p.dtype), p.nbytes)
+                    if p.dtype in self.fresh else next(mine) for p in params]
         mem = self.slabs[slot]
         if mem is None:
             mem = self.slabs[slot] = slab(self.size)
