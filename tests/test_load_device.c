@@ -292,6 +292,25 @@ static void param_dest_case(const sl_load_file *f, const sl_plan *p, unsigned ch
     EXPECT(st == SL_E_INVALID_ARG && strstr(sl_model_errmsg(m), "both"), "param_dest + dest (%s): %s",
            dev, sl_model_errmsg(m));
     sl_model_free(m);
+    o.dest = NULL;
+    o.n_dest = 0;
+    /* blocks that share memory: one block under two parameters of a device, then a block inside
+     * another device's; refused by name before any byte is read */
+    for (int c = 0; c < 2; c++) {
+        const int32_t d2 = c ? 1 : 0;
+        const int64_t i2 = c ? 0 : 1;
+        void *own = blocks[d2][i2];
+        blocks[d2][i2] = (unsigned char *)blocks[0][0] + (c ? 1 : 0);
+        memset(blocks[0][0], 0xCD, (size_t)p->devices[0].params[0].nbytes);
+        st = run_load(f, 1, p, &o, engines[0], &m, &skip);
+        const char *msg = sl_model_errmsg(m);
+        EXPECT(st == SL_E_INVALID_ARG && strstr(msg, "overlap") &&
+                   strstr(msg, p->devices[0].params[0].name) && strstr(msg, p->devices[d2].params[i2].name) &&
+                   ((const unsigned char *)blocks[0][0])[0] == 0xCD && sl_model_device_count(m) == 0,
+               "param_dest overlap %d (%s): %s", c, dev, msg);
+        sl_model_free(m);
+        blocks[d2][i2] = own;
+    }
     for (int32_t d = 0; d < 2; d++)
         for (int64_t i = 0; i < p->devices[d].n_params; i++) {
             if (cfree)

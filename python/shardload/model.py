@@ -405,6 +405,13 @@ def load(path: Any = None, *, tp: int = 1, pp: int = 1, ep: bool = False, layout
         return Model(_run(ck, plan, o, progress), plan, device)
 
 
+def _is_torch_tensor(t: Any) -> bool:
+    """Whether t is a torch.Tensor, subclasses included (vLLM's BasevLLMParameter and the
+    parameter classes of its quantized layers); torch imported by the caller or not at all."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(t, torch.Tensor)
+
+
 def _tensor_ptr(name: str, t: Any, p: Param) -> tuple[int, str]:
     """The address of an engine tensor that must receive parameter p, checked, and where it is
     ("cpu" or "cuda:N")."""
@@ -414,7 +421,7 @@ def _tensor_ptr(name: str, t: Any, p: Param) -> tuple[int, str]:
             raise ValueError(f"parameter '{name}': array is not C-contiguous and writeable")
         ok_dtype = t.dtype in (want_np, raw_numpy_dtype(p.dtype))
         where, ptr, nbytes = "cpu", t.ctypes.data, t.nbytes
-    elif type(t).__module__.startswith("torch"):
+    elif _is_torch_tensor(t):
         if not t.is_contiguous():
             raise ValueError(f"parameter '{name}': tensor is not contiguous")
         ok_dtype = t.dtype == torch_dtype(p.dtype)

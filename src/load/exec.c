@@ -7,11 +7,14 @@
 #include "plan/plan_data.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "common/sl_bytes.h"
+#include "common/sl_grow.h"
+#include "common/sl_text.h"
 
 /* ---- plan checks --------------------------------------------------------------------------- */
 
@@ -192,9 +195,77 @@ static sl_status open_device(sl_model_dev *md, const sl_plan *p, int32_t d, cons
     return sl_device_alloc(&md->dev, pd->bytes, err);
 }
 
+/* One block of caller memory a load writes: a device's (dest) or a parameter's (param_dest). */
+typedef struct dest_block {
+    uintptr_t at;
+    uint64_t bytes;
+    int32_t device;
+    const char *param;           /* NULL: the device's whole buffer */
+} dest_block;
+
+static int dest_cmp(const void *a, const void *b)
+{
+    const dest_block *x = a, *y = b;
+    return x->at < y->at ? -1 : x->at > y->at;
+}
+
+static void dest_name(const dest_block *b, char *out, size_t len)
+{
+    char nb[SL_TEXT_NAME];
+    if (b->param)
+        snprintf(out, len, "device %d's parameter '%s'", b->device, sl_text_name(b->param, nb, sizeof nb));
+    else
+        snprintf(out, len, "device %d's buffer (dest)", b->device);
+}
+
+/* The caller's blocks of these devices, each checked against the next by address: two that
+ * share memory (one tensor under two names, overlapping views) would each get the other's bytes
+ * over part of theirs, and the load would succeed with wrong weights. */
+static sl_status check_dest_overlap(const sl_plan *p, int32_t first, int32_t count,
+                                    const sl_load_opts *o, sl_err *err)
+{
+    size_t n = 0, cap = 0;
+    dest_block *v = NULL;
+    sl_status st = SL_OK;
+    for (int32_t i = 0; i < count && st == SL_OK; i++) {
+        const sl_plan_device *pd = &p->devices[first + i];
+        void *const *ptr = has_param_dest(o, pd->index) ? o->param_dest[pd->index] : NULL;
+        void *whole = sl_device_dest(o, pd->index);
+        for (int64_t k = 0; k < (ptr ? pd->n_params : (whole ? 1 : 0)) && st == SL_OK; k++) {
+            const uint64_t bytes = ptr ? pd->params[k].nbytes : pd->bytes;
+            if (!bytes || (ptr && !ptr[k]))
+                continue;
+            dest_block *w = sl_grow(v, &cap, n, sizeof *v, 64);
+            if (!w) {
+                st = sl_err_set(err, SL_E_NOMEM, "out of memory");
+                break;
+            }
+            v = w;
+            v[n++] = (dest_block){.at = (uintptr_t)(ptr ? ptr[k] : whole), .bytes = bytes,
+                                  .device = pd->index, .param = ptr ? pd->params[k].name : NULL};
+        }
+    }
+    if (st == SL_OK && n > 1)
+        qsort(v, n, sizeof *v, dest_cmp);
+    for (size_t i = 1; st == SL_OK && i < n; i++) {
+        if (v[i].at - v[i - 1].at >= v[i - 1].bytes)
+            continue;
+        char a[SL_TEXT_NAME + 48], b[SL_TEXT_NAME + 48];
+        dest_name(&v[i - 1], a, sizeof a);
+        dest_name(&v[i], b, sizeof b);
+        st = sl_err_set(err, SL_E_INVALID_ARG, "the destinations of %s and %s overlap (%llu bytes "
+                        "at %p and %llu at %p): each needs memory of its own", a, b,
+                        (unsigned long long)v[i - 1].bytes, (void *)v[i - 1].at,
+                        (unsigned long long)v[i].bytes, (void *)v[i].at);
+    }
+    free(v);
+    return st;
+}
+
 static sl_status open_devices(sl_model *m, const sl_plan *p, int32_t first, int32_t count,
                               const sl_load_opts *o)
 {
+    SL_TRY(check_dest_overlap(p, first, count, o, &m->err));
     m->devs = calloc((size_t)count + 1, sizeof *m->devs);
     if (!m->devs)
         return sl_err_set(&m->err, SL_E_NOMEM, "out of memory");

@@ -204,6 +204,40 @@ def test_load_into_wrong_type_and_rank(tiny_ckpt: Path, engine_tensors: dict) ->
         shardload.load_into(tiny_ckpt, [], tp=2)  # type: ignore[arg-type]
 
 
+def test_load_into_shared_memory_refused(tiny_ckpt: Path, engine_tensors: dict) -> None:
+    """Two parameters in one memory (a tensor under two names, overlapping views of one buffer)
+    would each get part of the other's bytes, the load succeeding with wrong weights: the core
+    refuses them by name before reading (it loaded them)."""
+    import torch
+    a, b = "model.layers.0.input_layernorm.weight", "model.norm.weight"
+    engine_tensors[b] = engine_tensors[a]
+    _refused(tiny_ckpt, engine_tensors, f"parameter '{a}' and .*parameter '{b}' overlap|"
+             f"parameter '{b}' and .*parameter '{a}' overlap")
+    flat = torch.zeros(512 + 128, dtype=torch.bfloat16)
+    engine_tensors[a], engine_tensors[b] = flat[:256], flat[128:384]
+    _refused(tiny_ckpt, engine_tensors, "overlap .*each needs memory of its own")
+
+
+def test_load_into_tensor_subclasses(tiny_ckpt: Path, engine_tensors: dict) -> None:
+    """A subclass of torch.Tensor defined outside torch (vLLM's BasevLLMParameter, under its
+    quantized layers' parameters) is a tensor to fill; it was refused as no torch.Tensor. A
+    torch object that is no tensor is refused by name."""
+    import torch
+
+    class EngineParameter(torch.nn.Parameter):  # as vLLM's, a Parameter subclass of its own
+        pass
+    want = {k: v.clone() for k, v in engine_tensors.items()}
+    shardload.load_into(tiny_ckpt, want, tp=2, rank=1)
+    mine = {k: EngineParameter(v, requires_grad=False) for k, v in engine_tensors.items()}
+    shardload.load_into(tiny_ckpt, mine, tp=2, rank=1)
+    for k, v in mine.items():
+        assert type(v) is EngineParameter and torch.equal(v, want[k]), k
+    engine_tensors["model.norm.weight"] = torch.nn.Linear(2, 2)  # type: ignore[assignment]
+    with pytest.raises(TypeError, match="'model.norm.weight': expected a torch.Tensor or "
+                       "numpy.ndarray, got Linear"):
+        shardload.load_into(tiny_ckpt, engine_tensors, tp=2, rank=1)
+
+
 def test_load_into_meta_device_refused(tiny_ckpt: Path, engine_tensors: dict) -> None:
     import torch
     engine_tensors["model.norm.weight"] = torch.empty(256, dtype=torch.bfloat16, device="meta")
