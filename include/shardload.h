@@ -386,8 +386,9 @@ typedef struct sl_load_opts {
      * cpu, a CUDA device address on the device's GPU for cuda), so that an engine with its own
      * allocator gets each weight in its own tensor and no second copy exists. A NULL param_dest[d] (or d >= n_param_dest) is allocated as usual; within
      * a table every parameter with bytes needs a pointer, and dest[d] must not also be given.
-     * No two blocks (nor a block and a dest) of the devices loaded may overlap. Checked before
-     * any byte is read. Under MPI, indexed by global device. */
+     * No two blocks (nor a block and a dest) of the devices loaded may overlap, and host memory
+     * must be writable (not a read-only mapping). Checked before any byte is read. Under MPI,
+     * indexed by global device. */
     void *const *const *param_dest;
     int32_t n_param_dest;
     sl_progress_fn progress;   /* may be NULL; called from the loading thread */

@@ -8,6 +8,7 @@
 #include "load/convert.h"
 
 #include <dlfcn.h>
+#include <sys/mman.h>
 
 /* ---- the TP layout on the cuda stand-in and in the caller's memory --------------------------- */
 
@@ -310,6 +311,21 @@ static void param_dest_case(const sl_load_file *f, const sl_plan *p, unsigned ch
                "param_dest overlap %d (%s): %s", c, dev, msg);
         sl_model_free(m);
         blocks[d2][i2] = own;
+    }
+    /* host memory the process may not write (a tensor over a read-only mapping): refused by
+     * name, where the first copy into it killed the process */
+    const size_t ro_len = (size_t)p->devices[1].params[0].nbytes;
+    void *ro = cmalloc ? MAP_FAILED : mmap(NULL, ro_len, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (ro != MAP_FAILED) {
+        void *own = blocks[1][0];
+        blocks[1][0] = ro;
+        st = run_load(f, 1, p, &o, engines[0], &m, &skip);
+        EXPECT(st == SL_E_INVALID_ARG && strstr(sl_model_errmsg(m), "may not write") &&
+                   strstr(sl_model_errmsg(m), p->devices[1].params[0].name) && sl_model_device_count(m) == 0,
+               "param_dest read-only (%s): %s", dev, sl_model_errmsg(m));
+        sl_model_free(m);
+        blocks[1][0] = own;
+        munmap(ro, ro_len);
     }
     for (int32_t d = 0; d < 2; d++)
         for (int64_t i = 0; i < p->devices[d].n_params; i++) {

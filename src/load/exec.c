@@ -15,6 +15,7 @@
 #include "common/sl_bytes.h"
 #include "common/sl_grow.h"
 #include "common/sl_text.h"
+#include "common/sl_vm.h"
 
 /* ---- plan checks --------------------------------------------------------------------------- */
 
@@ -262,6 +263,37 @@ static sl_status check_dest_overlap(const sl_plan *p, int32_t first, int32_t cou
     return st;
 }
 
+/* The caller's host memory a device writes (dest, param_dest), checked writable: a tensor over a
+ * read-only mapping (torch.from_numpy of a read-only memmap) would kill the process at the first
+ * byte copied into it. Memory of other devices (a GPU's) is left to their backends. */
+static sl_status check_dest_writable(const sl_model *m, const sl_plan *p, int32_t first,
+                                     const sl_load_opts *o, sl_err *err)
+{
+    sl_vm_maps vm = {0};
+    int listed = 0;
+    sl_status st = SL_OK;
+    for (int32_t i = 0; i < m->n_devices && st == SL_OK; i++) {
+        const sl_plan_device *pd = &p->devices[first + i];
+        if (!has_param_dest(o, pd->index) && !sl_device_dest(o, pd->index))
+            continue;
+        if (!listed++ && (st = sl_vm_maps_read(&vm, err)) != SL_OK)
+            break;
+        for (int64_t k = 0; k < pd->n_params && st == SL_OK; k++) {
+            const sl_plan_param_t *q = &pd->params[k];
+            const void *h = q->nbytes ? sl_device_host_at(&m->devs[i].dev, q->offset, q->nbytes) : NULL;
+            if (!h || sl_vm_writable(&vm, h, q->nbytes))
+                continue;
+            char nb[SL_TEXT_NAME];
+            st = sl_err_set(err, SL_E_INVALID_ARG, "device %d: the destination of parameter '%s' "
+                            "(%llu bytes at %p) is memory this process may not write (a read-only "
+                            "mapping)", pd->index, sl_text_name(q->name, nb, sizeof nb),
+                            (unsigned long long)q->nbytes, h);
+        }
+    }
+    sl_vm_maps_free(&vm);
+    return st;
+}
+
 static sl_status open_devices(sl_model *m, const sl_plan *p, int32_t first, int32_t count,
                               const sl_load_opts *o)
 {
@@ -273,7 +305,7 @@ static sl_status open_devices(sl_model *m, const sl_plan *p, int32_t first, int3
     m->first_device = first;
     for (int32_t i = 0; i < count; i++)
         SL_TRY(open_device(&m->devs[i], p, first + i, o, &m->err));
-    return SL_OK;
+    return check_dest_writable(m, p, first, o, &m->err);
 }
 
 /* Timed apart from the reads: for cuda it includes the runtime's and the context's start-up, a

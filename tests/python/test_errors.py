@@ -218,6 +218,24 @@ def test_load_into_shared_memory_refused(tiny_ckpt: Path, engine_tensors: dict) 
     _refused(tiny_ckpt, engine_tensors, "overlap .*each needs memory of its own")
 
 
+def test_load_into_read_only_memory_refused(tiny_ckpt: Path, engine_tensors: dict,
+                                            tmp_path: Path) -> None:
+    """A tensor over memory the process may not write (torch.from_numpy of a read-only memmap,
+    which torch only warns about) is refused by name: the first byte copied killed the
+    process (SIGSEGV)."""
+    import warnings
+
+    import torch
+    name = "model.norm.weight"
+    (tmp_path / "ro.bin").write_bytes(bytes(512))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "The given NumPy array is not writable"
+        ro = torch.from_numpy(np.memmap(tmp_path / "ro.bin", np.uint16, "r", shape=(256,)))
+    engine_tensors[name] = ro.view(torch.bfloat16)
+    _refused(tiny_ckpt, engine_tensors, f"the destination of parameter '{name}' .* is memory "
+             "this process may not write")
+
+
 def test_load_into_tensor_subclasses(tiny_ckpt: Path, engine_tensors: dict) -> None:
     """A subclass of torch.Tensor defined outside torch (vLLM's BasevLLMParameter, under its
     quantized layers' parameters) is a tensor to fill; it was refused as no torch.Tensor. A
