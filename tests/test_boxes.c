@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#define N_TENSORS 6
+#define N_TENSORS 7
 #define N_DEV 3
 
 typedef struct tensor {
@@ -24,6 +24,7 @@ static const tensor tensors[N_TENSORS] = {
     {"cube", SL_DTYPE_F32, 3, {5, 7, 11}},
     {"hyper", SL_DTYPE_F32, 4, {3, 4, 5, 6}},
     {"wide", SL_DTYPE_F32, 2, {3, 4096}},
+    {"ones", SL_DTYPE_F32, 4, {4, 1, 3, 6}},   /* a size-1 dimension every box holds whole */
 };
 
 static uint64_t numel(const tensor *t)
@@ -192,6 +193,33 @@ static void test_random_boxes(const sl_checkpoint *ck)
     }
 }
 
+/* Dimensions a box holds whole fold into its operations' rows (one pitch apart), however many
+ * lead up to the run: a [N, 1, 2] tensor halved along its last dimension was one operation per
+ * leading index (2^25 of them planned in 4.6 GB); the bytes as index arithmetic gives them. */
+static void test_rows_fold(const sl_checkpoint *ck)
+{
+    static const struct {
+        uint64_t start[4], len[4];
+        int64_t ops;
+    } cases[] = {
+        {{0, 0, 0, 3}, {4, 1, 3, 3}, 1},   /* the last dimension halved: 12 rows of 3 */
+        {{1, 0, 1, 0}, {2, 1, 2, 6}, 1},   /* 2 rows of 12 */
+        {{0, 0, 1, 2}, {4, 1, 2, 3}, 4},   /* dimension 2 cut: an operation per leading index */
+        {{0, 0, 0, 0}, {4, 1, 3, 6}, 1},   /* the whole tensor */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        box b = {.t = 6, .dev = 0};
+        memcpy(b.start, cases[i].start, sizeof b.start);
+        memcpy(b.len, cases[i].len, sizeof b.len);
+        sl_plan *p = NULL;
+        EXPECT(build(ck, &b, 1, -1, &p) == SL_OK && p->devices[0].n_ops == cases[i].ops,
+               "fold %zu: %lld operations, want %lld: %s", i, p ? (long long)p->devices[0].n_ops : -1LL,
+               (long long)cases[i].ops, sl_plan_errmsg(p));
+        sl_plan_free(p);
+        check_round(ck, &b, 1, -1, 2000 + (int)i);
+    }
+}
+
 /* Replicated boxes: the same rows on every device are read once (read_bytes is their union). */
 static void test_replicated(const sl_checkpoint *ck)
 {
@@ -261,6 +289,40 @@ static void test_refusals(const sl_checkpoint *ck)
     EXPECT(sl_plan_build_boxes(ck, &b, 1, 0, -1, &p) == SL_E_INVALID_ARG &&
                strstr(sl_plan_errmsg(p), "a mesh of 0 devices"), "zero devices: %s", sl_plan_errmsg(p));
     sl_plan_free(p);
+}
+
+/* A plan whose boxes would need more operations than the planner's bound (as layout plans have,
+ * plan_bound.c) is refused with the figures before anything is allocated for it: a [2^25, 3, 2]
+ * tensor (a sparse file) cut in dimensions 1 and 2 is an operation per leading index, 2^25 of
+ * them, about 3 GB of plan. */
+static void test_box_plan_bound(const char *dir)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/huge.safetensors", dir);
+    const uint64_t n = 1ull << 25;
+    char js[160];
+    const int len = snprintf(js, sizeof js, "{\"t\":{\"dtype\":\"U8\",\"shape\":[%llu,3,2],"
+                             "\"data_offsets\":[0,%llu]}}", (unsigned long long)n,
+                             (unsigned long long)(6 * n));
+    FILE *f = fopen(path, "wb");
+    const uint64_t hl = (uint64_t)len;
+    unsigned char le[8];
+    for (int i = 0; i < 8; i++)
+        le[i] = (unsigned char)(hl >> (8 * i));
+    EXPECT(f && fwrite(le, 1, 8, f) == 8 && fwrite(js, 1, hl, f) == hl && fclose(f) == 0 &&
+               truncate(path, (off_t)(8 + hl + 6 * n)) == 0, "writing %s", path);
+    sl_checkpoint *ck = NULL;
+    EXPECT(sl_checkpoint_open(path, &ck) == SL_OK, "open huge: %s", sl_checkpoint_errmsg(ck));
+    const uint64_t start[3] = {0, 1, 1}, len3[3] = {n, 2, 1};
+    const sl_box b = {.tensor = "t", .device = 0, .ndim = 3, .start = start, .len = len3};
+    sl_plan *p = NULL;
+    const sl_status st = sl_plan_build_boxes(ck, &b, 1, 1, -1, &p);
+    EXPECT(st == SL_E_NOMEM && strstr(sl_plan_errmsg(p), "would hold 33554432 operations") &&
+               strstr(sl_plan_errmsg(p), "above the planner's limit"), "box plan bound: %s: %s",
+           sl_status_str(st), sl_plan_errmsg(p));
+    sl_plan_free(p);
+    sl_checkpoint_close(ck);
+    unlink(path);
 }
 
 /* SL_BOX_DTYPES: a target per box, in one plan: m32 to BF16 on device 0 and kept F32 on device 1
@@ -392,8 +454,10 @@ int main(void)
     if (!expect_failures) {
         test_random_boxes(ck);
         test_replicated(ck);
+        test_rows_fold(ck);
         test_refusals(ck);
         test_mixed_dtypes(dir);
+        test_box_plan_bound(dir);
     }
     sl_checkpoint_close(ck);
     unlink(path);

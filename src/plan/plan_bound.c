@@ -61,6 +61,27 @@ static void tmpl_count(const plan_ctx *c, const plan_tmpl *t, uint64_t *params)
         *params += (uint64_t)sl_plan_tmpl_on_stage(c, t, s);
 }
 
+/* Bytes of a plan's parameters, operations and per-device file totals. */
+static uint64_t plan_bytes(uint64_t params, uint64_t ops, uint64_t devices, uint64_t files)
+{
+    return sat_add(sat_add(sat_mul(params, sizeof(sl_plan_param_t)), sat_mul(ops, sizeof(sl_op))),
+                   sat_mul(devices, sat_mul(files, sizeof(uint64_t))));
+}
+
+sl_status sl_plan_check_box_size(sl_plan *p, uint64_t boxes, uint64_t ops, uint64_t files)
+{
+    const uint64_t bytes = plan_bytes(boxes, ops, (uint64_t)p->n_devices, files);
+    if (bytes <= SL_PLAN_MAX_BYTES)
+        return SL_OK;
+    return sl_err_set(&p->err, SL_E_NOMEM, "a plan of %llu boxes over %d devices would hold %llu "
+                      "operations, about %llu MB, above the planner's limit of %llu MB: a box cut "
+                      "along a dimension other than its last takes an operation per index of the "
+                      "dimensions outside that cut that it does not hold whole",
+                      (unsigned long long)boxes, (int)p->n_devices, (unsigned long long)ops,
+                      (unsigned long long)(bytes / 1000000),
+                      (unsigned long long)(SL_PLAN_MAX_BYTES / 1000000));
+}
+
 sl_status sl_plan_check_size(plan_ctx *c)
 {
     const sl_plan *p = c->p;
@@ -77,8 +98,7 @@ sl_status sl_plan_check_size(plan_ctx *c)
         ops = sat_add(ops, sat_mul(sat_mul(n, T), tmpl_ops(c, &c->tmpl[i])));
     }
     const uint64_t files = c->ck ? (uint64_t)sl_checkpoint_file_count(c->ck) : 0;
-    bytes = sat_add(sat_add(sat_mul(params, sizeof(sl_plan_param_t)), sat_mul(ops, sizeof(sl_op))),
-                    sat_mul((uint64_t)p->n_devices, sat_mul(files, sizeof(uint64_t))));
+    bytes = plan_bytes(params, ops, (uint64_t)p->n_devices, files);
     if (bytes <= SL_PLAN_MAX_BYTES)
         return SL_OK;
     return sl_err_set(&c->p->err, SL_E_NOMEM, "%s: %s%sa plan for %d devices (tp %d, pp %d, layout %s) "

@@ -123,19 +123,28 @@ static sl_status box_unique(box_ctx *c, const sl_box *boxes, int64_t n)
 
 /* How a box is walked: `outer` operations of `rows` rows of `run` elements. */
 typedef struct box_walk {
-    uint32_t split;           /* the innermost dimension the box does not cover whole (or 0) */
     uint64_t run;             /* elements per contiguous run */
-    uint64_t rows;            /* runs per operation (dimension split - 1), 1 when split is 0 */
-    uint64_t row_pitch;       /* elements between rows in the tensor */
-    uint64_t outer;           /* operations: product of the box over dimensions < split - 1 */
+    uint64_t rows;            /* runs per operation, `row_pitch` elements apart in the tensor */
+    uint64_t row_pitch;
+    uint32_t n_outer;         /* dimensions [0, n_outer) are walked an operation per index */
+    uint64_t outer;           /* operations: product of the box over those dimensions */
 } box_walk;
 
+static int box_whole(const sl_box *b, const uint64_t *shape, uint32_t k)
+{
+    return b->start[k] == 0 && b->len[k] == shape[k];
+}
+
+/* The run: the innermost dimension the box does not cover whole, with the whole ones inside it.
+ * The rows: the dimension outside the run, and each one further out while the one inside it is
+ * whole, which keeps consecutive rows one pitch apart: a [N, 1, 2] tensor halved along its last
+ * dimension is one operation of N rows, not N operations of one (2^25 operations took 4.6 GB). */
 static box_walk box_walk_of(const sl_box *b, const uint64_t *shape)
 {
-    box_walk w = {.split = 0, .run = 1, .rows = 1, .row_pitch = 0, .outer = 1};
+    box_walk w = {.run = 1, .rows = 1, .row_pitch = 0, .n_outer = 0, .outer = 1};
     uint32_t k = b->ndim;
     uint64_t inner = 1; /* elements of the tensor per index of dimension k - 1 */
-    while (k > 0 && b->start[k - 1] == 0 && b->len[k - 1] == shape[k - 1]) {
+    while (k > 0 && box_whole(b, shape, k - 1)) {
         inner *= shape[k - 1];
         k--;
     }
@@ -143,13 +152,17 @@ static box_walk box_walk_of(const sl_box *b, const uint64_t *shape)
         w.run = inner;
         return w;
     }
-    w.split = k - 1;
     w.run = b->len[k - 1] * inner;
-    if (k >= 2) {
-        w.rows = b->len[k - 2];
-        w.row_pitch = shape[k - 1] * inner;
+    w.row_pitch = shape[k - 1] * inner;
+    uint32_t m = k - 1;                 /* the rows span dimensions [m, k - 1) */
+    while (m > 0 && (m == k - 1 || box_whole(b, shape, m))) {
+        w.rows *= b->len[m - 1];
+        m--;
     }
-    for (uint32_t j = 0; j + 2 < k; j++)
+    if (w.rows == 1)
+        w.row_pitch = 0;
+    w.n_outer = m;
+    for (uint32_t j = 0; j < m; j++)
         w.outer *= b->len[j];
     return w;
 }
@@ -158,14 +171,13 @@ static box_walk box_walk_of(const sl_box *b, const uint64_t *shape)
 static uint64_t box_op_origin(const sl_box *b, const uint64_t *shape, const box_walk *w, uint64_t o)
 {
     uint64_t idx[SL_PLAN_MAX_DIMS] = {0};
-    const uint32_t k = w->split + 1;   /* dimensions [0, k - 2) are the outer ones */
-    for (uint32_t j = k >= 2 ? k - 2 : 0; j-- > 0;) {
+    for (uint32_t j = w->n_outer; j-- > 0;) {
         idx[j] = o % b->len[j];
         o /= b->len[j];
     }
     uint64_t off = 0;
     for (uint32_t j = 0; j < b->ndim; j++)
-        off = off * shape[j] + b->start[j] + (j + 2 < k ? idx[j] : 0);
+        off = off * shape[j] + b->start[j] + idx[j];
     return off;
 }
 
@@ -214,16 +226,24 @@ static sl_status box_param(box_ctx *c, const sl_box *b, const sl_tensor_info *ti
 
 /* ---- building ------------------------------------------------------------------------------ */
 
+/* Parameters and operations per device, bounded as a layout plan's size is (plan_bound.c) before
+ * anything is allocated for them. */
 static sl_status box_count(box_ctx *c, const sl_box *boxes, int64_t n)
 {
     sl_tensor_info ti;
+    uint64_t ops = 0;
     for (int64_t i = 0; i < n; i++) {
         SL_TRY(box_tensor(c, &boxes[i], &ti));
+        const uint64_t k = box_elems(&boxes[i]) > 0 ? box_walk_of(&boxes[i], ti.shape).outer : 0;
+        if (sl_add_overflow(ops, k, &ops))
+            ops = UINT64_MAX;
+        if (ops > (uint64_t)INT64_MAX)
+            break;   /* far above the bound: refused below, and no per-device count overflows */
         c->n_params[boxes[i].device]++;
-        if (box_elems(&boxes[i]) > 0)
-            c->n_ops[boxes[i].device] += (int64_t)box_walk_of(&boxes[i], ti.shape).outer;
+        c->n_ops[boxes[i].device] += (int64_t)k;
     }
-    return SL_OK;
+    return sl_plan_check_box_size(c->p, (uint64_t)n, ops,
+                                  (uint64_t)sl_checkpoint_file_count(c->ck));
 }
 
 static sl_status box_devices(box_ctx *c)

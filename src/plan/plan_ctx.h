@@ -81,6 +81,8 @@ uint64_t sl_plan_spmd_tile(const plan_ctx *c, const sl_rule *r, int dim, uint64_
  * operations and per-file totals would take more than SL_PLAN_MAX_BYTES, from the config and the
  * mesh alone, before anything is allocated for it. */
 sl_status sl_plan_check_size(plan_ctx *c);
+/* The same bound for a plan from boxes, once their operations are counted. */
+sl_status sl_plan_check_box_size(sl_plan *p, uint64_t boxes, uint64_t ops, uint64_t files);
 
 /* plan_ckpt.c: binds checkpoint tensors to model tensors and enforces the strictness rules. */
 sl_status sl_plan_bind_checkpoint(plan_ctx *c);
