@@ -481,8 +481,10 @@ sl_status sl_cuda_set_runtime(const char *path);
  * for device "cuda"); 0 without a runtime or a GPU. */
 int32_t sl_cuda_gpu_count(void);
 
-/* Executes plan p (built from ck, which may be NULL when o->dummy) on the devices. On failure every
- * device allocation is freed and *out's errmsg names the file and offset involved.
+/* Executes plan p (built from ck, which may be NULL when o->dummy) on the devices. ck may be another
+ * handle of that checkpoint, or of a copy (other weights of the same tensors in the same places);
+ * a checkpoint whose tensors' names, dtypes, shapes or places differ is SL_E_INVALID_ARG. On
+ * failure every device allocation is freed and *out's errmsg names the file and offset involved.
  * cuda: the calling thread's current CUDA device is left set to a GPU the load used (restoring the
  * previous one would create a context on GPU 0 in processes that never chose a device); callers
  * that rely on it set it again afterwards, e.g. torch.cuda.set_device. */

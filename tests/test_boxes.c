@@ -325,6 +325,52 @@ static void test_box_plan_bound(const char *dir)
     unlink(path);
 }
 
+/* A plan loads only with a checkpoint of the layout it was made for: a copy of that file elsewhere
+ * loads; one whose tensor has another shape (the same bytes, so every read stays inside the file)
+ * is refused, where it loaded other bytes with SL_OK. */
+static void test_other_checkpoint(const sl_checkpoint *ck, const char *dir, const char *path)
+{
+    char copy[600], other[600];
+    snprintf(copy, sizeof copy, "%s/copy.safetensors", dir);
+    snprintf(other, sizeof other, "%s/other.safetensors", dir);
+    FILE *in = fopen(path, "rb");
+    size_t n = 0;
+    unsigned char *buf = malloc(1 << 20);
+    n = in && buf ? fread(buf, 1, 1 << 20, in) : 0;
+    if (in)
+        fclose(in);
+    EXPECT(n > 8 && n < (1 << 20), "reading %s", path);
+    tu_write_file(copy, buf, n);
+    /* the same file with "mat" [29, 43] declared [43, 29]: same byte range, another shape */
+    char *hit = n > 8 ? memmem(buf, n, "[29,43]", 7) : NULL;
+    EXPECT(hit != NULL, "no mat shape in the header");
+    if (hit)
+        memcpy(hit, "[43,29]", 7);
+    tu_write_file(other, buf, n);
+    free(buf);
+    const uint64_t start[2] = {3, 5}, len[2] = {7, 11};
+    const sl_box b = {.tensor = "mat", .device = 0, .ndim = 2, .start = start, .len = len};
+    sl_plan *p = NULL;
+    EXPECT(sl_plan_build_boxes(ck, &b, 1, 1, -1, &p) == SL_OK, "plan: %s", sl_plan_errmsg(p));
+    const char *paths[2] = {copy, other};
+    for (int i = 0; i < 2; i++) {
+        sl_checkpoint *c2 = NULL;
+        sl_model *m = NULL;
+        EXPECT(sl_checkpoint_open(paths[i], &c2) == SL_OK, "open %s: %s", paths[i], sl_checkpoint_errmsg(c2));
+        const sl_status st = sl_load(c2, p, NULL, &m);
+        if (i == 0)
+            EXPECT(st == SL_OK, "a copy of the checkpoint: %s", sl_model_errmsg(m));
+        else
+            EXPECT(st == SL_E_INVALID_ARG && strstr(sl_model_errmsg(m), "the plan was made for another "
+                                                    "checkpoint"), "another layout: %s: %s",
+                   sl_status_str(st), sl_model_errmsg(m));
+        sl_model_free(m);
+        sl_checkpoint_close(c2);
+        unlink(paths[i]);
+    }
+    sl_plan_free(p);
+}
+
 /* SL_BOX_DTYPES: a target per box, in one plan: m32 to BF16 on device 0 and kept F32 on device 1
  * (the same rows: read once), mi kept I32 beside them (under one target it is refused), each
  * element the independent rounding of its source. */
@@ -458,6 +504,7 @@ int main(void)
         test_refusals(ck);
         test_mixed_dtypes(dir);
         test_box_plan_bound(dir);
+        test_other_checkpoint(ck, dir, path);
     }
     sl_checkpoint_close(ck);
     unlink(path);

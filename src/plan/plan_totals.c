@@ -153,9 +153,30 @@ static sl_status read_bytes(plan_ctx *c)
     return st;
 }
 
+uint64_t sl_plan_ckpt_digest(const sl_checkpoint *ck)
+{
+    uint64_t h = (uint64_t)sl_checkpoint_file_count(ck);
+    const int64_t n = sl_checkpoint_tensor_count(ck);
+    for (int64_t i = 0; i < n; i++) {
+        sl_tensor_info ti;
+        if (sl_checkpoint_tensor(ck, i, &ti) != SL_OK)
+            continue;
+        uint64_t f[4 + SL_PLAN_MAX_DIMS] = {sl_xxh3(ti.name, strlen(ti.name)),
+                                             ((uint64_t)ti.dtype << 32) | (uint32_t)ti.file,
+                                             ti.offset, ti.nbytes};
+        const uint32_t nd = ti.ndim < SL_PLAN_MAX_DIMS ? ti.ndim : SL_PLAN_MAX_DIMS;
+        for (uint32_t k = 0; k < nd; k++)
+            f[4 + k] = ti.shape[k];
+        h = h * 0x9E3779B97F4A7C15ull + sl_xxh3(f, (4 + nd) * sizeof f[0]);
+    }
+    return h;
+}
+
 sl_status sl_plan_finish(plan_ctx *c)
 {
     sl_plan *p = c->p;
+    if (c->ck != NULL)
+        p->ck_digest = sl_plan_ckpt_digest(c->ck);
     for (int32_t d = 0; d < p->n_devices; d++) {
         sl_plan_device *dev = &p->devices[d];
         /* Without a checkpoint every op has file -1 and an offset inside its own tensor: file
