@@ -64,7 +64,7 @@ sl_status sl_load_job_plan(sl_load_job *j, const sl_plan *p, sl_err *err)
              "plan reads %lld files, %lld given", (long long)p->n_files, (long long)j->n_files);
     /* a plan's operations are byte ranges of the checkpoint it was made for: of another, with
      * other shapes or dtypes, they would load other bytes without an error */
-    SL_CHECK(j->opts.dummy || !j->ck || !p->has_checkpoint || p->ck_digest == sl_plan_ckpt_digest(j->ck),
+    SL_CHECK(j->opts.dummy || !j->ck || !p->has_checkpoint || p->ck_digest == sl_plan_ckpt_digest(p, j->ck),
              err, SL_E_INVALID_ARG, "%s: the plan was made for another checkpoint (its tensors' "
              "names, dtypes, shapes or places differ): plan this one", sl_checkpoint_dir(j->ck));
     /* (one per mesh device, by mesh index: more is a typo, not ignored) */

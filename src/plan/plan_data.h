@@ -77,7 +77,7 @@ struct sl_plan {
     uint64_t total_bytes;    /* sum of device bytes */
     uint64_t read_bytes;     /* union of all COPY source bytes; UINT64_MAX without a checkpoint */
     int has_checkpoint;
-    uint64_t ck_digest;      /* sl_plan_ckpt_digest of the checkpoint the ops read (0: none) */
+    uint64_t ck_digest;      /* sl_plan_ckpt_digest of the checkpoint it was made for */
     int tied;                /* the config ties embeddings (reshard stores the shared tensor once) */
     const char *tied_stored; /* tied: the name pre-sharded files keep the last stage's copy of
                                 tied_param under (arena); NULL when not tied */
@@ -87,10 +87,10 @@ struct sl_plan {
                                 reshard writes it as the output's config.json */
 };
 
-/* A digest of what a plan's operations take from a checkpoint: its files' count and every
- * tensor's name, dtype, shape, file and byte range (not paths or contents: a copy elsewhere, or
- * other weights of the same layout, load with the same plan). */
-uint64_t sl_plan_ckpt_digest(const sl_checkpoint *ck);
+/* A digest of what p's operations take from ck: the name, dtype, shape, file and byte range of
+ * the tensor each reads (not paths or contents: a copy elsewhere, or other weights in the same
+ * layout, load with the same plan). O(operations): a JAX load plans and loads each group. */
+uint64_t sl_plan_ckpt_digest(const sl_plan *p, const sl_checkpoint *ck);
 
 /* The tensor name a pre-sharded file stores parameter `param` of device d under: its own, except
  * the last stage's copy of a tied embedding (sl_plan.tied_stored). */

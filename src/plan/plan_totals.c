@@ -153,21 +153,28 @@ static sl_status read_bytes(plan_ctx *c)
     return st;
 }
 
-uint64_t sl_plan_ckpt_digest(const sl_checkpoint *ck)
+uint64_t sl_plan_ckpt_digest(const sl_plan *p, const sl_checkpoint *ck)
 {
-    uint64_t h = (uint64_t)sl_checkpoint_file_count(ck);
-    const int64_t n = sl_checkpoint_tensor_count(ck);
-    for (int64_t i = 0; i < n; i++) {
-        sl_tensor_info ti;
-        if (sl_checkpoint_tensor(ck, i, &ti) != SL_OK)
-            continue;
-        uint64_t f[4 + SL_PLAN_MAX_DIMS] = {sl_xxh3(ti.name, strlen(ti.name)),
-                                             ((uint64_t)ti.dtype << 32) | (uint32_t)ti.file,
-                                             ti.offset, ti.nbytes};
-        const uint32_t nd = ti.ndim < SL_PLAN_MAX_DIMS ? ti.ndim : SL_PLAN_MAX_DIMS;
-        for (uint32_t k = 0; k < nd; k++)
-            f[4 + k] = ti.shape[k];
-        h = h * 0x9E3779B97F4A7C15ull + sl_xxh3(f, (4 + nd) * sizeof f[0]);
+    uint64_t h = 0;
+    for (int32_t d = 0; d < p->n_devices; d++) {
+        const sl_plan_device *dev = &p->devices[d];
+        for (int64_t k = 0; k < dev->n_ops; k++) {
+            sl_tensor_info ti;
+            const sl_op *op = &dev->ops[k];
+            if (op->kind != SL_OP_COPY || op->tensor < 0)
+                continue;
+            if (sl_checkpoint_tensor(ck, op->tensor, &ti) != SL_OK) {
+                h = h * 0x9E3779B97F4A7C15ull + 1;   /* the checkpoint lacks that tensor */
+                continue;
+            }
+            uint64_t f[4 + SL_PLAN_MAX_DIMS] = {sl_xxh3(ti.name, strlen(ti.name)),
+                                                 ((uint64_t)ti.dtype << 32) | (uint32_t)ti.file,
+                                                 ti.offset, ti.nbytes};
+            const uint32_t nd = ti.ndim < SL_PLAN_MAX_DIMS ? ti.ndim : SL_PLAN_MAX_DIMS;
+            for (uint32_t j = 0; j < nd; j++)
+                f[4 + j] = ti.shape[j];
+            h = h * 0x9E3779B97F4A7C15ull + sl_xxh3(f, (4 + nd) * sizeof f[0]);
+        }
     }
     return h;
 }
@@ -175,8 +182,6 @@ uint64_t sl_plan_ckpt_digest(const sl_checkpoint *ck)
 sl_status sl_plan_finish(plan_ctx *c)
 {
     sl_plan *p = c->p;
-    if (c->ck != NULL)
-        p->ck_digest = sl_plan_ckpt_digest(c->ck);
     for (int32_t d = 0; d < p->n_devices; d++) {
         sl_plan_device *dev = &p->devices[d];
         /* Without a checkpoint every op has file -1 and an offset inside its own tensor: file
@@ -186,5 +191,7 @@ sl_status sl_plan_finish(plan_ctx *c)
             qsort(dev->ops, (size_t)dev->n_ops, sizeof(*dev->ops), op_cmp);
         SL_TRY(device_file_bytes(p, dev));
     }
+    if (c->ck != NULL)
+        p->ck_digest = sl_plan_ckpt_digest(p, c->ck);
     return c->ck != NULL ? read_bytes(c) : SL_OK;
 }
