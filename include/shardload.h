@@ -10,7 +10,8 @@
  * - Every fallible call returns sl_status (0 = SL_OK). Results go through out-parameters.
  * - Constructors hand back a handle even when they fail (unless out of memory), so that the detailed
  *   message can be read with the handle's *_errmsg() getter. The message is owned by the handle and
- *   stays valid until the next call on it. Destructors accept NULL.
+ *   stays valid until the next call on it. Destructors accept NULL; getters take a NULL handle as
+ *   an empty one (0, NULL; a NULL plan's dtype -1), and a NULL out-pointer is SL_E_INVALID_ARG.
  * - The library never prints, aborts or exits. Strings returned by getters are borrowed from the handle.
  */
 #ifndef SHARDLOAD_H

@@ -33,6 +33,8 @@ unsigned sl_dtype_bits(sl_dtype dt)
 
 int sl_dtype_from_name(const char *name, size_t len, sl_dtype *out)
 {
+    if (!name || !out)
+        return -1;
     for (int i = 0; i < SL_DTYPE_COUNT; i++) {
         if (strlen(sl_dtypes[i].name) == len && memcmp(sl_dtypes[i].name, name, len) == 0) {
             *out = (sl_dtype)i;

@@ -109,6 +109,8 @@ sl_status sl_model_read_param(const sl_model *m, int32_t dev, int64_t i, uint64_
     const sl_model_dev *md = NULL;
     SL_TRY(model_param(m, dev, i, &md));
     sl_err *err = m->errw;
+    SL_CHECK(dst || nbytes == 0, err, SL_E_INVALID_ARG, "read of %llu bytes of parameter %lld into NULL",
+             (unsigned long long)nbytes, (long long)i);
     SL_CHECK(off <= md->param_bytes[i] && nbytes <= md->param_bytes[i] - off && nbytes <= SIZE_MAX,
              err, SL_E_INVALID_ARG, "read of [%llu, +%llu) outside parameter %lld (%llu bytes)",
              (unsigned long long)off, (unsigned long long)nbytes, (long long)i,
@@ -150,6 +152,7 @@ sl_status sl_model_param_xxh3(const sl_model *m, int32_t dev, int64_t i, uint64_
 {
     const sl_model_dev *md = NULL;
     SL_TRY(model_param(m, dev, i, &md));
+    SL_CHECK(out != NULL, m->errw, SL_E_INVALID_ARG, "checksum of parameter %lld into NULL", (long long)i);
     const unsigned char *base = sl_device_host_ptr(&md->dev);
     if (base || md->param_bytes[i] == 0) {
         *out = base ? XXH3_64bits(base + md->param_off[i], (size_t)md->param_bytes[i])

@@ -8,39 +8,40 @@ const char *sl_plan_errmsg(const sl_plan *p)
     return p ? sl_err_msg(&p->err) : "out of memory";
 }
 
+/* Getters take a NULL plan (a failed build's out of memory) as a plan of nothing. */
 sl_layout sl_plan_layout(const sl_plan *p)
 {
-    return p->layout;
+    return p ? p->layout : SL_LAYOUT_TP;
 }
 
 int32_t sl_plan_tp(const sl_plan *p)
 {
-    return p->tp;
+    return p ? p->tp : 0;
 }
 
 int32_t sl_plan_pp(const sl_plan *p)
 {
-    return p->pp;
+    return p ? p->pp : 0;
 }
 
 int32_t sl_plan_ep(const sl_plan *p)
 {
-    return p->ep;
+    return p ? p->ep : 0;
 }
 
 sl_dtype sl_plan_dtype(const sl_plan *p)
 {
-    return p->dtype;
+    return p ? p->dtype : (sl_dtype)-1;
 }
 
 int32_t sl_plan_device_count(const sl_plan *p)
 {
-    return p->devices ? p->n_devices : 0;
+    return p && p->devices ? p->n_devices : 0;
 }
 
 static const sl_plan_device *plan_device(const sl_plan *p, int32_t dev)
 {
-    return p->devices && dev >= 0 && dev < p->n_devices ? &p->devices[dev] : NULL;
+    return p && p->devices && dev >= 0 && dev < p->n_devices ? &p->devices[dev] : NULL;
 }
 
 int64_t sl_plan_param_count(const sl_plan *p, int32_t dev)
@@ -52,7 +53,7 @@ int64_t sl_plan_param_count(const sl_plan *p, int32_t dev)
 sl_status sl_plan_param(const sl_plan *p, int32_t dev, int64_t i, sl_param_info *out)
 {
     const sl_plan_device *d = plan_device(p, dev);
-    if (d == NULL || i < 0 || i >= d->n_params)
+    if (d == NULL || out == NULL || i < 0 || i >= d->n_params)
         return SL_E_INVALID_ARG;
     const sl_plan_param_t *pp = &d->params[i];
     memset(out, 0, sizeof(*out));
@@ -85,12 +86,12 @@ sl_status sl_plan_device_ranks(const sl_plan *p, int32_t dev, int32_t *tp_rank, 
 
 uint64_t sl_plan_total_bytes(const sl_plan *p)
 {
-    return p->total_bytes;
+    return p ? p->total_bytes : 0;
 }
 
 uint64_t sl_plan_read_bytes(const sl_plan *p)
 {
-    return p->read_bytes;
+    return p ? p->read_bytes : 0;
 }
 
 uint64_t sl_plan_device_file_bytes(const sl_plan *p, int32_t dev, int64_t file)

@@ -430,6 +430,8 @@ static sl_status devices_build(plan_ctx *c)
 
 void sl_plan_opts_init(sl_plan_opts *o)
 {
+    if (!o)
+        return;
     memset(o, 0, sizeof(*o));
     o->tp = 1;
     o->pp = 1;
@@ -565,6 +567,8 @@ static sl_status plan_build_impl(sl_plan *p, const sl_checkpoint *ck, const sl_p
 sl_status sl_plan_build(const sl_checkpoint *ck, const sl_plan_opts *o, sl_plan **out)
 {
     sl_plan_opts dflt;
+    if (out == NULL)
+        return SL_E_INVALID_ARG;
     if (o == NULL) {
         sl_plan_opts_init(&dflt);
         o = &dflt;
