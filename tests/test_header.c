@@ -11,6 +11,10 @@ static sl_status check_buf(const fmt_buf *b, char *err, size_t errlen)
     return sl_validate_buffer(b->p, b->len, "t.safetensors", err, errlen);
 }
 
+/* digits for numbers past a double's range (10^309) and within it (10^60): bad_cases */
+#define ZEROS_30 "000000000000000000000000000000"
+#define ZEROS_309 ZEROS_30 ZEROS_30 ZEROS_30 ZEROS_30 ZEROS_30 ZEROS_30 ZEROS_30 ZEROS_30 ZEROS_30 ZEROS_30 "000000000"
+
 /* ---- valid files ---- */
 
 static void expect_valid(const char *json, size_t zeros, const char *what)
@@ -181,6 +185,17 @@ static const bad_case bad_cases[] = {
      "\"data_offsets\":[0,1]}}", 1, SL_E_HEADER_JSON, "nesting", NULL, 0},
     {"bad literal in an unknown key", "{\"w\":{\"x\":nul,\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1,
      SL_E_HEADER_JSON, NULL, NULL, 0},
+    /* the reference parses every number, and refuses one past a double's range wherever it is
+     * (the class it gives, not SL_E_POLICY for the unknown key, nor a later step's) */
+    {"number out of range in an unknown key", "{\"w\":{\"x\":1e400,\"dtype\":\"U8\",\"shape\":[1],"
+     "\"data_offsets\":[0,1]}}", 1, SL_E_HEADER_JSON, "number out of range", NULL, 0},
+    {"number out of range in an array, offsets wrong too", "{\"w\":{\"x\":[-2e308],\"dtype\":\"U8\","
+     "\"shape\":[1],\"data_offsets\":[1,2]}}", 2, SL_E_HEADER_JSON, "number out of range", NULL, 0},
+    {"an integer of 310 digits", "{\"w\":{\"x\":1" ZEROS_309 ",\"dtype\":\"U8\",\"shape\":[1],"
+     "\"data_offsets\":[0,1]}}", 1, SL_E_HEADER_JSON, "number out of range", NULL, 0},
+    {"numbers a double holds (an underflow to 0): the unknown key's own class", "{\"w\":{\"x\":[1e-400,"
+     "1.7976931348623157e308,1" ZEROS_30 ZEROS_30 "],\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1,
+     SL_E_POLICY, "unexpected key 'x'", NULL, 0},
     /* step 6 */
     {"first tensor not at 0", "{" T("w", "U8", "[1]", 1, 2) "}", 2, SL_E_INVALID_OFFSET, "'w'", NULL, 0},
     {"hole", "{" T("a", "U8", "[1]", 0, 1) "," T("b", "U8", "[1]", 2, 3) "}", 3, SL_E_INVALID_OFFSET, "'b'", NULL, 0},
