@@ -196,6 +196,28 @@ static void plan_cases(const char *tmp)
     EXPECT(strlen(sl_plan_errmsg(p)) < 1000, "unclaimed 200 KB name: a %zu-byte message", strlen(sl_plan_errmsg(p)));
     sl_plan_free(p);
     sl_checkpoint_close(ck);
+    /* a tensor of 10,000 dimensions where the config implies one: the message keeps what the
+     * config implies (every dimension printed cut it at SL_TEXT_MSG_MAX before that part) */
+    snprintf(dir, sizeof dir, "%s/shape10k", tmp);
+    EXPECT(mkdir(dir, 0755) == 0, "mkdir");
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    write_text(path, text);
+    json = malloc(10000 * 2 + 256);
+    o = snprintf(json, 256, "{\"model.norm.weight\":{\"dtype\":\"BF16\",\"shape\":[1");
+    for (int i = 1; i < 10000; i++)
+        o += snprintf(json + o, 3, ",1");
+    snprintf(json + o, 256, "],\"data_offsets\":[0,2]}}");
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    fmt_write_st(path, json, 2);
+    free(json);
+    ck = NULL;
+    EXPECT(sl_checkpoint_open(dir, &ck) == SL_OK, "%s", sl_checkpoint_errmsg(ck));
+    p = NULL;
+    EXPECT(sl_plan_build(ck, &po, &p) == SL_E_SHAPE, "%s", sl_plan_errmsg(p));
+    EXPECT(strstr(sl_plan_errmsg(p), "has shape [1, 1, 1, 1, 1, 1, 1, 1, ... (10000 dims)] but the config "
+                                     "implies [") != NULL, "10,000 dimensions: %.300s", sl_plan_errmsg(p));
+    sl_plan_free(p);
+    sl_checkpoint_close(ck);
 }
 
 static void writer_cases(const char *tmp)

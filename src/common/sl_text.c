@@ -1,6 +1,8 @@
 /* sl_text.c - printable, bounded text for messages, and the UTF-8 check (see sl_text.h). */
 #include "common/sl_text.h"
 
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -181,4 +183,21 @@ int sl_text_is_hex(const char *s, size_t n, size_t digits)
         if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
             return 0;
     return 1;
+}
+
+const char *sl_text_shape(const uint64_t *shape, uint32_t ndim, char *buf, size_t buflen)
+{
+    if (!buflen)
+        return buf;
+    size_t o = (size_t)snprintf(buf, buflen, "[");
+    for (uint32_t i = 0; i < ndim && o < buflen; i++) {
+        if (i == 8) {
+            o += (size_t)snprintf(buf + o, buflen - o, ", ... (%" PRIu32 " dims)", ndim);
+            break;
+        }
+        o += (size_t)snprintf(buf + o, buflen - o, "%s%" PRIu64, i ? ", " : "", shape[i]);
+    }
+    if (o < buflen)
+        snprintf(buf + o, buflen - o, "]");
+    return buf;
 }

@@ -17,6 +17,11 @@
 const char *sl_text_display(const char *s, size_t n, char *buf, size_t buflen);
 /* The same for a NUL-terminated string (NULL shows as "?"). */
 const char *sl_text_name(const char *s, char *buf, size_t buflen);
+/* Room for a shape of up to 8 dimensions as sl_text_shape writes it. */
+#define SL_TEXT_SHAPE 224
+/* A shape as "[a, b, c]", its first 8 dimensions only ("[1, 1, ... (10000 dims)]": a shape can
+ * have 10,000 and would push the rest of its message past SL_TEXT_MSG_MAX). Returns buf. */
+const char *sl_text_shape(const uint64_t *shape, uint32_t ndim, char *buf, size_t buflen);
 /* A malloc'd copy of msg with control bytes as \xNN, cut at max bytes with "..."; NULL when out of
  * memory. */
 char *sl_text_sanitize(const char *msg, size_t max);

@@ -13,6 +13,8 @@
  * steps 6-7, as the reference's HashMap does, and then rejected. */
 #include "format/st_json.h"
 
+#include "common/sl_text.h"
+
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,21 +33,6 @@ typedef struct hdr_parse {
 static const char *tname(const st_tensor *t, char *buf, size_t n)
 {
     return st_display(t->name, t->name_len, buf, n);
-}
-
-static const char *fmt_shape(const uint64_t *shape, uint32_t ndim, char *buf, size_t n)
-{
-    size_t o = (size_t)snprintf(buf, n, "[");
-    for (uint32_t i = 0; i < ndim && o < n; i++) {
-        if (i == 8) {
-            o += (size_t)snprintf(buf + o, n - o, ", ... (%" PRIu32 " dims)", ndim);
-            break;
-        }
-        o += (size_t)snprintf(buf + o, n - o, "%s%" PRIu64, i ? ", " : "", shape[i]);
-    }
-    if (o < n)
-        snprintf(buf + o, n - o, "]");
-    return buf;
 }
 
 static void policy_note(hdr_parse *hp, const char *fmt, ...) SL_PRINTF(2, 3);
@@ -345,12 +332,12 @@ sl_status st_tensor_nbytes(sl_dtype dt, uint32_t ndim, const uint64_t *shape, ui
 
 static sl_status check_size(const st_tensor *t, sl_err *e)
 {
-    char nb[160], sb[200];
+    char nb[160], sb[SL_TEXT_SHAPE];
     uint64_t nbytes = 0;
     const sl_status st = st_tensor_nbytes(t->dtype, t->ndim, t->shape, &nbytes);
     if (st == SL_OK && t->end - t->begin == nbytes)
         return SL_OK;   /* the common case: no message to format */
-    fmt_shape(t->shape, t->ndim, sb, sizeof sb);
+    sl_text_shape(t->shape, t->ndim, sb, sizeof sb);
     if (st == SL_E_OVERFLOW)
         return sl_err_set(e, st, "tensor '%s': shape %s with dtype %s overflows 64-bit size arithmetic",
                           tname(t, nb, sizeof nb), sb, sl_dtype_name(t->dtype));

@@ -53,14 +53,6 @@ static int extra_layer(const plan_ctx *c, const char *name)
     return strtoll(p, NULL, 10) >= c->m->cfg.L;
 }
 
-static void shape_str(sl_strbuf *b, uint32_t ndim, const uint64_t *shape)
-{
-    sl_strbuf_puts(b, "[");
-    for (uint32_t i = 0; i < ndim; i++)
-        sl_strbuf_printf(b, "%s%llu", i ? ", " : "", (unsigned long long)shape[i]);
-    sl_strbuf_puts(b, "]");
-}
-
 static const char *tensor_file(const plan_ctx *c, const sl_tensor_info *ti)
 {
     const char *f = sl_checkpoint_file_path(c->ck, ti->file);
@@ -81,16 +73,11 @@ static sl_status check_shape(plan_ctx *c, const sl_tensor_info *ti, const sl_arc
         same = ti->shape[i] == mt->shape[i];
     if (same || scalar_ok(c, ti, mt))
         return SL_OK;
-    sl_strbuf a = {0}, b = {0};
-    shape_str(&a, ti->ndim, ti->shape);
-    shape_str(&b, mt->ndim, mt->shape);
-    char nb[SL_TEXT_NAME];
-    sl_err_set(&c->p->err, SL_E_SHAPE, "%s: checkpoint tensor '%s' has shape %s but the config "
-               "implies %s", tensor_file(c, ti), sl_text_name(ti->name, nb, sizeof nb), sl_strbuf_str(&a),
-               sl_strbuf_str(&b));
-    sl_strbuf_free(&a);
-    sl_strbuf_free(&b);
-    return SL_E_SHAPE;
+    char nb[SL_TEXT_NAME], a[SL_TEXT_SHAPE], b[SL_TEXT_SHAPE];
+    return sl_err_set(&c->p->err, SL_E_SHAPE, "%s: checkpoint tensor '%s' has shape %s but the "
+                      "config implies %s", tensor_file(c, ti), sl_text_name(ti->name, nb, sizeof nb),
+                      sl_text_shape(ti->shape, ti->ndim, a, sizeof a),
+                      sl_text_shape(mt->shape, mt->ndim, b, sizeof b));
 }
 
 /* FP8 (SHARDING-MOE-FP8.md): a quantized weight is F8_E4M3, copied bit for bit; F8_E5M2 is
