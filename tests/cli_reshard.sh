@@ -150,6 +150,13 @@ echo "$meta" | grep -q '"model.embed_tokens.weight"' && fail "tied embedding sto
 out=$("$SL" load "$rq" --tp 4 2>&1); rc=$?
 [ $rc -eq 1 ] && echo "$out" | grep -q "pre-sharded for layout tp, tp 2, pp 3" || fail "mesh mismatch: rc $rc: $out"
 [ "$(echo "$out" | wc -l)" -eq 1 ] || fail "mesh mismatch: more than one line"
+# one device's file under another's name: the message says which device each means (it showed
+# the file's alone, every figure of the mesh equal)
+"$SL" reshard "$T/a" "$T/rs-dev" --tp 2 >/dev/null 2>&1 || fail "reshard tp 2"
+cp "$T/rs-dev/model-rank-0-part-0.safetensors" "$T/rs-dev/model-rank-1-part-0.safetensors"
+out=$("$SL" load "$T/rs-dev" --tp 2 2>&1); rc=$?
+[ $rc -eq 1 ] && echo "$out" | grep -q "model-rank-1-part-0.safetensors: pre-sharded for layout tp, tp 2, pp 1, device 0; its name and this load ask for layout tp, tp 2, pp 1, device 1" ||
+    fail "device mismatch: rc $rc: $out"
 rm "$rq"/model-rank-4-part-*.safetensors
 out=$("$SL" load "$rq" --tp 2 --pp 3 2>&1); rc=$?
 [ $rc -eq 1 ] && echo "$out" | grep -q "not initialized" || fail "missing device file: rc $rc: $out"

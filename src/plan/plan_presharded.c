@@ -38,10 +38,10 @@ static sl_status check_file_mesh(plan_ctx *c, int64_t f)
     SL_CHECK(ml && mt && mp && md && !strcmp(ml, layout) && !strcmp(mt, tp) && !strcmp(mp, pp) &&
                  !strcmp(md, dev),
              &p->err, SL_E_CONFIG,
-             "%s: pre-sharded for layout %s, tp %s, pp %s, device %s; asked for layout %s, tp %d, pp %d "
-             "(reshard the original checkpoint for this mesh)",
+             "%s: pre-sharded for layout %s, tp %s, pp %s, device %s; its name and this load ask for "
+             "layout %s, tp %d, pp %d, device %s (reshard the original checkpoint for this mesh)",
              sl_checkpoint_file_path(c->ck, f), ml ? ml : "?", mt ? mt : "?", mp ? mp : "?", md ? md : "?",
-             layout, p->tp, p->pp);
+             layout, p->tp, p->pp, dev);
     /* the experts a rank holds differ with and without EP, and so its tensors' shapes; where EP
      * changes nothing (a dense model, tp 1) the parts are the same either way (earlier builds
      * stamped a dense or tp 1 --ep reshard "1") */
