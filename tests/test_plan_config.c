@@ -270,6 +270,37 @@ static void limits(void)
     sl_plan_free(p);
 }
 
+/* Numbers beyond what jansson holds (an integer past long long, a real past a double) are valid
+ * JSON, which Python's json and transformers read: over a key nobody reads the plan is the
+ * config's without them (they failed the whole config with "too big integer"); in a key that is
+ * read, that key's own range check refuses them. The text is unterminated: the scan stays inside. */
+static void big_numbers(void)
+{
+    static const char extra[] = ",\"seed\":100000000000000000000,\"neg\":-9223372036854775809,"
+                                "\"r\":[1e400,-1.5e999,\"a \\\" 1e400\"],\"ok\":9223372036854775807}";
+    char text[1024];
+    const size_t base = strlen(TINY) - 1;   /* TINY without its closing brace */
+    memcpy(text, TINY, base);
+    memcpy(text + base, extra, sizeof extra - 1);
+    char *t = unterminated(text, base + sizeof extra - 1);
+    sl_plan *p = NULL, *q = NULL;
+    EXPECT(build(NULL, NULL, t, base + sizeof extra - 1, 2, 1, &p) == SL_OK, "big numbers: %s",
+           sl_plan_errmsg(p));
+    EXPECT(build(NULL, NULL, TINY, strlen(TINY), 2, 1, &q) == SL_OK, "tiny: %s", sl_plan_errmsg(q));
+    if (p && q && p->devices && q->devices)
+        same_plan(p, q, "big numbers beside the sizes");
+    sl_plan_free(p);
+    sl_plan_free(q);
+    free(t);
+    static const char used[] = "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64,"
+                               "\"num_attention_heads\":4,\"intermediate_size\":96,\"vocab_size\":130,"
+                               "\"num_hidden_layers\":100000000000000000000}";
+    p = NULL;
+    const sl_status st = build(NULL, NULL, used, strlen(used), 1, 1, &p);
+    tu_expect_plan_error("a size past long long", st, p, SL_E_CONFIG, "num_hidden_layers");
+    sl_plan_free(p);
+}
+
 int main(void)
 {
     tu_tmpdir(scratch, sizeof scratch, "plan_config");
@@ -281,6 +312,7 @@ int main(void)
     with_checkpoint();
     errors();
     limits();
+    big_numbers();
     tu_rm_rf(scratch);
     if (expect_failures)
         fprintf(stderr, "%d failure(s)\n", expect_failures);

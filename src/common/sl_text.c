@@ -2,6 +2,9 @@
 #include "common/sl_text.h"
 
 #include <inttypes.h>
+#include <locale.h>
+#include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -200,4 +203,32 @@ const char *sl_text_shape(const uint64_t *shape, uint32_t ndim, char *buf, size_
     if (o < buflen)
         snprintf(buf + o, buflen - o, "]");
     return buf;
+}
+
+static locale_t c_locale;
+static pthread_once_t c_locale_once = PTHREAD_ONCE_INIT;
+
+static void c_locale_make(void)
+{
+    c_locale = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
+}
+
+int sl_text_number_inf(const char *s, size_t n)
+{
+    char small[64];
+    pthread_once(&c_locale_once, c_locale_make);
+    char *buf = n < sizeof small ? small : malloc(n + 1);
+    if (!buf || !c_locale) {
+        if (buf != small)
+            free(buf);
+        return 0;
+    }
+    memcpy(buf, s, n);
+    buf[n] = 0;
+    const locale_t was = uselocale(c_locale);
+    const int inf = isinf(strtod(buf, NULL));
+    uselocale(was);
+    if (buf != small)
+        free(buf);
+    return inf;
 }

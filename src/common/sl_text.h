@@ -17,6 +17,10 @@
 const char *sl_text_display(const char *s, size_t n, char *buf, size_t buflen);
 /* The same for a NUL-terminated string (NULL shows as "?"). */
 const char *sl_text_name(const char *s, char *buf, size_t buflen);
+/* Whether the JSON number s[0..n) (its grammar checked) is beyond a double: parsers refuse it
+ * ("number out of range"; an underflow to 0 is accepted). Read in the C locale whatever the
+ * thread's (a host program's may write decimals with a comma). 0 when out of memory. */
+int sl_text_number_inf(const char *s, size_t n);
 /* Room for a shape of up to 8 dimensions as sl_text_shape writes it. */
 #define SL_TEXT_SHAPE 224
 /* A shape as "[a, b, c]", its first 8 dimensions only ("[1, 1, ... (10000 dims)]": a shape can

@@ -4,12 +4,8 @@
 
 #include "common/sl_text.h"
 
-#include <locale.h>
-#include <math.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 /* ---- UTF-8 ---- */
@@ -238,40 +234,8 @@ sl_status st_lex_u64(st_lex *lx, uint64_t *out)
     return SL_OK;
 }
 
-static locale_t c_locale;
-static pthread_once_t c_locale_once = PTHREAD_ONCE_INIT;
-
-static void c_locale_make(void)
-{
-    c_locale = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
-}
-
-/* Whether the number [s, e) (valid grammar) overflows a double, as the reference's parser
- * (serde_json) refuses one, wherever it stands: "number out of range" (1e400, or an integer
- * literal of 310 digits; an underflow to 0 is accepted). strtod reads the decimal point of the
- * thread's locale, which a host program may have set to a comma: it runs in the C locale. */
-static int number_overflows(const unsigned char *s, const unsigned char *e)
-{
-    char small[64];
-    const size_t n = (size_t)(e - s);
-    pthread_once(&c_locale_once, c_locale_make);
-    char *buf = n < sizeof small ? small : malloc(n + 1);
-    if (!buf || !c_locale) {
-        if (buf != small)
-            free(buf);
-        return 0;   /* cannot tell: the grammar was right */
-    }
-    memcpy(buf, s, n);
-    buf[n] = 0;
-    const locale_t was = uselocale(c_locale);
-    const int inf = isinf(strtod(buf, NULL));
-    uselocale(was);
-    if (buf != small)
-        free(buf);
-    return inf;
-}
-
-/* Any JSON number (for skipped values): its grammar, and its range as a double. */
+/* Any JSON number (for skipped values): its grammar, and its range as a double, as the reference's
+ * parser (serde_json) refuses one past it wherever it stands (1e400, an integer of 310 digits). */
 static sl_status skip_number(st_lex *lx)
 {
     const unsigned char *s = lx->p, *p = lx->p, *e = lx->end;
@@ -297,7 +261,7 @@ static sl_status skip_number(st_lex *lx)
         while (p < e && *p >= '0' && *p <= '9')
             p++;
     }
-    if (number_overflows(s, p))
+    if (sl_text_number_inf((const char *)s, (size_t)(p - s)))
         return st_lex_fail(lx, s, "number out of range");
     lx->p = p;
     return SL_OK;

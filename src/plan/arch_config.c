@@ -4,8 +4,10 @@
 #include "plan/arch_config.h"
 
 #include "common/sl_file.h"
+#include "common/sl_strbuf.h"
 #include "common/sl_text.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,6 +21,61 @@
 
 /* ---- JSON files: a FIFO or a device is refused before it could block (sl_file.h) -------------- */
 
+/* The number token at t[i, n): its end. */
+static size_t number_end(const char *t, size_t i, size_t n)
+{
+    while (i < n && strchr("0123456789+-.eE", t[i]) != NULL)
+        i++;
+    return i;
+}
+
+/* Whether the integer literal t[0, n) (digits, maybe a sign) is beyond long long. */
+static int int_overflows(const char *t, size_t n)
+{
+    const size_t digits = n - (t[0] == '-');
+    if (digits != 19)
+        return digits > 19;
+    char d[24];
+    memcpy(d, t, n);
+    d[n] = 0;
+    errno = 0;
+    (void)strtoll(d, NULL, 10);
+    return errno == ERANGE;
+}
+
+/* text with every integer literal beyond long long written as the nearest one within it, and
+ * every number beyond a double as the largest double: valid JSON (Python's json, and so
+ * transformers, reads it) that jansson refuses ("too big integer") over a key nobody reads. A key
+ * that is read then meets its own range check. Checked by the caller for being out of memory. */
+static void numbers_clamped(const char *t, size_t n, sl_strbuf *o)
+{
+    for (size_t i = 0; i < n;) {
+        size_t j = i + 1;
+        if (t[i] == '"') {   /* a string, escapes and all */
+            while (j < n && t[j] != '"')
+                j += t[j] == '\\' ? 2 : 1;
+            j = j < n ? j + 1 : n;
+        } else if (t[i] == '-' || (t[i] >= '0' && t[i] <= '9')) {
+            j = number_end(t, i, n);
+            const int neg = t[i] == '-';
+            const int real = memchr(t + i, '.', j - i) || memchr(t + i, 'e', j - i) ||
+                             memchr(t + i, 'E', j - i);
+            if (!real && int_overflows(t + i, j - i)) {
+                sl_strbuf_puts(o, neg ? "-9223372036854775808" : "9223372036854775807");
+                i = j;
+                continue;
+            }
+            if (real && sl_text_number_inf(t + i, j - i)) {
+                sl_strbuf_puts(o, neg ? "-1.7976931348623157e308" : "1.7976931348623157e308");
+                i = j;
+                continue;
+            }
+        }
+        sl_strbuf_append(o, t + i, j - i);
+        i = j;
+    }
+}
+
 json_t *sl_arch_json_parse(sl_err *err, const char *name, const char *text, size_t len,
                            sl_status *st)
 {
@@ -30,6 +87,13 @@ json_t *sl_arch_json_parse(sl_err *err, const char *name, const char *text, size
         return NULL;
     }
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (root == NULL && json_error_code(&jerr) == json_error_numeric_overflow) {
+        sl_strbuf clamped = {0};
+        numbers_clamped(text, len, &clamped);
+        if (!clamped.oom)
+            root = json_loadb(sl_strbuf_str(&clamped), clamped.len, JSON_REJECT_DUPLICATES, &jerr);
+        sl_strbuf_free(&clamped);
+    }
     if (root == NULL)
         *st = sl_err_set(err, SL_E_CONFIG, "%s: %s (line %d)", name, jerr.text, jerr.line);
     return root;
