@@ -171,6 +171,8 @@ MOE_ARCHS = {
                         moe_intermediate_size=16, n_shared_experts=None, first_k_dense_replace=0,
                         moe_layer_freq=2, topk_method="greedy"),
 }
+# tie_word_embeddings, which vLLM's DeepSeek ignores: lm_head its own, embed on stage 0 only
+MOE_ARCHS["deepseek_v3_tied"] = dict(MOE_ARCHS["deepseek_v3"], tie_word_embeddings=True)
 
 
 # Block-FP8 checkpoints (SHARDING-MOE-FP8.md "FP8 checkpoints"): dims multiples of 128 where the
@@ -265,6 +267,12 @@ def fp8_ignored(q, name):
 
 def is_deepseek(arch):
     return arch.startswith("deepseek")
+
+
+def ties(arch, cfg):
+    """Whether the model shares embed_tokens with lm_head: vLLM's DeepSeek-V2/V3 ignores
+    tie_word_embeddings (deepseek_v2.py makes and loads its own lm_head, at 9aaf83ef)."""
+    return bool(cfg.get("tie_word_embeddings", False)) and not is_deepseek(arch)
 
 
 def n_experts(cfg, key, alias):
@@ -446,6 +454,9 @@ def fp8_quantized(name, shp):
                 name.endswith(".gate.weight") or name.endswith("shared_expert_gate.weight"))
 
 
+EVERY_STAGE = ("mixtral", "qwen2_moe", "qwen3_moe")
+
+
 def pp_layers(L, P, s):
     """vLLM get_pp_indices: L//P each, the remainder one each to stages P-2, P-3, ..."""
     parts = [L // P] * P
@@ -480,8 +491,10 @@ def expected_moe(arch, cfg, w, p, T, r, ep):
         w13.append(np.concatenate([w[x + g + ".weight"][t * Ip:(t + 1) * Ip],
                                    w[x + u + ".weight"][t * Ip:(t + 1) * Ip]]))
         w2.append(w[x + dn + ".weight"][:, t * Ip:(t + 1) * Ip])
-    out[p + mp + "experts.w13_weight"] = np.stack(w13)
-    out[p + mp + "experts.w2_weight"] = np.stack(w2)
+    H = w[p + mp + "gate.weight"].shape[1]
+    dt = w[p + mp + "gate.weight"].dtype   # under EP at T > E, ranks r >= E hold no expert
+    out[p + mp + "experts.w13_weight"] = np.stack(w13) if w13 else np.zeros((0, 2 * Ip, H), dt)
+    out[p + mp + "experts.w2_weight"] = np.stack(w2) if w2 else np.zeros((0, H, Ip), dt)
     if Is > 0:   # the shared expert is a dense MLP of width Is; its gate is replicated
         x, m = p + mp + shared_name(arch), Is // T
         out[x + "gate_up_proj.weight"] = np.concatenate(
@@ -616,12 +629,15 @@ def expert_scales(arch, cfg, sc, out, pname, pm, T, r, ep, inp):
 def expected_tp(arch, cfg, ck, T, P, d, ep=False):
     H, nh, K, D, I, V, L = dims(cfg)
     s, r = divmod(d, T)
-    tied = cfg.get("tie_word_embeddings", False)
+    tied = ties(arch, cfg)
     w = {k: v[1] for k, v in ck.items()}
     nq, kl = nh // T, (K // T if T <= K else 1)
     kb = r if T <= K else r // (T // K)
     out = {}
-    if s == 0 or (tied and s == P - 1):
+    # vLLM's Mixtral, Qwen2-MoE and Qwen3-MoE models make embed_tokens, norm and lm_head on every
+    # pipeline stage (no PPMissingLayer for them, at vLLM 9aaf83ef), and load them there
+    every = arch in EVERY_STAGE
+    if s == 0 or every or (tied and s == P - 1):
         out["model.embed_tokens.weight"] = vocab_shard(w["model.embed_tokens.weight"], T, r)
     for i in pp_layers(L, P, s):
         p = "model.layers.%d." % i
@@ -653,7 +669,7 @@ def expected_tp(arch, cfg, ck, T, P, d, ep=False):
         if arch in ("qwen3", "qwen3_moe"):
             for n in ("self_attn.q_norm.weight", "self_attn.k_norm.weight"):
                 out[p + n] = w[p + n]
-    if s == P - 1:
+    if s == P - 1 or every:
         out["model.norm.weight"] = w["model.norm.weight"]
         if not tied:
             out["lm_head.weight"] = vocab_shard(w["lm_head.weight"], T, r)
@@ -718,7 +734,7 @@ def spmd_scale(cfg, ck, name, N, i):
 
 
 def expected_spmd(arch, cfg, ck, N, i):
-    tied = cfg.get("tie_word_embeddings", False)
+    tied = ties(arch, cfg)
     out = {}
     L = cfg["num_hidden_layers"]
     for name, (_, w) in ck.items():
@@ -769,7 +785,7 @@ def check_reshard(exe, path, arch, cfg, ck, T, P, ep, tmp):
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         raise AssertionError("%s failed (%d): %s" % (" ".join(cmd), p.returncode, p.stderr.strip()))
-    tied = cfg.get("tie_word_embeddings", False)
+    tied = ties(arch, cfg)
     for d in range(T * P):
         got = {}
         for fn in sorted(os.listdir(out)):
@@ -830,6 +846,35 @@ def check(exe, path, arch, cfg, ck, layout, T, P, src_dt, dst_dt, ep=False, devi
             d, dev["allocated_bytes"], nbytes)
 
 
+def check_extra_layers(exe, tmp, rng, shuffle):
+    """vLLM's DeepSeek skips its num_nextn_predict_layers MTP layers from L on and refuses any
+    other layer past L (a KeyError): a tensor of layer L + 1 beside the MTP layer L, or layer L
+    of a config without MTP layers, is unclaimed (they were skipped as MTP)."""
+    for name, cfg, extra in (("ds-mtp2", MOE_ARCHS["deepseek_v3"], "model.layers.4.enorm.weight"),
+                             ("ds-nomtp", dict(MOE_ARCHS["deepseek_v3"], num_nextn_predict_layers=0),
+                              "model.layers.3.enorm.weight")):
+        path = os.path.join(tmp, name)
+        os.mkdir(path)
+        c = dict(cfg, torch_dtype="bfloat16")
+        with open(os.path.join(path, "config.json"), "w") as f:
+            json.dump(c, f)
+        ck = checkpoint_tensors("deepseek_v3", c, "BF16", rng)
+        ck[extra] = ck["model.norm.weight"]
+        write_checkpoint(path, ck, 2, shuffle)
+        p = subprocess.run([exe, "load", path], capture_output=True, text=True)
+        assert p.returncode == 1 and "'%s'" % extra in p.stderr and "not claimed" in p.stderr, \
+            "%s: a layer past the MTP ones: rc %d: %s" % (name, p.returncode, p.stderr.strip())
+
+
+def check_refused(exe, path, cfg, T):
+    """Qwen2-MoE and Qwen3-MoE at T > E: vLLM's error, with and without --ep."""
+    E = cfg.get("num_experts") or cfg.get("num_local_experts")
+    for ep in ([], ["--ep"]):
+        p = subprocess.run([exe, "load", path, "--tp", str(T)] + ep, capture_output=True, text=True)
+        want = "Tensor parallel size %d is greater than the number of experts %d" % (T, E)
+        assert p.returncode == 1 and want in p.stderr, "T=%d %s: rc %d: %s" % (T, ep, p.returncode, p.stderr)
+
+
 def main():
     exe = os.path.abspath(sys.argv[1])
     rng = np.random.default_rng(20261129)
@@ -872,6 +917,17 @@ def main():
             cases = [("tp", T, P, ep, "BF16") for T in (1, 2, 4) for P in (1, 2) for ep in (False, True)]
             cases += [("tp", 2, 1, True, "F32"), ("tp", 4, 2, False, "F32")]
             cases += [("spmd", N, 1, False, "BF16") for N in (1, 2, 4)]
+            # T > E (vLLM refuses it for Qwen2-MoE and Qwen3-MoE only): Mixtral's 6 experts at T = 8,
+            # cut along I, or under EP on ranks 0-5 and none on 6-7
+            if arch == "mixtral":
+                cases += [("tp", 8, 1, False, "BF16"), ("tp", 8, 1, True, "BF16"), ("tp", 8, 2, True, "BF16")]
+            elif arch.startswith("qwen"):
+                try:
+                    check_refused(exe, path, cfg, 8)
+                    passed += 1
+                except AssertionError as e:
+                    print("FAIL:", e)
+                    failed += 1
             for layout, T, P, ep, dst_dt in cases:
                 try:
                     check(exe, path, arch, c, ck, layout, T, P, "BF16", dst_dt, ep)
@@ -881,6 +937,12 @@ def main():
                 except AssertionError as e:
                     print("FAIL:", e)
                     failed += 1
+        try:
+            check_extra_layers(exe, tmp, rng, shuffle)
+            passed += 1
+        except AssertionError as e:
+            print("FAIL:", e)
+            failed += 1
         p_, f_ = check_fp8(exe, tmp, rng, shuffle)
         passed, failed = passed + p_, failed + f_
     print("%d passed, %d failed" % (passed, failed))

@@ -206,16 +206,48 @@ static void ep_reads_held_experts(void)
 
 /* ---- errors ----------------------------------------------------------------------------------- */
 
+/* T > E: vLLM refuses it in qwen2_moe.py and qwen3_moe.py alone (at 9aaf83ef), with or without
+ * EP; a Mixtral (or DeepSeek) at T > E cuts its experts along I, or under EP leaves ranks r >= E
+ * with none (w13_weight [0, 2I, H], FusedMoE's local_num_experts 0). */
+static void more_ranks_than_experts(void)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s/mixtral16.json", dir);
+    tu_write_text(path, "{\"architectures\":[\"MixtralForCausalLM\"],\"hidden_size\":64,"
+                        "\"intermediate_size\":128,\"num_attention_heads\":16,\"num_key_value_heads\":4,"
+                        "\"num_hidden_layers\":2,\"vocab_size\":192,\"num_local_experts\":8,"
+                        "\"torch_dtype\":\"bfloat16\"}");
+    const char *w13 = "model.layers.1.block_sparse_moe.experts.w13_weight";
+    const char *w2 = "model.layers.1.block_sparse_moe.experts.w2_weight";
+    sl_plan *p = NULL;
+    sl_status st = build(NULL, path, NULL, 16, 1, 0, SL_LAYOUT_TP, &p);
+    EXPECT(st == SL_OK && shape3(p, 15, w13, 8, 16, 64) && shape3(p, 15, w2, 8, 64, 8),
+           "Mixtral T 16 > E 8, no EP: every expert cut along I: %s", sl_plan_errmsg(p));
+    sl_plan_free(p);
+    p = NULL;
+    st = build(NULL, path, NULL, 16, 1, 1, SL_LAYOUT_TP, &p);
+    EXPECT(st == SL_OK && shape3(p, 7, w13, 1, 256, 64) && shape3(p, 8, w13, 0, 256, 64) &&
+               shape3(p, 8, w2, 0, 64, 128) && tu_param(p, 8, w13)->nbytes == 0,
+           "Mixtral T 16 > E 8, EP: ranks 8-15 hold no expert: %s", sl_plan_errmsg(p));
+    sl_plan_free(p);
+    snprintf(path, sizeof path, "%s/qwen3moe8.json", dir);
+    tu_write_text(path, "{\"architectures\":[\"Qwen3MoeForCausalLM\"],\"hidden_size\":64,"
+                        "\"intermediate_size\":128,\"num_attention_heads\":8,\"num_key_value_heads\":4,"
+                        "\"head_dim\":16,\"num_hidden_layers\":2,\"vocab_size\":192,\"num_experts\":4,"
+                        "\"moe_intermediate_size\":32,\"torch_dtype\":\"bfloat16\"}");
+    for (int ep = 0; ep < 2; ep++) {
+        p = NULL;
+        st = build(NULL, path, NULL, 8, 1, ep, SL_LAYOUT_TP, &p);
+        tu_expect_plan_error("Qwen3-MoE T > E", st, p, SL_E_DIVISIBILITY,
+                             "Tensor parallel size 8 is greater than the number of experts 4");
+        sl_plan_free(p);
+    }
+}
+
 static void mesh_errors(void)
 {
     sl_plan *p = NULL;
     const char *cfg = small_mixtral();
-    for (int ep = 0; ep < 2; ep++) {   /* T > E, with or without EP */
-        sl_status st = build(NULL, cfg, NULL, 12, 1, ep, SL_LAYOUT_TP, &p);
-        tu_expect_plan_error("T > E", st, p, SL_E_DIVISIBILITY,
-                     "Tensor parallel size 12 is greater than the number of experts 8");
-        sl_plan_free(p);
-    }
     /* layout spmd tiles each expert's tensor on its own: 12 devices over 8 experts, w1's 96 rows
      * in tiles of 8 */
     const sl_status spmd = build(NULL, cfg, NULL, 12, 1, 0, SL_LAYOUT_SPMD, &p);
@@ -359,7 +391,7 @@ static void table_errors(void)
          "config 'zero' is 0; it must be at least 1"},
         {"", "", "{e} needs the table's \"moe\" entry"},
         {"\"moe\":{\"experts\":\"E\"}", ",\"unless\":\"Q\"", "\"unless\" must name a symbol"},
-        {"\"moe\":{\"experts\":\"E\"},\"skip_extra_layers\":1", "", "\"skip_extra_layers\" is not a boolean"},
+        {"\"moe\":{\"experts\":\"E\"},\"skip_extra_layers\":1", "", "\"skip_extra_layers\" is neither a boolean nor a config key"},
         {"\"moe\":{\"experts\":\"E\"}", ",\"dtype\":\"F8_E4M3\"", "\"dtype\" must be \"F32\", \"BF16\" or \"F16\""},
         {"\"moe\":{\"experts\":\"E\"}", ",\"dtype\":32", "\"dtype\" must be \"F32\", \"BF16\" or \"F16\""},
     };
@@ -469,6 +501,7 @@ int main(void)
     uneven_ep();
     ep_reads_held_experts();
     mesh_errors();
+    more_ranks_than_experts();
     checkpoint_errors();
     table_errors();
     symbol_forms();

@@ -143,6 +143,12 @@ static sl_status rule_place(sl_err *err, const json_t *r, const char *t, sl_rule
     out->tied_skip = tied && !strcmp(tied, "skip");
     SL_CHECK(!out->tied_also_last || out->place == SL_PLACE_FIRST, err, SL_E_CONFIG,
              "rule '%s': \"tied\": \"also_last\" needs \"place\": \"first\"", t);
+    const json_t *stages = json_object_get(r, "stages");
+    SL_CHECK(stages == NULL || (json_is_string(stages) && !strcmp(json_string_value(stages), "all") &&
+                                out->place != SL_PLACE_LAYER),
+             err, SL_E_CONFIG, "rule '%s': \"stages\" may only be \"all\", on a \"first\" or \"last\" "
+             "rule", t);
+    out->all_stages = stages != NULL;
     return SL_OK;
 }
 
@@ -173,7 +179,7 @@ static sl_status rule_keys(sl_err *err, const json_t *r, const char *t)
 {
     static const char *const keys[] = {"tensor", "param", "shape", "shard", "slot", "place",
                                        "tied", "description", "layers", "when", "unless", "quant",
-                                       "dtype"};
+                                       "dtype", "stages"};
     const char *key;
     const json_t *v;
     json_object_foreach((json_t *)(uintptr_t)r, key, v) {

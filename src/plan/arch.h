@@ -61,6 +61,7 @@ typedef struct sl_rule {
     sl_place place;
     int tied_also_last;       /* with tied embeddings also placed on the last stage */
     int tied_skip;            /* with tied embeddings not a parameter; the checkpoint's is skipped */
+    int all_stages;           /* a first or last rule placed on every pipeline stage ("stages": "all") */
     int32_t group;            /* index of the tp parameter (rules with the same param pattern) */
     int32_t ord;              /* position among the rules of the same placement */
     sl_layers layers;         /* per-layer rules: which layers have the tensor */
@@ -125,7 +126,9 @@ typedef struct sl_arch {
     int64_t *layer_start;
     int64_t n_moe_layers;
     int has_moe;                  /* the table has a "moe" entry */
-    int skip_extra_layers;        /* "skip_extra_layers": checkpoint layers >= L are skipped (MTP) */
+    int tp_at_most_experts;       /* "moe": T > E is an error (vLLM's Qwen2-MoE and Qwen3-MoE) */
+    int64_t skip_extra_layers;    /* "skip_extra_layers": checkpoint layers [L, L + this) are
+                                     skipped (DeepSeek's MTP); -1: every one from L on */
     char *config_text;            /* the config as parsed, dumped as JSON (json_dumps; freed by
                                      sl_arch_free unless a plan took it): what reshard and synth
                                      write beside their files, whatever the source (file, text) */

@@ -239,7 +239,8 @@ static sl_status dense_marks(sl_err *err, sl_arch *m, const json_t *list, const 
 
 static sl_status moe_parse(sl_err *err, sl_arch *m, const json_t *moe, const json_t *cfg)
 {
-    static const char *const keys[] = {"experts", "step", "freq", "first_dense", "dense_layers"};
+    static const char *const keys[] = {"experts", "step", "freq", "first_dense", "dense_layers",
+                                       "tp_at_most_experts"};
     const int64_t L = m->cfg.L;
     m->layer_moe = sl_arena_alloc(&m->arena, (size_t)L + 1);
     SL_CHECK(m->layer_moe != NULL, err, SL_E_NOMEM, "out of memory");
@@ -254,6 +255,10 @@ static sl_status moe_parse(sl_err *err, sl_arch *m, const json_t *moe, const jso
     SL_CHECK(si >= 0, err, SL_E_CONFIG, "rule table \"moe\": \"experts\" must name a symbol of "
              "\"symbols\" (the config key of the routed expert count)");
     m->has_moe = 1;
+    const json_t *cap = json_object_get(moe, "tp_at_most_experts");
+    SL_CHECK(cap == NULL || json_is_boolean(cap), err, SL_E_CONFIG,
+             "rule table \"moe\": \"tp_at_most_experts\" is not a boolean");
+    m->tp_at_most_experts = json_is_true(cap);
     m->cfg.E = m->cfg.sym_val[si];
     SL_CHECK(m->cfg.E <= 65536, err, SL_E_CONFIG, "config '%s' is %lld, above 65536 experts",
              m->cfg.sym_key[si], (long long)m->cfg.E);
@@ -274,10 +279,14 @@ static sl_status moe_parse(sl_err *err, sl_arch *m, const json_t *moe, const jso
 
 sl_status sl_arch_table_extras(sl_err *err, sl_arch *m, const json_t *table, const json_t *cfg)
 {
+    /* true: every layer from L on; a config key: that many (vLLM's DeepSeek skips its
+     * num_nextn_predict_layers MTP layers and refuses any other, a KeyError) */
     const json_t *skip = json_object_get(table, "skip_extra_layers");
-    SL_CHECK(skip == NULL || json_is_boolean(skip), err, SL_E_CONFIG,
-             "rule table \"skip_extra_layers\" is not a boolean");
-    m->skip_extra_layers = json_is_true(skip);
+    SL_CHECK(skip == NULL || json_is_boolean(skip) || json_is_string(skip), err, SL_E_CONFIG,
+             "rule table \"skip_extra_layers\" is neither a boolean nor a config key");
+    m->skip_extra_layers = json_is_true(skip) ? -1 : 0;
+    if (json_is_string(skip))
+        SL_TRY(sl_arch_config_sym(err, cfg, json_string_value(skip), 0, &m->skip_extra_layers));
     SL_TRY(syms_parse(err, m, json_object_get(table, "symbols"), cfg));
     return moe_parse(err, m, json_object_get(table, "moe"), cfg);
 }

@@ -40,7 +40,8 @@ static int skipped(const char *name)
 }
 
 /* DeepSeek's multi-token-prediction module sits at model.layers.{L + i}: a table with
- * "skip_extra_layers" drops checkpoint layers >= L as vLLM's main model does. */
+ * "skip_extra_layers" drops checkpoint layers [L, L + n) as vLLM's main model does (n: the
+ * config's num_nextn_predict_layers; any other layer past L is unclaimed, as vLLM refuses it). */
 static int extra_layer(const plan_ctx *c, const char *name)
 {
     static const char prefix[] = "model.layers.";
@@ -50,7 +51,8 @@ static int extra_layer(const plan_ctx *c, const char *name)
     const size_t n = strspn(p, "0123456789");
     if (n == 0 || n > 9 || p[n] != '.')
         return 0;
-    return strtoll(p, NULL, 10) >= c->m->cfg.L;
+    const long long l = strtoll(p, NULL, 10);
+    return l >= c->m->cfg.L && (c->m->skip_extra_layers < 0 || l - c->m->cfg.L < c->m->skip_extra_layers);
 }
 
 static const char *tensor_file(const plan_ctx *c, const sl_tensor_info *ti)

@@ -13,7 +13,7 @@ typedef struct plan_tmpl {
     int32_t rules[SL_GROUP_MAX_SLOTS];
     const char *param;            /* name pattern */
     sl_place place;
-    int tied_also_last, tied_skip;
+    int tied_also_last, tied_skip, all_stages;
     int expert;                   /* the rules have {e}: layout tp stacks the experts a rank holds
                                      into one parameter; layout spmd keeps one per expert */
     int32_t dtype;                /* the parameter's dtype, -1: the plan's */

@@ -221,8 +221,11 @@ static sl_status check_mesh_impl(plan_ctx *c)
     /* layout spmd tiles each expert's tensor on its own (SHARDING-MOE-FP8.md), over any N */
     if (p->layout != SL_LAYOUT_TP)
         return check_fp8_spmd(c);
-    /* vLLM's check (qwen3_moe.py, qwen2_moe.py; SHARDING-MOE-FP8.md): with or without EP */
-    SL_CHECK(c->m->n_moe_layers == 0 || cfg->E >= p->tp, &p->err, SL_E_DIVISIBILITY,
+    /* vLLM's check, in qwen3_moe.py and qwen2_moe.py only (their tables ask for it): with or
+     * without EP. Mixtral and DeepSeek take T > E: the experts cut along I, or under EP ranks
+     * r >= E holding none. */
+    SL_CHECK(c->m->n_moe_layers == 0 || !c->m->tp_at_most_experts || cfg->E >= p->tp, &p->err,
+             SL_E_DIVISIBILITY,
              "Tensor parallel size %d is greater than the number of experts %lld", (int)p->tp,
              (long long)cfg->E);
     /* the rules that cut heads first: heads are what a user tunes tp by, and they imply o_proj's

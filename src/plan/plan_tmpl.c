@@ -35,6 +35,7 @@ static void tmpl_from_rule(plan_tmpl *t, const sl_rule *r, const char *param)
     t->place = r->place;
     t->tied_also_last = r->tied_also_last;
     t->tied_skip = r->tied_skip;
+    t->all_stages = r->all_stages;
     t->expert = r->expert;
     t->dtype = r->dtype;
 }
@@ -118,6 +119,8 @@ int sl_plan_tmpl_on_stage(const plan_ctx *c, const plan_tmpl *t, int32_t stage)
     const int32_t last = c->p->pp - 1;
     if (tied && t->tied_skip)
         return 0;
+    if (t->all_stages)
+        return 1;
     if (t->place == SL_PLACE_FIRST)
         return stage == 0 || (stage == last && tied && t->tied_also_last);
     return t->place == SL_PLACE_LAST && stage == last;
