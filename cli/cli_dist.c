@@ -208,20 +208,21 @@ static void dist_print_text(const sl_plan *p, const sl_model *m, const sl_dist_o
 
 /* ---- command ---------------------------------------------------------------------------------- */
 
-/* Opens and plans on this rank; on failure msg holds the message. */
-static sl_status dist_open(const char *path, const sl_plan_opts *po_in, const sl_load_opts *lo, int dummy,
+/* Opens and plans on this rank; on failure msg holds the message. A dummy load of a checkpoint
+ * path plans from its tensors, as one process does (it reads none of their bytes). */
+static sl_status dist_open(const char *path, const sl_plan_opts *po_in, const sl_load_opts *lo,
                            sl_checkpoint **ck, sl_plan **p, char *msg, size_t len)
 {
     sl_status st = SL_OK;
     sl_plan_opts opts = *po_in;
     const sl_plan_opts *po = &opts;
     char err[1024];
-    if (path && !dummy && (st = cli_remote_open(path, lo, ck)) != SL_OK) {
+    if (path && (st = cli_remote_open(path, lo, ck)) != SL_OK) {
         snprintf(msg, len, "rank %d: %s", (int)sl_dist_rank(),
                  *ck ? sl_checkpoint_errmsg(*ck) : "out of memory");
         return st;
     }
-    if (path && !dummy && (st = cli_remote_config(*ck, &opts, err, sizeof err)) != SL_OK) {
+    if (path && (st = cli_remote_config(*ck, &opts, err, sizeof err)) != SL_OK) {
         snprintf(msg, len, "rank %d: %.900s", (int)sl_dist_rank(), err);
         return st;
     }
@@ -291,6 +292,32 @@ static int dist_report(const sl_plan *p, const sl_model *m, const sl_dist_opts *
     return rc;
 }
 
+/* The report's options (--checksums, --json) of every rank against rank 0's: each rank renders
+ * its own devices and rank 0 prints them, so ranks that differ gave a report that mixed text into
+ * JSON, or left some devices' checksums out, and exited 0. Collective: every rank calls it. */
+static sl_status dist_same_report(int checksums, int json, sl_status st, char *msg, size_t len)
+{
+    char mine[8], *all = NULL;
+    snprintf(mine, sizeof mine, "%d%d;", checksums != 0, json != 0);
+    sl_status gs = sl_dist_gather_text(mine, &all);
+    if (st == SL_OK && gs != SL_OK) {
+        st = gs;
+        snprintf(msg, len, "rank 0: out of memory comparing the ranks' options");
+    }
+    for (int32_t r = 1; st == SL_OK && all && r < sl_dist_size(); r++) {
+        const char *at = all + 3 * (size_t)r;
+        if (strlen(all) >= 3 * (size_t)r + 3 && (at[0] != mine[0] || at[1] != mine[1])) {
+            st = SL_E_INVALID_ARG;
+            snprintf(msg, len, "rank %d asks for%s%s, rank 0 for%s%s: every rank renders its own devices "
+                     "into rank 0's report, so give them the same --checksums and --json", (int)r,
+                     at[0] == '1' ? " --checksums" : " no --checksums", at[1] == '1' ? " --json" : " text",
+                     checksums ? " --checksums" : " no --checksums", json ? " --json" : " text");
+        }
+    }
+    free(all);
+    return sl_dist_agree(st, msg, msg, len);
+}
+
 int cli_load_dist(const char *path, const sl_plan_opts *po, const sl_load_opts *lo,
                   const sl_dist_opts *d, int checksums, int json)
 {
@@ -300,9 +327,10 @@ int cli_load_dist(const char *path, const sl_plan_opts *po, const sl_load_opts *
     sl_model *m = NULL;
     if (sl_dist_init() != SL_OK)
         return cli_fail("--dist needs MPI, and this shardload was built without it (SL_WITH_MPI)");
-    sl_status st = dist_open(path, po, lo, lo->dummy, &ck, &p, msg, sizeof msg);
+    sl_status st = dist_open(path, po, lo, &ck, &p, msg, sizeof msg);
     st = sl_dist_agree(st, msg, msg, sizeof msg);
-    if (st == SL_OK && (st = sl_load_dist(ck, p, lo, d, &m)) != SL_OK)
+    st = dist_same_report(checksums, json, st, msg, sizeof msg);
+    if (st == SL_OK && (st = sl_load_dist(lo->dummy ? NULL : ck, p, lo, d, &m)) != SL_OK)
         snprintf(msg, sizeof msg, "%s", m ? sl_model_errmsg(m) : "out of memory");
     const int rc = st != SL_OK ? dist_exit(st, msg) : dist_report(p, m, d, checksums, json);
     sl_model_free(m);
@@ -320,7 +348,7 @@ int cli_reshard_dist(const char *path, const char *outdir, const sl_plan_opts *p
     sl_plan *p = NULL;
     if (sl_dist_init() != SL_OK)
         return cli_fail("--dist needs MPI, and this shardload was built without it (SL_WITH_MPI)");
-    sl_status st = dist_open(path, po, lo, 0, &ck, &p, msg, sizeof msg);
+    sl_status st = dist_open(path, po, lo, &ck, &p, msg, sizeof msg);
     st = sl_dist_agree(st, msg, msg, sizeof msg);
     cli_signals_catch();   /* mpirun passes SIGINT/SIGTERM on to the ranks: each cleans up */
     if (st == SL_OK) /* agreed inside: the same status on every rank */

@@ -169,6 +169,13 @@ start_http "$W" --no-validators
   "$("$SL" load "$W/ck" --tp 2 --checksums --json | sums)" ] || fail "no validators: $(cat "$T/err")"
 [ "$(wc -l <"$T/err")" = 1 ] && grep -q "^shardload: warning: $HTTP/ck/model-00001-of-00006.safetensors: the server sent no ETag or Last-Modified (6 of 6 files): a rewrite of the same size during the load would go unnoticed" "$T/err" ||
     fail "no validators: warning: $(cat "$T/err")"
+# a server that gzips its ranges unasked (Content-Encoding: gzip): one line naming it, never the
+# compressed bytes kept as the range's start (that load exited 0 with other weights)
+start_http "$W" --gzip-ranges
+"${L[@]}" "$HTTP/ck/" --tp 2 --checksums --json >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "$HTTP/ck/model-0000[0-9]-of-00006.safetensors: HTTP 206 with Content-Encoding 'gzip', which nothing asked for" ||
+    fail "gzipped ranges: $(cat "$T/err")"
+start_http "$W"
 # libcurl's proxy variables apply, as for curl and the AWS CLI: through the proxy a host that
 # cannot be reached directly (port 1) loads, its requests in the proxy's log; NO_PROXY bypasses it
 start_proxy "$(port_of "$HTTP")" fwd --fault none

@@ -217,6 +217,22 @@ for odd in "--staging 200K" "--dist independent" "--tp 4 --devices-per-rank 2" "
     [ "$(grep -c '^rank-exit 1$' "$T/err")" -eq 2 ] && [ "$(grep -c '^shardload: error:' "$T/err")" -eq 1 ] &&
         grep -q "differ from another rank's" "$T/err" || fail "rank 1 with $odd: $(cat "$T/err")"
 done
+# the report's options: each rank renders its own devices into rank 0's report, so ranks given
+# other --checksums or --json are refused (the report mixed a rank's text into JSON, or left its
+# devices' checksums out, and the job exited 0)
+for odd in "--checksums --json" "--json"; do
+    one_rank "$CK" cooperative "$odd"
+    [ "$(grep -c '^rank-exit 1$' "$T/err")" -eq 2 ] && [ "$(grep -c '^shardload: error:' "$T/err")" -eq 1 ] &&
+        grep -q "rank 1 asks for .*, rank 0 for no --checksums text: every rank renders its own devices" "$T/err" ||
+        fail "rank 1 with $odd: $(cat "$T/err")"
+done
+# dummy weights planned from a checkpoint's tensors, as one process plans them (every rank
+# failed: "a plan needs a checkpoint")
+for dist in cooperative independent; do
+    out=$("${MPIRUN[@]}" -np 2 "$SL" load "$CK" --tp 2 --format dummy --dist $dist --checksums --json 2>"$T/err") &&
+        [ "$(sums <<<"$out")" = "$("$SL" load "$CK" --tp 2 --format dummy --checksums --json | sums)" ] ||
+        fail "dummy of a checkpoint ($dist): $(cat "$T/err")"
+done
 "${MPIRUN[@]}" -np 2 "$SL" load "$CK" --tp 4 --devices-per-rank 1 >"$T/out" 2>"$T/err"
 [ $? -ne 0 ] && grep -q "^shardload: error: .*2 ranks x 1 devices per rank != the mesh's 4" "$T/err" ||
     fail "rank/device mismatch: $(cat "$T/err")"

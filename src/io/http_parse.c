@@ -138,6 +138,10 @@ void sl_http_resp_header(sl_http_resp *r, const char *line, size_t n)
         copy_value(r->sum_type, sizeof r->sum_type, v, vl);
     else if (header_is(line, n, "retry-after", &v, &vl))
         r->retry_after_s = parse_retry_after(v, vl);
+    else if (header_is(line, n, "content-encoding", &v, &vl)) {
+        r->encoded = !(vl == 8 && strncasecmp(v, "identity", 8) == 0);
+        copy_value(r->encoding, sizeof r->encoding, v, vl);
+    }
 }
 
 /* ---- error bodies ----------------------------------------------------------------------------- */

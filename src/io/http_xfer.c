@@ -161,11 +161,24 @@ static int check_range_end(sl_http_xfer *x)
     return 0;
 }
 
-/* Called at the first body byte of a 2xx response. */
+/* Called at the first body byte of a 2xx response. A body with a Content-Encoding is not the
+ * object's bytes (curl decodes none: no Accept-Encoding is sent), and a Content-Length other than
+ * the Content-Range's span is not its range: a gzipped range that ended "short" was kept as the
+ * start of the range, and the load exited 0 with other weights. */
 static int check_response(sl_http_xfer *x, long code)
 {
     const uint64_t want = x->off + x->got;
     x->got_until = x->len;
+    if (x->resp.encoded)
+        return xf_stop(x, SL_E_IO, "%s: HTTP %ld with Content-Encoding '%s', which nothing asked for: "
+                       "the body is not the object's bytes (a proxy or server that compresses "
+                       "responses; shardload reads objects as stored)", x->obj->name, code,
+                       x->resp.encoding[0] ? x->resp.encoding : "?");
+    if (code == 206 && x->resp.has_cl && x->resp.has_cr &&
+        x->resp.content_length != x->resp.cr_end - x->resp.cr_start + 1)
+        return xf_stop(x, SL_E_IO, "%s: HTTP 206 of Content-Length %" PRIu64 " for Content-Range bytes "
+                       "%" PRIu64 "-%" PRIu64 " (%" PRIu64 " bytes)", x->obj->name, x->resp.content_length,
+                       x->resp.cr_start, x->resp.cr_end, x->resp.cr_end - x->resp.cr_start + 1);
     if (x->whole)
         return code == 200 ? 0 : xf_stop(x, SL_E_IO, "%s: HTTP %ld to a GET", x->obj->name, code);
     if (code == 206) {
