@@ -30,6 +30,8 @@ and (i - after) % every == 0, at most --count times (0: no limit). KIND:
   crpast    the body asked for, its Content-Range saying it runs to the object's end (A-(T-1)/T)
   crshort   an honest shorter range: the first half of the body, Content-Range and Content-Length
             saying so (a server may send fewer bytes than asked)
+  crjunk    crshort's response with 10 more bytes after it on the kept-alive connection, which the
+            client then reads as the start of its next response (an "HTTP/0.9" reply)
   flip      the whole body, one byte of it (the middle one) flipped: bytes the store did not hold
             (its stored checksum still the original's), which only --verify can catch
   replace   after the --after-th candidate, FILE is rewritten in place (same size, every byte
@@ -178,7 +180,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.connection.close()
             return None
         self._log(status, len(body), fault)
-        self.wfile.write(body)
+        self.wfile.write(body + (b"GARBAGE!!\n" if fault == "crjunk" else b""))
         return None
 
     def do_HEAD(self):
@@ -203,7 +205,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         up.close()
         headers = [(k, v) for k, v in r.getheaders()
                    if k.lower() not in ("connection", "keep-alive", "transfer-encoding", "date", "server")]
-        if fault in ("crhalf", "crpast", "crshort") and r.status == 206:
+        if fault in ("crhalf", "crpast", "crshort", "crjunk") and r.status == 206:
             changed = content_range_fault(fault, headers, body)
             if changed is None:   # nothing to change: the fault goes to the next candidate
                 with LOCK:
@@ -226,7 +228,7 @@ def content_range_fault(fault, headers, body):
     end = t - 1 if fault == "crpast" else a + (b - a) // 2
     if end == b:   # a range that ends at the object's end (crpast), or of one byte
         return None
-    if fault == "crshort":
+    if fault in ("crshort", "crjunk"):
         body = body[:end - a + 1]
     out = []
     for k, v in headers:
@@ -256,7 +258,7 @@ def main():
     p.add_argument("portfile")
     p.add_argument("--fault", required=True,
                    choices=["reset", "truncate", "503", "507", "501", "429", "stall", "hang", "hdrdrip", "bodydrip", "slow", "crhalf", "crpast",
-                            "crshort", "flip", "replace",
+                            "crshort", "crjunk", "flip", "replace",
                             "none"])
     p.add_argument("--every", type=int, default=1)
     p.add_argument("--after", type=int, default=0)

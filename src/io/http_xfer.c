@@ -174,11 +174,6 @@ static int check_response(sl_http_xfer *x, long code)
                        "the body is not the object's bytes (a proxy or server that compresses "
                        "responses; shardload reads objects as stored)", x->obj->name, code,
                        x->resp.encoding[0] ? x->resp.encoding : "?");
-    if (code == 206 && x->resp.has_cl && x->resp.has_cr &&
-        x->resp.content_length != x->resp.cr_end - x->resp.cr_start + 1)
-        return xf_stop(x, SL_E_IO, "%s: HTTP 206 of Content-Length %" PRIu64 " for Content-Range bytes "
-                       "%" PRIu64 "-%" PRIu64 " (%" PRIu64 " bytes)", x->obj->name, x->resp.content_length,
-                       x->resp.cr_start, x->resp.cr_end, x->resp.cr_end - x->resp.cr_start + 1);
     if (x->whole)
         return code == 200 ? 0 : xf_stop(x, SL_E_IO, "%s: HTTP %ld to a GET", x->obj->name, code);
     if (code == 206) {
@@ -187,7 +182,14 @@ static int check_response(sl_http_xfer *x, long code)
         if (x->resp.cr_start != want)
             return xf_stop(x, SL_E_IO, "%s: asked for bytes from %" PRIu64 ", the server sent from %" PRIu64,
                            x->obj->name, want, x->resp.cr_start);
-        return check_identity(x, x->resp.cr_total) != 0 ? -1 : check_range_end(x);
+        if (check_identity(x, x->resp.cr_total) != 0 || check_range_end(x) != 0)
+            return -1;
+        if (x->resp.has_cl && x->resp.content_length != x->resp.cr_end - x->resp.cr_start + 1)
+            return xf_stop(x, SL_E_IO, "%s: HTTP 206 of Content-Length %" PRIu64 " for Content-Range "
+                           "bytes %" PRIu64 "-%" PRIu64 " (%" PRIu64 " bytes)", x->obj->name,
+                           x->resp.content_length, x->resp.cr_start, x->resp.cr_end,
+                           x->resp.cr_end - x->resp.cr_start + 1);
+        return 0;
     }
     /* 200: the whole object, acceptable only when the range was all of it */
     if (code == 200 && want == 0 && x->resp.has_cl && x->resp.content_length == x->len)
@@ -451,10 +453,13 @@ static void s3_error_code(sl_http_xfer *x)
 
 static int retryable_curl(CURLcode rc)
 {
+    /* (a reply curl cannot parse, an "HTTP/0.9" one among them, is often the bytes a broken
+     * response left on a kept-alive connection: another connection may well succeed) */
     static const CURLcode again[] = {CURLE_COULDNT_CONNECT, CURLE_RECV_ERROR, CURLE_SEND_ERROR,
                                      CURLE_PARTIAL_FILE, CURLE_OPERATION_TIMEDOUT, CURLE_GOT_NOTHING,
                                      CURLE_HTTP2, CURLE_HTTP2_STREAM, CURLE_SSL_CONNECT_ERROR,
-                                     CURLE_COULDNT_RESOLVE_HOST, CURLE_HTTP3};
+                                     CURLE_COULDNT_RESOLVE_HOST, CURLE_HTTP3, CURLE_WEIRD_SERVER_REPLY,
+                                     CURLE_UNSUPPORTED_PROTOCOL};
     for (size_t i = 0; i < sizeof again / sizeof again[0]; i++)
         if (rc == again[i])
             return 1;
@@ -603,12 +608,15 @@ int xf_finish(sl_http_xfer *x, CURLcode rc, sl_err *err)
         x->got_at_start = x->got;   /* a trickle is no progress: its tries count (xf_retry) */
         return xf_retry(x, err);
     }
+    /* curl's error buffer says more than its code's text ("Received HTTP/0.9 when not allowed"
+     * for "Unsupported protocol") */
+    const char *why = x->errbuf[0] ? x->errbuf : curl_easy_strerror(rc);
     if (rc != CURLE_OK && retryable_curl(rc)) {
-        snprintf(x->last_reason, sizeof x->last_reason, "%s", curl_easy_strerror(rc));
+        snprintf(x->last_reason, sizeof x->last_reason, "%.150s", why);
         return xf_retry(x, err);
     }
     if (rc != CURLE_OK) {
-        sl_err_set(err, SL_E_IO, "%s: %s", x->obj->name, curl_easy_strerror(rc));
+        sl_err_set(err, SL_E_IO, "%s: %s", x->obj->name, why);
         return XF_FAIL;
     }
     if (x->whole || x->got == x->len)
