@@ -73,6 +73,9 @@ for mesh in "--tp 4" "--tp 2 --pp 2" "--tp 1 --dtype f32"; do
     done
 done
 # the same bounded staging: the peak stays within --staging
+# the folder's index URL given for the folder (it said "no model.safetensors.index.json")
+[ "$("${L[@]}" "$HTTP/ck/model.safetensors.index.json" --tp 2 --checksums --json 2>"$T/err" | sums)" = \
+  "$("$SL" load "$W/ck" --tp 2 --checksums --json | sums)" ] || fail "the index URL for its folder: $(cat "$T/err")"
 out=$("${L[@]}" "$HTTP/ck/" --tp 4 --remote-range 64K --staging 256K --json 2>"$T/err")
 staging=$(echo "$out" | num staging_peak)
 [ "${staging:-0}" -gt 0 ] && [ "$staging" -le $((256 << 10)) ] || fail "staging peak '$staging' over 256K"
@@ -183,7 +186,7 @@ start_proxy "$(port_of "$HTTP")" fwd --fault none
   "$("$SL" load "$W/ck" --tp 2 --checksums --json | sums)" ] && grep -q "^http://127.0.0.1:1/ck/model-00001" "$T/fwd.log" ||
     fail "http_proxy: $(cat "$T/err") $(head -2 "$T/fwd.log")"
 http_proxy=$PROXY NO_PROXY=127.0.0.1 "${L[@]}" http://127.0.0.1:1/ck/ --tp 2 --remote-retries 0 >/dev/null 2>"$T/err"
-one_line_error $? "$T/err" "http://127.0.0.1:1/ck/model.safetensors.index.json: GET: Couldn't connect to server" ||
+one_line_error $? "$T/err" "http://127.0.0.1:1/ck/model.safetensors.index.json: GET: Failed to connect to 127.0.0.1 port 1 after [0-9]* ms: Couldn't connect to server" ||
     fail "NO_PROXY: $(cat "$T/err")"
 stop_proxy
 # a query string (an Azure SAS token) on a directory or a file URL: sent with every object's GET
@@ -206,7 +209,7 @@ stop_servers
 SERVERS=()
 start=$(date +%s)
 "${L[@]}" "$HTTP/ck/" --tp 2 --remote-retries 2 --remote-backoff-ms 10 >/dev/null 2>"$T/err"
-one_line_error $? "$T/err" "$HTTP/ck/model.safetensors.index.json: GET: Couldn't connect to server (gave up after 3 tries)" ||
+one_line_error $? "$T/err" "$HTTP/ck/model.safetensors.index.json: GET: Failed to connect to 127.0.0.1 port [0-9]* after [0-9]* ms: Couldn't connect to server (gave up after 3 tries)" ||
     fail "refused: $(cat "$T/err")"
 [ $(($(date +%s) - start)) -lt 20 ] || fail "refused connection: retries not bounded"
 finish

@@ -92,6 +92,11 @@ for size in 12 999; do
       || fail "total_size 999: $(cat "$T/err")"
   fi
 done
+# a folder's index given for the folder opens the folder (it was read as a safetensors file:
+# "header length ... exceeds the limit")
+"$SL" inspect --json "$T/idx/model.safetensors.index.json" >"$T/out2" 2>"$T/err" &&
+    [ "$(grep -o '"tensors":.*' "$T/out2")" = "$(grep -o '"tensors":.*' "$T/out")" ] ||
+    fail "the index for its folder: $(cat "$T/err")"
 
 if ((fails)); then echo "$fails failure(s)"; exit 1; fi
 echo "cli_inspect: all checks passed"

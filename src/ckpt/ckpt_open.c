@@ -307,7 +307,18 @@ sl_status sl_checkpoint_open(const char *path, sl_checkpoint **out)
     struct stat sb;
     if (stat(path, &sb) != 0)
         return ck_fail_errno(&ck->err, path, "cannot open", true);
-    return S_ISDIR(sb.st_mode) ? ck_open_dir(ck, path) : ck_open_file(ck, path);
+    if (S_ISDIR(sb.st_mode))
+        return ck_open_dir(ck, path);
+    /* a folder's index given for the folder (it was read as a safetensors file: "header length
+     * 8387229874382703227 exceeds the limit") */
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+    if (strcmp(base, ST_INDEX_NAME) != 0)
+        return ck_open_file(ck, path);
+    char *dir = !slash ? strdup(".") : slash == path ? strdup("/") : strndup(path, (size_t)(slash - path));
+    SL_CHECK(dir, &ck->err, SL_E_NOMEM, "out of memory");
+    const sl_status st = ck_open_dir(ck, dir);
+    free(dir);
+    return st;
 }
 
 void sl_checkpoint_close(sl_checkpoint *ck)

@@ -240,17 +240,45 @@ static sl_status ck_remote_names(sl_checkpoint *ck, const char *path, int file)
     return SL_OK;
 }
 
-static sl_status ck_open_remote(sl_checkpoint *ck, const char *path, const sl_load_opts *o)
+static sl_status ck_open_remote_at(sl_checkpoint *ck, const char *path)
 {
-    ck->remote_cfg = calloc(1, sizeof *ck->remote_cfg);
-    SL_CHECK(ck->remote_cfg, &ck->err, SL_E_NOMEM, "out of memory");
-    SL_TRY(sl_http_cfg_init(ck->remote_cfg, o, &ck->err));
     const int file = names_file(path);
     SL_TRY(ck_remote_names(ck, path, file));
     if (!file)
         return ck_remote_dir(ck);
     SL_TRY(ck_add_remote(ck, path, NULL));
     return ck_remote_files(ck);
+}
+
+/* A URL naming a folder's index (".../model.safetensors.index.json?query") as the folder's own
+ * (".../?query"), malloc'd; NULL when it names no index, or out of memory (*oom). */
+static char *index_folder_url(const char *url, int *oom)
+{
+    const size_t plen = sl_http_path_len(url), k = strlen(ST_INDEX_NAME);
+    *oom = 0;
+    if (plen <= k || url[plen - k - 1] != '/' || strncmp(url + plen - k, ST_INDEX_NAME, k) != 0)
+        return NULL;
+    char *out = malloc(strlen(url) - k + 1);
+    if (!out) {
+        *oom = 1;
+        return NULL;
+    }
+    memcpy(out, url, plen - k);
+    strcpy(out + plen - k, url + plen);
+    return out;
+}
+
+static sl_status ck_open_remote(sl_checkpoint *ck, const char *url, const sl_load_opts *o)
+{
+    ck->remote_cfg = calloc(1, sizeof *ck->remote_cfg);
+    SL_CHECK(ck->remote_cfg, &ck->err, SL_E_NOMEM, "out of memory");
+    SL_TRY(sl_http_cfg_init(ck->remote_cfg, o, &ck->err));
+    int oom = 0;
+    char *folder = index_folder_url(url, &oom);   /* the index given for its folder */
+    SL_CHECK(!oom, &ck->err, SL_E_NOMEM, "out of memory");
+    const sl_status st = ck_open_remote_at(ck, folder ? folder : url);
+    free(folder);
+    return st;
 }
 
 sl_status sl_checkpoint_open_opts(const char *path, const sl_load_opts *o, sl_checkpoint **out)
