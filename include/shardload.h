@@ -353,7 +353,7 @@ typedef void (*sl_progress_fn)(void *user, uint64_t done_bytes, uint64_t total_b
 #define SL_STAGING_MIN ((uint64_t)16 << 10)
 
 typedef struct sl_load_opts {
-    const char *device;        /* "cpu" (default) or "cuda" */
+    const char *device;        /* "cpu" (default), "cuda" or "pjrt" */
     sl_io_mode io;
     int32_t threads;           /* I/O threads / queue depth, and for non-host devices the number
                                   of staging slots when request_bytes is 0; 0: automatic */
@@ -474,8 +474,9 @@ typedef struct sl_load_opts {
 void sl_load_opts_init(sl_load_opts *o);
 
 /* The CUDA runtime library the cuda backend loads, once per process, at its first use (the CLI
- * passes SL_CUDART here); NULL or "": libcudart.so.13, .12, .11 from the loader's path. Once a
- * runtime is loaded it stays: SL_E_INVALID_ARG for another path then. */
+ * passes SL_CUDART here); NULL or "": libcudart.so.13, .12, .11, .so from the loader's path, then
+ * from /usr/local/cuda's library folders (docs/engine.md). Once a runtime is loaded it stays:
+ * SL_E_INVALID_ARG for another path then. */
 sl_status sl_cuda_set_runtime(const char *path);
 
 /* Number of CUDA GPUs the runtime sees (the one sl_cuda_set_runtime names, or libcudart found as
@@ -500,7 +501,7 @@ typedef struct sl_load_stats {
     uint64_t bytes_read;        /* checkpoint bytes read from files */
     uint64_t checkpoint_bytes;  /* data bytes of the checkpoint's files */
     const char *io;             /* "direct", "buffered", "mixed", "none" (dummy) */
-    const char *engine;         /* "io_uring", "pread" */
+    const char *engine;         /* "io_uring", "io_uring-inline", "pread", or "http" (remote) */
     uint64_t staging_peak;      /* host staging bytes in use at the worst moment */
     int64_t verified_files;     /* opts.verify: files whose bytes were checked (SHA-256: whole;
                                    blocks: the blocks read), and the bytes hashed and equal */
@@ -662,8 +663,9 @@ sl_status sl_synth_opts(const sl_plan_opts *po, const char *outdir, uint64_t see
  * reads (dir is opened as by sl_checkpoint_open, with its errors), so that a folder synth or
  * reshard wrote can be loaded with opts.verify and manifest_path later (`sha256sum -c` reads it
  * too). Comment lines after each file's line hold the XXH3-64 of each 1 MiB block, with which a
- * load checks only what it reads (docs/engine.md). Each file is read once; the manifest appears
- * under its name only when whole. */
+ * load checks only what it reads (docs/engine.md); config.json and the index, where dir has them,
+ * get a sha256sum line each, which a load with the manifest checks whole. Each file is read once;
+ * the manifest appears under its name only when whole. */
 sl_status sl_write_manifest(const char *dir, const char *name, char *err, size_t errlen);
 
 /* ---- cancelling --------------------------------------------------------------------------------- */

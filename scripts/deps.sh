@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs (as root, with apt-get) or names the Debian 12 packages shardload needs.
-#   scripts/deps.sh build   - compiler, cmake, jansson, xxhash, liburing, libcurl (remote checkpoints)
+#   scripts/deps.sh build   - compiler, cmake, jansson, xxhash, liburing, libcurl (remote checkpoints),
+#                             libssl (SHA-256: --verify, manifests; the build leaves it out quietly
+#                             where it is missing, and libcurl4-openssl-dev only suggests it)
 #   scripts/deps.sh test    - build + python3-numpy (oracle) + clang (fuzz replay under sanitizers)
 #                             + Open MPI (tests/cli_mpi.sh)
 #   scripts/deps.sh bench   - test + gnuplot (and python3-torch if it installs: optional)
@@ -8,7 +10,7 @@ set -euo pipefail
 what=${1:-build}
 
 need_build=(gcc:gcc cmake:cmake pkg-config:pkg-config make:make)
-need_pkgs=(libjansson-dev liburing-dev libxxhash-dev libcurl4-openssl-dev)
+need_pkgs=(libjansson-dev liburing-dev libxxhash-dev libcurl4-openssl-dev libssl-dev)
 missing=()
 
 for pair in "${need_build[@]}"; do

@@ -133,6 +133,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "sl_model_device_gpu": (c_int32, [_P, c_int32]),
     "sl_model_device_staging": (c_char_p, [_P, c_int32]),
     "sl_model_device_routes": (c_char_p, [_P, c_int32]),
+    "sl_model_device_mem": (c_int, [_P, c_int32, POINTER(c_uint64), POINTER(c_uint64)]),
     "sl_model_param_ptr": (c_void_p, [_P, c_int32, c_int64]),
     "sl_model_param_xxh3": (c_int, [_P, c_int32, c_int64, POINTER(c_uint64)]),
     "sl_model_read_param": (c_int, [_P, c_int32, c_int64, c_uint64, c_void_p, c_uint64]),

@@ -1,8 +1,9 @@
 /* engine.h - the loading engine as the layers above it use it: the load job, the executor's entry
  * points and the sl_model handle.
  *
- * sl_load (load.c) only translates a checkpoint into a list of files and calls sl_load_files, so
- * the engine can be driven (and tested) with plain files and hand-built plans. */
+ * sl_load (load.c) only turns a checkpoint into a load job and runs it (sl_load_job_run);
+ * sl_load_files runs the same executor on plain files, so that tests drive it with hand-built
+ * plans. */
 #ifndef SL_LOAD_ENGINE_H
 #define SL_LOAD_ENGINE_H
 

@@ -376,6 +376,9 @@ static sl_status rd_side_check(const sl_checkpoint *ck, const char *manifest, co
     const char *const *side = rd_side_names;
     char nb[SL_TEXT_NAME], hex[SL_SHA256_HEX], path[4096];
     snprintf(path, sizeof path, "%s/%s", sl_checkpoint_dir(ck), side[i]);
+    SL_CHECK(sl_sha256_available(), err, SL_E_UNSUPPORTED, "%s names %s by its SHA-256, and this build "
+             "has none (rebuild with OpenSSL's libcrypto: Debian libssl-dev)",
+             sl_text_name(manifest, nb, sizeof nb), side[i]);
     sl_sha256 *h = sl_sha256_new();
     SL_CHECK(h, err, SL_E_NOMEM, "out of memory");
     sl_status st = ck->remote_cfg ? rd_side_remote(ck, side[i], h, err) : rd_side_local(path, h, err);

@@ -376,6 +376,10 @@ import shardload, numpy as np
 cpu = shardload.load({str(tiny_ckpt)!r}, tp=2)
 m = shardload.load({str(tiny_ckpt)!r}, tp=2, device="cuda", gpus=[1, 0])
 assert [x["gpu"] for x in m.stats["devices"]] == [1, 0], m.stats
+# the CLI's --json fields: the GPU's free memory before and after the device's allocation
+assert all(x["mem_free_before"] - x["mem_free_after"] >= x["allocated_bytes"] > 0
+           for x in m.stats["devices"]), m.stats
+assert all("mem_free_before" not in x for x in cpu.stats["devices"]), cpu.stats
 for d in (0, 1):
     assert m.checksums(d) == cpu.checksums(d)
     v = m._view(d, 0, m.plan.devices[d].params[0])
