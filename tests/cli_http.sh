@@ -174,10 +174,21 @@ start_http "$W" --no-validators
     fail "no validators: warning: $(cat "$T/err")"
 # a server that gzips its ranges unasked (Content-Encoding: gzip): one line naming it, never the
 # compressed bytes kept as the range's start (that load exited 0 with other weights)
-start_http "$W" --gzip-ranges
+start_http "$W" --content-encoding gzip
 "${L[@]}" "$HTTP/ck/" --tp 2 --checksums --json >/dev/null 2>"$T/err"
 one_line_error $? "$T/err" "$HTTP/ck/model-0000[0-9]-of-00006.safetensors: HTTP 206 with Content-Encoding 'gzip', which nothing asked for" ||
     fail "gzipped ranges: $(cat "$T/err")"
+# ... but an encoding that names no compression (aws-chunked, which some S3-compatible stores keep
+# from an upload and send beside the raw bytes) loads
+start_http "$W" --content-encoding aws-chunked
+[ "$("${L[@]}" "$HTTP/ck/" --tp 2 --checksums --json 2>"$T/err" | sums)" = \
+  "$("$SL" load "$W/ck" --tp 2 --checksums --json | sums)" ] || fail "aws-chunked: $(cat "$T/err")"
+# a redirect to a scheme curl may not follow is refused at once, not tried again (its code is also
+# that of an "HTTP/0.9" reply, which is)
+start_http "$W" --redirect "ftp://127.0.0.1:1/ck/model.safetensors.index.json"
+"${L[@]}" "$HTTP/ck/" --tp 2 >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "model.safetensors.index.json: Protocol \"ftp\" not supported" && ! grep -q "gave up after" "$T/err" ||
+    fail "redirect to ftp: $(cat "$T/err")"
 start_http "$W"
 # libcurl's proxy variables apply, as for curl and the AWS CLI: through the proxy a host that
 # cannot be reached directly (port 1) loads, its requests in the proxy's log; NO_PROXY bypasses it

@@ -6,7 +6,7 @@ If-Match (412 when it no longer matches) and 404s. Paths are percent-decoded. No
 
 Usage: http_range_server.py ROOT PORTFILE [--log FILE] [--deny SUBSTRING] [--no-if-match]
                            [--long-etag] [--weak-etag] [--no-validators] [--require-query Q]
-                           [--gzip-ranges]
+                           [--content-encoding VALUE] [--redirect URL]
                            [--tls CERT KEY --tls-log FILE]
 Binds 127.0.0.1 on a free port and writes the port to PORTFILE once it accepts connections.
 --log appends one line per GET: "<path> <status> <body bytes> <first byte asked for, or ->". --deny answers 403 (with an S3-like
@@ -16,8 +16,10 @@ some servers do (the loader's ETag, Last-Modified and size checks must then catc
 --weak-etag sends weak ETags (W/"..."), which If-Match compares strongly (RFC 9110 13.1.1): never
 a match, a 412 for any If-Match. --no-validators sends neither ETag nor Last-Modified (a
 change of the same size is then invisible). --require-query answers 403 to a request whose query string is
-not Q (a SAS token's signature, say). --gzip-ranges answers every range with its bytes gzipped
-and Content-Encoding: gzip, asked for or not (a misconfigured proxy or CDN).
+not Q (a SAS token's signature, say). --content-encoding gzip answers every range with its bytes
+gzipped and Content-Encoding: gzip, asked for or not (a misconfigured proxy or CDN); another value
+(aws-chunked, as some S3-compatible stores keep from an upload) is only sent as the header, beside
+the raw bytes. --redirect answers every request with a 302 to URL.
 --tls serves https with the PEM certificate (chain) CERT and its key KEY, the handshake on the
 connection's own thread (a client that rejects the certificate stops no one else); --tls-log
 appends "ok" or "failed <reason>" per handshake, so a test can count a client's attempts.
@@ -46,7 +48,8 @@ LONG_ETAG = False
 WEAK_ETAG = False
 VALIDATORS = True
 QUERY = None
-GZIP_RANGES = False
+ENCODING = None
+REDIRECT = None
 
 
 def etag_of(st):
@@ -87,6 +90,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         # the path percent-decoded, as web servers and object stores do ("model%201.safetensors"
         # is "model 1.safetensors"; "50%2541" is "50%41"); the query compared as sent
         rel = urllib.parse.unquote(rel.lstrip("/"), errors="surrogateescape")
+        if REDIRECT:
+            return self._send(302, b"", [("Location", REDIRECT)])
         if QUERY is not None and query != QUERY:
             return self._send(403, b"<Error><Code>AuthenticationFailed</Code></Error>")
         if DENY and DENY in rel:
@@ -120,9 +125,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             b = min(b, size - 1)
             f.seek(a)
             body = f.read(b - a + 1)
-            if GZIP_RANGES:
-                body = gzip.compress(body)
-                meta = meta + [("Content-Encoding", "gzip")]
+            if ENCODING:
+                body = gzip.compress(body) if ENCODING == "gzip" else body
+                meta = meta + [("Content-Encoding", ENCODING)]
             self._send(206, body, meta + [("Content-Range", "bytes %d-%d/%d" % (a, b, size))])
 
 
@@ -174,7 +179,7 @@ def _values(args, name, n=1):
 
 
 def main():
-    global ROOT, LOG, DENY, IF_MATCH, TLS, TLS_LOG, LONG_ETAG, WEAK_ETAG, VALIDATORS, QUERY, GZIP_RANGES
+    global ROOT, LOG, DENY, IF_MATCH, TLS, TLS_LOG, LONG_ETAG, WEAK_ETAG, VALIDATORS, QUERY, ENCODING, REDIRECT
     args = sys.argv[1:]
     tls = _values(args, "--tls", 2)
     if tls:
@@ -187,7 +192,8 @@ def main():
     WEAK_ETAG = _flag(args, "--weak-etag")
     VALIDATORS = not _flag(args, "--no-validators")
     QUERY = (_values(args, "--require-query") or [None])[0]
-    GZIP_RANGES = _flag(args, "--gzip-ranges")
+    ENCODING = (_values(args, "--content-encoding") or [None])[0]
+    REDIRECT = (_values(args, "--redirect") or [None])[0]
     DENY = (_values(args, "--deny") or [None])[0]
     LOG = (_values(args, "--log") or [None])[0]
     ROOT, portfile = args

@@ -289,9 +289,20 @@ static void big_numbers(void)
     EXPECT(build(NULL, NULL, TINY, strlen(TINY), 2, 1, &q) == SL_OK, "tiny: %s", sl_plan_errmsg(q));
     if (p && q && p->devices && q->devices)
         same_plan(p, q, "big numbers beside the sizes");
+    /* what reshard and synth write back is the text as given, not the clamped values */
+    EXPECT(p && p->config_text && strlen(p->config_text) == base + sizeof extra - 1 &&
+               !memcmp(p->config_text, text, base + sizeof extra - 1),
+           "big numbers: the config kept is not the text given: %.300s", p && p->config_text ? p->config_text : "");
     sl_plan_free(p);
     sl_plan_free(q);
     free(t);
+    /* only JSON numbers are clamped: a malformed token beside one that overflows stays malformed */
+    static const char bad[] = ",\"seed\":100000000000000000000,\"x\":1-2-3-4-5-6-7-8-9-0-1-2}";
+    memcpy(text + base, bad, sizeof bad);
+    p = NULL;
+    const sl_status sb = build(NULL, NULL, text, base + sizeof bad - 1, 1, 1, &p);
+    EXPECT(sb == SL_E_CONFIG, "a malformed token beside a big integer: %s", sl_plan_errmsg(p));
+    sl_plan_free(p);
     static const char used[] = "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64,"
                                "\"num_attention_heads\":4,\"intermediate_size\":96,\"vocab_size\":130,"
                                "\"num_hidden_layers\":100000000000000000000}";

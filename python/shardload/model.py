@@ -242,8 +242,10 @@ class Model:
             if routes is not None:    # pjrt: the ways in; cuda: where it converted
                 entry["routes"] = N.text(routes)
             before, after_ = ctypes.c_uint64(0), ctypes.c_uint64(0)
-            if N.lib.sl_model_device_mem(h, k, ctypes.byref(before), ctypes.byref(after_)) == 0:
-                # cuda, and pjrt where its plugin reports memory: the device's free memory
+            # cuda, and pjrt where its plugin reports memory: the device's free memory (asked of
+            # no cpu device: the call's refusal would be written over the model's message)
+            if self.device != "cpu" and N.lib.sl_model_device_mem(h, k, ctypes.byref(before),
+                                                                   ctypes.byref(after_)) == 0:
                 entry["mem_free_before"], entry["mem_free_after"] = before.value, after_.value
             devs.append(entry)
         return {"seconds": s.seconds, "setup_seconds": s.setup_seconds,

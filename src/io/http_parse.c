@@ -118,6 +118,28 @@ static long parse_retry_after(const char *v, size_t n)
     return (long)s;
 }
 
+/* Whether a Content-Encoding value names a compression (gzip, deflate, br, zstd, compress): the
+ * body is then not the object's bytes. Others keep the bytes as stored: "identity", and what
+ * S3-compatible stores keep from an upload and send back with the raw object ("aws-chunked",
+ * "none"). */
+static int compressed(const char *v, size_t n)
+{
+    static const char *const codings[] = {"gzip", "x-gzip", "deflate", "br", "zstd", "compress",
+                                          "x-compress"};
+    for (size_t i = 0; i < n;) {   /* a list: "aws-chunked, gzip" */
+        while (i < n && (v[i] == ',' || ows(v[i])))
+            i++;
+        size_t j = i;
+        while (j < n && v[j] != ',' && !ows(v[j]))
+            j++;
+        for (size_t k = 0; k < sizeof codings / sizeof codings[0]; k++)
+            if (j - i == strlen(codings[k]) && strncasecmp(v + i, codings[k], j - i) == 0)
+                return 1;
+        i = j;
+    }
+    return 0;
+}
+
 void sl_http_resp_header(sl_http_resp *r, const char *line, size_t n)
 {
     const char *v = NULL;
@@ -139,7 +161,7 @@ void sl_http_resp_header(sl_http_resp *r, const char *line, size_t n)
     else if (header_is(line, n, "retry-after", &v, &vl))
         r->retry_after_s = parse_retry_after(v, vl);
     else if (header_is(line, n, "content-encoding", &v, &vl)) {
-        r->encoded = !(vl == 8 && strncasecmp(v, "identity", 8) == 0);
+        r->encoded = compressed(v, vl);
         copy_value(r->encoding, sizeof r->encoding, v, vl);
     }
 }

@@ -26,7 +26,7 @@ typedef struct sl_http_resp {
     long retry_after_s;        /* delay-seconds in [0, SL_HTTP_RETRY_AFTER_MAX]; 0: none, or a date */
     char etag[256], last_modified[128];   /* "": none, or a value with a control byte or too long */
     char sum_sha256[128], sum_type[32];   /* x-amz-checksum-sha256, x-amz-checksum-type */
-    int encoded;               /* a Content-Encoding other than identity: the body is not the
+    int encoded;               /* a Content-Encoding that names a compression: the body is not the
                                   object's bytes (nothing asks for one: a misconfigured proxy) */
     char encoding[32];         /* its value, for the message ("" when unprintable or long) */
 } sl_http_resp;

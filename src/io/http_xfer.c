@@ -453,13 +453,12 @@ static void s3_error_code(sl_http_xfer *x)
 
 static int retryable_curl(CURLcode rc)
 {
-    /* (a reply curl cannot parse, an "HTTP/0.9" one among them, is often the bytes a broken
-     * response left on a kept-alive connection: another connection may well succeed) */
+    /* (a reply curl cannot parse is often the bytes a broken response left on a kept-alive
+     * connection: another connection may well succeed; xf_finish adds the "HTTP/0.9" one) */
     static const CURLcode again[] = {CURLE_COULDNT_CONNECT, CURLE_RECV_ERROR, CURLE_SEND_ERROR,
                                      CURLE_PARTIAL_FILE, CURLE_OPERATION_TIMEDOUT, CURLE_GOT_NOTHING,
                                      CURLE_HTTP2, CURLE_HTTP2_STREAM, CURLE_SSL_CONNECT_ERROR,
-                                     CURLE_COULDNT_RESOLVE_HOST, CURLE_HTTP3, CURLE_WEIRD_SERVER_REPLY,
-                                     CURLE_UNSUPPORTED_PROTOCOL};
+                                     CURLE_COULDNT_RESOLVE_HOST, CURLE_HTTP3, CURLE_WEIRD_SERVER_REPLY};
     for (size_t i = 0; i < sizeof again / sizeof again[0]; i++)
         if (rc == again[i])
             return 1;
@@ -611,7 +610,10 @@ int xf_finish(sl_http_xfer *x, CURLcode rc, sl_err *err)
     /* curl's error buffer says more than its code's text ("Received HTTP/0.9 when not allowed"
      * for "Unsupported protocol") */
     const char *why = x->errbuf[0] ? x->errbuf : curl_easy_strerror(rc);
-    if (rc != CURLE_OK && retryable_curl(rc)) {
+    /* CURLE_UNSUPPORTED_PROTOCOL is also a redirect to a scheme curl may not follow (permanent):
+     * only its "HTTP/0.9" reply, a stray byte read as a status line, is tried again */
+    const int junk = rc == CURLE_UNSUPPORTED_PROTOCOL && strstr(x->errbuf, "HTTP/0.9") != NULL;
+    if (rc != CURLE_OK && (retryable_curl(rc) || junk)) {
         snprintf(x->last_reason, sizeof x->last_reason, "%.150s", why);
         return xf_retry(x, err);
     }

@@ -286,7 +286,7 @@ static sl_status check_dest_writable(const sl_model *m, const sl_plan *p, int32_
             char nb[SL_TEXT_NAME];
             st = sl_err_set(err, SL_E_INVALID_ARG, "device %d: the destination of parameter '%s' "
                             "(%llu bytes at %p) is memory this process may not write (a read-only "
-                            "mapping)", pd->index, sl_text_name(q->name, nb, sizeof nb),
+                            "mapping, or none)", pd->index, sl_text_name(q->name, nb, sizeof nb),
                             (unsigned long long)q->nbytes, h);
         }
     }

@@ -470,10 +470,11 @@ static sl_status rules_load_builtin(sl_err *err, sl_arch *m, const json_t *cfg)
 }
 
 /* The parsed config, dumped once: a plan keeps it so that reshard's output directory carries the
- * config its parts were planned with (given as a file, as text, or the checkpoint's own). */
-static sl_status config_keep_text(sl_err *err, sl_arch *m, const json_t *cfg)
+ * config its parts were planned with (given as a file, as text, or the checkpoint's own); the text
+ * as given (verbatim, taken) where jansson's dump would change its numbers. */
+static sl_status config_keep_text(sl_err *err, sl_arch *m, const json_t *cfg, char *verbatim)
 {
-    m->config_text = json_dumps(cfg, JSON_INDENT(2));
+    m->config_text = verbatim ? verbatim : json_dumps(cfg, JSON_INDENT(2));
     SL_CHECK(m->config_text != NULL, err, SL_E_NOMEM, "out of memory");
     return SL_OK;
 }
@@ -498,9 +499,10 @@ sl_status sl_arch_load_source(const sl_arch_source *src, const char *rules_path,
      * too (no built-in table for its architecture, sizes a table cannot take, the total), and the
      * message names it, and a --rules table beside it. */
     json_t *cfg = NULL;
-    sl_status st = sl_arch_config_load(err, &m->arena, src, &m->cfg, &cfg);
+    char *verbatim = NULL;
+    sl_status st = sl_arch_config_load(err, &m->arena, src, &m->cfg, &cfg, &verbatim);
     if (st == SL_OK)
-        st = config_keep_text(err, m, cfg);
+        st = config_keep_text(err, m, cfg, verbatim);
     if (st == SL_OK && (st = sl_arch_quant_parse(err, m, cfg)) != SL_OK)
         sl_err_prefix(err, src->path);
     if (st == SL_OK && rules_path)

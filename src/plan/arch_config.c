@@ -29,6 +29,33 @@ static size_t number_end(const char *t, size_t i, size_t n)
     return i;
 }
 
+/* Whether t[0, n) is a JSON number (RFC 8259 6): -? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)? */
+static int json_number(const char *t, size_t n)
+{
+    size_t i = t[0] == '-';
+    const size_t lead = i;
+    while (i < n && t[i] >= '0' && t[i] <= '9')
+        i++;
+    if (i == lead || (t[lead] == '0' && i - lead > 1))
+        return 0;
+    if (i < n && t[i] == '.') {
+        const size_t f = ++i;
+        while (i < n && t[i] >= '0' && t[i] <= '9')
+            i++;
+        if (i == f)
+            return 0;
+    }
+    if (i < n && (t[i] == 'e' || t[i] == 'E')) {
+        i += i + 1 < n && (t[i + 1] == '+' || t[i + 1] == '-') ? 2 : 1;
+        const size_t e = i;
+        while (i < n && t[i] >= '0' && t[i] <= '9')
+            i++;
+        if (i == e)
+            return 0;
+    }
+    return i == n;
+}
+
 /* Whether the integer literal t[0, n) (digits, maybe a sign) is beyond long long. */
 static int int_overflows(const char *t, size_t n)
 {
@@ -46,7 +73,8 @@ static int int_overflows(const char *t, size_t n)
 /* text with every integer literal beyond long long written as the nearest one within it, and
  * every number beyond a double as the largest double: valid JSON (Python's json, and so
  * transformers, reads it) that jansson refuses ("too big integer") over a key nobody reads. A key
- * that is read then meets its own range check. Checked by the caller for being out of memory. */
+ * that is read then meets its own range check. Only tokens that are JSON numbers change: anything
+ * else stays for jansson to refuse. Checked by the caller for being out of memory. */
 static void numbers_clamped(const char *t, size_t n, sl_strbuf *o)
 {
     for (size_t i = 0; i < n;) {
@@ -57,6 +85,11 @@ static void numbers_clamped(const char *t, size_t n, sl_strbuf *o)
             j = j < n ? j + 1 : n;
         } else if (t[i] == '-' || (t[i] >= '0' && t[i] <= '9')) {
             j = number_end(t, i, n);
+            if (!json_number(t + i, j - i)) {
+                sl_strbuf_append(o, t + i, j - i);
+                i = j;
+                continue;
+            }
             const int neg = t[i] == '-';
             const int real = memchr(t + i, '.', j - i) || memchr(t + i, 'e', j - i) ||
                              memchr(t + i, 'E', j - i);
@@ -79,6 +112,14 @@ static void numbers_clamped(const char *t, size_t n, sl_strbuf *o)
 json_t *sl_arch_json_parse(sl_err *err, const char *name, const char *text, size_t len,
                            sl_status *st)
 {
+    return sl_arch_json_parse_verbatim(err, name, text, len, st, NULL);
+}
+
+json_t *sl_arch_json_parse_verbatim(sl_err *err, const char *name, const char *text, size_t len,
+                                    sl_status *st, char **verbatim)
+{
+    if (verbatim)
+        *verbatim = NULL;
     json_error_t jerr;
     *st = SL_OK;
     if (len > SL_MAX_JSON_FILE) {   /* sl_file_read_all's limit and message for a file */
@@ -93,6 +134,11 @@ json_t *sl_arch_json_parse(sl_err *err, const char *name, const char *text, size
         if (!clamped.oom)
             root = json_loadb(sl_strbuf_str(&clamped), clamped.len, JSON_REJECT_DUPLICATES, &jerr);
         sl_strbuf_free(&clamped);
+        if (root && verbatim && !(*verbatim = strndup(text, len))) {
+            json_decref(root);
+            *st = sl_err_set(err, SL_E_NOMEM, "out of memory");
+            return NULL;
+        }
     }
     if (root == NULL)
         *st = sl_err_set(err, SL_E_CONFIG, "%s: %s (line %d)", name, jerr.text, jerr.line);
@@ -101,12 +147,19 @@ json_t *sl_arch_json_parse(sl_err *err, const char *name, const char *text, size
 
 json_t *sl_arch_json_read(sl_err *err, const char *path, sl_status *st)
 {
+    return sl_arch_json_read_verbatim(err, path, st, NULL);
+}
+
+json_t *sl_arch_json_read_verbatim(sl_err *err, const char *path, sl_status *st, char **verbatim)
+{
     char *buf = NULL;
     size_t len = 0;
+    if (verbatim)
+        *verbatim = NULL;
     *st = sl_file_read_all(path, SL_MAX_JSON_FILE, SL_E_CONFIG, err, &buf, &len);
     if (*st != SL_OK)
         return NULL;
-    json_t *root = sl_arch_json_parse(err, path, buf, len, st);
+    json_t *root = sl_arch_json_parse_verbatim(err, path, buf, len, st, verbatim);
     free(buf);
     return root;
 }
@@ -241,17 +294,19 @@ static sl_status cfg_parse(sl_err *err, sl_arena *a, const json_t *root, sl_arch
 }
 
 sl_status sl_arch_config_load(sl_err *err, sl_arena *a, const sl_arch_source *src,
-                              sl_arch_config *c, json_t **root_out)
+                              sl_arch_config *c, json_t **root_out, char **verbatim)
 {
     sl_status st = SL_OK;
     *root_out = NULL;
-    json_t *root = src->text ? sl_arch_json_parse(err, src->path, src->text, src->len, &st)
-                             : sl_arch_json_read(err, src->path, &st);
+    json_t *root = src->text ? sl_arch_json_parse_verbatim(err, src->path, src->text, src->len, &st, verbatim)
+                             : sl_arch_json_read_verbatim(err, src->path, &st, verbatim);
     if (root == NULL)
         return st;
     st = cfg_parse(err, a, root, c);
     if (st != SL_OK) {
         json_decref(root);
+        free(*verbatim);
+        *verbatim = NULL;
         sl_err_prefix(err, src->path);
         return st;
     }

@@ -82,6 +82,7 @@ struct sl_plan {
     const char *tied_stored; /* tied: the name pre-sharded files keep the last stage's copy of
                                 tied_param under (arena); NULL when not tied */
     const char *tied_param;
+    int tied_every_stage;    /* tied_stored names every stage's copy, not only the last's */
     char *config_text;       /* the config the plan was built from, as JSON text (taken from the
                                 sl_arch, freed by sl_plan_free; NULL for a plan from boxes):
                                 reshard writes it as the output's config.json */
@@ -93,7 +94,8 @@ struct sl_plan {
 uint64_t sl_plan_ckpt_digest(const sl_plan *p, const sl_checkpoint *ck);
 
 /* The tensor name a pre-sharded file stores parameter `param` of device d under: its own, except
- * the last stage's copy of a tied embedding (sl_plan.tied_stored). */
+ * the last stage's copy of a tied embedding, or every stage's (sl_plan.tied_stored,
+ * tied_every_stage). */
 const char *sl_plan_stored_name(const sl_plan *p, const sl_plan_device *d, const char *param);
 
 #endif /* SL_PLAN_DATA_H */
