@@ -46,13 +46,18 @@ sl_status sl_vm_maps_read(sl_vm_maps *m, sl_err *err)
     size_t cap = 0;
     sl_status st = SL_OK;
     int ok = 1;
+    uintptr_t seen = 0;   /* the end of the last mapping listed */
     while (st == SL_OK && fgets(line, sizeof line, f)) {
         sl_vm_range r;
         int w = 0;
-        if (!parse_line(line, &r, &w)) {
-            ok = 0;   /* a list of a form not understood refuses nothing */
+        /* a list of a form not understood refuses nothing; nor does one out of order, as another
+         * thread's mmap between two reads of the file can make it (the kernel prints the list a
+         * page at a time) */
+        if (!parse_line(line, &r, &w) || r.start < seen) {
+            ok = 0;
             break;
         }
+        seen = r.end;
         if (w)
             st = add_range(m, &cap, r, err);
         /* the rest of a line longer than the buffer (a long path) is read as a line of its own:
