@@ -134,6 +134,12 @@ for v in "56:whose table has slot 69 moved" "40:PJRT API 0.40; shardload needs 0
 done
 FAKE_PJRT_STRUCT_SIZE=600 fake load "$CK" --device pjrt --pjrt-plugin "$FAKE" >/dev/null 2>"$T/err"
 one_line_error $? "$T/err" "PJRT_Api is 600 bytes" || fail "short table: $(cat "$T/err")"
+# a CPU plugin that refuses the mesh's device count (the stand-in takes 64 at most): said at the
+# first client, with the plugin's message (the backend made a client per mesh device until the
+# 17th failed: "more than 16 PJRT clients in use")
+fake load "$CK" --layout spmd --tp 65 --device pjrt --pjrt-plugin "$FAKE" >/dev/null 2>"$T/err"
+one_line_error $? "$T/err" "device 'pjrt': a mesh of 65 devices on the CPU plugin, which makes 4; asked for them, PJRT_Client_Create failed: fake_pjrt: bad device count" ||
+    fail "device count refused: $(cat "$T/err")"
 
 # 4. a failing call: one line naming the device, the call (and the parameter), nothing left
 for c in "Client_Create:1" "Client_AddressableDevices:1" "Client_BufferFromHostBuffer:7" \

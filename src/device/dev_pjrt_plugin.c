@@ -329,9 +329,11 @@ static PJRT_NamedValue pj_string_option(const char *name, const char *v)
 }
 
 /* Tries the option sets of each plugin kind in turn; a plugin refuses a key it does not know
- * with INVALID_ARGUMENT, which moves on to the next set (the last one has no options). */
+ * with INVALID_ARGUMENT, which moves on to the next set (the last one has no options). A CPU
+ * plugin that refuses the device count's value does so too: its message goes to `refused`, for
+ * pj_client_new to give if the client it then makes is too small. */
 static sl_status pj_client_create(const PJRT_Api *api, int32_t cpu_devices, PJRT_Client **out,
-                                  sl_err *err)
+                                  sl_err *refused, sl_err *err)
 {
     const PJRT_NamedValue cpu[] = {pj_int_option("cpu_device_count", cpu_devices)};
     const PJRT_NamedValue cuda[] = {pj_bool_option("preallocate", false),
@@ -348,7 +350,10 @@ static sl_status pj_client_create(const PJRT_Api *api, int32_t cpu_devices, PJRT
             return SL_OK;
         }
         if (k + 1 < n_kinds && pj_code(api, e) == PJRT_Error_Code_INVALID_ARGUMENT) {
-            pj_drop(api, e);
+            if (k == 0)
+                (void)pj_fail(api, e, NULL, refused, "device 'pjrt'", "PJRT_Client_Create");
+            else
+                pj_drop(api, e);
             continue;
         }
         return pj_fail(api, e, NULL, err, "device 'pjrt'", "PJRT_Client_Create");
@@ -419,9 +424,19 @@ static sl_status pj_client_new(const PJRT_Api *api, PJRT_Client *given, int32_t 
     c->api = api;
     c->client = given;
     c->owned = !given;
-    sl_status st = given ? SL_OK : pj_client_create(api, cpu_devices, &c->client, err);
+    sl_err refused = {0};
+    sl_status st = given ? SL_OK : pj_client_create(api, cpu_devices, &c->client, &refused, err);
     if (st == SL_OK)
         st = pj_client_describe(c, err);
+    /* A CPU client of fewer devices than the mesh (the plugin refused the count, or knows no such
+     * option) never fits: each mesh device makes a client of its own, which serves up to
+     * PJ_MAX_CLIENTS of them; past that the last ones failed with "more than 16 PJRT clients in
+     * use", after making and destroying 16. Said at the first. */
+    if (st == SL_OK && c->owned && !pj_client_fits(c, cpu_devices) && cpu_devices > PJ_MAX_CLIENTS)
+        st = sl_err_set(err, SL_E_DEVICE, "device 'pjrt': a mesh of %d devices on the CPU plugin, which "
+                        "makes %zu%s%s", (int)cpu_devices, c->n_devices, refused.msg ? "; asked for "
+                        "them, " : "", refused.msg ? refused.msg + strlen("device 'pjrt': ") : "");
+    sl_err_clear(&refused);
     if (st != SL_OK) {
         if (c->owned && c->client)
             pj_client_destroy(api, c->client);
