@@ -138,7 +138,7 @@ one_line_error $? "$T/err" "PJRT_Api is 600 bytes" || fail "short table: $(cat "
 # first client, with the plugin's message (the backend made a client per mesh device until the
 # 17th failed: "more than 16 PJRT clients in use")
 fake load "$CK" --layout spmd --tp 65 --device pjrt --pjrt-plugin "$FAKE" >/dev/null 2>"$T/err"
-one_line_error $? "$T/err" "device 'pjrt': a mesh of 65 devices on the CPU plugin, which makes 4; asked for them, PJRT_Client_Create failed: fake_pjrt: bad device count" ||
+one_line_error $? "$T/err" "device 'pjrt': a mesh of 65 devices on the CPU plugin, which makes 4; asked for them: PJRT_Client_Create failed: fake_pjrt: bad device count" ||
     fail "device count refused: $(cat "$T/err")"
 
 # 4. a failing call: one line naming the device, the call (and the parameter), nothing left

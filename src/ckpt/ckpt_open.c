@@ -281,10 +281,16 @@ static sl_status ck_open_dir(sl_checkpoint *ck, const char *path)
     return st;
 }
 
-static sl_status ck_open_file(sl_checkpoint *ck, const char *path)
+/* The folder of a file path, malloc'd ("." for a bare name); NULL when out of memory. */
+static char *ck_dirname(const char *path)
 {
     const char *slash = strrchr(path, '/');
-    ck->dir = !slash ? strdup(".") : slash == path ? strdup("/") : strndup(path, (size_t)(slash - path));
+    return !slash ? strdup(".") : slash == path ? strdup("/") : strndup(path, (size_t)(slash - path));
+}
+
+static sl_status ck_open_file(sl_checkpoint *ck, const char *path)
+{
+    ck->dir = ck_dirname(path);
     char *p = strdup(path);
     SL_CHECK(ck->dir && p, &ck->err, SL_E_NOMEM, "out of memory");
     SL_TRY(ck_add_file(ck, p));
@@ -311,10 +317,10 @@ sl_status sl_checkpoint_open(const char *path, sl_checkpoint **out)
         return ck_open_dir(ck, path);
     /* a folder's index given for the folder (it was read as a safetensors file: "header length
      * 8387229874382703227 exceeds the limit") */
-    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
-    if (strcmp(base, ST_INDEX_NAME) != 0)
+    const char *slash = strrchr(path, '/');
+    if (strcmp(slash ? slash + 1 : path, ST_INDEX_NAME) != 0)
         return ck_open_file(ck, path);
-    char *dir = !slash ? strdup(".") : slash == path ? strdup("/") : strndup(path, (size_t)(slash - path));
+    char *dir = ck_dirname(path);
     SL_CHECK(dir, &ck->err, SL_E_NOMEM, "out of memory");
     const sl_status st = ck_open_dir(ck, dir);
     free(dir);

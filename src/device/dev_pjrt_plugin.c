@@ -351,7 +351,7 @@ static sl_status pj_client_create(const PJRT_Api *api, int32_t cpu_devices, PJRT
         }
         if (k + 1 < n_kinds && pj_code(api, e) == PJRT_Error_Code_INVALID_ARGUMENT) {
             if (k == 0)
-                (void)pj_fail(api, e, NULL, refused, "device 'pjrt'", "PJRT_Client_Create");
+                (void)pj_fail(api, e, NULL, refused, "asked for them", "PJRT_Client_Create");
             else
                 pj_drop(api, e);
             continue;
@@ -434,8 +434,8 @@ static sl_status pj_client_new(const PJRT_Api *api, PJRT_Client *given, int32_t 
      * use", after making and destroying 16. Said at the first. */
     if (st == SL_OK && c->owned && !pj_client_fits(c, cpu_devices) && cpu_devices > PJ_MAX_CLIENTS)
         st = sl_err_set(err, SL_E_DEVICE, "device 'pjrt': a mesh of %d devices on the CPU plugin, which "
-                        "makes %zu%s%s", (int)cpu_devices, c->n_devices, refused.msg ? "; asked for "
-                        "them, " : "", refused.msg ? refused.msg + strlen("device 'pjrt': ") : "");
+                        "makes %zu%s%s", (int)cpu_devices, c->n_devices, refused.msg ? "; " : "",
+                        refused.msg ? refused.msg : "");
     sl_err_clear(&refused);
     if (st != SL_OK) {
         if (c->owned && c->client)

@@ -426,7 +426,7 @@ static sl_status rules_from_json(sl_err *err, sl_arch *m, json_t *root, const ch
 static sl_status rules_load_file(sl_err *err, sl_arch *m, const char *path, const json_t *cfg)
 {
     sl_status st = SL_OK;
-    json_t *root = sl_arch_json_read(err, path, &st);
+    json_t *root = sl_arch_json_read(err, path, &st, NULL);
     if (root == NULL)
         return st;
     st = rules_from_json(err, m, root, path, cfg);

@@ -29,8 +29,9 @@ static size_t number_end(const char *t, size_t i, size_t n)
     return i;
 }
 
-/* Whether t[0, n) is a JSON number (RFC 8259 6): -? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)? */
-static int json_number(const char *t, size_t n)
+/* Whether t[0, n) is a JSON number (RFC 8259 6): -? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?;
+ * *real: it has a fraction or an exponent. */
+static int json_number(const char *t, size_t n, int *real)
 {
     size_t i = t[0] == '-';
     const size_t lead = i;
@@ -38,6 +39,7 @@ static int json_number(const char *t, size_t n)
         i++;
     if (i == lead || (t[lead] == '0' && i - lead > 1))
         return 0;
+    *real = i < n;
     if (i < n && t[i] == '.') {
         const size_t f = ++i;
         while (i < n && t[i] >= '0' && t[i] <= '9')
@@ -85,14 +87,13 @@ static void numbers_clamped(const char *t, size_t n, sl_strbuf *o)
             j = j < n ? j + 1 : n;
         } else if (t[i] == '-' || (t[i] >= '0' && t[i] <= '9')) {
             j = number_end(t, i, n);
-            if (!json_number(t + i, j - i)) {
+            int real = 0;
+            if (!json_number(t + i, j - i, &real)) {
                 sl_strbuf_append(o, t + i, j - i);
                 i = j;
                 continue;
             }
             const int neg = t[i] == '-';
-            const int real = memchr(t + i, '.', j - i) || memchr(t + i, 'e', j - i) ||
-                             memchr(t + i, 'E', j - i);
             if (!real && int_overflows(t + i, j - i)) {
                 sl_strbuf_puts(o, neg ? "-9223372036854775808" : "9223372036854775807");
                 i = j;
@@ -110,13 +111,7 @@ static void numbers_clamped(const char *t, size_t n, sl_strbuf *o)
 }
 
 json_t *sl_arch_json_parse(sl_err *err, const char *name, const char *text, size_t len,
-                           sl_status *st)
-{
-    return sl_arch_json_parse_verbatim(err, name, text, len, st, NULL);
-}
-
-json_t *sl_arch_json_parse_verbatim(sl_err *err, const char *name, const char *text, size_t len,
-                                    sl_status *st, char **verbatim)
+                           sl_status *st, char **verbatim)
 {
     if (verbatim)
         *verbatim = NULL;
@@ -145,12 +140,7 @@ json_t *sl_arch_json_parse_verbatim(sl_err *err, const char *name, const char *t
     return root;
 }
 
-json_t *sl_arch_json_read(sl_err *err, const char *path, sl_status *st)
-{
-    return sl_arch_json_read_verbatim(err, path, st, NULL);
-}
-
-json_t *sl_arch_json_read_verbatim(sl_err *err, const char *path, sl_status *st, char **verbatim)
+json_t *sl_arch_json_read(sl_err *err, const char *path, sl_status *st, char **verbatim)
 {
     char *buf = NULL;
     size_t len = 0;
@@ -159,7 +149,7 @@ json_t *sl_arch_json_read_verbatim(sl_err *err, const char *path, sl_status *st,
     *st = sl_file_read_all(path, SL_MAX_JSON_FILE, SL_E_CONFIG, err, &buf, &len);
     if (*st != SL_OK)
         return NULL;
-    json_t *root = sl_arch_json_parse_verbatim(err, path, buf, len, st, verbatim);
+    json_t *root = sl_arch_json_parse(err, path, buf, len, st, verbatim);
     free(buf);
     return root;
 }
@@ -298,8 +288,8 @@ sl_status sl_arch_config_load(sl_err *err, sl_arena *a, const sl_arch_source *sr
 {
     sl_status st = SL_OK;
     *root_out = NULL;
-    json_t *root = src->text ? sl_arch_json_parse_verbatim(err, src->path, src->text, src->len, &st, verbatim)
-                             : sl_arch_json_read_verbatim(err, src->path, &st, verbatim);
+    json_t *root = src->text ? sl_arch_json_parse(err, src->path, src->text, src->len, &st, verbatim)
+                             : sl_arch_json_read(err, src->path, &st, verbatim);
     if (root == NULL)
         return st;
     st = cfg_parse(err, a, root, c);

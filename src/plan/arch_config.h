@@ -8,27 +8,24 @@
 #include <jansson.h>
 
 /* Parses the JSON file at path, refusing anything but a regular file of at most 16 MiB before
- * reading it (a FIFO would block). NULL on failure, with SL_E_CONFIG in *st and "<path>: ..." in err. */
-json_t *sl_arch_json_read(sl_err *err, const char *path, sl_status *st);
+ * reading it (a FIFO would block). NULL on failure, with SL_E_CONFIG in *st and "<path>: ..." in err.
+ * Where numbers beyond jansson's range had to be clamped to parse the text (an integer past long
+ * long, a real past a double: valid JSON, which Python reads), *verbatim (when not NULL) is a
+ * malloc'd copy of the text as given, else NULL: what a config written back must be, not the
+ * clamped tree's dump. */
+json_t *sl_arch_json_read(sl_err *err, const char *path, sl_status *st, char **verbatim);
 
 /* Parses len bytes of JSON text (not necessarily NUL-terminated) as sl_arch_json_read parses a
- * file's: the same flags (duplicate keys rejected) and the same 16 MiB limit. NULL on failure,
- * with SL_E_CONFIG in *st and "<name>: ..." in err. */
+ * file's: the same flags (duplicate keys rejected), the same 16 MiB limit and *verbatim. NULL on
+ * failure, with SL_E_CONFIG in *st and "<name>: ..." in err. */
 json_t *sl_arch_json_parse(sl_err *err, const char *name, const char *text, size_t len,
-                           sl_status *st);
-/* The same two, and where numbers beyond jansson's range had to be clamped to parse the text
- * (an integer past long long, a real past a double: valid JSON, which Python reads), *verbatim
- * is a malloc'd copy of the text as given (NULL otherwise): what a config written back must be,
- * not the clamped tree's dump. */
-json_t *sl_arch_json_parse_verbatim(sl_err *err, const char *name, const char *text, size_t len,
-                                    sl_status *st, char **verbatim);
-json_t *sl_arch_json_read_verbatim(sl_err *err, const char *path, sl_status *st, char **verbatim);
+                           sl_status *st, char **verbatim);
 
 /* Reads the config src (a file, or text in memory) and its sizes (H, nh, K, D, I, V, L),
  * architectures[0], tie_word_embeddings and the dtype, and checks them: positive; at most 100,000
  * layers; kv heads at most the heads and dividing them; head_dim at most 65,536. SL_E_CONFIG with
  * "<src->path>: config '<key>' ..." on failure. On success *root_out is the parsed config
- * (json_decref it), for the table's symbols, and *verbatim as sl_arch_json_parse_verbatim's. */
+ * (json_decref it), for the table's symbols, and *verbatim as sl_arch_json_parse's. */
 sl_status sl_arch_config_load(sl_err *err, sl_arena *a, const sl_arch_source *src,
                               sl_arch_config *c, json_t **root_out, char **verbatim);
 
