@@ -136,6 +136,22 @@ sl_status cli_remote_config(const sl_checkpoint *ck, sl_plan_opts *po, char *err
  * having printed the error. */
 int cli_config_arg(const char *cmd, const char *v, sl_plan_opts *po);
 
+/* An explicit pipeline split (cli_pp.c): --pp-partition v into po (kept until exit; returns an
+ * exit code, having printed a usage error). cli_pp_partition_finish, once the options are read:
+ * without --pp-partition, VLLM_PP_LAYER_PARTITION (unset or empty: none) for layout tp; either
+ * list's length against --pp, and --pp-partition with layout spmd, as usage errors. */
+int cli_pp_partition_arg(const char *cmd, const char *v, sl_plan_opts *po);
+int cli_pp_partition_finish(const char *cmd, sl_plan_opts *po);
+/* sl_plan_errmsg(p), saying where the pp_partition it names came from when that was
+ * VLLM_PP_LAYER_PARTITION (into buf when it adds to it). */
+const char *cli_plan_errmsg(const sl_plan *p, char *buf, size_t n);
+/* The help text's lines for --pp-partition and the variable. */
+#define CLI_PP_PARTITION_HELP                                                                     \
+    "  --pp-partition LIST  layers per pipeline stage, e.g. 10,12,10 (one entry per stage, summing\n" \
+    "                  to num_hidden_layers; layout tp), as vLLM's VLLM_PP_LAYER_PARTITION sets\n" \
+    "                  them; default $VLLM_PP_LAYER_PARTITION when set, else vLLM's default split\n" \
+    "                  (L/P each, the remainder one each to stages P-2, P-3, ...)\n"
+
 int cli_inspect(int argc, char **argv);
 int cli_plan(int argc, char **argv);
 int cli_load(int argc, char **argv);

@@ -229,7 +229,7 @@ static sl_status dist_open(const char *path, const sl_plan_opts *po_in, const sl
     if (sl_dist_rank() == 0)
         cli_warnings(*ck);   /* every rank opened the same files: say it once */
     if ((st = sl_plan_build(*ck, po, p)) != SL_OK)
-        snprintf(msg, len, "rank %d: %s", (int)sl_dist_rank(), *p ? sl_plan_errmsg(*p) : "out of memory");
+        snprintf(msg, len, "rank %d: %s", (int)sl_dist_rank(), cli_plan_errmsg(*p, err, sizeof err));
     return st;
 }
 

@@ -12,8 +12,9 @@
 static void load_help(FILE *out)
 {
     fprintf(out,
-            "usage: shardload load PATH [--tp T] [--pp P] [--ep] [--layout tp|spmd] [--dtype D]\n"
-            "                      [--device cpu|cuda|pjrt] [--io auto|direct|buffered] [--threads N]\n"
+            "usage: shardload load PATH [--tp T] [--pp P] [--pp-partition LIST] [--ep]\n"
+            "                      [--layout tp|spmd] [--dtype D] [--device cpu|cuda|pjrt]\n"
+            "                      [--io auto|direct|buffered] [--threads N]\n"
             "                      [--staging MiB] [--request MiB] [--read-gap G]\n"
             "                      [--format auto|dummy] [--seed S]\n"
             "                      [--checksums] [--json] [--config FILE] [--rules FILE]\n"
@@ -28,9 +29,11 @@ static void load_help(FILE *out)
             "                  --format dummy and --config)\n"
             "  --tp T          tensor-parallel size (layout spmd: the mesh size N); default 1\n"
             "  --pp P          pipeline-parallel size; default 1 (layout tp only)\n"
+            CLI_PP_PARTITION_HELP
             "  --ep            expert parallelism (MoE models, layout tp): the T ranks of a stage\n"
             "                  share the routed experts, each whole (vLLM --enable-expert-parallel)\n"
-            "  --layout L      tp (vLLM tensor parallel, default) or spmd (XLA/GSPMD 1-D mesh)\n"
+            "  --layout L      tp (vLLM tensor parallel, default) or spmd (XLA/GSPMD 1-D mesh)\n");
+    fprintf(out,
             "  --dtype D       target dtype bf16, f16 or f32 (converted while loading, round to\n"
             "                  nearest even); default the config's torch_dtype\n"
             "  --device D      cpu (default: one host allocation per device), cuda (CUDA runtime\n"
@@ -124,7 +127,7 @@ static const char *const load_allowed[] = {
     "--tp",      "--pp",     "--layout", "--dtype",  "--device", "--io",   "--threads",
     "--staging", "--request", "--format", "--seed",   "--config", "--rules",  "--gpus", "--dist",
     "--devices-per-rank",    "--json",   "--checksums", "--numa", "--pjrt-plugin", "--ep",
-    "--devices", CLI_REMOTE_OPTIONS, "--verify", "--manifest", "--read-gap", NULL};
+    "--devices", "--pp-partition", CLI_REMOTE_OPTIONS, "--verify", "--manifest", "--read-gap", NULL};
 
 /* Returns -1 after --help, else an exit code (CLI_EXIT_OK to go on). */
 static int load_parse(int argc, char **argv, cli_opts *a)
@@ -307,7 +310,7 @@ static int load_open(const cli_opts *a, sl_checkpoint **ck, sl_plan **p)
         return cli_fail("%s", err);
     cli_warnings(*ck);
     if (sl_plan_build(*ck, &po, p) != SL_OK)
-        return cli_fail("%s", *p ? sl_plan_errmsg(*p) : "out of memory");
+        return cli_fail("%s", cli_plan_errmsg(*p, err, sizeof err));
     return CLI_EXIT_OK;
 }
 

@@ -133,6 +133,8 @@ static int opts_value(cli_opts *o, const char *opt, const char *v)
     if (!strcmp(opt, "--tp") || !strcmp(opt, "--pp")) {
         rc = opts_int(o, opt, v, 1, 65536, &x);
         *(!strcmp(opt, "--tp") ? &o->po.tp : &o->po.pp) = (int32_t)x;
+    } else if (!strcmp(opt, "--pp-partition")) {
+        rc = cli_pp_partition_arg(o->cmd, v, &o->po);
     } else if (!strcmp(opt, "--threads")) {
         rc = opts_int(o, opt, v, 1, 256, &x);
         o->lo.threads = (int32_t)x;
@@ -277,5 +279,7 @@ int cli_opts_parse(cli_opts *o, const char *cmd, int argc, char **argv, const ch
     }
     if (o->po.layout == SL_LAYOUT_SPMD && o->po.pp != 1)
         return cli_usage_error(cmd, "--pp applies to layout tp only");
+    if ((rc = cli_pp_partition_finish(cmd, &o->po)) != CLI_EXIT_OK)
+        return rc;
     return opts_device_only(o);
 }

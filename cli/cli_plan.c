@@ -17,8 +17,9 @@ typedef struct plan_args {
 static void plan_help(FILE *out)
 {
     fprintf(out,
-            "usage: shardload plan (PATH | --config FILE) [--tp T] [--pp P] [--ep] [--layout tp|spmd]\n"
-            "                      [--dtype bf16|f16|f32] [--rules FILE] [--json] [--verbose]\n"
+            "usage: shardload plan (PATH | --config FILE) [--tp T] [--pp P] [--pp-partition LIST]\n"
+            "                      [--ep] [--layout tp|spmd] [--dtype bf16|f16|f32] [--rules FILE]\n"
+            "                      [--json] [--verbose]\n"
             "                      [remote options]\n\n"
             "Shows the parameters each device of a mesh holds, per SHARDING.md, without loading.\n"
             "With PATH (a .safetensors file or a checkpoint directory) every tensor is checked\n"
@@ -28,6 +29,7 @@ static void plan_help(FILE *out)
             "  --config FILE   the model's Hugging Face config.json; - reads it from stdin\n"
             "  --tp T          tensor-parallel size (layout spmd: the mesh size N); default 1\n"
             "  --pp P          pipeline-parallel size; default 1 (layout tp only)\n"
+            CLI_PP_PARTITION_HELP
             "  --ep            expert parallelism (MoE models, layout tp): the T ranks of a stage\n"
             "                  share the routed experts, each whole, in contiguous ranges (the\n"
             "                  first E %% T ranks one more; vLLM --enable-expert-parallel)\n"
@@ -35,8 +37,10 @@ static void plan_help(FILE *out)
             "  --dtype D       target dtype bf16, f16 or f32; default the config's torch_dtype\n"
             "  --rules FILE    rule table for the architecture instead of the built-in one\n"
             "                  (docs/rules.md)\n"
-            "  --json          machine-readable output: {\"layout\",\"tp\",\"pp\",\"dtype\",\"ep\",\"devices\":[...],\n"
-            "                  \"total_bytes\",\"read_bytes\"} (read_bytes null without a checkpoint)\n"
+            "  --json          machine-readable output: {\"layout\",\"tp\",\"pp\",\"dtype\",\"ep\",\n"
+            "                  \"pp_partition\",\"devices\":[...],\"total_bytes\",\"read_bytes\"}\n"
+            "                  (pp_partition: the layers of each pipeline stage; read_bytes null\n"
+            "                  without a checkpoint)\n"
             "  --verbose       text output also lists every parameter of each device\n"
             "  --help          this text\n"
             "A remote PATH (http(s)://, s3://: docs/remote.md) takes:\n" CLI_REMOTE_HELP "\n"
@@ -64,6 +68,8 @@ static int plan_opt_value(plan_args *a, const char *opt, const char *v)
         return plan_int_opt(opt, v, &a->o.pp);
     if (!strcmp(opt, "--config"))
         return cli_config_arg("plan", v, &a->o);
+    if (!strcmp(opt, "--pp-partition"))
+        return cli_pp_partition_arg("plan", v, &a->o);
     if (!strcmp(opt, "--rules"))
         a->o.rules_path = v;
     else if (!strcmp(opt, "--dtype") && cli_parse_dtype(v, &dt) == 0)
@@ -77,7 +83,8 @@ static int plan_opt_value(plan_args *a, const char *opt, const char *v)
 
 static int plan_is_valued(const char *s)
 {
-    static const char *const opts[] = {"--tp", "--pp", "--config", "--rules", "--dtype", "--layout"};
+    static const char *const opts[] = {"--tp", "--pp", "--config", "--rules", "--dtype", "--layout",
+                                        "--pp-partition"};
     for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++) {
         if (!strcmp(s, opts[i]))
             return 1;
@@ -118,7 +125,7 @@ static int plan_parse(int argc, char **argv, plan_args *a)
         return cli_usage_error("plan", "give a checkpoint PATH or --config FILE");
     if (a->o.layout == SL_LAYOUT_SPMD && a->o.pp != 1)
         return cli_usage_error("plan", "--pp applies to layout tp only");
-    return CLI_EXIT_OK;
+    return cli_pp_partition_finish("plan", &a->o);
 }
 
 /* ---- output ----------------------------------------------------------------------------------- */
@@ -147,11 +154,26 @@ static void plan_json_device(const sl_plan *p, int32_t d)
     printf("]}");
 }
 
+/* The layers of each pipeline stage, "10,12,10" (sep ","), or "[0, 10) [10, 22) [22, 32)". */
+static void print_stages(const sl_plan *p, int ranges)
+{
+    for (int32_t s = 0; s < sl_plan_pp(p); s++) {
+        int64_t first = 0, count = 0;
+        sl_plan_stage_layers(p, s, &first, &count);
+        if (ranges)
+            printf("%s[%" PRId64 ", %" PRId64 ")", s ? " " : "", first, first + count);
+        else
+            printf("%s%" PRId64, s ? "," : "", count);
+    }
+}
+
 static void plan_json(const sl_plan *p)
 {
-    printf("{\"layout\":\"%s\",\"tp\":%d,\"pp\":%d,\"dtype\":\"%s\",\"ep\":%s,\"devices\":[",
+    printf("{\"layout\":\"%s\",\"tp\":%d,\"pp\":%d,\"dtype\":\"%s\",\"ep\":%s,\"pp_partition\":[",
            sl_plan_layout(p) == SL_LAYOUT_SPMD ? "spmd" : "tp", (int)sl_plan_tp(p),
            (int)sl_plan_pp(p), sl_dtype_name(sl_plan_dtype(p)), sl_plan_ep(p) ? "true" : "false");
+    print_stages(p, 0);
+    printf("],\"devices\":[");
     for (int32_t d = 0; d < sl_plan_device_count(p); d++)
         plan_json_device(p, d);
     printf("],\"total_bytes\":%" PRIu64 ",\"read_bytes\":", sl_plan_total_bytes(p));
@@ -178,6 +200,13 @@ static void plan_text(const sl_plan *p, int verbose)
     printf("layout %s, tp %d, pp %d, dtype %s, %d devices\n\n",
            sl_plan_layout(p) == SL_LAYOUT_SPMD ? "spmd" : "tp", (int)sl_plan_tp(p),
            (int)sl_plan_pp(p), sl_dtype_name(sl_plan_dtype(p)), (int)sl_plan_device_count(p));
+    if (sl_plan_pp(p) > 1) {
+        printf("layers per stage: ");
+        print_stages(p, 0);
+        printf(" (");
+        print_stages(p, 1);
+        printf(")\n\n");
+    }
     printf("%6s %7s %7s %20s %7s\n", "device", "tp_rank", "pp_rank", "bytes", "params");
     for (int32_t d = 0; d < sl_plan_device_count(p); d++) {
         printf("%6d %7d %7d %20s %7" PRId64 "\n", (int)d, (int)(d % sl_plan_tp(p)),
@@ -216,7 +245,7 @@ int cli_plan(int argc, char **argv)
     }
     cli_warnings(ck);
     if (sl_plan_build(ck, &a.o, &p) != SL_OK) {
-        ret = cli_fail("%s", sl_plan_errmsg(p));
+        ret = cli_fail("%s", cli_plan_errmsg(p, err, sizeof err));
         goto out;
     }
     if (a.json)

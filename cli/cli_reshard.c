@@ -7,9 +7,9 @@
 static void reshard_help(FILE *out)
 {
     fprintf(out,
-            "usage: shardload reshard PATH OUTDIR [--tp T] [--pp P] [--ep] [--layout tp|spmd] [--dtype D]\n"
-            "                         [--max-part-size SIZE] [--staging MiB] [--request MiB]\n"
-            "                         [--threads N]\n"
+            "usage: shardload reshard PATH OUTDIR [--tp T] [--pp P] [--pp-partition LIST] [--ep]\n"
+            "                         [--layout tp|spmd] [--dtype D] [--max-part-size SIZE]\n"
+            "                         [--staging MiB] [--request MiB] [--threads N]\n"
             "                         [--io auto|direct|buffered] [--config FILE] [--rules FILE]\n"
             "                         [--dist cooperative|independent] [--devices-per-rank K]\n"
             "                         [--write-manifest] [remote options]\n\n"
@@ -17,13 +17,15 @@ static void reshard_help(FILE *out)
             "to OUTDIR/model-rank-{d}-part-{p}.safetensors (vLLM's sharded_state layout), reading\n"
             "each checkpoint byte once with the same host-memory bound as `load`, and then\n"
             "OUTDIR/config.json: the config the plan was built from (--config's, or PATH's own).\n"
-            "`shardload load OUTDIR` with the same layout, T and P then reads each device's own\n"
-            "files directly.\n\n"
+            "`shardload load OUTDIR` with the same layout, T and P (and pipeline split) then reads\n"
+            "each device's own files directly.\n\n"
             "OUTDIR is refused, before anything is written, when it is or contains PATH, holds a\n"
             "Hugging Face checkpoint, or holds rank files this reshard would not overwrite (from a\n"
             "reshard for another mesh or part size): use a new or empty directory. OUTDIR and its\n"
             "missing parents are created; a failed run removes the directories it created.\n\n"
-            "  --tp T, --pp P, --ep, --layout L, --dtype D, --config FILE, --rules FILE   as for `load`\n"
+            "  --tp T, --pp P, --pp-partition LIST, --ep, --layout L, --dtype D, --config FILE,\n"
+            "  --rules FILE           as for `load` ($VLLM_PP_LAYER_PARTITION too); the parts of a\n"
+            "                         split other than vLLM's default say so (\"pp_partition\")\n"
             "  --max-part-size SIZE   largest part file, e.g. 5GB, 512MiB (default 5GB)\n"
             "  --write-manifest       also write OUTDIR/SHA256SUMS (sha256sum format, with XXH3 lines\n"
             "                         of 1 MiB blocks) of the part files, for `load OUTDIR\n"
@@ -45,7 +47,7 @@ static void reshard_help(FILE *out)
 }
 
 static const char *const reshard_allowed[] = {
-    "--tp",      "--pp",      "--layout", "--dtype",         "--config", "--rules",
+    "--tp",      "--pp",      "--pp-partition", "--layout", "--dtype",         "--config", "--rules",
     "--staging", "--request", "--threads", "--io", "--max-part-size", "--dist",
     "--devices-per-rank", "--ep", "--write-manifest", CLI_REMOTE_OPTIONS, NULL};
 
@@ -61,7 +63,7 @@ static int reshard_run(const char *path, const char *outdir, cli_opts *a)
     else if (cli_remote_config(ck, &a->po, cerr, sizeof cerr) != SL_OK)   /* a URL's config.json */
         rc = cli_fail("%s", cerr);
     else if (cli_warnings(ck), sl_plan_build(ck, &a->po, &p) != SL_OK)
-        rc = cli_fail("%s", p ? sl_plan_errmsg(p) : "out of memory");
+        rc = cli_fail("%s", cli_plan_errmsg(p, cerr, sizeof cerr));
     else if (cli_signals_catch(), sl_reshard(ck, p, &a->lo, outdir, a->max_part, err,
                                              sizeof(err)) != SL_OK || cli_signals_caught())
         rc = cli_signals_caught() ? cli_signals_exit("reshard", outdir) : cli_fail("%s", err);

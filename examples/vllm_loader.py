@@ -109,7 +109,9 @@ class Attention(nn.Module):
         super().__init__()
         H, nh = c["hidden_size"], c["num_attention_heads"]
         K = c.get("num_key_value_heads") or nh
-        D = c.get("head_dim") or H // nh
+        # vLLM reads getattr(config, "head_dim", None) of a transformers config, whose Qwen3Config
+        # sets 128 when config.json has no head_dim (a null one stays None in transformers 4.x)
+        D = c.get("head_dim", 128 if c.get("model_type") == "qwen3" else None) or H // nh
         bias = arch == "Qwen2ForCausalLM" or bool(c.get("attention_bias", False))
         self.qkv_proj = QKVParallelLinear(H, D, nh, K, bias, tp)
         self.o_proj = RowParallelLinear(nh * D, H, tp)

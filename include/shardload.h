@@ -267,6 +267,18 @@ typedef struct sl_plan_opts {
      * SL_E_INVALID_ARG). */
     const char *config_json;
     size_t config_json_len;
+    /* An explicit pipeline split, as vLLM's VLLM_PP_LAYER_PARTITION ("10,12,10") gives it:
+     * pp_partition[s] decoder layers on stage s, stage s holding layers [sum of the entries
+     * before s, that + pp_partition[s]). n_pp_partition entries, borrowed only during
+     * sl_plan_build. As vLLM's get_pp_indices checks it: one entry per stage (n_pp_partition ==
+     * pp), summing to num_hidden_layers (DeepSeek's num_nextn_predict_layers MTP layers past them
+     * are no stage's), each >= 0 (a stage may hold no layer; vLLM takes a negative entry too and
+     * builds an empty range, shardload refuses it). With a partition pp may exceed the layers,
+     * where its zero entries say so. Layout tp only. NULL (default): vLLM's default split (L/P
+     * each, the remainder one each to stages P-2, P-3, ...). The library reads no environment:
+     * the CLI maps VLLM_PP_LAYER_PARTITION onto this (docs/rules.md, "Pipeline stages"). */
+    const int32_t *pp_partition;
+    int32_t n_pp_partition;
 } sl_plan_opts;
 
 void sl_plan_opts_init(sl_plan_opts *o);
@@ -332,6 +344,11 @@ uint64_t sl_plan_device_bytes(const sl_plan *p, int32_t dev);
 uint64_t sl_plan_total_bytes(const sl_plan *p);
 /* Checkpoint bytes to read when each byte is read once; UINT64_MAX without a checkpoint. */
 uint64_t sl_plan_read_bytes(const sl_plan *p);
+/* The decoder layers pipeline stage `stage` holds: [*first, *first + *count) (vLLM's
+ * get_pp_indices: sl_plan_opts.pp_partition, else its default split); layout spmd's one stage
+ * holds every layer. SL_E_INVALID_ARG for a stage out of range and for a plan from boxes (no
+ * layers); *first and *count are then 0. */
+sl_status sl_plan_stage_layers(const sl_plan *p, int32_t stage, int64_t *first, int64_t *count);
 /* Tensor- and pipeline-parallel rank of device dev (spmd: its mesh position, pp rank 0);
  * SL_E_INVALID_ARG out of range. */
 sl_status sl_plan_device_ranks(const sl_plan *p, int32_t dev, int32_t *tp_rank, int32_t *pp_rank);

@@ -217,6 +217,17 @@ for odd in "--staging 200K" "--dist independent" "--tp 4 --devices-per-rank 2" "
     [ "$(grep -c '^rank-exit 1$' "$T/err")" -eq 2 ] && [ "$(grep -c '^shardload: error:' "$T/err")" -eq 1 ] &&
         grep -q "differ from another rank's" "$T/err" || fail "rank 1 with $odd: $(cat "$T/err")"
 done
+# a pipeline split (--pp-partition, VLLM_PP_LAYER_PARTITION) is the mesh's too: the ranks load the
+# single process's bytes with it, and a rank given another one is refused
+for dist in cooperative independent; do
+    out=$("${MPIRUN[@]}" -np 2 "$SL" load "$CK" --pp 2 --pp-partition 2,0 --dist $dist --checksums --json 2>"$T/err") &&
+        [ "$(sums <<<"$out")" = "$("$SL" load "$CK" --pp 2 --pp-partition 2,0 --checksums --json | sums)" ] ||
+        fail "--pp-partition 2,0 ($dist): $(cat "$T/err")"
+    "${MPIRUN[@]}" -np 2 bash -c 'x=; [ "$OMPI_COMM_WORLD_RANK" = 1 ] && x=2,0; VLLM_PP_LAYER_PARTITION=$x "$0" load "$1" --pp 2 --dist "$2"; echo "rank-exit $?" >&2' \
+        "$SL" "$CK" $dist >"$T/out" 2>"$T/err"
+    [ "$(grep -c '^rank-exit 1$' "$T/err")" -eq 2 ] && [ "$(grep -c '^shardload: error:' "$T/err")" -eq 1 ] &&
+        grep -q "differ from another rank's" "$T/err" || fail "rank 1 with another split ($dist): $(cat "$T/err")"
+done
 # the report's options: each rank renders its own devices into rank 0's report, so ranks given
 # other --checksums or --json are refused (the report mixed a rank's text into JSON, or left its
 # devices' checksums out, and the job exited 0)

@@ -12,7 +12,9 @@ the files `shardload reshard` writes, read back with this file's own reader. Blo
 blocks and widened, through load and reshard. Per-tensor and per-channel FP8 (AutoFP8 0-d
 scales with static input scales on Llama, compressed-tensors [1] scales on Mixtral with E % 4 != 0,
 fbgemm [out, 1] on Qwen2 and DeepSeek-V3's MLA, AutoFP8 static on DeepSeek-V2 (q_lora_rank null),
-compressed-tensors channels on Qwen3-MoE, compressed-tensors blocks on DeepSeek): T 1/2/4, P 1/2, with and without EP, load and reshard. Nothing here
+compressed-tensors channels on Qwen3-MoE, compressed-tensors blocks on DeepSeek): T 1/2/4, P 1/2, with and without EP, load and reshard.
+Explicit pipeline splits (vLLM's VLLM_PP_LAYER_PARTITION; PARTITIONS): the stage ranges computed
+here from the partition text, through --pp-partition (load and reshard) and the variable. Nothing here
 uses shardload's code: the reference is numpy and the text of the spec.
 
 usage: oracle_shards.py path/to/shardload
@@ -360,7 +362,9 @@ def ep_range(E, T, r):
 def dims(cfg):
     H, nh = cfg["hidden_size"], cfg["num_attention_heads"]
     K = cfg.get("num_key_value_heads") or nh   # null, as transformers writes an unset key: absent
-    D = cfg.get("head_dim") or H // nh
+    # vLLM's getattr(config, "head_dim", None) or H // nh, on transformers' config class: its
+    # Qwen3Config (model_type qwen3) has head_dim 128 when config.json omits the key
+    D = cfg.get("head_dim", 128 if cfg.get("model_type") == "qwen3" else None) or H // nh
     return H, nh, K, D, cfg["intermediate_size"], cfg["vocab_size"], cfg["num_hidden_layers"]
 
 
@@ -457,11 +461,17 @@ def fp8_quantized(name, shp):
 EVERY_STAGE = ("mixtral", "qwen2_moe", "qwen3_moe")
 
 
-def pp_layers(L, P, s):
-    """vLLM get_pp_indices: L//P each, the remainder one each to stages P-2, P-3, ..."""
-    parts = [L // P] * P
-    for i in range(2, L % P + 2):
-        parts[-i] += 1
+def pp_layers(L, P, s, part=None):
+    """vLLM get_pp_indices: with VLLM_PP_LAYER_PARTITION (part, its text "1,6,0") each stage the
+    layers its entry counts, after those of the stages before it; without, L//P each, the
+    remainder one each to stages P-2, P-3, ..."""
+    if part is not None:
+        parts = [int(x) for x in part.split(",")]
+        assert len(parts) == P and sum(parts) == L, "oracle case %s for L=%d P=%d" % (part, L, P)
+    else:
+        parts = [L // P] * P
+        for i in range(2, L % P + 2):
+            parts[-i] += 1
     start = sum(parts[:s])
     return range(start, start + parts[s])
 
@@ -626,7 +636,7 @@ def expert_scales(arch, cfg, sc, out, pname, pm, T, r, ep, inp):
     out[pname[:-len("weight")] + "input_scale" if inp else pname + sc.suffix] = np.stack(per)
 
 
-def expected_tp(arch, cfg, ck, T, P, d, ep=False):
+def expected_tp(arch, cfg, ck, T, P, d, ep=False, part=None):
     H, nh, K, D, I, V, L = dims(cfg)
     s, r = divmod(d, T)
     tied = ties(arch, cfg)
@@ -639,7 +649,7 @@ def expected_tp(arch, cfg, ck, T, P, d, ep=False):
     every = arch in EVERY_STAGE
     if s == 0 or every or (tied and s == P - 1):
         out["model.embed_tokens.weight"] = vocab_shard(w["model.embed_tokens.weight"], T, r)
-    for i in pp_layers(L, P, s):
+    for i in pp_layers(L, P, s, part):
         p = "model.layers.%d." % i
         if is_deepseek(arch):
             out.update(expected_mla(cfg, w, p, T, r))
@@ -778,10 +788,12 @@ def read_safetensors(path):
     return out
 
 
-def check_reshard(exe, path, arch, cfg, ck, T, P, ep, tmp):
-    """`shardload reshard` for the mesh, each rank file read back here and compared array for array."""
-    out = os.path.join(tmp, "rs-%s-%d-%d-%d" % (os.path.basename(path), T, P, ep))
+def check_reshard(exe, path, arch, cfg, ck, T, P, ep, tmp, part=None):
+    """`shardload reshard` for the mesh (and pipeline split part), each rank file read back here
+    and compared array for array."""
+    out = os.path.join(tmp, "rs-%s-%d-%d-%d-%s" % (os.path.basename(path), T, P, ep, part))
     cmd = [exe, "reshard", path, out, "--tp", str(T), "--pp", str(P)] + (["--ep"] if ep else [])
+    cmd += ["--pp-partition", part] if part is not None else []
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         raise AssertionError("%s failed (%d): %s" % (" ".join(cmd), p.returncode, p.stderr.strip()))
@@ -791,7 +803,7 @@ def check_reshard(exe, path, arch, cfg, ck, T, P, ep, tmp):
         for fn in sorted(os.listdir(out)):
             if fn.startswith("model-rank-%d-part-" % d):
                 got.update(read_safetensors(os.path.join(out, fn)))
-        exp = expected_tp(arch, cfg, ck, T, P, d, ep)
+        exp = expected_tp(arch, cfg, ck, T, P, d, ep, part)
         # vLLM's sharded_state keeps, of tensors sharing storage, the name that sorts lowest: a
         # tied embedding is lm_head.weight where lm_head is tied to it (the last stage; every
         # stage of the MoE models that make lm_head on each)
@@ -810,9 +822,9 @@ def check_reshard(exe, path, arch, cfg, ck, T, P, ep, tmp):
                 raise AssertionError("reshard %s T=%d P=%d ep=%d dev %d: %s differs" % (arch, T, P, ep, d, name))
 
 
-def expected(arch, cfg, ck, layout, T, P, d, ep=False):
+def expected(arch, cfg, ck, layout, T, P, d, ep=False, part=None):
     """Mesh device d's parameters under layout tp or spmd."""
-    return (expected_tp(arch, cfg, ck, T, P, d, ep) if layout == "tp"
+    return (expected_tp(arch, cfg, ck, T, P, d, ep, part) if layout == "tp"
             else expected_spmd(arch, cfg, ck, T, d))
 
 
@@ -826,20 +838,21 @@ def load_args(layout, T, P, dst_dt, ep=False, devices=None, extra=()):
 
 
 def check(exe, path, arch, cfg, ck, layout, T, P, src_dt, dst_dt, ep=False, devices=None,
-          extra=(), env=None):
+          extra=(), env=None, part=None):
     """A load (of the mesh devices `devices`, default all; more arguments in extra, environment
-    variables in env) checked device by device against the oracle."""
+    variables in env; part: the pipeline split those give, "1,6,0") checked device by device
+    against the oracle."""
     rep = run_load(exe, path, load_args(layout, T, P, dst_dt, ep, devices, extra), env)
     want = list(devices) if devices is not None else list(range(T * P))
     got_devs = sorted(dev["index"] for dev in rep["devices"])
     assert got_devs == want, "devices: %s != %s" % (got_devs, want)
     for dev in rep["devices"]:
         d = dev["index"]
-        exp = expected(arch, cfg, ck, layout, T, P, d, ep)
+        exp = expected(arch, cfg, ck, layout, T, P, d, ep, part)
         got = {p["name"]: p["xxh3"] for p in dev["params"]}
         if set(got) != set(exp):
-            raise AssertionError("%s %s T=%d P=%d ep=%d dev %d: params differ: missing %s, extra %s" % (
-                arch, layout, T, P, ep, d, sorted(set(exp) - set(got))[:5], sorted(set(got) - set(exp))[:5]))
+            raise AssertionError("%s %s T=%d P=%d%s ep=%d dev %d: params differ: missing %s, extra %s" % (
+                arch, layout, T, P, " (%s)" % part if part else "", ep, d, sorted(set(exp) - set(got))[:5], sorted(set(got) - set(exp))[:5]))
         nbytes = 0
         for name, arr in exp.items():
             # the checkpoint's F32 bias stays F32 (SHARDING-MOE-FP8.md); the rest in dst_dt
@@ -847,8 +860,8 @@ def check(exe, path, arch, cfg, ck, layout, T, P, src_dt, dst_dt, ep=False, devi
             want = convert(arr, "F32" if f32 else src_dt, "F32" if f32 else dst_dt)
             nbytes += want.nbytes
             if got[name] != xxh3(want):
-                raise AssertionError("%s %s T=%d P=%d ep=%d %s->%s dev %d: %s differs" % (
-                    arch, layout, T, P, ep, src_dt, dst_dt, d, name))
+                raise AssertionError("%s %s T=%d P=%d%s ep=%d %s->%s dev %d: %s differs" % (
+                    arch, layout, T, P, " (%s)" % part if part else "", ep, src_dt, dst_dt, d, name))
         assert dev["allocated_bytes"] == nbytes, "dev %d allocated %d, oracle %d" % (
             d, dev["allocated_bytes"], nbytes)
 
@@ -882,8 +895,73 @@ def check_refused(exe, path, cfg, T):
         assert p.returncode == 1 and want in p.stderr, "T=%d %s: rc %d: %s" % (T, ep, p.returncode, p.stderr)
 
 
+# Explicit pipeline splits (vLLM's VLLM_PP_LAYER_PARTITION, the CLI's --pp-partition): stages of
+# no layers at either end and in the middle, a tied model (Qwen3: the embedding on stage 0 and on
+# the last), an MoE model that holds embed/norm/lm_head on every stage (Mixtral), DeepSeek with its
+# MTP layer (no stage's) and a dense first layer. (arch, T, P, partition, given as, ep): each load
+# checked device by device and, through --pp-partition, each reshard read back.
+PARTITIONS = [("llama", 2, 3, "1,6,0", "option", False), ("llama", 1, 4, "0,3,4,0", "env", False),
+              ("llama", 4, 2, "5,2", "option", False), ("qwen3", 2, 3, "0,5,0", "option", False),
+              ("qwen3", 2, 2, "4,1", "env", False), ("mixtral", 2, 2, "3,0", "option", True),
+              ("mixtral", 2, 3, "1,0,2", "env", False), ("deepseek_v3", 2, 2, "1,2", "option", True),
+              ("deepseek_v3", 1, 3, "0,2,1", "option", False)]
+
+
+def check_partitions(exe, tmp, rng, shuffle):
+    passed = failed = 0
+    made = {}
+    for arch, T, P, part, via, ep in PARTITIONS:
+        if arch not in made:
+            path = os.path.join(tmp, "part-" + arch)
+            os.mkdir(path)
+            c = dict(ARCHS.get(arch) or MOE_ARCHS[arch], torch_dtype="bfloat16")
+            with open(os.path.join(path, "config.json"), "w") as f:
+                json.dump(c, f)
+            ck = checkpoint_tensors(arch, c, "BF16", rng)
+            write_checkpoint(path, ck, 3, shuffle)
+            made[arch] = (path, c, ck)
+        path, c, ck = made[arch]
+        try:
+            if via == "env":
+                check(exe, path, arch, c, ck, "tp", T, P, "BF16", "BF16", ep,
+                      env={"VLLM_PP_LAYER_PARTITION": part}, part=part)
+            else:
+                check(exe, path, arch, c, ck, "tp", T, P, "BF16", "BF16", ep,
+                      extra=("--pp-partition", part), part=part)
+                check_reshard(exe, path, arch, c, ck, T, P, ep, tmp, part)
+            passed += 1
+        except AssertionError as e:
+            print("FAIL:", e)
+            failed += 1
+    return passed, failed
+
+
+def check_qwen3_head_dim(exe, tmp, rng, shuffle):
+    """A Qwen3 config.json without head_dim (H/nh = 4 here): transformers' Qwen3Config makes it
+    128, and vLLM builds its layers from that; the checkpoint is written at 128."""
+    passed = failed = 0
+    path = os.path.join(tmp, "qwen3-nohd")
+    os.mkdir(path)
+    c = {k: v for k, v in ARCHS["qwen3"].items() if k != "head_dim"}
+    c["torch_dtype"] = "bfloat16"
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(c, f)
+    ck = checkpoint_tensors("qwen3", c, "BF16", rng)
+    assert ck["model.layers.0.self_attn.q_norm.weight"][1].shape == (128,)
+    write_checkpoint(path, ck, 2, shuffle)
+    for layout, T, P in (("tp", 2, 1), ("tp", 4, 2), ("spmd", 2, 1)):
+        try:
+            check(exe, path, "qwen3", c, ck, layout, T, P, "BF16", "BF16")
+            passed += 1
+        except AssertionError as e:
+            print("FAIL:", e)
+            failed += 1
+    return passed, failed
+
+
 def main():
     exe = os.path.abspath(sys.argv[1])
+    os.environ.pop("VLLM_PP_LAYER_PARTITION", None)   # the default split unless a case sets it
     rng = np.random.default_rng(20261129)
     shuffle = random.Random(7)
     passed = failed = 0
@@ -944,6 +1022,10 @@ def main():
                 except AssertionError as e:
                     print("FAIL:", e)
                     failed += 1
+        p_, f_ = check_partitions(exe, tmp, rng, shuffle)
+        passed, failed = passed + p_, failed + f_
+        p_, f_ = check_qwen3_head_dim(exe, tmp, rng, shuffle)
+        passed, failed = passed + p_, failed + f_
         try:
             check_extra_layers(exe, tmp, rng, shuffle)
             passed += 1

@@ -21,6 +21,9 @@ static void test_plan_calls(void)
     EXPECT(sl_plan_param(p, 0, 0, &pi) == SL_E_INVALID_ARG, "sl_plan_param of a NULL plan");
     int32_t tr = 0, pr = 0;
     EXPECT(sl_plan_device_ranks(p, 0, &tr, &pr) == SL_E_INVALID_ARG, "sl_plan_device_ranks");
+    int64_t first = -1, count = -1;
+    EXPECT(sl_plan_stage_layers(p, 0, &first, &count) == SL_E_INVALID_ARG && first == 0 && count == 0,
+           "sl_plan_stage_layers of a NULL plan");
     EXPECT(sl_plan_errmsg(p) != NULL, "sl_plan_errmsg of a NULL plan");
     sl_plan_opts_init(NULL);
     sl_plan_opts o;

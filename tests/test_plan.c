@@ -80,17 +80,22 @@ static const char *cfg_path(void)
     return path;
 }
 
-/* A config written from a template with %s for the overriding fields. */
-static const char *cfg_with(const char *fields)
+/* A config of architecture arch written from a template with %s for the overriding fields. */
+static const char *cfg_arch_with(const char *arch, const char *fields)
 {
     char text[2048];
     snprintf(text, sizeof(text),
-             "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64,\"num_attention_heads\":8,"
+             "{\"architectures\":[\"%s\"],\"hidden_size\":64,\"num_attention_heads\":8,"
              "\"intermediate_size\":96,\"vocab_size\":1000,\"num_hidden_layers\":4,"
-             "\"torch_dtype\":\"bfloat16\"%s}", fields);
+             "\"torch_dtype\":\"bfloat16\"%s}", arch, fields);
     /* later duplicate keys are rejected by the parser, so fields replace by name below */
     tu_write_text(cfg_path(), text);
     return cfg_path();
+}
+
+static const char *cfg_with(const char *fields)
+{
+    return cfg_arch_with("LlamaForCausalLM", fields);
 }
 
 static void shapes(void)
@@ -118,6 +123,30 @@ static void shapes(void)
     EXPECT(shape_is(p, 9, "model.layers.27.self_attn.k_norm.weight", 128, 0), "k_norm");
     EXPECT(shape_is(p, 9, "model.layers.27.self_attn.o_proj.weight", 1024, 128), "qwen3 o");
     sl_plan_free(p);
+    /* a config without head_dim: transformers' Qwen3Config (model_type qwen3) sets 128, which
+     * vLLM's qwen3.py reads; Qwen3MoeConfig and Llama have no such default (H/nh = 8 here), nor
+     * has a head_dim of null */
+    static const struct {
+        const char *arch, *type, *extra;
+        uint64_t D;
+    } hd[] = {{"Qwen3ForCausalLM", "qwen3", "", 128},
+              {"Qwen3ForCausalLM", "qwen3", ",\"head_dim\":null", 8},
+              {"Qwen3ForCausalLM", "qwen3", ",\"head_dim\":16", 16},
+              {"Qwen3ForCausalLM", "qwen2", "", 8},
+              {"Qwen3MoeForCausalLM", "qwen3_moe", ",\"num_experts\":4,\"moe_intermediate_size\":32", 8},
+              {"LlamaForCausalLM", "llama", "", 8}};
+    for (size_t i = 0; i < sizeof hd / sizeof hd[0]; i++) {
+        char fields[256];
+        snprintf(fields, sizeof fields, ",\"model_type\":\"%s\"%s", hd[i].type, hd[i].extra);
+        const char *path = cfg_arch_with(hd[i].arch, fields);
+        EXPECT(build(path, NULL, 1, 1, SL_LAYOUT_TP, &p) == SL_OK, "%s %s: %s", hd[i].arch, hd[i].extra,
+               sl_plan_errmsg(p));
+        EXPECT(shape_is(p, 0, "model.layers.0.self_attn.o_proj.weight", 64, 8 * hd[i].D),
+               "%s model_type %s%s: head_dim %llu expected", hd[i].arch, hd[i].type, hd[i].extra,
+               (unsigned long long)hd[i].D);
+        sl_plan_free(p);
+        p = NULL;
+    }
     /* spmd N=3 on qwen2-0.5b: q [ceil(896/3)=299, 896], o [896, 299], bias replicated */
     EXPECT(build(CONFIGS "/qwen2-0.5b.json", NULL, 3, 1, SL_LAYOUT_SPMD, &p) == SL_OK, "spmd3");
     EXPECT(shape_is(p, 2, "model.layers.0.self_attn.q_proj.weight", 299, 896), "spmd q");

@@ -14,7 +14,7 @@ from .checkpoint import Checkpoint, Tensor, hub_cache, inspect, open
 from .errors import (ArgumentError, CancelledError, CheckpointError, DeviceError, Error,
                      FormatError, LoadError, PlanError, UnsupportedError)
 from .model import Model, load, load_into
-from .plan import ConfigSource, Device, Param, Plan, plan
+from .plan import ConfigSource, Device, Param, Plan, PPPartition, plan
 from .tools import reshard, synth, write_manifest
 
 __version__ = "0.1.0"
@@ -27,6 +27,6 @@ def cuda_gpu_count() -> int:
 
 __all__ = ["ArgumentError", "CancelledError", "Checkpoint", "CheckpointError", "ConfigSource",
            "Device", "DeviceError", "Error",
-           "FormatError", "LoadError", "Model", "Param", "Plan", "PlanError", "Tensor",
+           "FormatError", "LoadError", "Model", "PPPartition", "Param", "Plan", "PlanError", "Tensor",
            "UnsupportedError", "cancel", "clear_cancel", "cuda_gpu_count", "hub_cache", "inspect", "load", "load_into", "open", "plan",
            "reshard", "synth", "write_manifest", "__version__"]

@@ -28,7 +28,8 @@ class TensorInfo(Structure):
 class PlanOpts(Structure):
     _fields_ = [("tp", c_int32), ("pp", c_int32), ("layout", c_int), ("dtype", c_int32),
                 ("config_path", c_char_p), ("rules_path", c_char_p), ("ep", c_int32),
-                ("config_json", c_char_p), ("config_json_len", c_size_t)]
+                ("config_json", c_char_p), ("config_json_len", c_size_t),
+                ("pp_partition", POINTER(c_int32)), ("n_pp_partition", c_int32)]
 
 
 class ParamInfo(Structure):
@@ -115,6 +116,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "sl_plan_dtype": (c_int, [_P]),
     "sl_plan_device_count": (c_int32, [_P]),
     "sl_plan_device_ranks": (c_int, [_P, c_int32, POINTER(c_int32), POINTER(c_int32)]),
+    "sl_plan_stage_layers": (c_int, [_P, c_int32, POINTER(c_int64), POINTER(c_int64)]),
     "sl_plan_param_count": (c_int64, [_P, c_int32]),
     "sl_plan_param": (c_int, [_P, c_int32, c_int64, POINTER(ParamInfo)]),
     "sl_plan_device_bytes": (c_uint64, [_P, c_int32]),

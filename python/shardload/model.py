@@ -15,7 +15,7 @@ from . import _native as N
 from ._dtypes import element_shape, numpy_dtype, raw_numpy_dtype, torch_dtype
 from .checkpoint import Checkpoint, opened
 from .errors import DeviceError, UnsupportedError
-from .plan import ConfigSource, Param, Plan
+from .plan import ConfigSource, Param, Plan, PPPartition
 
 _IO = {"auto": 0, "direct": 1, "buffered": 2}
 Progress = Callable[[int, int], None] | None | bool
@@ -369,7 +369,8 @@ def load(path: Any = None, *, tp: int = 1, pp: int = 1, ep: bool = False, layout
          threads: int = 0, dummy: bool = False, seed: int = 1234,
          config: ConfigSource | None = None,
          rules: Any = None, progress: Progress = None, pjrt_plugin: Any = None,
-         verify: bool = False, manifest: Any = None, read_gap: ReadGap = None) -> Model:
+         verify: bool = False, manifest: Any = None, read_gap: ReadGap = None,
+         pp_partition: PPPartition | None = None) -> Model:
     """Plans path for a tp x pp mesh and loads the devices this process wants (all by default).
 
     config: the model's config.json (default: the checkpoint's own), as a path, a mapping of its
@@ -386,6 +387,7 @@ def load(path: Any = None, *, tp: int = 1, pp: int = 1, ep: bool = False, layout
     (e.g. XLA's CPU plugin xla_cpu_pjrt.so); its bytes come back with .read and .checksums.
     read_gap="none" reads only the bytes the devices need (a rank's rows of a weight split along
     its rows are then read apart, in many small requests); by default gaps under 1 MiB are read.
+    pp_partition: the layers of each pipeline stage, as plan()'s.
     """
     o = _load_opts(device, io, staging, threads, dummy, seed, read_gap)
     keep: list[Any] = []
@@ -403,11 +405,11 @@ def load(path: Any = None, *, tp: int = 1, pp: int = 1, ep: bool = False, layout
         raise ValueError("load needs a checkpoint path (or dummy=True with config=)")
     if path is None:
         plan = Plan(None, config=config, tp=tp, pp=pp, ep=ep, layout=layout, dtype=dtype,
-                    rules=rules)
+                    rules=rules, pp_partition=pp_partition)
         return Model(_run(None, plan, o, progress), plan, device)
     with opened(path) as ck:
         plan = Plan(ck, config=config, tp=tp, pp=pp, ep=ep, layout=layout, dtype=dtype,
-                    rules=rules)
+                    rules=rules, pp_partition=pp_partition)
         return Model(_run(ck, plan, o, progress), plan, device)
 
 
@@ -473,11 +475,13 @@ def load_into(path: Any, tensors: Mapping[str, Any], *, tp: int = 1, pp: int = 1
               io: str = "auto", staging: int = 64 << 20, threads: int = 0,
               config: ConfigSource | None = None,
               rules: Any = None, progress: Progress = None, verify: bool = False,
-              manifest: Any = None, read_gap: ReadGap = None) -> dict[str, Any]:
+              manifest: Any = None, read_gap: ReadGap = None,
+              pp_partition: PPPartition | None = None) -> dict[str, Any]:
     """Fills an engine's own tensors (name -> tensor of mesh device `rank`) in place.
 
     Every name, shape, dtype and device is checked before any byte is read; no second copy of
-    the weights is made. Returns the load's stats.
+    the weights is made. Returns the load's stats. pp_partition: as plan()'s (an engine run
+    with VLLM_PP_LAYER_PARTITION passes it on).
     """
     if not isinstance(tensors, Mapping):
         raise TypeError(f"tensors must be a mapping name -> tensor, got {type(tensors).__name__}")
@@ -486,7 +490,7 @@ def load_into(path: Any, tensors: Mapping[str, Any], *, tp: int = 1, pp: int = 1
     _set_verify(o, keep, verify, manifest)
     with opened(path) as ck:
         plan = Plan(ck, config=config, tp=tp, pp=pp, ep=ep, layout=layout, dtype=dtype,
-                    rules=rules)
+                    rules=rules, pp_partition=pp_partition)
         if isinstance(rank, bool) or not isinstance(rank, int):
             raise TypeError(f"rank must be an int, got {type(rank).__name__}")
         if not 0 <= rank < len(plan.devices):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from operator import index
 from typing import Any, Protocol, Union
@@ -28,6 +28,10 @@ class _ToJsonString(Protocol):
 # What config= takes: a config.json's path, its contents as a mapping, or a transformers config.
 ConfigSource = Union[str, bytes, os.PathLike[str], os.PathLike[bytes], Mapping[str, Any],
                      _ToDict, _ToJsonString]
+
+# What pp_partition= takes: the layers of each pipeline stage, as a sequence of ints or as
+# vLLM's VLLM_PP_LAYER_PARTITION writes them ("10,12,10").
+PPPartition = Union[Sequence[int], str]
 
 
 def _json_value(v: Any) -> Any:
@@ -134,6 +138,46 @@ def _check_mesh(tp: int, pp: int, ep: bool, layout: str) -> None:
         raise TypeError(f"ep must be a bool, got {type(ep).__name__}")
 
 
+_INT32_MAX = 2**31 - 1
+
+
+def _pp_partition(v: PPPartition | None) -> list[int] | None:
+    """pp_partition= as a list of ints for sl_plan_opts.pp_partition, read as vLLM reads
+    VLLM_PP_LAYER_PARTITION (int() of each comma-separated entry) when it is text. Its length,
+    signs and sum are the planner's to check (one entry per stage, none negative, summing to
+    num_hidden_layers), in the message it gives."""
+    if v is None:
+        return None
+    if isinstance(v, str):
+        try:
+            return [int(x) for x in v.split(",")]
+        except ValueError:
+            raise ValueError(f"pp_partition {v!r}: not a comma-separated list of layer counts "
+                             "(vLLM's VLLM_PP_LAYER_PARTITION form, 10,12,10)") from None
+    if isinstance(v, (bytes, Mapping)) or not isinstance(v, Sequence):
+        raise TypeError(f"pp_partition must be a sequence of ints or a string like '10,12,10', "
+                        f"got {type(v).__name__}")
+    out = []
+    for x in v:
+        if isinstance(x, bool) or not isinstance(x, int):
+            raise TypeError(f"pp_partition entries must be ints, got {type(x).__name__} ({x!r})")
+        if abs(x) > _INT32_MAX:   # ctypes would wrap it into another count
+            raise ValueError(f"pp_partition entry {x} is not a count of layers")
+        out.append(x)
+    return out
+
+
+def _set_pp_partition(opts: N.PlanOpts, v: PPPartition | None) -> None:
+    """opts.pp_partition from pp_partition= (the array kept on opts for the C call)."""
+    part = _pp_partition(v)
+    if part is None:
+        return
+    arr = (ctypes.c_int32 * max(len(part), 1))(*part)
+    opts.pp_partition = ctypes.cast(arr, ctypes.POINTER(ctypes.c_int32))
+    opts.n_pp_partition = len(part)
+    setattr(opts, "_keep_pp", arr)
+
+
 _BOX_FIELDS = [str(f[0]) for f in N.Box._fields_]
 _BOX: np.dtype[Any] = np.dtype({
     "names": _BOX_FIELDS,
@@ -188,13 +232,18 @@ class Plan:
     what a load reads when each checkpoint byte is read once (None from a config alone).
     ``ep`` says whether the experts are spread over the TP ranks (False for a dense model or at
     ``tp=1``, even with ``ep=True``: the option changes none of their bytes).
+    ``pp_partition`` is the number of decoder layers each pipeline stage holds, stage s the
+    layers after those of the stages before it: the ``pp_partition=`` given (a sequence, or
+    vLLM's VLLM_PP_LAYER_PARTITION text "10,12,10"), else vLLM's default split; ``()`` for a
+    plan from boxes.
     ``describe=False`` leaves ``devices`` empty (the plan is checked and totalled; ``device(d)``
     reads one device), where reading every device's parameters would cost more than the plan.
     """
 
     def __init__(self, ck: Checkpoint | None, *, config: ConfigSource | None = None, tp: int = 1,
                  pp: int = 1, ep: bool = False, layout: str = "tp", dtype: Any = None,
-                 rules: Any = None, describe: bool = True) -> None:
+                 rules: Any = None, describe: bool = True,
+                 pp_partition: PPPartition | None = None) -> None:
         _check_mesh(tp, pp, ep, layout)
         if ck is not None and not isinstance(ck, Checkpoint):
             raise TypeError(f"Plan takes an open Checkpoint (shardload.open) or None, got "
@@ -205,6 +254,7 @@ class Plan:
         opts = _plan_opts(ck, config, dtype, rules)
         opts.tp, opts.pp, opts.layout = tp, pp, _LAYOUTS[layout]
         opts.ep = 1 if ep else 0
+        _set_pp_partition(opts, pp_partition)
         self._h = ctypes.c_void_p()
         st = N.lib.sl_plan_build(ck.handle if ck else None, ctypes.byref(opts),
                                  ctypes.byref(self._h))
@@ -248,11 +298,21 @@ class Plan:
         self.tp, self.pp = N.lib.sl_plan_tp(self._h), N.lib.sl_plan_pp(self._h)
         self.ep: bool = bool(N.lib.sl_plan_ep(self._h))   # False on a dense model or at tp 1, even if asked
         self.dtype: str = NAMES[N.lib.sl_plan_dtype(self._h)]
+        self.pp_partition: tuple[int, ...] = self._stages()
         self.devices: list[Device] = [self._device(d) for d in
                                       range(N.lib.sl_plan_device_count(self._h) if describe else 0)]
         self.total_bytes: int = N.lib.sl_plan_total_bytes(self._h)
         rb = N.lib.sl_plan_read_bytes(self._h)
         self.read_bytes: int | None = None if rb == 2**64 - 1 else rb
+
+    def _stages(self) -> tuple[int, ...]:
+        """The layers of each pipeline stage, as the planner placed them (sl_plan_stage_layers)."""
+        first, count, out = ctypes.c_int64(), ctypes.c_int64(), []
+        for s in range(self.pp):
+            if N.lib.sl_plan_stage_layers(self._h, s, ctypes.byref(first), ctypes.byref(count)):
+                return ()   # a plan from boxes: no layers
+            out.append(count.value)
+        return tuple(out)
 
     def device(self, d: int) -> Device:
         """Device d's parameters, read from the plan (what ``devices[d]`` holds)."""
@@ -295,12 +355,16 @@ class Plan:
 
 
 def plan(path: Any = None, *, config: ConfigSource | None = None, tp: int = 1, pp: int = 1,
-         ep: bool = False, layout: str = "tp", dtype: Any = None, rules: Any = None) -> Plan:
+         ep: bool = False, layout: str = "tp", dtype: Any = None, rules: Any = None,
+         pp_partition: PPPartition | None = None) -> Plan:
     """Plans a checkpoint (path) or, with path None, a model from its config alone. config: a
-    config.json's path, a mapping of its keys, or a transformers config (its to_dict())."""
+    config.json's path, a mapping of its keys, or a transformers config (its to_dict()).
+    pp_partition: the layers of each pipeline stage (10, 12, 10), or vLLM's
+    VLLM_PP_LAYER_PARTITION text ("10,12,10"); the package reads no such variable itself:
+    pass pp_partition=os.environ.get("VLLM_PP_LAYER_PARTITION") to follow it."""
     if path is None:
         return Plan(None, config=config, tp=tp, pp=pp, ep=ep, layout=layout, dtype=dtype,
-                    rules=rules)
+                    rules=rules, pp_partition=pp_partition)
     with opened(path) as ck:
         return Plan(ck, config=config, tp=tp, pp=pp, ep=ep, layout=layout, dtype=dtype,
-                    rules=rules)
+                    rules=rules, pp_partition=pp_partition)

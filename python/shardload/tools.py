@@ -9,7 +9,7 @@ from . import _interrupt
 from . import _native as N
 from .checkpoint import opened
 from .model import _load_opts
-from .plan import ConfigSource, Plan, _plan_opts
+from .plan import ConfigSource, PPPartition, Plan, _plan_opts
 
 _ERRLEN = 1024
 
@@ -25,17 +25,19 @@ def _size(name: str, v: int | None) -> int:
 def reshard(path: Any, out: Any, *, tp: int = 1, pp: int = 1, ep: bool = False,
             layout: str = "tp", dtype: Any = None, config: ConfigSource | None = None,
             rules: Any = None, max_part_size: int | None = None, staging: int = 64 << 20,
-            io: str = "auto", threads: int = 0, write_manifest: bool = False) -> None:
+            io: str = "auto", threads: int = 0, write_manifest: bool = False,
+            pp_partition: PPPartition | None = None) -> None:
     """Writes per-device pre-sharded files (model-rank-{d}-part-{p}.safetensors) into out, as
-    the CLI's reshard (ep: --ep); write_manifest=True then writes out/SHA256SUMS of them (as
-    write_manifest(out), the CLI's --write-manifest), for load(out, manifest=) later."""
+    the CLI's reshard (ep: --ep, pp_partition: --pp-partition, as plan()'s); write_manifest=True
+    then writes out/SHA256SUMS of them (as write_manifest(out), the CLI's --write-manifest), for
+    load(out, manifest=) later."""
     if not isinstance(write_manifest, bool):
         raise TypeError(f"write_manifest must be a bool, got {type(write_manifest).__name__}")
     o = _load_opts("cpu", io, staging, threads, False, 1234)
     err = ctypes.create_string_buffer(_ERRLEN)
     with opened(path) as ck:
         plan = Plan(ck, config=config, tp=tp, pp=pp, ep=ep, layout=layout, dtype=dtype,
-                    rules=rules)
+                    rules=rules, pp_partition=pp_partition)
         part = _size("max_part_size", max_part_size)
         st = _interrupt.call(lambda: N.lib.sl_reshard(ck.handle, plan.handle, ctypes.byref(o),
                                                       N.fspath(out), part, err, _ERRLEN))

@@ -279,6 +279,11 @@ static uint64_t dist_digest(const dist_ctx *c, const sl_plan *p, const sl_dist_o
         h = dist_mix(h, v[i]);
     for (int32_t dv = 0; dv < c->n_mesh; dv++)
         h = dist_mix(dist_mix(h, sl_plan_device_bytes(p, dv)), (uint64_t)sl_plan_param_count(p, dv));
+    for (int32_t s = 0; s < sl_plan_pp(p); s++) {   /* a rank given another --pp-partition */
+        int64_t first = 0, count = 0;
+        sl_plan_stage_layers(p, s, &first, &count);
+        h = dist_mix(dist_mix(h, (uint64_t)first), (uint64_t)count);
+    }
     for (int64_t f = 0; f < c->job->n_files; f++)
         h = dist_file_sample(dist_mix(h, c->job->files[f].size), &c->job->files[f]);
     return h;

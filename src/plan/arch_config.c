@@ -260,6 +260,19 @@ static sl_status cfg_check_heads(sl_err *err, const sl_arch_config *c, int expli
     return SL_OK;
 }
 
+/* The head_dim a config without the key has: what transformers' config class for its model_type
+ * sets, which vLLM's models then read (getattr(config, "head_dim", None) or H / nh). Qwen3Config
+ * (model_type "qwen3") has a field head_dim = 128 (transformers 4.51 on; 5.x's dataclass field too),
+ * so a Qwen3 config.json without the key is head_dim 128 in vLLM whatever hidden_size and the
+ * heads are; Qwen3MoeConfig and the others have no such field: H / nh. A head_dim of null is no
+ * default (transformers 4.x keeps None, and vLLM's `or` falls back to H / nh; 5.x refuses it).
+ * Returns 0 when the class gives none. */
+static int64_t cfg_class_head_dim(const json_t *root)
+{
+    const json_t *mt = json_object_get(root, "model_type");
+    return json_is_string(mt) && strcmp(json_string_value(mt), "qwen3") == 0 ? 128 : 0;
+}
+
 static sl_status cfg_parse(sl_err *err, sl_arena *a, const json_t *root, sl_arch_config *c)
 {
     SL_CHECK(json_is_object(root), err, SL_E_CONFIG, "config is not a JSON object");
@@ -273,11 +286,12 @@ static sl_status cfg_parse(sl_err *err, sl_arena *a, const json_t *root, sl_arch
     SL_CHECK(c->L <= SL_MAX_LAYERS, err, SL_E_CONFIG, "config num_hidden_layers %lld is above %d",
              (long long)c->L, SL_MAX_LAYERS);
     const json_t *hd = json_object_get(root, "head_dim");
-    const int has_head_dim = hd && !json_is_null(hd);
+    const int64_t class_hd = hd ? 0 : cfg_class_head_dim(root);
+    const int has_head_dim = (hd && !json_is_null(hd)) || class_hd > 0;
     SL_CHECK(has_head_dim || c->H % c->nh == 0, err, SL_E_CONFIG,
              "hidden_size %lld is not divisible by num_attention_heads %lld and the config has no "
              "head_dim", (long long)c->H, (long long)c->nh);
-    SL_TRY(cfg_int_opt(err, root, "head_dim", c->H / c->nh, &c->D));
+    SL_TRY(cfg_int_opt(err, root, "head_dim", class_hd > 0 ? class_hd : c->H / c->nh, &c->D));
     SL_TRY(cfg_check_heads(err, c, has_head_dim));
     SL_TRY(cfg_tied(err, root, &c->tied));
     return cfg_dtype(err, root, &c->dtype);

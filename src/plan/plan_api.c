@@ -1,6 +1,10 @@
 /* plan_api.c - the public getters of a plan (shardload.h, "placement plans"). */
 #include "plan/plan_data.h"
 
+#include "common/sl_strbuf.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
 
 const char *sl_plan_errmsg(const sl_plan *p)
@@ -70,6 +74,30 @@ uint64_t sl_plan_device_bytes(const sl_plan *p, int32_t dev)
 {
     const sl_plan_device *d = plan_device(p, dev);
     return d ? d->bytes : 0;
+}
+
+sl_status sl_plan_stage_layers(const sl_plan *p, int32_t stage, int64_t *first, int64_t *count)
+{
+    const int ok = p && p->stage_start && stage >= 0 && stage < p->pp;
+    if (first)
+        *first = ok ? p->stage_start[stage] : 0;
+    if (count)
+        *count = ok ? p->stage_start[stage + 1] - p->stage_start[stage] : 0;
+    return ok ? SL_OK : SL_E_INVALID_ARG;
+}
+
+char *sl_plan_partition_text(const sl_plan *p)
+{
+    if (!p->stage_start)
+        return NULL;
+    sl_strbuf b = {0};
+    for (int32_t s = 0; s < p->pp; s++)
+        sl_strbuf_printf(&b, "%s%" PRId64, s ? "," : "", p->stage_start[s + 1] - p->stage_start[s]);
+    if (b.oom || !b.data) {
+        sl_strbuf_free(&b);
+        return NULL;
+    }
+    return b.data;   /* taken: sl_strbuf_free would free it */
 }
 
 sl_status sl_plan_device_ranks(const sl_plan *p, int32_t dev, int32_t *tp_rank, int32_t *pp_rank)

@@ -384,8 +384,8 @@ static sl_status device_walk(plan_ctx *c, sl_plan_device *d)
     d->bytes = 0;
     for (int pass = 0; pass < 3; pass++) {
         const sl_place place = pass == 0 ? SL_PLACE_FIRST : pass == 1 ? SL_PLACE_LAYER : SL_PLACE_LAST;
-        const int64_t l0 = pass == 1 ? c->stage_start[d->pp_rank] : -1;
-        const int64_t l1 = pass == 1 ? c->stage_start[d->pp_rank + 1] : 0;
+        const int64_t l0 = pass == 1 ? c->p->stage_start[d->pp_rank] : -1;
+        const int64_t l1 = pass == 1 ? c->p->stage_start[d->pp_rank + 1] : 0;
         for (int64_t l = l0; l < l1; l++) {
             for (int32_t i = 0; i < c->n_tmpl; i++) {
                 pc.t = &c->tmpl[i];
@@ -456,6 +456,7 @@ static sl_status opts_check(sl_plan *p, const sl_checkpoint *ck, const sl_plan_o
     SL_CHECK(!o->ep || o->layout == SL_LAYOUT_TP, &p->err, SL_E_INVALID_ARG,
              "expert parallelism (ep) applies to layout tp only (layout spmd keeps one tensor per "
              "expert)");
+    SL_TRY(sl_plan_check_partition(p, o));
     p->ep = o->ep;
     p->layout = o->layout;
     p->tp = o->tp;
@@ -542,9 +543,9 @@ static sl_status plan_build_impl(sl_plan *p, const sl_checkpoint *ck, const sl_p
     if (st == SL_OK && !sl_plan_ep_matters(&c))
         p->ep = 0;
     if (st == SL_OK)
-        st = sl_plan_check_mesh(&c);
+        st = sl_plan_check_mesh(&c, o);
     if (st == SL_OK)
-        st = sl_plan_stages_split(&c);
+        st = sl_plan_stages_split(&c, o->pp_partition);
     if (st == SL_OK)
         st = sources_init(&c);
     if (st == SL_OK)

@@ -44,7 +44,6 @@ typedef struct plan_ctx {
     plan_src *src;                /* per m->tensors entry */
     plan_tmpl *tmpl;
     int32_t n_tmpl;
-    int64_t *stage_start;         /* pp + 1 entries: stage s holds layers [start[s], start[s+1]) */
 } plan_ctx;
 
 /* plan_build.c: whether expert parallelism changes any byte of the plan: the model has MoE layers
@@ -52,13 +51,18 @@ typedef struct plan_ctx {
  * not, the plan is the one without it (p->ep 0), and pre-sharded files' "ep" stamp is not
  * compared. */
 int sl_plan_ep_matters(const plan_ctx *c);
-/* plan_mesh.c: the mesh against the config (divisibility, T > E, pp > L); messages name the
- * config. */
-sl_status sl_plan_check_mesh(plan_ctx *c);
+/* plan_mesh.c: the mesh against the config (divisibility, T > E, pp > L, or a pp_partition's
+ * sum against L); messages name the config. */
+sl_status sl_plan_check_mesh(plan_ctx *c, const sl_plan_opts *o);
+/* plan_mesh.c: sl_plan_opts.pp_partition before the config is read (SL_E_INVALID_ARG): one
+ * entry per stage, none negative, layout tp. */
+sl_status sl_plan_check_partition(sl_plan *p, const sl_plan_opts *o);
 /* plan_mesh.c: vocab size padded to a multiple of 64 (vLLM's VocabParallelEmbedding). */
 uint64_t sl_plan_vocab_padded(uint64_t v);
-/* plan_tmpl.c: each pipeline stage's first layer, c->stage_start[0..pp] (vLLM get_pp_indices). */
-sl_status sl_plan_stages_split(plan_ctx *c);
+/* plan_tmpl.c: each pipeline stage's first layer, c->p->stage_start[0..pp] (vLLM
+ * get_pp_indices): from partition (pp entries, checked by sl_plan_check_mesh) when not NULL, else
+ * vLLM's default split. */
+sl_status sl_plan_stages_split(plan_ctx *c, const int32_t *partition);
 /* plan_tmpl.c: c->tmpl, the parameter templates and their names. */
 sl_status sl_plan_tmpl_build(plan_ctx *c);
 /* plan_tmpl.c: the routed experts tp rank `rank` holds, [*first, *first + *count): all of them

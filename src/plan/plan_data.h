@@ -72,6 +72,10 @@ struct sl_plan {
     int32_t ep;              /* expert parallelism (sl_plan_opts.ep): experts spread over tp ranks */
     sl_dtype dtype;          /* every parameter's dtype */
     int32_t n_devices;       /* tp * pp */
+    int64_t *stage_start;    /* pp + 1 entries: stage s holds decoder layers [stage_start[s],
+                                stage_start[s + 1]) (arena); NULL for a plan from boxes */
+    int stages_custom;       /* sl_plan_opts.pp_partition gave a split other than vLLM's default:
+                                reshard stamps it on the parts ("pp_partition") */
     sl_plan_device *devices;
     int64_t n_files;         /* checkpoint files (0 without a checkpoint) */
     uint64_t total_bytes;    /* sum of device bytes */
@@ -92,6 +96,10 @@ struct sl_plan {
  * the tensor each reads (not paths or contents: a copy elsewhere, or other weights in the same
  * layout, load with the same plan). O(operations): a JAX load plans and loads each group. */
 uint64_t sl_plan_ckpt_digest(const sl_plan *p, const sl_checkpoint *ck);
+
+/* The layers of each pipeline stage as VLLM_PP_LAYER_PARTITION writes them, "10,12,10", into a
+ * malloc'd string (NULL: out of memory, or a plan from boxes). */
+char *sl_plan_partition_text(const sl_plan *p);
 
 /* The tensor name a pre-sharded file stores parameter `param` of device d under: its own, except
  * the last stage's copy of a tied embedding, or every stage's (sl_plan.tied_stored,

@@ -210,14 +210,85 @@ static sl_status check_fp8_spmd(plan_ctx *c)
     return SL_OK;
 }
 
-static sl_status check_mesh_impl(plan_ctx *c)
+/* ---- pipeline stages: an explicit partition (vLLM's VLLM_PP_LAYER_PARTITION) ----------------- */
+
+/* "10,12,10" into buf; past 24 entries "10,12,...,10 (65536 entries)", as messages show it. */
+static const char *partition_desc(const int32_t *v, int32_t n, char *buf, size_t len)
+{
+    enum { SHOWN = 24 };
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int32_t i = 0; i < n && at < len; i++) {
+        if (n > SHOWN && i == SHOWN - 1) {   /* the last entry after the ellipsis */
+            snprintf(buf + at, len - at, ",...,%d (%d entries)", (int)v[n - 1], (int)n);
+            break;
+        }
+        const int w = snprintf(buf + at, len - at, "%s%d", i ? "," : "", (int)v[i]);
+        at += w > 0 ? (size_t)w : 0;
+    }
+    return buf;
+}
+
+/* What vLLM's get_pp_indices checks of the list before it knows the model's layers: one entry per
+ * stage; and what it lets through, a negative entry (an empty range, the next stage's start before
+ * its own), refused. Layout tp only, as pp is. */
+sl_status sl_plan_check_partition(sl_plan *p, const sl_plan_opts *o)
+{
+    char d[256];
+    SL_CHECK(o->pp_partition != NULL || o->n_pp_partition == 0, &p->err, SL_E_INVALID_ARG,
+             "n_pp_partition is %d but pp_partition is NULL", (int)o->n_pp_partition);
+    if (o->pp_partition == NULL)
+        return SL_OK;
+    SL_CHECK(o->layout == SL_LAYOUT_TP, &p->err, SL_E_INVALID_ARG,
+             "pp_partition applies to layout tp only (layout spmd has no pipeline stages)");
+    SL_CHECK(o->n_pp_partition == o->pp, &p->err, SL_E_INVALID_ARG,
+             "pp_partition %s has %d entr%s but pp is %d: one entry (a count of layers) per "
+             "pipeline stage", partition_desc(o->pp_partition, o->n_pp_partition, d, sizeof d),
+             (int)o->n_pp_partition, o->n_pp_partition == 1 ? "y" : "ies", (int)o->pp);
+    for (int32_t s = 0; s < o->n_pp_partition; s++)
+        SL_CHECK(o->pp_partition[s] >= 0, &p->err, SL_E_INVALID_ARG,
+                 "pp_partition %s: stage %d's entry %d is negative: a stage holds 0 or more layers",
+                 partition_desc(o->pp_partition, o->n_pp_partition, d, sizeof d), (int)s,
+                 (int)o->pp_partition[s]);
+    return SL_OK;
+}
+
+/* The partition's layers against the config's, as vLLM checks them (sum(partitions) ==
+ * num_hidden_layers); without one, vLLM's split needs a layer per stage. DeepSeek's MTP layers,
+ * past L, belong to no stage: vLLM's main model makes num_hidden_layers layers. */
+static sl_status check_stages(plan_ctx *c, const sl_plan_opts *o)
+{
+    sl_plan *p = c->p;
+    const int64_t L = c->m->cfg.L;
+    char d[256];
+    if (o->pp_partition == NULL) {
+        SL_CHECK(p->pp <= L, &p->err, SL_E_CONFIG, "pp %d is larger than num_hidden_layers %lld",
+                 (int)p->pp, (long long)L);
+        return SL_OK;
+    }
+    int64_t sum = 0;
+    for (int32_t s = 0; s < o->n_pp_partition; s++)
+        sum += o->pp_partition[s];
+    if (sum == L)
+        return SL_OK;
+    char note[128] = "";
+    if (c->m->skip_extra_layers > 0)
+        snprintf(note, sizeof note, " (the %lld MTP layer%s past them, num_nextn_predict_layers, "
+                 "on no stage)", (long long)c->m->skip_extra_layers,
+                 c->m->skip_extra_layers == 1 ? "" : "s");
+    return sl_err_set(&p->err, SL_E_CONFIG,
+                      "pp_partition %s places %lld layers but num_hidden_layers is %lld%s",
+                      partition_desc(o->pp_partition, o->n_pp_partition, d, sizeof d),
+                      (long long)sum, (long long)L, note);
+}
+
+static sl_status check_mesh_impl(plan_ctx *c, const sl_plan_opts *o)
 {
     sl_plan *p = c->p;
     const sl_arch_config *cfg = &c->m->cfg;
     SL_CHECK(p->layout != SL_LAYOUT_SPMD || p->pp == 1, &p->err, SL_E_INVALID_ARG,
              "layout spmd is a 1-D mesh: pp must be 1 (got %d)", (int)p->pp);
-    SL_CHECK(p->pp <= cfg->L, &p->err, SL_E_CONFIG,
-             "pp %d is larger than num_hidden_layers %lld", (int)p->pp, (long long)cfg->L);
+    SL_TRY(check_stages(c, o));
     /* layout spmd tiles each expert's tensor on its own (SHARDING-MOE-FP8.md), over any N */
     if (p->layout != SL_LAYOUT_TP)
         return check_fp8_spmd(c);
@@ -243,9 +314,9 @@ static sl_status check_mesh_impl(plan_ctx *c)
 }
 
 /* Whether the mesh fits is a matter of the config's sizes: the message names the config. */
-sl_status sl_plan_check_mesh(plan_ctx *c)
+sl_status sl_plan_check_mesh(plan_ctx *c, const sl_plan_opts *o)
 {
-    const sl_status st = check_mesh_impl(c);
+    const sl_status st = check_mesh_impl(c, o);
     if (st == SL_E_DIVISIBILITY || st == SL_E_CONFIG)
         sl_err_prefix(&c->p->err, c->config_path);
     return st;

@@ -25,6 +25,31 @@ static const char *meta_get(const sl_checkpoint *ck, int64_t file, const char *k
     return NULL;
 }
 
+/* The layers of each stage: a part stamped "pp_partition" holds that split (reshard stamps one
+ * other than vLLM's default), a part without the stamp vLLM's default split; the load must ask
+ * for the same. The stamp is compared as text with the plan's split written as reshard writes it. */
+static sl_status check_file_stages(plan_ctx *c, int64_t f)
+{
+    sl_plan *p = c->p;
+    const char *mv = meta_get(c->ck, f, "pp_partition"), *path = sl_checkpoint_file_path(c->ck, f);
+    if (!mv && !p->stages_custom)
+        return SL_OK;
+    char *want = sl_plan_partition_text(p);
+    SL_CHECK(want != NULL, &p->err, SL_E_NOMEM, "out of memory");
+    sl_status st = SL_OK;
+    if (mv && strcmp(mv, want) != 0)
+        st = sl_err_set(&p->err, SL_E_CONFIG, "%s: pre-sharded with pp_partition %s (layers per "
+                        "pipeline stage); this load asks for %s%s: give --pp-partition %s, or "
+                        "reshard the original checkpoint", path, mv, want,
+                        p->stages_custom ? "" : " (vLLM's default split)", mv);
+    else if (!mv)
+        st = sl_err_set(&p->err, SL_E_CONFIG, "%s: pre-sharded with vLLM's default split of the "
+                        "layers over pipeline stages; this load asks for pp_partition %s: load it "
+                        "without one, or reshard the original checkpoint with it", path, want);
+    free(want);
+    return st;
+}
+
 static sl_status check_file_mesh(plan_ctx *c, int64_t f)
 {
     sl_plan *p = c->p;
@@ -51,6 +76,7 @@ static sl_status check_file_mesh(plan_ctx *c, int64_t f)
              "%s: pre-sharded %s expert parallelism; asked for a load %s it (give --ep %s, or reshard "
              "the original checkpoint)", sl_checkpoint_file_path(c->ck, f), file_ep ? "with" : "without",
              p->ep ? "with" : "without", file_ep ? "too" : "no more");
+    SL_TRY(check_file_stages(c, f));
     SL_CHECK(sl_checkpoint_file_rank(c->ck, f) < p->n_devices, &p->err, SL_E_UNCLAIMED,
              "%s: no device %d in a mesh of %d devices", sl_checkpoint_file_path(c->ck, f),
              sl_checkpoint_file_rank(c->ck, f), p->n_devices);

@@ -8,22 +8,31 @@
 
 /* ---- pipeline stages (vLLM get_pp_indices) ----------------------------------------------------- */
 
-/* Each stage gets L/P layers; the remainder adds one to stages P-2, P-3, ... (the last stage also
- * holds the norm and lm_head, so it is spared). */
-sl_status sl_plan_stages_split(plan_ctx *c)
+/* vLLM's default split: each stage gets L/P layers; the remainder adds one to stages P-2, P-3, ...
+ * (the last stage also holds the norm and lm_head, so it is spared). */
+static void stages_default(int64_t L, int64_t P, int64_t *count)
+{
+    for (int64_t s = 0; s < P; s++)
+        count[s] = L / P;
+    for (int64_t i = 2; i < L % P + 2; i++)
+        count[P - i]++;
+}
+
+sl_status sl_plan_stages_split(plan_ctx *c, const int32_t *partition)
 {
     const int64_t L = c->m->cfg.L, P = c->p->pp;
     int64_t *n = sl_arena_alloc(&c->p->arena, (size_t)(P + 1) * sizeof(int64_t) * 2);
     SL_CHECK(n != NULL, &c->p->err, SL_E_NOMEM, "out of memory");
     int64_t *count = n + P + 1;
-    for (int64_t s = 0; s < P; s++)
-        count[s] = L / P;
-    for (int64_t i = 2; i < L % P + 2; i++)
-        count[P - i]++;
+    stages_default(L, P, count);
     n[0] = 0;
-    for (int64_t s = 0; s < P; s++)
-        n[s + 1] = n[s] + count[s];
-    c->stage_start = n;
+    for (int64_t s = 0; s < P; s++) {
+        const int64_t k = partition ? partition[s] : count[s];   /* checked: sum L, each >= 0 */
+        c->p->stages_custom |= k != count[s];
+        n[s + 1] = n[s] + k;
+    }
+    assert(n[P] == L);
+    c->p->stage_start = n;
     return SL_OK;
 }
 

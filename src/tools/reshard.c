@@ -195,6 +195,14 @@ static sl_status part_open(reshard *r, file_dev *f, int64_t k)
     /* only with EP, so that files without it stay byte for byte what they were */
     if (st == SL_OK && r->plan->ep)
         st = sl_writer_set_metadata(*w, "ep", "1");
+    /* only a split other than vLLM's default (pp_partition), for the same reason */
+    if (st == SL_OK && r->plan->stages_custom) {
+        char *part = sl_plan_partition_text(r->plan);
+        st = part ? sl_writer_set_metadata(*w, "pp_partition", part) : SL_E_NOMEM;
+        free(part);
+        if (st == SL_E_NOMEM)
+            return sl_err_set(&r->err, st, "out of memory");
+    }
     if (st != SL_OK)
         return sl_err_set(&r->err, st, "%s", sl_writer_errmsg(*w));
     return SL_OK;

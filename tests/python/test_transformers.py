@@ -141,3 +141,28 @@ def test_plan_takes_dtype_from_transformers5_config(tmp_path: Path) -> None:
     assert "torch_dtype" not in cfg and cfg["dtype"] == "bfloat16"  # what transformers 5 writes
     assert config_dtype(ckpt) == torch.bfloat16
     assert shardload.plan(ckpt, layout="spmd").dtype == "BF16"
+
+
+def test_qwen3_head_dim_default(tmp_path: Path) -> None:
+    """A Qwen3 config.json without head_dim: transformers' Qwen3Config makes it 128 (a field
+    default), not hidden_size / num_attention_heads (16 here), and vLLM's qwen3.py reads that
+    (getattr(config, "head_dim", None) or ...), so shardload plans 128 too; the checkpoint's
+    tensors, written by transformers at 128, are its shapes. Qwen3-MoE's config class has no
+    such default."""
+    ckpt, _ = save_tiny(tmp_path / "q3", "Qwen3ForCausalLM", seed=5)   # BASE: H 64, 4 heads
+    cfg = json.loads((ckpt / "config.json").read_text())
+    assert cfg.pop("head_dim") == 128
+    (ckpt / "config.json").write_text(json.dumps(cfg))
+    assert transformers.AutoConfig.from_pretrained(ckpt).head_dim == 128   # what vLLM sees
+    p = shardload.plan(ckpt, tp=2)   # with the checkpoint: every tensor's shape checked
+    shapes = {q.name: q.shape for q in p.devices[1].params}
+    assert shapes["model.layers.0.self_attn.qkv_proj.weight"] == ((2 + 2 * 1) * 128, 64)
+    assert shapes["model.layers.0.self_attn.q_norm.weight"] == (128,)
+    moe = dict(cfg, architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe", num_experts=4,
+               moe_intermediate_size=32)
+    assert not hasattr(transformers.Qwen3MoeConfig(**{k: v for k, v in moe.items()
+                                                      if k not in ("architectures", "model_type")}),
+                       "head_dim")
+    q = shardload.plan(config=moe, tp=2)
+    assert {x.name: x.shape for x in q.devices[0].params}[
+        "model.layers.0.self_attn.q_norm.weight"] == (16,)
