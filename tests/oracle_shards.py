@@ -226,6 +226,11 @@ FP8_MORE = {
         "ignore": ["lm_head"] + ["model.layers.%d.self_attn.o_proj" % i for i in range(3)]}),
     # MLA's replicated layers: fused_qkv_a_proj's per-channel scales concatenated (fbgemm), and with
     # q_lora_rank null kv_a_proj_with_mqa's per-tensor and input scales whole (AutoFP8 static)
+    # Qwen3-MoE's routers quantized, as vLLM does when the config does not list mlp.gate: block
+    # scales [1, 2] whole on every rank, and AutoFP8's per-tensor and input scales
+    ("qwen3_moe-router", "qwen3_moe"): dict(FP8_ARCHS["qwen3_moe"], quantization_config=FP8_QUANT),
+    ("qwen3_moe-router-pt", "qwen3_moe"): dict(MOE_ARCHS["qwen3_moe"], quantization_config={
+        "quant_method": "fp8", "activation_scheme": "static"}),
     ("deepseek_v3-fbgemm", "deepseek_v3"): dict(MOE_ARCHS["deepseek_v3"], quantization_config={
         "quant_method": "fbgemm_fp8", "modules_to_not_convert": ["lm_head"]}),
     ("deepseek_v2-pt", "deepseek_v2"): dict(MOE_ARCHS["deepseek_v2"], quantization_config={
@@ -240,7 +245,8 @@ FP8_MORE = {
 }
 FP8_MORE_SCALE_DT = {"llama-pt": "F32", "mixtral-ct": "BF16", "qwen2-fbgemm": "F32",
                      "qwen3_moe-ct": "BF16", "deepseek_v3-fbgemm": "BF16", "deepseek_v2-pt": "F32",
-                     "deepseek_v3-ctblock": "F32"}
+                     "deepseek_v3-ctblock": "F32", "qwen3_moe-router": "BF16",
+                     "qwen3_moe-router-pt": "F32"}
 
 
 def fp8_scheme(q):
@@ -412,7 +418,7 @@ def checkpoint_tensors(arch, cfg, dtype, rng, scale_dt=None):
     out = {}
     q = cfg.get("quantization_config")
     for name, shp in shapes.items():
-        if q and fp8_quantized(name, shp) and not fp8_ignored(q, name):
+        if q and fp8_quantized(arch, name, shp) and not fp8_ignored(q, name):
             b = rng.integers(0, 256, size=shp, dtype=np.uint8)
             b[(b & 0x7F) == 0x7F] ^= 1   # never e4m3's NaN
             out[name] = ("F8_E4M3", b)
@@ -445,13 +451,16 @@ def checkpoint_tensors(arch, cfg, dtype, rng, scale_dt=None):
     return out
 
 
-def fp8_quantized(name, shp):
+def fp8_quantized(arch, name, shp):
     """The spec's list: linear weights, not embeddings, lm_head, norms, routers, shared_expert_gate
-    (the MTP layer's eh_proj is quantized like any linear layer; it is skipped anyway)."""
+    (the MTP layer's eh_proj is quantized like any linear layer; it is skipped anyway). Qwen3-MoE's
+    router is a linear layer like any other: vLLM's qwen3_moe.py makes mlp.gate with the model's
+    quant_config (Mixtral's, Qwen2-MoE's and DeepSeek's with none)."""
     if len(shp) != 2 or not name.endswith(".weight") or "norm" in name:
         return False
+    router = name.endswith(".gate.weight") and arch != "qwen3_moe"
     return not (name.endswith("embed_tokens.weight") or name == "lm_head.weight" or
-                name.endswith(".gate.weight") or name.endswith("shared_expert_gate.weight"))
+                router or name.endswith("shared_expert_gate.weight"))
 
 
 EVERY_STAGE = ("mixtral", "qwen2_moe", "qwen3_moe")
@@ -579,7 +588,7 @@ def expected_fp8_scales(arch, cfg, w, out, T, r, ep):
             if x == "self_attn.fused_qkv_a_proj.weight":
                 sc.slots(out, pname, [(a + "q_a_proj.weight", None, 0),
                                       (a + "kv_a_proj_with_mqa.weight", None, 0)], inp)
-            elif x == "self_attn.kv_a_proj_with_mqa.weight":   # replicated
+            elif x in ("self_attn.kv_a_proj_with_mqa.weight", mp + "gate.weight"):   # replicated
                 sc.slots(out, pname, [(pname, None, 0)], inp)
             elif x in ("self_attn.q_b_proj.weight", "self_attn.kv_b_proj.weight", "self_attn.q_proj.weight"):
                 sc.slots(out, pname, [(pname, out[pname].shape[0], r)], inp)

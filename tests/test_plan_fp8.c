@@ -70,6 +70,9 @@ static const char *config_with(const char *base, const char *name, const char *q
     return out;
 }
 
+static const char small_quant[] = "{\"activation_scheme\":\"dynamic\",\"fmt\":\"e4m3\",\"quant_method\":"
+                                  "\"fp8\",\"weight_block_size\":[128,128]}";
+
 /* ---- the spec's figures ----------------------------------------------------------------------- */
 
 static void worked_figures(void)
@@ -98,17 +101,32 @@ static void worked_figures(void)
            "EP w13 scale [32, 32, 56]");
     sl_plan_free(p);
 
-    static const char q3quant[] = "{\"activation_scheme\":\"dynamic\",\"fmt\":\"e4m3\",\"quant_method\":"
-                                  "\"fp8\",\"weight_block_size\":[128,128],\"modules_to_not_convert\":"
-                                  "[\"lm_head\",\"model.layers.0.mlp.gate\"]}";
+    /* Qwen3-30B-A3B-FP8 lists its 48 routers in modules_to_not_convert: vLLM's qwen3_moe.py makes
+     * mlp.gate with the quant_config, so a router the config does not list is FP8 */
+    static const char q3head[] = "{\"activation_scheme\":\"dynamic\",\"fmt\":\"e4m3\",\"quant_method\":"
+                                 "\"fp8\",\"weight_block_size\":[128,128],\"modules_to_not_convert\":"
+                                 "[\"lm_head\"";
+    char q3quant[4096];
+    size_t n = (size_t)snprintf(q3quant, sizeof q3quant, "%s", q3head);
+    for (int l = 0; l < 48; l++)
+        n += (size_t)snprintf(q3quant + n, sizeof q3quant - n, ",\"model.layers.%d.mlp.gate\"", l);
+    snprintf(q3quant + n, sizeof q3quant - n, "]}");
     const char *q3 = config_with(CONFIGS "/qwen3-30b-a3b.json", "q3fp8.json", q3quant);
     EXPECT(build(NULL, q3, 2, 0, SL_LAYOUT_TP, &p) == SL_OK, "%s", sl_plan_errmsg(p));
+    EXPECT(is(p, 1, "model.layers.5.mlp.gate.weight", SL_DTYPE_BF16, 128, 2048, 0), "q3 router listed: bf16");
+    EXPECT(!tu_param(p, 1, "model.layers.5.mlp.gate.weight_scale_inv"), "q3 router listed: no scale");
     EXPECT(is(p, 1, "model.layers.5.self_attn.qkv_proj.weight", SL_DTYPE_F8_E4M3, 2560, 2048, 0), "qkv");
     EXPECT(is(p, 1, "model.layers.5.self_attn.qkv_proj.weight_scale_inv", SL_DTYPE_F32, 20, 16, 0),
            "qkv scale [20, 16]");
     EXPECT(is(p, 1, "model.layers.5.mlp.experts.w13_weight", SL_DTYPE_F8_E4M3, 128, 768, 2048), "q3 w13");
     EXPECT(is(p, 1, "model.layers.5.mlp.experts.w13_weight_scale_inv", SL_DTYPE_F32, 128, 6, 16),
            "q3 w13 scale [128, 6, 16]");
+    sl_plan_free(p);
+    const char *q3r = config_with(CONFIGS "/qwen3-30b-a3b.json", "q3fp8r.json", small_quant);
+    EXPECT(build(NULL, q3r, 2, 0, SL_LAYOUT_TP, &p) == SL_OK, "%s", sl_plan_errmsg(p));
+    EXPECT(is(p, 1, "model.layers.5.mlp.gate.weight", SL_DTYPE_F8_E4M3, 128, 2048, 0), "q3 router fp8");
+    EXPECT(is(p, 1, "model.layers.5.mlp.gate.weight_scale_inv", SL_DTYPE_F32, 1, 16, 0),
+           "q3 router scale [1, 16], whole on every rank");
     sl_plan_free(p);
     /* loads at T = 1, 2 and with --ep at any T; not at T = 4 or 8 without it */
     sl_status st = build(NULL, q3, 4, 0, SL_LAYOUT_TP, &p);
@@ -129,8 +147,6 @@ static void worked_figures(void)
 
 /* ---- a small DeepSeek FP8 checkpoint ---------------------------------------------------------- */
 
-static const char small_quant[] = "{\"activation_scheme\":\"dynamic\",\"fmt\":\"e4m3\",\"quant_method\":"
-                                  "\"fp8\",\"weight_block_size\":[128,128]}";
 
 static const char *small_ds(const char *name, const char *extra)
 {

@@ -135,7 +135,7 @@ static const char *const rules_qwen2_moe[] = {
 
 static const char *const rules_qwen3_moe[] = {
     "{\n",
-    "  \"description\": \"Qwen3-MoE (SHARDING-MOE-FP8.md): as Qwen2-MoE with q/k norms and no attention biases; a shared expert only when shared_expert_intermediate_size > 0.\",\n",
+    "  \"description\": \"Qwen3-MoE (SHARDING-MOE-FP8.md): as Qwen2-MoE with q/k norms and no attention biases; a shared expert only when shared_expert_intermediate_size > 0; the router mlp.gate is quantized in an FP8 checkpoint unless the config ignores it (vLLM makes it with the quant_config, where Qwen2-MoE's has none).\",\n",
     "  \"architectures\": [\"Qwen3MoeForCausalLM\"],\n",
     "  \"symbols\": {\"E\": {\"key\": [\"num_experts\", \"num_local_experts\"], \"default\": 0}, \"Im\": \"moe_intermediate_size\", \"Is\": {\"key\": \"shared_expert_intermediate_size\", \"default\": 0}},\n",
     "  \"moe\": {\"experts\": \"E\", \"step\": \"decoder_sparse_step\", \"dense_layers\": \"mlp_only_layers\", \"tp_at_most_experts\": true},\n",
@@ -150,7 +150,7 @@ static const char *const rules_qwen3_moe[] = {
     "    {\"tensor\": \"model.layers.{i}.mlp.gate_proj.weight\", \"shape\": [\"I\", \"H\"], \"shard\": \"merged\", \"slot\": 0, \"param\": \"model.layers.{i}.mlp.gate_up_proj.weight\", \"layers\": \"dense\"},\n",
     "    {\"tensor\": \"model.layers.{i}.mlp.up_proj.weight\", \"shape\": [\"I\", \"H\"], \"shard\": \"merged\", \"slot\": 1, \"param\": \"model.layers.{i}.mlp.gate_up_proj.weight\", \"layers\": \"dense\"},\n",
     "    {\"tensor\": \"model.layers.{i}.mlp.down_proj.weight\", \"shape\": [\"H\", \"I\"], \"shard\": \"row\", \"layers\": \"dense\"},\n",
-    "    {\"tensor\": \"model.layers.{i}.mlp.gate.weight\", \"shape\": [\"E\", \"H\"], \"shard\": \"replicated\", \"quant\": false, \"layers\": \"moe\"},\n",
+    "    {\"tensor\": \"model.layers.{i}.mlp.gate.weight\", \"shape\": [\"E\", \"H\"], \"shard\": \"replicated\", \"layers\": \"moe\"},\n",
     "    {\"tensor\": \"model.layers.{i}.mlp.experts.{e}.gate_proj.weight\", \"shape\": [\"Im\", \"H\"], \"shard\": \"merged\", \"slot\": 0, \"param\": \"model.layers.{i}.mlp.experts.w13_weight\"},\n",
     "    {\"tensor\": \"model.layers.{i}.mlp.experts.{e}.up_proj.weight\", \"shape\": [\"Im\", \"H\"], \"shard\": \"merged\", \"slot\": 1, \"param\": \"model.layers.{i}.mlp.experts.w13_weight\"},\n",
     "    {\"tensor\": \"model.layers.{i}.mlp.experts.{e}.down_proj.weight\", \"shape\": [\"H\", \"Im\"], \"shard\": \"row\", \"param\": \"model.layers.{i}.mlp.experts.w2_weight\"},\n",
