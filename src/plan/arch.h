@@ -137,6 +137,9 @@ typedef struct sl_arch {
         sl_quant_scheme scheme;
         uint64_t bn, bk;          /* SL_QUANT_BLOCK */
         const char *scale_suffix; /* "_scale_inv" (fp8 blocks) or "_scale" */
+        int mismatch_ok;          /* fp8 blocks (vLLM's Fp8Config has weight_block_size): a fused
+                                     layer with a slot not whole blocks skips the block check
+                                     (linear.py, since 969bbc7c6); plan_mesh.c */
         int input_static;         /* static activations: an input_scale beside each weight */
         int scalar;               /* per-tensor scales are written [] (fp8), not [1] (synth) */
         const char **ignored;     /* ignored_layers / modules_to_not_convert (arena) */
