@@ -520,6 +520,10 @@ def expected_moe(arch, cfg, w, p, T, r, ep):
         out[x + "down_proj.weight"] = w[x + "down_proj.weight"][:, r * m:(r + 1) * m]
         if not is_deepseek(arch):
             out[p + mp + "shared_expert_gate.weight"] = w[p + mp + "shared_expert_gate.weight"]
+    elif arch == "qwen2_moe" and p + mp + "shared_expert_gate.weight" in w:
+        # vLLM's Qwen2-MoE makes shared_expert_gate whatever Is (qwen2_moe.py), and loads it
+        # where the checkpoint has it (Qwen3-MoE makes it only when Is > 0)
+        out[p + mp + "shared_expert_gate.weight"] = w[p + mp + "shared_expert_gate.weight"]
     return out
 
 
@@ -891,6 +895,36 @@ def check_extra_layers(exe, tmp, rng, shuffle):
             "%s: a layer past the MTP ones: rc %d: %s" % (name, p.returncode, p.stderr.strip())
 
 
+def check_qwen2_gate_without_shared(exe, tmp, rng, shuffle):
+    """Qwen2-MoE with shared_expert_intermediate_size 0: vLLM still makes shared_expert_gate [1, H]
+    in every MoE layer and loads it where the checkpoint has it (here MoE layers 0 and 2 of 0-2);
+    a layer without it is no error. Through load, reshard (and its folder loaded back) and spmd."""
+    cfg = dict(MOE_ARCHS["qwen2_moe"], shared_expert_intermediate_size=0, decoder_sparse_step=1,
+               torch_dtype="bfloat16")
+    path = os.path.join(tmp, "qwen2_moe-is0")
+    os.mkdir(path)
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    ck = checkpoint_tensors("qwen2_moe", cfg, "BF16", rng)
+    for i in (0, 2):
+        ck["model.layers.%d.mlp.shared_expert_gate.weight" % i] = (
+            "BF16", f32_to_bf16(rng.standard_normal((1, cfg["hidden_size"])).astype(np.float32)))
+    write_checkpoint(path, ck, 3, shuffle)
+    passed = failed = 0
+    for layout, T, P, ep in [("tp", 1, 1, False), ("tp", 2, 2, False), ("tp", 4, 1, True), ("spmd", 2, 1, False)]:
+        try:
+            check(exe, path, "qwen2_moe", cfg, ck, layout, T, P, "BF16", "BF16", ep)
+            if layout == "tp":
+                check_reshard(exe, path, "qwen2_moe", cfg, ck, T, P, ep, tmp)
+                rs = os.path.join(tmp, "rs-%s-%d-%d-%d" % (os.path.basename(path), T, P, ep))
+                check(exe, rs, "qwen2_moe", cfg, ck, layout, T, P, "BF16", "BF16", ep)
+            passed += 1
+        except AssertionError as e:
+            print("FAIL: qwen2_moe-is0:", e)
+            failed += 1
+    return passed, failed
+
+
 def check_refused(exe, path, cfg, T):
     """Qwen2-MoE and Qwen3-MoE at T > E: vLLM's error, with and without --ep."""
     E = cfg.get("num_experts") or cfg.get("num_local_experts")
@@ -969,6 +1003,8 @@ def main():
             print("FAIL:", e)
             failed += 1
         p_, f_ = check_fp8(exe, tmp, rng, shuffle)
+        passed, failed = passed + p_, failed + f_
+        p_, f_ = check_qwen2_gate_without_shared(exe, tmp, rng, shuffle)
         passed, failed = passed + p_, failed + f_
     print("%d passed, %d failed" % (passed, failed))
     sys.exit(1 if failed else 0)

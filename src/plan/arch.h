@@ -74,6 +74,9 @@ typedef struct sl_rule {
     int32_t scale_of;         /* a scale rule (arch_quant.c): the rule of its weight; else -1 */
     sl_scale_kind scale_kind; /* SL_SCALE_NONE unless scale_of >= 0 */
     int no_quant;             /* "quant": false: never quantized (routers) */
+    int optional;             /* "otherwise": "optional" where "when"/"unless" would leave it out:
+                                 a parameter only where the checkpoint has its tensor (vLLM's
+                                 Qwen2-MoE makes shared_expert_gate whatever the shared expert) */
 } sl_rule;
 
 /* A tp-layout parameter: one rule, or the slots of a fused parameter, in slot order. */

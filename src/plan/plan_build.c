@@ -381,6 +381,21 @@ static sl_status param_emit(param_ctx *pc)
 
 /* ---- devices ---------------------------------------------------------------------------------- */
 
+/* An optional rule's parameter is there where the checkpoint has its tensor (a pre-sharded
+ * folder: the parameter), at each layer on its own, as vLLM loads whichever it finds; a plan
+ * without a checkpoint has none. */
+static int tmpl_present(const plan_ctx *c, const plan_tmpl *t, int64_t layer)
+{
+    if (!c->m->rules[t->rules[0]].optional)
+        return 1;
+    if (c->ck == NULL)
+        return 0;
+    const int presharded = sl_checkpoint_file_rank(c->ck, 0) >= 0;
+    const char *name = presharded ? sl_plan_tmpl_name(c, t, layer, 0)
+                                  : c->m->tensors[sl_arch_tensor_index(c->m, t->rules[0], layer, 0)].name;
+    return sl_checkpoint_find_tensor(c->ck, name) >= 0;
+}
+
 static sl_status device_walk(plan_ctx *c, sl_plan_device *d)
 {
     param_ctx pc = {.c = c, .dev = d, .rank = d->tp_rank, .n = c->p->tp};
@@ -396,7 +411,8 @@ static sl_status device_walk(plan_ctx *c, sl_plan_device *d)
                 pc.layer = l;
                 if (pc.t->place != place ||
                     (place == SL_PLACE_LAYER ? !sl_arch_rule_at(c->m, pc.t->rules[0], l)
-                                             : !sl_plan_tmpl_on_stage(c, pc.t, d->pp_rank)))
+                                             : !sl_plan_tmpl_on_stage(c, pc.t, d->pp_rank)) ||
+                    !tmpl_present(c, pc.t, l))
                     continue;
                 /* layout spmd: one parameter per expert; layout tp stacks them in one */
                 const int64_t ne = sl_plan_tmpl_per_layer(c, pc.t);
