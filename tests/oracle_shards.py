@@ -200,6 +200,15 @@ FP8_ARCHS = {
 }
 FP8_SCALE_DT = {"deepseek_v3": "F32", "qwen3_moe": "BF16"}
 
+# A merged layer whose slots straddle blocks, which vLLM's Fp8Config loads since 969bbc7c6
+# (linear.py _maybe_allow_fp8_block_shape_mismatch): gate and up of 480 rows, 240 a rank at T = 2
+# (blocks [128, 16], so that down_proj's 240 columns a rank are whole blocks). vLLM reads rank r's
+# cdiv(240, 128) = 2 scale rows of each from row 2r (Scales.rows), not from row 240r / 128.
+FP8_STRADDLE = dict(architectures=["Qwen3ForCausalLM"], model_type="qwen3", hidden_size=256,
+                    intermediate_size=480, num_attention_heads=4, num_key_value_heads=2, head_dim=128,
+                    num_hidden_layers=2, vocab_size=300, tie_word_embeddings=False,
+                    quantization_config=dict(FP8_QUANT, weight_block_size=[128, 16]))
+
 # Per-tensor and per-channel FP8 (the spec's table; no block constraints, so any T): a dense
 # family and an MoE family for each, every quantization_config form the spec names, and a
 # compressed-tensors block checkpoint (scales named weight_scale, not _inv). Keys: (name, arch).
@@ -228,6 +237,11 @@ FP8_MORE = {
         "ignore": ["lm_head"] + ["model.layers.%d.self_attn.o_proj" % i for i in range(3)]}),
     # MLA's replicated layers: fused_qkv_a_proj's per-channel scales concatenated (fbgemm), and with
     # q_lora_rank null kv_a_proj_with_mqa's per-tensor and input scales whole (AutoFP8 static)
+    # Qwen3-MoE's routers quantized, as vLLM does when the config does not list mlp.gate: block
+    # scales [1, 2] whole on every rank, and AutoFP8's per-tensor and input scales
+    ("qwen3_moe-router", "qwen3_moe"): dict(FP8_ARCHS["qwen3_moe"], quantization_config=FP8_QUANT),
+    ("qwen3_moe-router-pt", "qwen3_moe"): dict(MOE_ARCHS["qwen3_moe"], quantization_config={
+        "quant_method": "fp8", "activation_scheme": "static"}),
     ("deepseek_v3-fbgemm", "deepseek_v3"): dict(MOE_ARCHS["deepseek_v3"], quantization_config={
         "quant_method": "fbgemm_fp8", "modules_to_not_convert": ["lm_head"]}),
     ("deepseek_v2-pt", "deepseek_v2"): dict(MOE_ARCHS["deepseek_v2"], quantization_config={
@@ -242,7 +256,8 @@ FP8_MORE = {
 }
 FP8_MORE_SCALE_DT = {"llama-pt": "F32", "mixtral-ct": "BF16", "qwen2-fbgemm": "F32",
                      "qwen3_moe-ct": "BF16", "deepseek_v3-fbgemm": "BF16", "deepseek_v2-pt": "F32",
-                     "deepseek_v3-ctblock": "F32"}
+                     "deepseek_v3-ctblock": "F32", "qwen3_moe-router": "BF16",
+                     "qwen3_moe-router-pt": "F32"}
 
 
 def fp8_scheme(q):
@@ -416,7 +431,7 @@ def checkpoint_tensors(arch, cfg, dtype, rng, scale_dt=None):
     out = {}
     q = cfg.get("quantization_config")
     for name, shp in shapes.items():
-        if q and fp8_quantized(name, shp) and not fp8_ignored(q, name):
+        if q and fp8_quantized(arch, name, shp) and not fp8_ignored(q, name):
             b = rng.integers(0, 256, size=shp, dtype=np.uint8)
             b[(b & 0x7F) == 0x7F] ^= 1   # never e4m3's NaN
             out[name] = ("F8_E4M3", b)
@@ -449,13 +464,16 @@ def checkpoint_tensors(arch, cfg, dtype, rng, scale_dt=None):
     return out
 
 
-def fp8_quantized(name, shp):
+def fp8_quantized(arch, name, shp):
     """The spec's list: linear weights, not embeddings, lm_head, norms, routers, shared_expert_gate
-    (the MTP layer's eh_proj is quantized like any linear layer; it is skipped anyway)."""
+    (the MTP layer's eh_proj is quantized like any linear layer; it is skipped anyway). Qwen3-MoE's
+    router is a linear layer like any other: vLLM's qwen3_moe.py makes mlp.gate with the model's
+    quant_config (Mixtral's, Qwen2-MoE's and DeepSeek's with none)."""
     if len(shp) != 2 or not name.endswith(".weight") or "norm" in name:
         return False
+    router = name.endswith(".gate.weight") and arch != "qwen3_moe"
     return not (name.endswith("embed_tokens.weight") or name == "lm_head.weight" or
-                name.endswith(".gate.weight") or name.endswith("shared_expert_gate.weight"))
+                router or name.endswith("shared_expert_gate.weight"))
 
 
 EVERY_STAGE = ("mixtral", "qwen2_moe", "qwen3_moe")
@@ -512,6 +530,10 @@ def expected_moe(arch, cfg, w, p, T, r, ep):
         out[x + "down_proj.weight"] = w[x + "down_proj.weight"][:, r * m:(r + 1) * m]
         if not is_deepseek(arch):
             out[p + mp + "shared_expert_gate.weight"] = w[p + mp + "shared_expert_gate.weight"]
+    elif arch == "qwen2_moe" and p + mp + "shared_expert_gate.weight" in w:
+        # vLLM's Qwen2-MoE makes shared_expert_gate whatever Is (qwen2_moe.py), and loads it
+        # where the checkpoint has it (Qwen3-MoE makes it only when Is > 0)
+        out[p + mp + "shared_expert_gate.weight"] = w[p + mp + "shared_expert_gate.weight"]
     return out
 
 
@@ -589,7 +611,7 @@ def expected_fp8_scales(arch, cfg, w, out, T, r, ep):
             if x == "self_attn.fused_qkv_a_proj.weight":
                 sc.slots(out, pname, [(a + "q_a_proj.weight", None, 0),
                                       (a + "kv_a_proj_with_mqa.weight", None, 0)], inp)
-            elif x == "self_attn.kv_a_proj_with_mqa.weight":   # replicated
+            elif x == "self_attn.kv_a_proj_with_mqa.weight" or (mp and x == mp + "gate.weight"):   # replicated
                 sc.slots(out, pname, [(pname, None, 0)], inp)
             elif x in ("self_attn.q_b_proj.weight", "self_attn.kv_b_proj.weight", "self_attn.q_proj.weight"):
                 sc.slots(out, pname, [(pname, out[pname].shape[0], r)], inp)
@@ -886,6 +908,36 @@ def check_extra_layers(exe, tmp, rng, shuffle):
             "%s: a layer past the MTP ones: rc %d: %s" % (name, p.returncode, p.stderr.strip())
 
 
+def check_qwen2_gate_without_shared(exe, tmp, rng, shuffle):
+    """Qwen2-MoE with shared_expert_intermediate_size 0: vLLM still makes shared_expert_gate [1, H]
+    in every MoE layer and loads it where the checkpoint has it (here MoE layers 0 and 2 of 0-2);
+    a layer without it is no error. Through load, reshard (and its folder loaded back) and spmd."""
+    cfg = dict(MOE_ARCHS["qwen2_moe"], shared_expert_intermediate_size=0, decoder_sparse_step=1,
+               torch_dtype="bfloat16")
+    path = os.path.join(tmp, "qwen2_moe-is0")
+    os.mkdir(path)
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    ck = checkpoint_tensors("qwen2_moe", cfg, "BF16", rng)
+    for i in (0, 2):
+        ck["model.layers.%d.mlp.shared_expert_gate.weight" % i] = (
+            "BF16", f32_to_bf16(rng.standard_normal((1, cfg["hidden_size"])).astype(np.float32)))
+    write_checkpoint(path, ck, 3, shuffle)
+    passed = failed = 0
+    for layout, T, P, ep in [("tp", 1, 1, False), ("tp", 2, 2, False), ("tp", 4, 1, True), ("spmd", 2, 1, False)]:
+        try:
+            check(exe, path, "qwen2_moe", cfg, ck, layout, T, P, "BF16", "BF16", ep)
+            if layout == "tp":
+                check_reshard(exe, path, "qwen2_moe", cfg, ck, T, P, ep, tmp)
+                rs = os.path.join(tmp, "rs-%s-%d-%d-%d" % (os.path.basename(path), T, P, ep))
+                check(exe, rs, "qwen2_moe", cfg, ck, layout, T, P, "BF16", "BF16", ep)
+            passed += 1
+        except AssertionError as e:
+            print("FAIL: qwen2_moe-is0:", e)
+            failed += 1
+    return passed, failed
+
+
 def check_refused(exe, path, cfg, T):
     """Qwen2-MoE and Qwen3-MoE at T > E: vLLM's error, with and without --ep."""
     E = cfg.get("num_experts") or cfg.get("num_local_experts")
@@ -1034,6 +1086,8 @@ def main():
             failed += 1
         p_, f_ = check_fp8(exe, tmp, rng, shuffle)
         passed, failed = passed + p_, failed + f_
+        p_, f_ = check_qwen2_gate_without_shared(exe, tmp, rng, shuffle)
+        passed, failed = passed + p_, failed + f_
     print("%d passed, %d failed" % (passed, failed))
     sys.exit(1 if failed else 0)
 
@@ -1047,6 +1101,10 @@ def check_fp8(exe, tmp, rng, shuffle):
         cases += [(2, 1, False, "F32"), (4, 1, True, "BF16")] if arch == "qwen3_moe" else [(2, 1, True, "F32")]
         p_, f_ = check_fp8_checkpoint(exe, tmp, arch + "-fp8", arch, cfg, None, cases, (1, 2), rng, shuffle)
         passed, failed = passed + p_, failed + f_
+    cases = [(T, P, False, "BF16") for T in (1, 2) for P in (1, 2)] + [(2, 1, False, "F32")]
+    p_, f_ = check_fp8_checkpoint(exe, tmp, "qwen3-straddle", "qwen3", FP8_STRADDLE, "BF16", cases, (1,),
+                                  rng, shuffle)
+    passed, failed = passed + p_, failed + f_
     for (name, arch), cfg in FP8_MORE.items():
         moe = arch in MOE_ARCHS
         block = fp8_scheme(cfg["quantization_config"])[0] == "block"
@@ -1090,7 +1148,7 @@ def check_fp8_spmd(exe, path, arch, cfg, ck, sizes):
     """Layout spmd of an FP8 checkpoint, to bf16 and (N = 2) to f32: only unquantized tensors
     change dtype."""
     passed = failed = 0
-    for N, dst_dt in [(n, "BF16") for n in sizes] + [(2, "F32")]:
+    for N, dst_dt in [(n, "BF16") for n in sizes] + [(min(2, sizes[-1]), "F32")]:
         try:
             check(exe, path, arch, cfg, ck, "spmd", N, 1, "BF16", dst_dt)
             passed += 1

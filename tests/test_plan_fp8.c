@@ -1,7 +1,8 @@
 /* test_plan_fp8.c - FP8 block-quantized checkpoints as the planner sees them
  * (SHARDING-MOE-FP8.md, "FP8 checkpoints"): the spec's worked figures for DeepSeek-V3 and
  * Qwen3-30B-A3B-FP8 (weights F8_E4M3, scales F32 with their block shapes), vLLM's divisibility
- * errors, the block rows and columns each rank's scale copies, synth's FP8 checkpoints (finite e4m3
+ * errors, fused layers whose slots straddle blocks (vLLM's Fp8Config loads them where its loader
+ * writes each scale row once), the block rows and columns each rank's scale copies, synth's FP8 checkpoints (finite e4m3
  * bytes, positive scales), and every FP8 error: E5M2 weights, a BF16 weight where FP8 is expected,
  * a missing scale, a fused layer quantized in part, ignored_layers, unsupported formats, layout
  * spmd (tiles of whole blocks, scales tiled by the same blocks, else SL_E_DIVISIBILITY), and
@@ -70,6 +71,9 @@ static const char *config_with(const char *base, const char *name, const char *q
     return out;
 }
 
+static const char small_quant[] = "{\"activation_scheme\":\"dynamic\",\"fmt\":\"e4m3\",\"quant_method\":"
+                                  "\"fp8\",\"weight_block_size\":[128,128]}";
+
 /* ---- the spec's figures ----------------------------------------------------------------------- */
 
 static void worked_figures(void)
@@ -98,17 +102,32 @@ static void worked_figures(void)
            "EP w13 scale [32, 32, 56]");
     sl_plan_free(p);
 
-    static const char q3quant[] = "{\"activation_scheme\":\"dynamic\",\"fmt\":\"e4m3\",\"quant_method\":"
-                                  "\"fp8\",\"weight_block_size\":[128,128],\"modules_to_not_convert\":"
-                                  "[\"lm_head\",\"model.layers.0.mlp.gate\"]}";
+    /* Qwen3-30B-A3B-FP8 lists its 48 routers in modules_to_not_convert: vLLM's qwen3_moe.py makes
+     * mlp.gate with the quant_config, so a router the config does not list is FP8 */
+    static const char q3head[] = "{\"activation_scheme\":\"dynamic\",\"fmt\":\"e4m3\",\"quant_method\":"
+                                 "\"fp8\",\"weight_block_size\":[128,128],\"modules_to_not_convert\":"
+                                 "[\"lm_head\"";
+    char q3quant[4096];
+    size_t n = (size_t)snprintf(q3quant, sizeof q3quant, "%s", q3head);
+    for (int l = 0; l < 48; l++)
+        n += (size_t)snprintf(q3quant + n, sizeof q3quant - n, ",\"model.layers.%d.mlp.gate\"", l);
+    snprintf(q3quant + n, sizeof q3quant - n, "]}");
     const char *q3 = config_with(CONFIGS "/qwen3-30b-a3b.json", "q3fp8.json", q3quant);
     EXPECT(build(NULL, q3, 2, 0, SL_LAYOUT_TP, &p) == SL_OK, "%s", sl_plan_errmsg(p));
+    EXPECT(is(p, 1, "model.layers.5.mlp.gate.weight", SL_DTYPE_BF16, 128, 2048, 0), "q3 router listed: bf16");
+    EXPECT(!tu_param(p, 1, "model.layers.5.mlp.gate.weight_scale_inv"), "q3 router listed: no scale");
     EXPECT(is(p, 1, "model.layers.5.self_attn.qkv_proj.weight", SL_DTYPE_F8_E4M3, 2560, 2048, 0), "qkv");
     EXPECT(is(p, 1, "model.layers.5.self_attn.qkv_proj.weight_scale_inv", SL_DTYPE_F32, 20, 16, 0),
            "qkv scale [20, 16]");
     EXPECT(is(p, 1, "model.layers.5.mlp.experts.w13_weight", SL_DTYPE_F8_E4M3, 128, 768, 2048), "q3 w13");
     EXPECT(is(p, 1, "model.layers.5.mlp.experts.w13_weight_scale_inv", SL_DTYPE_F32, 128, 6, 16),
            "q3 w13 scale [128, 6, 16]");
+    sl_plan_free(p);
+    const char *q3r = config_with(CONFIGS "/qwen3-30b-a3b.json", "q3fp8r.json", small_quant);
+    EXPECT(build(NULL, q3r, 2, 0, SL_LAYOUT_TP, &p) == SL_OK, "%s", sl_plan_errmsg(p));
+    EXPECT(is(p, 1, "model.layers.5.mlp.gate.weight", SL_DTYPE_F8_E4M3, 128, 2048, 0), "q3 router fp8");
+    EXPECT(is(p, 1, "model.layers.5.mlp.gate.weight_scale_inv", SL_DTYPE_F32, 1, 16, 0),
+           "q3 router scale [1, 16], whole on every rank");
     sl_plan_free(p);
     /* loads at T = 1, 2 and with --ep at any T; not at T = 4 or 8 without it */
     sl_status st = build(NULL, q3, 4, 0, SL_LAYOUT_TP, &p);
@@ -122,15 +141,16 @@ static void worked_figures(void)
     }
     /* DeepSeek's dense gate_up at T = 32: 18432 / 32 = 576 rows a rank */
     st = build(NULL, ds, 32, 0, SL_LAYOUT_TP, &p);
-    tu_expect_plan_error("DS-V3 T=32", st, p, SL_E_DIVISIBILITY, "Weight output_partition_size = 576 is not "
-                 "divisible by weight quantization block_n = 128.");
+    tu_expect_plan_error("DS-V3 T=32", st, p, SL_E_DIVISIBILITY, "parameter 'model.layers.{i}.mlp."
+                 "gate_up_proj.weight': its slot 'model.layers.{i}.mlp.gate_proj.weight' holds 576 rows "
+                 "a rank, not a multiple of weight quantization block_n = 128, so vLLM's Fp8Config skips "
+                 "its block check; its loader then reads the last rank's 5 scale rows from row 155 of "
+                 "the 144 (cdiv(18432, 128)) the checkpoint's scale has, and fails");
     sl_plan_free(p);
 }
 
 /* ---- a small DeepSeek FP8 checkpoint ---------------------------------------------------------- */
 
-static const char small_quant[] = "{\"activation_scheme\":\"dynamic\",\"fmt\":\"e4m3\",\"quant_method\":"
-                                  "\"fp8\",\"weight_block_size\":[128,128]}";
 
 static const char *small_ds(const char *name, const char *extra)
 {
@@ -194,6 +214,110 @@ static void scale_ops(const sl_checkpoint *ck, const sl_plan *p)
                    "w13 scale: block row 1 of %s", ti.name);
     }
     EXPECT(tensor_index(ck, "model.layers.1.mlp.gate.e_score_correction_bias", &ti) >= 0, "bias present");
+}
+
+/* ---- fused layers whose slots straddle blocks (vLLM's Fp8Config, since 969bbc7c6) --------------- */
+
+/* A one-layer dense Qwen3 FP8 config: nh heads of D, K kv heads, MLP width I, blocks [128, bk]. */
+static const char *small_q3(const char *name, int nh, int K, int D, int I, int bk, int ct)
+{
+    static char path[4][300];
+    static int k;
+    char *out = path[k++ % 4];
+    snprintf(out, 300, "%s/%s", dir, name);
+    FILE *f = fopen(out, "w");
+    if (f) {
+        fprintf(f, "{\"architectures\":[\"Qwen3ForCausalLM\"],\"hidden_size\":256,\"intermediate_size\":%d,"
+                   "\"num_attention_heads\":%d,\"num_key_value_heads\":%d,\"head_dim\":%d,"
+                   "\"num_hidden_layers\":1,\"vocab_size\":256,\"torch_dtype\":\"bfloat16\","
+                   "\"quantization_config\":", I, nh, K, D);
+        if (ct)
+            fprintf(f, "{\"quant_method\":\"compressed-tensors\",\"config_groups\":{\"g\":{\"weights\":"
+                       "{\"num_bits\":8,\"type\":\"float\",\"strategy\":\"block\",\"block_structure\":"
+                       "[128,%d]}}}}}", bk);
+        else
+            fprintf(f, "{\"quant_method\":\"fp8\",\"weight_block_size\":[128,%d]}}", bk);
+        fclose(f);
+    }
+    return out;
+}
+
+/* The first row of the checkpoint scale `name` that device d's copy into param reads. */
+static int64_t scale_row_read(const sl_checkpoint *ck, const sl_plan *p, int d, const char *param,
+                              const char *name)
+{
+    const sl_plan_param_t *x = tu_param(p, d, param);
+    sl_tensor_info ti;
+    if (!x || tensor_index(ck, name, &ti) < 0)
+        return -1;
+    for (int64_t i = 0; i < p->devices[d].n_ops; i++) {
+        const sl_op *op = &p->devices[d].ops[i];
+        if (op->param == x - p->devices[d].params && op->tensor == tensor_index(ck, name, &ti))
+            return (int64_t)((op->src_offset - ti.offset) / (ti.shape[1] * 4));
+    }
+    return -1;
+}
+
+/* vLLM's Fp8Config skips its block check for a merged or QKV layer with a slot that is not whole
+ * blocks; its loader then takes slot j's cdiv(s, bn) scale rows from row rank * cdiv(s, bn) of the
+ * checkpoint's, at row cdiv(offset, bn). Loaded where those rows tile the parameter, refused where
+ * a row falls past the end, where two slots write the same rows, or where a rank reads past the
+ * checkpoint's scale; compressed-tensors keeps the block check. */
+static void straddling_slots(void)
+{
+    sl_plan *p = NULL;
+    /* I = 480 at T = 1: gate 4 block rows (the 4th half a block), up 4 at row cdiv(480, 128) = 4 */
+    sl_status st = build(NULL, small_q3("s480.json", 4, 2, 128, 480, 128, 0), 1, 0, SL_LAYOUT_TP, &p);
+    EXPECT(st == SL_OK && is(p, 0, "model.layers.0.mlp.gate_up_proj.weight_scale_inv", SL_DTYPE_F32, 8, 2, 0),
+           "I=480 T=1: gate_up scale [8, 2]: %s", sl_plan_errmsg(p));
+    sl_plan_free(p);
+    st = build(NULL, small_q3("ct480.json", 4, 2, 128, 480, 128, 1), 1, 0, SL_LAYOUT_TP, &p);
+    tu_expect_plan_error("compressed-tensors I=480", st, p, SL_E_DIVISIBILITY, "Weight "
+                         "output_partition_size = 480 is not divisible by weight quantization block_n = 128.");
+    sl_plan_free(p);
+    /* I = 448: up's 4 rows at row cdiv(448, 128) = 4 of cdiv(896, 128) = 7 */
+    st = build(NULL, small_q3("s448.json", 4, 2, 128, 448, 128, 0), 1, 0, SL_LAYOUT_TP, &p);
+    tu_expect_plan_error("I=448 T=1", st, p, SL_E_DIVISIBILITY, "parameter 'model.layers.{i}.mlp."
+                         "gate_up_proj.weight': its slots hold 448 + 448 rows a rank, not all multiples of "
+                         "weight quantization block_n = 128, so vLLM's Fp8Config skips its block check; its "
+                         "loader then puts slot j's cdiv(rows, 128) scale rows at row cdiv(offset, 128), 8 "
+                         "rows in all where the parameter has cdiv(896, 128) = 7: a row past the end fails its load");
+    sl_plan_free(p);
+    /* 3 heads of 64, one kv head: q's 2 block rows, k's 1 at row 2 and v's 1 at row cdiv(256, 128) = 2 */
+    st = build(NULL, small_q3("s64.json", 3, 1, 64, 512, 128, 0), 1, 0, SL_LAYOUT_TP, &p);
+    tu_expect_plan_error("qkv D=64", st, p, SL_E_DIVISIBILITY, "parameter 'model.layers.{i}.self_attn."
+                         "qkv_proj.weight': its slots hold 192 + 64 + 64 rows a rank, not all multiples of "
+                         "weight quantization block_n = 128, so vLLM's Fp8Config skips its block check; its "
+                         "loader then puts slot j's cdiv(rows, 128) scale rows at row cdiv(offset, 128), 4 "
+                         "rows in all where the parameter has cdiv(320, 128) = 3: two slots write the same rows");
+    sl_plan_free(p);
+    /* I = 320 at T = 4, blocks [128, 16]: rank 3 reads scale row 3 of cdiv(320, 128) = 3 */
+    st = build(NULL, small_q3("s320.json", 4, 2, 128, 320, 16, 0), 4, 0, SL_LAYOUT_TP, &p);
+    tu_expect_plan_error("I=320 T=4", st, p, SL_E_DIVISIBILITY, "parameter 'model.layers.{i}.mlp."
+                         "gate_up_proj.weight': its slot 'model.layers.{i}.mlp.gate_proj.weight' holds 80 rows "
+                         "a rank, not a multiple of weight quantization block_n = 128, so vLLM's Fp8Config skips "
+                         "its block check; its loader then reads the last rank's 1 scale rows from row 3 of the "
+                         "3 (cdiv(320, 128)) the checkpoint's scale has, and fails");
+    sl_plan_free(p);
+    /* I = 480 at T = 2, blocks [128, 16]: rank 1's 240 gate rows [240, 480) straddle blocks 1-3;
+     * vLLM reads its 2 scale rows from row 1 * 2 = 2, not from row 240 / 128 = 1 */
+    char ckdir[300], err[512];
+    snprintf(ckdir, sizeof ckdir, "%s/ck480", dir);
+    const char *cfg = small_q3("s480k.json", 4, 2, 128, 480, 16, 0);
+    sl_checkpoint *ck = NULL;
+    EXPECT(sl_synth(cfg, NULL, ckdir, -1, 1, 0, err, sizeof err) == SL_OK && sl_checkpoint_open(ckdir, &ck) == SL_OK,
+           "synth I=480: %s", err);
+    EXPECT(ck && build(ck, cfg, 2, 0, SL_LAYOUT_TP, &p) == SL_OK, "I=480 T=2: %s", sl_plan_errmsg(p));
+    EXPECT(is(p, 1, "model.layers.0.mlp.gate_up_proj.weight_scale_inv", SL_DTYPE_F32, 4, 16, 0), "[2 + 2, 16]");
+    for (int d = 0; d < 2; d++) {
+        EXPECT(scale_row_read(ck, p, d, "model.layers.0.mlp.gate_up_proj.weight_scale_inv",
+                              "model.layers.0.mlp.gate_proj.weight_scale_inv") == 2 * d &&
+                   scale_row_read(ck, p, d, "model.layers.0.mlp.gate_up_proj.weight_scale_inv",
+                                  "model.layers.0.mlp.up_proj.weight_scale_inv") == 2 * d,
+               "rank %d reads gate's and up's scale from row %d", d, 2 * d);
+    }
+    sl_plan_free(p);
+    sl_checkpoint_close(ck);
 }
 
 static void synth_and_bind(void)
@@ -724,6 +848,7 @@ int main(void)
 {
     tu_tmpdir(dir, sizeof dir, "test_plan_fp8");
     worked_figures();
+    straddling_slots();
     synth_and_bind();
     checkpoint_errors();
     config_errors();

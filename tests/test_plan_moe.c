@@ -394,6 +394,12 @@ static void table_errors(void)
         {"\"moe\":{\"experts\":\"E\"},\"skip_extra_layers\":1", "", "\"skip_extra_layers\" is neither a boolean nor a config key"},
         {"\"moe\":{\"experts\":\"E\"}", ",\"dtype\":\"F8_E4M3\"", "\"dtype\" must be \"F32\", \"BF16\" or \"F16\""},
         {"\"moe\":{\"experts\":\"E\"}", ",\"dtype\":32", "\"dtype\" must be \"F32\", \"BF16\" or \"F16\""},
+        {"\"moe\":{\"experts\":\"E\"}", ",\"otherwise\":\"optional\"",
+         "\"otherwise\" can only be \"optional\", beside \"when\" or \"unless\""},
+        {"\"moe\":{\"experts\":\"E\"}", ",\"when\":\"E\",\"otherwise\":\"maybe\"",
+         "\"otherwise\" can only be \"optional\", beside \"when\" or \"unless\""},
+        {"\"moe\":{\"experts\":\"E\"}", ",\"when\":\"E\",\"otherwise\":\"optional\"",
+         "an {e} rule cannot be optional"},
     };
     char cfg[300], rules[300];
     snprintf(cfg, sizeof cfg, "%s/mixtral-z.json", dir);
@@ -415,6 +421,17 @@ static void table_errors(void)
         tu_expect_plan_error(cases[i].want, st, p, SL_E_CONFIG, cases[i].want);
         sl_plan_free(p);
     }
+    /* an optional tensor ("unless": E, E = 8: optional here) cannot be a slot of a fused param */
+    tu_write_text(rules, "{\"symbols\":{\"E\":\"num_local_experts\"},\"rules\":["
+                         "{\"tensor\":\"a.weight\",\"shape\":[\"H\",\"H\"],\"shard\":\"concat\",\"slot\":0,"
+                         "\"param\":\"ab.weight\",\"place\":\"first\",\"unless\":\"E\",\"otherwise\":\"optional\"},"
+                         "{\"tensor\":\"b.weight\",\"shape\":[\"H\",\"H\"],\"shard\":\"concat\",\"slot\":1,"
+                         "\"param\":\"ab.weight\",\"place\":\"first\"}]}");
+    sl_plan *po = NULL;
+    const sl_status sto = build(NULL, cfg, rules, 1, 1, 0, SL_LAYOUT_TP, &po);
+    tu_expect_plan_error("optional slot", sto, po, SL_E_CONFIG, "rule 'b.weight': an optional tensor "
+                         "(\"otherwise\") cannot be a slot of param 'ab.weight'");
+    sl_plan_free(po);
     /* symbols: a built-in name, a bad default, a missing key without default */
     static const struct {
         const char *syms, *want;

@@ -179,7 +179,7 @@ static sl_status rule_keys(sl_err *err, const json_t *r, const char *t)
 {
     static const char *const keys[] = {"tensor", "param", "shape", "shard", "slot", "place",
                                        "tied", "description", "layers", "when", "unless", "quant",
-                                       "dtype", "stages"};
+                                       "dtype", "stages", "otherwise"};
     const char *key;
     const json_t *v;
     json_object_foreach((json_t *)(uintptr_t)r, key, v) {
@@ -277,6 +277,8 @@ static sl_status group_add(sl_err *err, sl_arch *m, int32_t ri, sl_strmap *by_pa
         return SL_OK;
     }
     sl_rule_group *gr = &m->groups[g];
+    SL_CHECK(!r->optional && !m->rules[gr->rules[0]].optional, err, SL_E_CONFIG, "rule '%s': an "
+             "optional tensor (\"otherwise\") cannot be a slot of param '%s'", r->tensor, r->param);
     SL_CHECK(gr->n_rules < SL_GROUP_MAX_SLOTS, err, SL_E_CONFIG, "param '%s' has too many slots", r->param);
     for (int32_t k = 0; k < gr->n_rules; k++)
         SL_TRY(group_check_pair(err, &m->rules[gr->rules[k]], r));

@@ -74,6 +74,9 @@ typedef struct sl_rule {
     int32_t scale_of;         /* a scale rule (arch_quant.c): the rule of its weight; else -1 */
     sl_scale_kind scale_kind; /* SL_SCALE_NONE unless scale_of >= 0 */
     int no_quant;             /* "quant": false: never quantized (routers) */
+    int optional;             /* "otherwise": "optional" where "when"/"unless" would leave it out:
+                                 a parameter only where the checkpoint has its tensor (vLLM's
+                                 Qwen2-MoE makes shared_expert_gate whatever the shared expert) */
 } sl_rule;
 
 /* A tp-layout parameter: one rule, or the slots of a fused parameter, in slot order. */
@@ -137,6 +140,9 @@ typedef struct sl_arch {
         sl_quant_scheme scheme;
         uint64_t bn, bk;          /* SL_QUANT_BLOCK */
         const char *scale_suffix; /* "_scale_inv" (fp8 blocks) or "_scale" */
+        int mismatch_ok;          /* fp8 blocks (vLLM's Fp8Config has weight_block_size): a fused
+                                     layer with a slot not whole blocks skips the block check
+                                     (linear.py, since 969bbc7c6); plan_mesh.c */
         int input_static;         /* static activations: an input_scale beside each weight */
         int scalar;               /* per-tensor scales are written [] (fp8), not [1] (synth) */
         const char **ignored;     /* ignored_layers / modules_to_not_convert (arena) */

@@ -335,6 +335,24 @@ static sl_status rule_expert(sl_err *err, const sl_arch *m, const char *t, sl_ru
     return SL_OK;
 }
 
+/* "otherwise": "optional" keeps a rule that "when" / "unless" leaves out, as a tensor the
+ * checkpoint may lack: vLLM's Qwen2-MoE makes shared_expert_gate whatever the shared expert, and
+ * loads it where the checkpoint has it (qwen2_moe.py). One tensor of its own: no {e}, no slot. */
+static sl_status rule_otherwise(sl_err *err, const json_t *r, const char *t, sl_rule *out, int *absent)
+{
+    const json_t *o = json_object_get(r, "otherwise");
+    if (o == NULL)
+        return SL_OK;
+    SL_CHECK(json_is_string(o) && !strcmp(json_string_value(o), "optional") &&
+                 (json_object_get(r, "when") || json_object_get(r, "unless")),
+             err, SL_E_CONFIG, "rule '%s': \"otherwise\" can only be \"optional\", beside \"when\" "
+             "or \"unless\"", t);
+    SL_CHECK(!out->expert, err, SL_E_CONFIG, "rule '%s': an {e} rule cannot be optional", t);
+    out->optional = *absent;
+    *absent = 0;
+    return SL_OK;
+}
+
 sl_status sl_arch_rule_extras(sl_err *err, const sl_arch *m, const json_t *r, const char *t,
                               sl_rule *out, int *absent)
 {
@@ -352,5 +370,5 @@ sl_status sl_arch_rule_extras(sl_err *err, const sl_arch *m, const json_t *r, co
                  key);
         *absent |= (m->cfg.sym_val[si] == 0) == (k == 0);
     }
-    return SL_OK;
+    return rule_otherwise(err, r, t, out, absent);
 }

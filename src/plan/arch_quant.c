@@ -110,6 +110,7 @@ static sl_status parse_fp8(sl_err *err, sl_arch *m, const json_t *q)
              "block-wise quantization only supports dynamic activation scheme for now, but got static "
              "activation scheme.");
     m->quant.scale_suffix = SUFFIX_BLOCK;
+    m->quant.mismatch_ok = 1;   /* compressed-tensors' config has no weight_block_size: no */
     return block_size(err, m, bs, "weight_block_size");
 }
 

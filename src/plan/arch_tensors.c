@@ -260,7 +260,8 @@ sl_status sl_arch_check_size(sl_err *err, const sl_arch *m)
 void sl_arch_each_checkpoint_tensor(const sl_arch *m, sl_arch_tensor_fn fn, void *user)
 {
     for (int64_t i = 0; i < m->n_tensors; i++) {
-        if (!(m->cfg.tied && m->rules[m->tensors[i].rule].tied_skip))
+        const sl_rule *r = &m->rules[m->tensors[i].rule];
+        if (!(m->cfg.tied && r->tied_skip) && !r->optional)
             fn(user, &m->tensors[i]);
     }
 }

@@ -109,8 +109,9 @@ static void rule_rc(const sl_rule *r, uint64_t *R, uint64_t *C)
 static uint64_t tp_weight_rows(const param_ctx *pc, const sl_rule *r, uint64_t *kv_block);
 
 /* Layout tp: rows of the parameter contributed by slot j, and where they start (kv_block: the
- * source block of the slot's rows). A block-scale rule's rows are its weight's in blocks of bn:
- * the weight's slot rows are multiples of bn (plan_mesh.c), but the last of an unsplit one. */
+ * source block of the slot's rows). A block-scale rule's rows are its weight's in blocks of bn,
+ * cdiv(rows, bn) a slot, as vLLM counts them (adjust_block_scale_shard): plan_mesh.c checked that
+ * they tile the parameter where a slot straddles blocks. */
 static uint64_t tp_slot_rows(const param_ctx *pc, const sl_rule *r, uint64_t *kv_block)
 {
     const uint64_t bn = pc->c->m->quant.bn;
@@ -148,13 +149,15 @@ static uint64_t tp_weight_rows(const param_ctx *pc, const sl_rule *r, uint64_t *
 }
 
 /* A weight's piece in blocks: the scale entries of the blocks it covers (SHARDING-MOE-FP8.md:
- * slot rows [s*nb, (s+1)*nb), row-layer columns [r*kb, (r+1)*kb)). */
-static void piece_to_blocks(const plan_ctx *c, const sl_rule *scale, piece *q)
+ * slot rows [s*nb, (s+1)*nb) for source block s, row-layer columns [r*kb, (r+1)*kb)). s*nb, not
+ * the piece's first row / bn: where a slot straddles blocks vLLM's loader still reads nb rows
+ * from s*nb (linear.py, adjust_block_scale_shard and load_merged_column_weight). */
+static void piece_to_blocks(const plan_ctx *c, const sl_rule *scale, uint64_t s, piece *q)
 {
     const uint64_t bn = c->m->quant.bn, bk = c->m->quant.bk;
     const uint64_t rows = (q->r1 - q->r0 + bn - 1) / bn, cols = (q->c1 - q->c0 + bk - 1) / bk;
     rule_rc(scale, &q->R, &q->C);
-    q->r0 /= bn;
+    q->r0 = s * rows;
     q->r1 = q->r0 + rows;
     q->c0 /= bk;
     q->c1 = q->c0 + cols;
@@ -181,7 +184,7 @@ static void tp_rule_ops(param_ctx *pc, const sl_rule *r, const plan_src *s, uint
     if (scale)
         r = &pc->c->m->rules[scale->scale_of];
     piece q = {0};
-    uint64_t block = 0;
+    uint64_t block = 0, src_block = 0;
     const uint64_t n = tp_weight_rows(pc, r, &block);
     rule_rc(r, &q.R, &q.C);
     q.dst_row = dst_row;
@@ -198,9 +201,10 @@ static void tp_rule_ops(param_ctx *pc, const sl_rule *r, const plan_src *s, uint
                r->shard != SL_SHARD_CONCAT) {
         q.r0 = block * n;
         q.r1 = q.r0 + n;
+        src_block = block;
     }
     if (scale)
-        piece_to_blocks(pc->c, scale, &q);
+        piece_to_blocks(pc->c, scale, src_block, &q);
     emit_copy(pc, s, &q);
     if (r->shard == SL_SHARD_VOCAB)   /* padding rows are zero */
         emit_zero(pc, (dst_row + q.r1 - q.r0) * pc->Pc, (n - (q.r1 - q.r0)) * pc->Pc);
@@ -377,6 +381,21 @@ static sl_status param_emit(param_ctx *pc)
 
 /* ---- devices ---------------------------------------------------------------------------------- */
 
+/* An optional rule's parameter is there where the checkpoint has its tensor (a pre-sharded
+ * folder: the parameter), at each layer on its own, as vLLM loads whichever it finds; a plan
+ * without a checkpoint has none. */
+static int tmpl_present(const plan_ctx *c, const plan_tmpl *t, int64_t layer)
+{
+    if (!c->m->rules[t->rules[0]].optional)
+        return 1;
+    if (c->ck == NULL)
+        return 0;
+    const int presharded = sl_checkpoint_file_rank(c->ck, 0) >= 0;
+    const char *name = presharded ? sl_plan_tmpl_name(c, t, layer, 0)
+                                  : c->m->tensors[sl_arch_tensor_index(c->m, t->rules[0], layer, 0)].name;
+    return sl_checkpoint_find_tensor(c->ck, name) >= 0;
+}
+
 static sl_status device_walk(plan_ctx *c, sl_plan_device *d)
 {
     param_ctx pc = {.c = c, .dev = d, .rank = d->tp_rank, .n = c->p->tp};
@@ -392,7 +411,8 @@ static sl_status device_walk(plan_ctx *c, sl_plan_device *d)
                 pc.layer = l;
                 if (pc.t->place != place ||
                     (place == SL_PLACE_LAYER ? !sl_arch_rule_at(c->m, pc.t->rules[0], l)
-                                             : !sl_plan_tmpl_on_stage(c, pc.t, d->pp_rank)))
+                                             : !sl_plan_tmpl_on_stage(c, pc.t, d->pp_rank)) ||
+                    !tmpl_present(c, pc.t, l))
                     continue;
                 /* layout spmd: one parameter per expert; layout tp stacks them in one */
                 const int64_t ne = sl_plan_tmpl_per_layer(c, pc.t);

@@ -280,8 +280,8 @@ static sl_status check_missing(plan_ctx *c)
     for (int32_t i = 0; i < c->n_tmpl; i++) {
         const plan_tmpl *t = &c->tmpl[i];
         const int64_t layers = t->place == SL_PLACE_LAYER ? c->m->cfg.L : 1;
-        if (c->m->cfg.tied && t->tied_skip)
-            continue;
+        if ((c->m->cfg.tied && t->tied_skip) || c->m->rules[t->rules[0]].optional)
+            continue;   /* an optional tensor's parameter is there only where the file has it */
         for (int64_t l = 0; l < layers; l++) {
             if (sl_arch_rule_at(c->m, t->rules[0], l) && !tmpl_complete(c, t, l))
                 missing_param(c, &ms, t, l);

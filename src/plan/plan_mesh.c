@@ -151,6 +151,88 @@ static sl_status check_fp8_expert(sl_plan *p, const plan_ctx *c, const sl_rule *
     return SL_OK;
 }
 
+/* ---- fp8 fused layers whose slots straddle blocks ------------------------------------------------
+ * vLLM's Fp8Config lets a merged or QKV layer with a slot that is not whole blocks a rank skip the
+ * block check (linear.py _maybe_allow_fp8_block_shape_mismatch, since 969bbc7c6; compressed-tensors
+ * has no weight_block_size on its config, so not there). Its loader still counts each slot's scale
+ * in blocks of its own (adjust_block_scale_shard): slot j's nb_j = cdiv(s_j, bn) rows, from row
+ * idx * nb_j of the checkpoint's scale (idx: the rank, or its kv-head block), at row cdiv(o_j, bn)
+ * of a parameter of cdiv(S, bn) rows (o_j: the rows of the slots before j; S: all of them).
+ * shardload copies the slots' block rows back to back, which is vLLM's result when they tile the
+ * parameter (sum nb_j == cdiv(S, bn)). Otherwise a row falls past the end and vLLM's load fails,
+ * or two slots write the same rows and they hold the slot read last, an order the checkpoint's
+ * files decide: both refused. */
+
+static uint64_t cdiv(uint64_t a, uint64_t b)
+{
+    return a / b + (a % b != 0);
+}
+
+/* The highest source block a rank reads slot r from: its rank, a replicated k or v slot's kv-head
+ * block (T > K), 0 for a layer that is not split. */
+static uint64_t slot_source_max(const plan_ctx *c, const sl_rule *r, int split)
+{
+    const uint64_t T = (uint64_t)c->p->tp, K = (uint64_t)c->m->cfg.K;
+    if (!split)
+        return 0;
+    return r->shard == SL_SHARD_QKV && r->slot > 0 && T > K ? K - 1 : T - 1;
+}
+
+static int slots_whole(const plan_ctx *c, const sl_rule_group *g, int split)
+{
+    for (int32_t k = 0; k < g->n_rules; k++) {
+        if (slot_rows(c, &c->m->rules[g->rules[k]], split) % c->m->quant.bn != 0)
+            return 0;
+    }
+    return 1;
+}
+
+/* Every rank's nb scale rows of slot r come from within the checkpoint's cdiv(rows, bn). */
+static sl_status check_straddle_source(plan_ctx *c, const sl_rule *r, int split)
+{
+    const uint64_t bn = c->m->quant.bn, s = slot_rows(c, r, split), n = cdiv(s, bn);
+    const uint64_t idx = slot_source_max(c, r, split), have = cdiv(r->shape[0], bn);
+    SL_CHECK(n == 0 || idx < have / n, &c->p->err, SL_E_DIVISIBILITY, "parameter '%s': its slot "
+             "'%s' holds %llu rows a rank, not a multiple of weight quantization block_n = %llu, so "
+             "vLLM's Fp8Config skips its block check; its loader then reads the last rank's %llu scale "
+             "rows from row %llu of the %llu (cdiv(%llu, %llu)) the checkpoint's scale has, and "
+             "fails", r->param, r->tensor, (unsigned long long)s, (unsigned long long)bn, (unsigned long long)n,
+             (unsigned long long)(idx * n), (unsigned long long)have,
+             (unsigned long long)r->shape[0], (unsigned long long)bn);
+    return SL_OK;
+}
+
+static sl_status check_fp8_straddle(plan_ctx *c, const sl_rule_group *g, int split)
+{
+    const uint64_t bn = c->m->quant.bn;
+    uint64_t S = 0, nb = 0, end = 0;
+    char sizes[160] = "";
+    size_t len = 0;
+    for (int32_t k = 0; k < g->n_rules; k++) {
+        const sl_rule *r = &c->m->rules[g->rules[k]];
+        const uint64_t s = slot_rows(c, r, split), at = cdiv(S, bn) + cdiv(s, bn);
+        SL_TRY(check_straddle_source(c, r, split));
+        end = end > at ? end : at;   /* the end of the rows vLLM writes it at */
+        S += s;
+        nb += cdiv(s, bn);
+        if (len < sizeof sizes)
+            len += (size_t)snprintf(sizes + len, sizeof sizes - len, "%s%llu", k ? " + " : "",
+                                    (unsigned long long)s);
+    }
+    const sl_rule *r0 = &c->m->rules[g->rules[0]];
+    SL_CHECK(nb == cdiv(S, bn), &c->p->err, SL_E_DIVISIBILITY, "parameter '%s': its slots hold %s "
+             "rows a rank, not all multiples of weight quantization block_n = %llu, so vLLM's Fp8Config "
+             "skips its block check; its loader then puts slot j's cdiv(rows, %llu) scale rows at row "
+             "cdiv(offset, %llu), %llu rows in all where the parameter has cdiv(%llu, %llu) = %llu: %s",
+             r0->param, sizes, (unsigned long long)bn, (unsigned long long)bn, (unsigned long long)bn,
+             (unsigned long long)nb, (unsigned long long)S, (unsigned long long)bn,
+             (unsigned long long)cdiv(S, bn),
+             end > cdiv(S, bn) ? "a row past the end fails its load"
+                               : "two slots write the same rows, which then hold whichever the "
+                                 "checkpoint's files give last, so shardload cannot know them");
+    return SL_OK;
+}
+
 static sl_status check_fp8_rule(plan_ctx *c, const sl_rule *r)
 {
     sl_plan *p = c->p;
@@ -167,6 +249,9 @@ static sl_status check_fp8_rule(plan_ctx *c, const sl_rule *r)
     /* a TP-split layer: every slot; an unsplit one (T = 1, replicated, concat): all but the last */
     const int split = p->tp > 1 && (r->shard == SL_SHARD_COLUMN || r->shard == SL_SHARD_MERGED ||
                                     r->shard == SL_SHARD_QKV);
+    const sl_rule_group *g = &c->m->groups[r->group];
+    if (c->m->quant.mismatch_ok && g->n_rules > 1 && !slots_whole(c, g, split))
+        return r == &c->m->rules[g->rules[0]] ? check_fp8_straddle(c, g, split) : SL_OK;
     const int last = r->slot == c->m->groups[r->group].n_rules - 1;
     const uint64_t o = slot_rows(c, r, split);
     SL_CHECK((!split && last) || o % bn == 0, &p->err, SL_E_DIVISIBILITY, "parameter '%s': Weight "

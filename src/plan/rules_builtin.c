@@ -100,7 +100,7 @@ static const char *const rules_mixtral[] = {
 
 static const char *const rules_qwen2_moe[] = {
     "{\n",
-    "  \"description\": \"Qwen2-MoE (SHARDING-MOE-FP8.md): MoE layers by decoder_sparse_step and mlp_only_layers; routed experts stacked; a shared expert and its gate when shared_expert_intermediate_size > 0; q/k/v biases.\",\n",
+    "  \"description\": \"Qwen2-MoE (SHARDING-MOE-FP8.md): MoE layers by decoder_sparse_step and mlp_only_layers; routed experts stacked; a shared expert and its gate when shared_expert_intermediate_size > 0, and at 0 the gate where the checkpoint has it (vLLM makes shared_expert_gate whatever the size); q/k/v biases.\",\n",
     "  \"architectures\": [\"Qwen2MoeForCausalLM\"],\n",
     "  \"symbols\": {\"E\": {\"key\": [\"num_experts\", \"num_local_experts\"], \"default\": 0}, \"Im\": \"moe_intermediate_size\", \"Is\": {\"key\": \"shared_expert_intermediate_size\", \"default\": 0}},\n",
     "  \"moe\": {\"experts\": \"E\", \"step\": \"decoder_sparse_step\", \"dense_layers\": \"mlp_only_layers\", \"tp_at_most_experts\": true},\n",
@@ -123,7 +123,7 @@ static const char *const rules_qwen2_moe[] = {
     "    {\"tensor\": \"model.layers.{i}.mlp.shared_expert.gate_proj.weight\", \"shape\": [\"Is\", \"H\"], \"shard\": \"merged\", \"slot\": 0, \"param\": \"model.layers.{i}.mlp.shared_expert.gate_up_proj.weight\", \"layers\": \"moe\", \"when\": \"Is\"},\n",
     "    {\"tensor\": \"model.layers.{i}.mlp.shared_expert.up_proj.weight\", \"shape\": [\"Is\", \"H\"], \"shard\": \"merged\", \"slot\": 1, \"param\": \"model.layers.{i}.mlp.shared_expert.gate_up_proj.weight\", \"layers\": \"moe\", \"when\": \"Is\"},\n",
     "    {\"tensor\": \"model.layers.{i}.mlp.shared_expert.down_proj.weight\", \"shape\": [\"H\", \"Is\"], \"shard\": \"row\", \"layers\": \"moe\", \"when\": \"Is\"},\n",
-    "    {\"tensor\": \"model.layers.{i}.mlp.shared_expert_gate.weight\", \"shape\": [\"1\", \"H\"], \"shard\": \"replicated\", \"quant\": false, \"layers\": \"moe\", \"when\": \"Is\"},\n",
+    "    {\"tensor\": \"model.layers.{i}.mlp.shared_expert_gate.weight\", \"shape\": [\"1\", \"H\"], \"shard\": \"replicated\", \"quant\": false, \"layers\": \"moe\", \"when\": \"Is\", \"otherwise\": \"optional\"},\n",
     "    {\"tensor\": \"model.layers.{i}.input_layernorm.weight\", \"shape\": [\"H\"], \"shard\": \"replicated\"},\n",
     "    {\"tensor\": \"model.layers.{i}.post_attention_layernorm.weight\", \"shape\": [\"H\"], \"shard\": \"replicated\"},\n",
     "    {\"tensor\": \"model.norm.weight\", \"shape\": [\"H\"], \"shard\": \"replicated\", \"place\": \"last\", \"stages\": \"all\"},\n",
@@ -135,7 +135,7 @@ static const char *const rules_qwen2_moe[] = {
 
 static const char *const rules_qwen3_moe[] = {
     "{\n",
-    "  \"description\": \"Qwen3-MoE (SHARDING-MOE-FP8.md): as Qwen2-MoE with q/k norms and no attention biases; a shared expert only when shared_expert_intermediate_size > 0.\",\n",
+    "  \"description\": \"Qwen3-MoE (SHARDING-MOE-FP8.md): as Qwen2-MoE with q/k norms and no attention biases; a shared expert only when shared_expert_intermediate_size > 0; the router mlp.gate is quantized in an FP8 checkpoint unless the config ignores it (vLLM makes it with the quant_config, where Qwen2-MoE's has none).\",\n",
     "  \"architectures\": [\"Qwen3MoeForCausalLM\"],\n",
     "  \"symbols\": {\"E\": {\"key\": [\"num_experts\", \"num_local_experts\"], \"default\": 0}, \"Im\": \"moe_intermediate_size\", \"Is\": {\"key\": \"shared_expert_intermediate_size\", \"default\": 0}},\n",
     "  \"moe\": {\"experts\": \"E\", \"step\": \"decoder_sparse_step\", \"dense_layers\": \"mlp_only_layers\", \"tp_at_most_experts\": true},\n",
@@ -150,7 +150,7 @@ static const char *const rules_qwen3_moe[] = {
     "    {\"tensor\": \"model.layers.{i}.mlp.gate_proj.weight\", \"shape\": [\"I\", \"H\"], \"shard\": \"merged\", \"slot\": 0, \"param\": \"model.layers.{i}.mlp.gate_up_proj.weight\", \"layers\": \"dense\"},\n",
     "    {\"tensor\": \"model.layers.{i}.mlp.up_proj.weight\", \"shape\": [\"I\", \"H\"], \"shard\": \"merged\", \"slot\": 1, \"param\": \"model.layers.{i}.mlp.gate_up_proj.weight\", \"layers\": \"dense\"},\n",
     "    {\"tensor\": \"model.layers.{i}.mlp.down_proj.weight\", \"shape\": [\"H\", \"I\"], \"shard\": \"row\", \"layers\": \"dense\"},\n",
-    "    {\"tensor\": \"model.layers.{i}.mlp.gate.weight\", \"shape\": [\"E\", \"H\"], \"shard\": \"replicated\", \"quant\": false, \"layers\": \"moe\"},\n",
+    "    {\"tensor\": \"model.layers.{i}.mlp.gate.weight\", \"shape\": [\"E\", \"H\"], \"shard\": \"replicated\", \"layers\": \"moe\"},\n",
     "    {\"tensor\": \"model.layers.{i}.mlp.experts.{e}.gate_proj.weight\", \"shape\": [\"Im\", \"H\"], \"shard\": \"merged\", \"slot\": 0, \"param\": \"model.layers.{i}.mlp.experts.w13_weight\"},\n",
     "    {\"tensor\": \"model.layers.{i}.mlp.experts.{e}.up_proj.weight\", \"shape\": [\"Im\", \"H\"], \"shard\": \"merged\", \"slot\": 1, \"param\": \"model.layers.{i}.mlp.experts.w13_weight\"},\n",
     "    {\"tensor\": \"model.layers.{i}.mlp.experts.{e}.down_proj.weight\", \"shape\": [\"H\", \"Im\"], \"shard\": \"row\", \"param\": \"model.layers.{i}.mlp.experts.w2_weight\"},\n",
