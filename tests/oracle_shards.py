@@ -812,7 +812,7 @@ def read_safetensors(path):
 
 def check_reshard(exe, path, arch, cfg, ck, T, P, ep, tmp, part=None):
     """`shardload reshard` for the mesh (and pipeline split part), each rank file read back here
-    and compared array for array."""
+    and compared array for array; the folder it wrote."""
     out = os.path.join(tmp, "rs-%s-%d-%d-%d-%s" % (os.path.basename(path), T, P, ep, part))
     cmd = [exe, "reshard", path, out, "--tp", str(T), "--pp", str(P)] + (["--ep"] if ep else [])
     cmd += ["--pp-partition", part] if part is not None else []
@@ -842,6 +842,7 @@ def check_reshard(exe, path, arch, cfg, ck, T, P, ep, tmp, part=None):
             if got[name][1].shape != arr.shape or not np.array_equal(got[name][1].view(np.uint8),
                                                                      np.ascontiguousarray(arr).view(np.uint8)):
                 raise AssertionError("reshard %s T=%d P=%d ep=%d dev %d: %s differs" % (arch, T, P, ep, d, name))
+    return out
 
 
 def expected(arch, cfg, ck, layout, T, P, d, ep=False, part=None):
@@ -928,8 +929,7 @@ def check_qwen2_gate_without_shared(exe, tmp, rng, shuffle):
         try:
             check(exe, path, "qwen2_moe", cfg, ck, layout, T, P, "BF16", "BF16", ep)
             if layout == "tp":
-                check_reshard(exe, path, "qwen2_moe", cfg, ck, T, P, ep, tmp)
-                rs = os.path.join(tmp, "rs-%s-%d-%d-%d" % (os.path.basename(path), T, P, ep))
+                rs = check_reshard(exe, path, "qwen2_moe", cfg, ck, T, P, ep, tmp)
                 check(exe, rs, "qwen2_moe", cfg, ck, layout, T, P, "BF16", "BF16", ep)
             passed += 1
         except AssertionError as e:
