@@ -196,6 +196,7 @@ typedef struct rd_config {
     const sl_model_dev *devs;     /* p->n_devices entries; only local ones are used */
     const unsigned char *local;   /* p->n_devices flags; NULL: all */
     const sl_load_opts *o;
+    const sl_load_manifest *manifest;   /* what verify checks against; NULL: none */
     sl_err *err;
     /* whole load: large exclusive operations go straight into host devices (read_chunks.h);
      * stepwise: never, since other ranks may need any chunk's bytes */

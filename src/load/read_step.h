@@ -30,6 +30,7 @@ typedef struct sl_rd_setup {
     const sl_load_opts *o;
     uint64_t slot_bytes;          /* most bytes the staging slot may take; 0: from o */
     unsigned extra_slots;         /* slots for the caller after the read slots (sl_rd_extra) */
+    const sl_load_manifest *manifest;   /* what o->verify checks against (the job's); NULL: none */
     uint64_t ring_bytes;          /* most bytes for the ring of conversion pieces (page-locked with
                                      the slots; used only when local devices copy asynchronously
                                      and elements are converted); 0: none */
