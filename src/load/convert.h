@@ -21,7 +21,7 @@ void sl_convert(void *dst, sl_dtype dst_dt, const void *src, sl_dtype src_dt, si
  * at 256 Ki, 1 MiB f32 pieces of the cuda ring were split and a bf16 -> f32 load on the timed
  * stand-in went from 0.57 to 0.66 s; at 512 Ki they stayed whole (0.56 s). With enough helpers
  * the ring's pieces are sized from it (sl_rd_ring_for_helpers) so that full ones are split. */
-#ifndef CONVERT_PAR_MIN   /* bench/gpu_check.sh builds a variant with another, to measure it */
+#ifndef CONVERT_PAR_MIN   /* definable at build time, to measure another */
 #define CONVERT_PAR_MIN ((size_t)512 << 10)
 #endif
 typedef struct sl_pool sl_pool;
