@@ -11,6 +11,7 @@
 #include "plan/plan_data.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 void sl_load_job_init(sl_load_job *j, const sl_load_opts *o)
 {
@@ -55,17 +56,25 @@ void sl_load_job_use_files(sl_load_job *j, const sl_load_file *files, int64_t n_
 }
 
 /* --verify's manifest, read once: its side files checked here (a checkpoint's), its digests and
- * blocks read from the same text by the read engine. */
+ * blocks read from the same text by the read engine. A job planned again with the same manifest
+ * (sl_reshard checks its job before it touches OUTDIR, then runs it) keeps what it read. */
 static sl_status job_read_manifest(sl_load_job *j, sl_err *err)
 {
     sl_load_manifest *m = &j->manifest;
+    if (m->text && j->opts.verify && j->opts.manifest_path && !strcmp(m->path, j->opts.manifest_path))
+        return SL_OK;
     free(m->text);
     *m = (sl_load_manifest){0};
     if (!j->opts.verify || !j->opts.manifest_path)
         return SL_OK;
     SL_TRY(rd_manifest_load(j->opts.manifest_path, &m->text, &m->len, err));
     m->path = j->opts.manifest_path;
-    return j->ck ? rd_manifest_check_side(j->ck, m->path, m->text, m->len, err) : SL_OK;
+    const sl_status st = j->ck ? rd_manifest_check_side(j->ck, m->path, m->text, m->len, err) : SL_OK;
+    if (st != SL_OK) {   /* kept only once checked: a job planned again checks again */
+        free(m->text);
+        *m = (sl_load_manifest){0};
+    }
+    return st;
 }
 
 sl_status sl_load_job_plan(sl_load_job *j, const sl_plan *p, sl_err *err)
