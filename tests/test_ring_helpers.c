@@ -4,7 +4,8 @@
  * stand-in, whole (one run, through ring pieces) and column-split (rows gathered into pieces), on
  * 1, 2, 4 and 16 CPUs: the ring is the plain one (a sixteenth of the budget, 4 MiB) up to 2 CPUs
  * and grows on 4 and more (sl_rd_ring_for_helpers: pieces the helper threads share), seen in the
- * staging peak; the bytes equal the one-thread oracle's each way. */
+ * staging peak, but not where the GPU converts (opts.cuda_convert: the host converts nothing);
+ * the bytes equal the one-thread oracle's each way. */
 #include "load_testutil.h"
 
 #include "load/read_step.h"
@@ -46,21 +47,30 @@ static void test_ring_by_cpus(void)
     tp_copy(p, 1, c, SL_DTYPE_BF16, 0, cols / 2 * 2, cols * 2, 0, cols / 2, rows, cols / 2);
     sl_cuda_set_runtime(SL_FAKE_CUDART);
     setenv("FAKE_CUDA_GPUS", "2", 1);
-    const long cpus[] = {1, 2, 4, 16};
-    for (size_t k = 0; k < sizeof cpus / sizeof cpus[0]; k++) {
+    /* the last run converts on the GPU (opts.cuda_convert): the host converts nothing, and the
+     * ring, which then only gathers unconverted rows, does not grow */
+    const long cpus[] = {1, 2, 4, 16, 16};
+    const size_t n_runs = sizeof cpus / sizeof cpus[0];
+    for (size_t k = 0; k < n_runs; k++) {
         g_cpus = cpus[k];
-        const uint64_t ring = sl_rd_ring_for_helpers(64 * mib, 4, helpers_for(cpus[k]));
-        EXPECT((cpus[k] < 4) == (ring == 4 * mib), "%ld CPUs: a ring of %llu bytes", cpus[k],
-               (unsigned long long)ring);
+        const int on_gpu = k == n_runs - 1;
+        const uint64_t ring = on_gpu ? sl_rd_ring_budget(64 * mib)
+                                     : sl_rd_ring_for_helpers(64 * mib, 4, helpers_for(cpus[k]));
+        EXPECT((cpus[k] < 4 || on_gpu) == (ring == 4 * mib), "%ld CPUs: a ring of %llu bytes",
+               cpus[k], (unsigned long long)ring);
         sl_load_opts o;
         sl_load_opts_init(&o);
         o.device = "cuda";
+        o.cuda_convert = on_gpu;
         o.threads = 8;
         o.io = SL_IO_BUFFERED;
         sl_model *m = NULL;
         int skip = 0;
         sl_status st = run_load(&f, 1, p, &o, engines[0], &m, &skip);
         EXPECT(st == SL_OK, "%ld CPUs: %s", cpus[k], sl_model_errmsg(m));
+        const char *routes = st == SL_OK ? sl_model_device_routes(m, 0) : NULL;
+        EXPECT(!on_gpu || (routes && strstr(routes, "converted on the GPU: ")),
+               "%ld CPUs, on the GPU: device 0 %s", cpus[k], routes ? routes : "(null)");
         EXPECT(st != SL_OK || !compare_model(m, p, fd), "%ld CPUs: contents", cpus[k]);
         sl_load_stats s;
         if (st == SL_OK && sl_model_stats(m, &s) == SL_OK) {

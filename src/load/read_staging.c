@@ -84,6 +84,20 @@ void rd_plan_ring(rd_ctx *x, uint64_t max_bytes)
     x->bounce_bytes = max_bytes / unit * unit;
 }
 
+/* 1 when the host converts op r's elements for its device: the device does not convert them
+ * itself (sl_device_converts: cuda's kernels, opts.cuda_convert), or its destination rows lie
+ * apart, which rows gathered unconverted cannot serve (read_scatter.c's rd_gather_rows). Asking
+ * the device sets its conversions up now rather than at the first chunk. */
+static int rd_host_converts(const rd_ctx *x, const rd_op *r)
+{
+    const sl_op *op = r->op;
+    if (op->src_dtype == r->ddt)
+        return 0;
+    if (op->rows > 1 && op->dst_stride != op->row_elems * r->dsize)
+        return 1;
+    return !sl_device_converts(&x->devs[r->dev].dev, op->dst_offset, r->ddt, op->src_dtype);
+}
+
 /* The widest element that the host converts for a local device that is not host memory (a ring
  * piece holds converted elements), in bytes; 0 when there is none. */
 static uint64_t rd_staged_width(const rd_ctx *x)
@@ -91,7 +105,7 @@ static uint64_t rd_staged_width(const rd_ctx *x)
     uint64_t w = 0;
     for (int64_t i = 0; i < x->ops.n; i++) {
         const rd_op *r = &x->ops.v[i];
-        if (!r->host_dst && rd_local(x, r->dev) && r->op->src_dtype != r->ddt)
+        if (!r->host_dst && rd_local(x, r->dev) && rd_host_converts(x, r))
             w = sl_max_u64(w, r->dsize);
     }
     return w;
