@@ -10,7 +10,9 @@
 # on JAX's CUDA plugin (jax_plugins/xla_cuda*/xla_cuda_plugin.so in python3's site-packages; TP 1
 # and 8 onto the GPU, checksums against cpu and cuda, time, memory deltas, the ways each device's
 # bytes went, TP 1 timed with the default assembly bound and with nearly everything streamed, the
-# plugin's own RSS), and the disk's own rate (dd, O_DIRECT) for the cold loads. Writes the
+# plugin's own RSS), bf16 -> f32 conversion with the ring grown for the helper threads against a
+# variant build with the ring as before, and the conversion alone (bench/bench_convert.c, its ring
+# table), and the disk's own rate (dd, O_DIRECT) for the cold loads. Writes the
 # "GPU" section (bench/gpu_report.py) to bench/gpu.md and $OUT (or $GPU_WORK), and puts it into
 # bench/RESULTS.md in place of the previous one (make bench keeps it).
 #
@@ -111,16 +113,17 @@ case $? in
 esac
 say "built $SL ($(grep -o 'SL_HAVE_URING:[A-Z]*=[A-Z]*' "$BUILD/CMakeCache.txt" 2>/dev/null || echo io_uring ?))"
 
-# ---- 2b. a variant for section 8: conversions split over the helper threads from 128 Ki elements
-# (CONVERT_PAR_MIN, 512 Ki by default, set on 2 cores) and a conversion ring of up to 16 MiB
-# (RD_RING_MAX, 4 MiB): whether a host with many CPUs converts faster that way. Not in dry runs
+# ---- 2b. a variant for section 8: the conversion ring as it was before it grew for the helper
+# threads (RD_RING_POOL_HELPERS out of reach: 4 MiB, so each 1 MiB piece of f32 elements is
+# converted on one thread; the default build's pieces of 4 MiB are shared by up to 8 threads on a
+# host of 4 CPUs or more): what sharing the conversion gains a bf16 -> f32 load. Not in dry runs
 # nor with GPU_SL, unless GPU_VARIANTS=1.
 SLV=
 if { [ -z "${GPU_SL:-}" ] && [ "${GPU_FAKE:-0}" != 1 ]; } || [ "${GPU_VARIANTS:-0}" = 1 ] &&
    command -v cmake >/dev/null; then
     VB=$WORK/build-conv
     if cmake -S "$ROOT" -B "$VB" -DCMAKE_BUILD_TYPE=Release -DSL_BUILD_TESTS=OFF -DSL_WITH_MPI=OFF \
-             "${CMAKE_EXTRA[@]}" "-DCMAKE_C_FLAGS=-DCONVERT_PAR_MIN=131072 -DRD_RING_MAX=16777216" \
+             "${CMAKE_EXTRA[@]}" "-DCMAKE_C_FLAGS=-DRD_RING_POOL_HELPERS=4096" \
              >"$WORK/cmake-conv.log" 2>&1 &&
        cmake --build "$VB" -j"$(nproc)" --target shardload_cli >"$WORK/build-conv.log" 2>&1; then
         SLV=$VB/shardload
@@ -521,9 +524,30 @@ if [ -n "$SLV" ] && ! late "conversion variant"; then   # section 2b's build: th
     want=$(cat "$WORK/sums.tp2_to_f32.cpu" 2>/dev/null)
     got=$(timeout 300 "$SLV" load "$CK" --tp 2 --dtype f32 --device cuda --checksums --json 2>"$WORK/err" | sums)
     [ -n "$want" ] && [ "$got" = "$want" ] || bad "conversion variant: checksums differ from cpu ($(head -c 200 "$WORK/err"))"
-    RUN_SL=$SLV run cuda_tp1_to_f32_par128k_ring16m warm "" -- --device cuda --dtype f32
+    RUN_SL=$SLV run cuda_tp1_to_f32_ring_onethread warm "" -- --device cuda --dtype f32
+    late "conversion variant, again" || run cuda_tp1_to_f32_again warm "" -- --device cuda --dtype f32
+    late "conversion variant, TP 8" ||
+        RUN_SL=$SLV run cuda_tp8_to_f32_ring_onethread warm "" -- --device cuda --tp 8 --dtype f32
     late "conversion variant, staging 256" ||
-        RUN_SL=$SLV run cuda_tp1_to_f32_par128k_ring16m_stg256 warm "" -- --device cuda --dtype f32 --staging 256
+        RUN_SL=$SLV run cuda_tp1_to_f32_ring_onethread_stg256 warm "" -- --device cuda --dtype f32 --staging 256
+fi
+
+# ---- 8b. the conversion alone (bench/bench_convert.c, compiled here: its ring table): bf16 -> f32
+# through a ring of 4 pieces, the plain ring's pieces (256 Ki elements, one thread) against the
+# pieces of the ring grown for the helper threads (shared by them), on this host's CPUs ------------
+BC=$WORK/bench_convert
+BC_N=$((32 << 20))
+[ "${GPU_FAKE:-0}" = 1 ] && BC_N=$((4 << 20))   # a dry run checks the plumbing
+if ! late "bench_convert"; then
+    if ${CC:-cc} -std=c11 -O2 -D_GNU_SOURCE -I"$ROOT/include" -I"$ROOT/src" -o "$BC" "$ROOT/bench/bench_convert.c" \
+           "$ROOT/src/load/convert.c" "$ROOT/src/common/sl_pool.c" "$ROOT/src/common/sl_dtype.c" -lpthread \
+           2>"$WORK/bench_convert.err" && bc=$(timeout 120 "$BC" "$BC_N" 3 2>>"$WORK/bench_convert.err"); then
+        ring=$(echo "$bc" | sed -n 's/^ring bf16 -> f32, pieces of \([0-9]*\) Ki elements (\([0-9]*\) threads*): *\([0-9.]*\) G.*/{"piece_ki":\1,"threads":\2,"geps":\3}/p' | paste -sd,)
+        record "{\"convert_ring\":[$ring]}"
+        say "conversion alone: $(echo "$bc" | grep '^ring' | paste -sd';')"
+    else
+        say "bench_convert not run: $(head -3 "$WORK/bench_convert.err")"
+    fi
 fi
 
 # ---- 9. report ---------------------------------------------------------------------------------------

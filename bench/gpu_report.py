@@ -214,6 +214,11 @@ def main():
     cuda_warm = [(k[0], v["out"]["gbps_after_setup"]) for k, v in best.items()
                  if k[1] == "warm" and k[0].startswith("cuda_tp1")]
     top = max(cuda_warm, key=lambda x: x[1]) if cuda_warm else (None, None)
+    ring = next((r["convert_ring"] for r in rows if "convert_ring" in r), [])
+    ring_desc = " / ".join(f"{p['piece_ki']} Ki elements on {p['threads']} thread(s)" for p in ring) or "(not run)"
+    ring_vals = " / ".join(fmt(p["geps"]) for p in ring) or "n/a"
+    conv = [v for v in (g('cuda_tp1_to_f32'), g('cuda_tp1_to_f32_again')) if v is not None]
+    conv_shared = max(conv) if conv else None
     out += ["| comparison (same files, same run) | value |", "|---|---|",
             f"| pinned host-to-device bandwidth, torch, 1 GiB copy (GB/s) | {fmt(h2d)} |",
             f"| shardload cuda TP 1, default settings, page cache, after setup (GB/s) | {fmt(g('cuda_tp1_default'))} |",
@@ -224,6 +229,10 @@ def main():
             f"| shardload default, whole CLI process incl. CUDA start-up / load_file | {fmt(ratio(wall_gbps('cuda_tp1_default'), lf))} |",
             f"| torch whole tensor, narrow, copy per rank, TP 2 (GB/s) | {fmt(nc)} |",
             f"| shardload TP 2 (after setup) / narrow-and-copy | {fmt(ratio(g('cuda_tp2_default'), nc))} |",
+            f"| bf16 -> f32 TP 1, conversion shared by the helpers (default; best of two runs around the variant's) (GB/s) | {fmt(conv_shared)} |",
+            f"| ... with each ring piece converted on one thread (the variant build, as before) (GB/s) | {fmt(g('cuda_tp1_to_f32_ring_onethread'))} |",
+            f"| ... shared / one thread | {fmt(ratio(conv_shared, g('cuda_tp1_to_f32_ring_onethread')))} |",
+            f"| conversion alone (bench_convert), ring pieces {ring_desc} (G elements/s) | {ring_vals} |",
             f"| from disk: shardload cuda TP 1 default (GB/s, after setup) | {fmt(g('cuda_tp1_default', 'cold'))} |",
             f"| from disk: safetensors load_file(device='cuda') (GB/s) | {fmt(lfc)} |",
             f"| from disk: shardload / load_file | {fmt(ratio(g('cuda_tp1_default', 'cold'), lfc))} |"]

@@ -214,8 +214,10 @@ done
 # ... and with conversions on the GPU: a kernel launch or a copy into the scratch that fails is
 # the load's error; a library the runtime refuses, scratch it cannot allocate or a first launch
 # (of no elements, before any byte relies on a kernel) that fails is tolerated (the host
-# converts: same bytes), and taken off the runtime's last error
-for c in "cudaLaunchKernel:3" "cudaMemcpyAsync:4"; do
+# converts: same bytes), and taken off the runtime's last error. Each device's first two launches
+# are those of no elements, all made while the load sizes its staging (it asks each device whether
+# it converts), so at TP 2 the 5th launch is the first conversion.
+for c in "cudaLaunchKernel:5" "cudaMemcpyAsync:4"; do
     SL_CUDA_CONVERT=gpu FAKE_CUDA_FAIL=$c fake load "$CK" --device cuda --tp 2 --staging 256K --dtype f32 >/dev/null 2>"$T/err"
     one_line_error $? "$T/err" "cuda device [0-9] (GPU [0-9]): ${c%%:*}.* failed" || fail "fault $c, convert on gpu: $(cat "$T/err")"
     [ "$(counter injected)" = 1 ] || fail "fault $c, convert on gpu: the stand-in injected $(counter injected) failures"

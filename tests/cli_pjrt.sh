@@ -134,9 +134,17 @@ for v in "56:whose table has slot 69 moved" "40:PJRT API 0.40; shardload needs 0
 done
 FAKE_PJRT_STRUCT_SIZE=600 fake load "$CK" --device pjrt --pjrt-plugin "$FAKE" >/dev/null 2>"$T/err"
 one_line_error $? "$T/err" "PJRT_Api is 600 bytes" || fail "short table: $(cat "$T/err")"
+# a CPU plugin that refuses the mesh's device count but makes clients of its default 4: the mesh's
+# devices go 4 to a client (each on device d % 4 of it), 2 clients for 8, the cpu backend's bytes
+ref=$("$SL" load "$CK" --layout spmd --tp 8 --checksums --json | sums)
+out=$(FAKE_PJRT_CPU_MAX=4 fake load "$CK" --layout spmd --tp 8 --device pjrt --pjrt-plugin "$FAKE" \
+      --checksums --json 2>"$T/err") || fail "count refused, tp 8: $(cat "$T/err")"
+[ -n "$ref" ] && [ "$(echo "$out" | sums)" = "$ref" ] || fail "count refused, tp 8: checksums differ from cpu"
+[ "$(counter clients_made)" = 2 ] || fail "count refused, tp 8: $(counter clients_made) clients made, want 2"
+check_clean "count refused, tp 8"
 # a CPU plugin that refuses the mesh's device count (the stand-in takes 64 at most): said at the
 # first client, with the plugin's message (the backend made a client per mesh device until the
-# 17th failed: "more than 16 PJRT clients in use")
+# 17th failed: "more than 16 PJRT clients in use"; now 16 clients of 4 serve up to 64)
 fake load "$CK" --layout spmd --tp 65 --device pjrt --pjrt-plugin "$FAKE" >/dev/null 2>"$T/err"
 one_line_error $? "$T/err" "device 'pjrt': a mesh of 65 devices on the CPU plugin, which makes 4; asked for them: PJRT_Client_Create failed: fake_pjrt: bad device count" ||
     fail "device count refused: $(cat "$T/err")"

@@ -137,6 +137,15 @@ sed -i 's/"rms_norm_eps": *[0-9e.-]*/"rms_norm_eps":1e-04/' "$T/multi/a/config.j
 "$SL" load "$T/multi/a" --tp 2 --manifest "$T/multi/MAN" >/dev/null 2>"$T/err"
 one_line_error $? "$T/err" "a/config.json: its SHA-256 is [0-9a-f]*, the manifest's [0-9a-f]* (or another of its lines)" ||
     fail "two-folder manifest, config edited: $(cat "$T/err")"
+# the manifest is read once per load, for the side files and the blocks alike (it was read twice)
+if command -v strace >/dev/null && strace -f -qq -e trace=openat -o "$T/trace" true 2>/dev/null; then
+    strace -f -qq -e trace=open,openat -o "$T/trace" "$SL" load "$T/sy" --tp 2 --manifest "$T/sy/SHA256SUMS" \
+        >/dev/null 2>"$T/err" || fail "traced load: $(cat "$T/err")"
+    n=$(grep -c "\"$T/sy/SHA256SUMS\"" "$T/trace")
+    [ "$n" = 1 ] || fail "the manifest was opened $n times in one load: $(grep SHA256SUMS "$T/trace")"
+else
+    echo "cli_verify: no working strace: the manifest's reads not counted" >&2
+fi
 "$SL" reshard "$CK" "$T/rs-mpi" --tp 2 --dist independent --write-manifest >/dev/null 2>"$T/err"
 [ $? -eq 2 ] && grep -q "write-manifest is for one process" "$T/err" || fail "--write-manifest under MPI: $(cat "$T/err")"
 

@@ -20,7 +20,7 @@
  * - Objects are counted: at exit the live buffers, events, errors, clients and transfer managers
  *   must be 0 (a client destroyed before its buffers is a violation).
  * Modes: FAKE_PJRT_KIND=cpu|cuda|tpu (the create options it accepts, as those plugins do: cpu
- * takes cpu_device_count (default 4 devices), cuda preallocate and allocator (FAKE_PJRT_GPUS devices,
+ * takes cpu_device_count (default 4 devices; FAKE_PJRT_CPU_MAX, default 64, the most it takes), cuda preallocate and allocator (FAKE_PJRT_GPUS devices,
  * default 2), tpu none
  * (4 devices); any other key is INVALID_ARGUMENT), FAKE_PJRT_STATS=1 (MemoryStats implemented,
  * bytes_limit 1 GiB; else UNIMPLEMENTED, as on XLA's CPU plugin), FAKE_PJRT_TILED=1 (buffers
@@ -119,6 +119,7 @@ static void fp_configure(void)
     g.raw = (int)fp_env("FAKE_PJRT_RAW", 1);
     g.dma = (int)fp_env("FAKE_PJRT_DMA", 1);
     g.cuda_devices = (int)fp_env("FAKE_PJRT_GPUS", 2);
+    g.cpu_max = (int)fp_env("FAKE_PJRT_CPU_MAX", FP_MAX_DEVICES);
     g.delay_us = fp_env("FAKE_PJRT_DELAY_US", 200);
     const char *fail = getenv("FAKE_PJRT_FAIL");
     if (fail && strchr(fail, ':')) {
@@ -259,7 +260,8 @@ FP_EXPORT const PJRT_Api *GetPjrtApi(void)
 /* ---- controls for tests in one process -------------------------------------------------------- */
 
 /* Counters: "calls", "injected", "violations", "live_<kind>", "bfhb", "bfhb_strided",
- * "transfers", "tohost", "client_opts", "raw_reads", "dma_maps", "dma_unmaps", "live_dma"; -1 for
+ * "transfers", "tohost", "client_opts", "raw_reads", "dma_maps", "dma_unmaps", "live_dma",
+ * "clients_made"; -1 for
  * another key. */
 FP_EXPORT long long fake_pjrt_get(const char *key);
 FP_EXPORT long long fake_pjrt_get(const char *key)
@@ -273,7 +275,7 @@ FP_EXPORT long long fake_pjrt_get(const char *key)
         {"live_tm", g.counts[FP_TM]}, {"bfhb", g.bfhb}, {"bfhb_strided", g.bfhb_strided},
         {"transfers", g.transfers}, {"tohost", g.tohost}, {"client_opts", g.client_opts},
         {"raw_reads", g.raw_reads}, {"dma_maps", g.dma_maps}, {"dma_unmaps", g.dma_unmaps},
-        {"live_dma", g.dma_live}};
+        {"live_dma", g.dma_live}, {"clients_made", g.clients_made}};
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++)
         if (!strcmp(key, c[i].k))
             v = c[i].v;
@@ -282,7 +284,7 @@ FP_EXPORT long long fake_pjrt_get(const char *key)
 }
 
 /* Settings: "fail_at" (the N-th fallible call from now fails; 0: none), "kind" (0 cpu, 1 cuda,
- * 2 tpu), "stats", "tiled", "raw", "dma", "delay_us", "minor", "major", "struct_size", "null_slot" (slot k of
+ * 2 tpu), "cpu_max" (most devices a cpu client takes), "stats", "tiled", "raw", "dma", "delay_us", "minor", "major", "struct_size", "null_slot" (slot k of
  * the table becomes NULL), "restore" (the table as built), "reset" (counters to 0). */
 FP_EXPORT void fake_pjrt_set(const char *key, long long v);
 FP_EXPORT void fake_pjrt_set(const char *key, long long v)
@@ -303,6 +305,8 @@ FP_EXPORT void fake_pjrt_set(const char *key, long long v)
         g.dma = (int)v;
         g_api.Client_DmaMap = g.dma ? fp_Client_DmaMap : NULL;
         g_api.Client_DmaUnmap = g.dma ? fp_Client_DmaUnmap : NULL;
+    } else if (!strcmp(key, "cpu_max")) {
+        g.cpu_max = (int)v;
     } else if (!strcmp(key, "delay_us")) {
         g.delay_us = (long)v;
     } else if (!strcmp(key, "minor")) {
@@ -317,7 +321,7 @@ FP_EXPORT void fake_pjrt_set(const char *key, long long v)
         fp_fill_table();
     } else if (!strcmp(key, "reset")) {
         g.calls = g.injected = g.violations = g.bfhb = g.bfhb_strided = g.transfers = g.tohost = 0;
-        g.raw_reads = g.dma_maps = g.dma_unmaps = 0;
+        g.raw_reads = g.dma_maps = g.dma_unmaps = g.clients_made = 0;
         g.fail_at = 0;
         g.fail_name[0] = '\0';
         g.injected_name[0] = '\0';
@@ -367,9 +371,10 @@ __attribute__((destructor)) static void fp_exit(void)
         for (int k = 0; k < FP_KINDS; k++)
             fprintf(f, " live_%s=%ld", fp_kind_names[k], g.counts[k]);
         fprintf(f, " bfhb=%ld bfhb_strided=%ld transfers=%ld tohost=%ld raw_reads=%ld "
-                "dma_maps=%ld dma_unmaps=%ld live_dma=%ld client_opts=%d queued=%d "
+                "dma_maps=%ld dma_unmaps=%ld live_dma=%ld client_opts=%d clients_made=%ld queued=%d "
                 "first_violation=%s\n", g.bfhb, g.bfhb_strided, g.transfers, g.tohost,
-                g.raw_reads, g.dma_maps, g.dma_unmaps, g.dma_live, g.client_opts, g.head != NULL,
+                g.raw_reads, g.dma_maps, g.dma_unmaps, g.dma_live, g.client_opts, g.clients_made,
+                g.head != NULL,
                 g.violations ? g.first_violation : "none");
         fclose(f);
     }

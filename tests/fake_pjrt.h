@@ -92,6 +92,9 @@ typedef struct fp_state {
     int raw;                     /* CopyRawToHost: 1 implemented, 0 UNIMPLEMENTED */
     int dma;                     /* DmaMap/DmaUnmap: 0 missing, 1 work, 2 fail, 3 UNIMPLEMENTED */
     int cuda_devices;            /* devices of a cuda client */
+    int cpu_max;                 /* most devices a cpu client takes (cpu_device_count above it:
+                                    INVALID_ARGUMENT, as a plugin with a cap would answer) */
+    long clients_made;           /* clients created since the last reset */
     long dma_maps, dma_unmaps, dma_live;
     long delay_us;
     long fail_at, fail_nth;

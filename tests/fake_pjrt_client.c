@@ -44,7 +44,7 @@ PJRT_Error *fp_Client_Create(PJRT_Client_Create_Args *a)
         pthread_mutex_unlock(&g.mu);
         return e;
     }
-    if (n < 1 || n > FP_MAX_DEVICES)
+    if (n < 1 || n > FP_MAX_DEVICES || (g.kind == 0 && n > g.cpu_max))
         FP_FAIL(PJRT_Error_Code_INVALID_ARGUMENT, "fake_pjrt: %s", "bad device count");
     PJRT_Client *c = fp_new(sizeof *c, FP_CLIENT);
     c->n_devices = n;
@@ -53,6 +53,7 @@ PJRT_Error *fp_Client_Create(PJRT_Client_Create_Args *a)
         c->list[d] = &c->dev[d];
     }
     g.client_opts = g.kind + 1;
+    g.clients_made++;
     a->client = c;
     pthread_mutex_unlock(&g.mu);
     return NULL;

@@ -6,6 +6,7 @@
 #include "load_testutil.h"
 
 #include "load/convert.h"
+#include "load/read_step.h"
 
 #include <dlfcn.h>
 #include <sys/mman.h>
@@ -48,7 +49,8 @@ static void test_tp_layout_cuda(const sl_load_file *f, const sl_plan *p, unsigne
 
 /* cuda devices take every byte through staging: without --request, the budget is cut into about
  * --threads slots (requests of 4 to 16 MiB); an explicit request is kept. Converting on the way
- * takes a sixteenth of the budget (4 MiB of 64) for the ring of conversion pieces, and the slots
+ * takes a sixteenth of the budget (4 MiB of 64) for the ring of conversion pieces, more with
+ * enough helper threads (sl_rd_ring_for_helpers), and the slots
  * share the rest. Seen through the staging peak of an 80 MiB contiguous parameter: every slot is
  * busy at once, and each holds its chunk plus 8 KiB of alignment. */
 static void test_request_sizing(void)
@@ -67,6 +69,13 @@ static void test_request_sizing(void)
     sl_cuda_set_runtime(SL_FAKE_CUDART);
     setenv("FAKE_CUDA_GPUS", "1", 1);
     setenv("FAKE_CUDA_MEM", "1073741824", 1);
+    /* The ring follows the helper threads the load starts (up to 7, CPUs - 1 on smaller hosts;
+     * test_read_step checks sl_rd_ring_for_helpers' sizes), for f32 pieces. */
+    const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    const unsigned helpers = cpus > 8 ? 7 : cpus > 1 ? (unsigned)cpus - 1 : 0;
+    const uint64_t ring = sl_rd_ring_for_helpers(64 * mib, 4, helpers);
+    EXPECT(ring >= 4 * mib, "ring of %llu bytes", (unsigned long long)ring);
+    const uint64_t rest = 64 * mib - ring, auto_req = rest / 8;
     const struct {
         int to_f32;
         int32_t threads;
@@ -75,8 +84,9 @@ static void test_request_sizing(void)
         uint64_t want_ring;
     } cases[] = {{0, 8, 0, 8 * mib, 7, 0},           {0, 4, 0, 16 * mib, 3, 0},
                  {0, 16, 0, 4 * mib, 15, 0},         {0, 64, 0, 4 * mib, 15, 0},
-                 {0, 8, 16 * mib, 16 * mib, 3, 0},   {1, 8, 0, 60 * mib / 8, 7, 4 * mib},
-                 {1, 8, 16 * mib, 16 * mib, 3, 4 * mib}};
+                 {0, 8, 16 * mib, 16 * mib, 3, 0},
+                 {1, 8, 0, auto_req, (unsigned)(rest / (auto_req + 8192)), ring},
+                 {1, 8, 16 * mib, 16 * mib, (unsigned)(rest / (16 * mib + 8192)), ring}};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         sl_load_opts o;
         sl_load_opts_init(&o);
@@ -438,26 +448,32 @@ static unsigned char *float_file(const char *name, sl_dtype dt, uint64_t n, unsi
     return data;
 }
 
-/* Large conversions are shared with helper threads (sl_convert_rows on the engine's pool): an f32
+/* Large conversions are shared with helper threads (sl_convert_rows on the engine's pool): a
  * tensor of 1.2 M elements, whole on device 0 (one run, split by elements) and column-split on
- * device 1 (1200 rows of 512: on cuda, 1024 rows fill a 1 MiB ring piece, split by rows), into
- * bf16 and f16, on cpu and on the cuda stand-in, equal to the one-thread oracle byte for byte. */
+ * device 1 (1200 rows of 512, split by rows: on cuda, rows gathered into a ring piece), f32 into
+ * bf16 and f16 and bf16 into f32 (with enough helpers the ring's pieces are sized so that they
+ * share those too, sl_rd_ring_for_helpers), on cpu and on the cuda stand-in, equal to the one-thread oracle byte for
+ * byte. */
 static void test_convert_threads(void)
 {
     const uint64_t rows = 1200, cols = 1024;
-    char path[600];
-    sl_load_file f;
-    unsigned char *data = float_file("big.bin", SL_DTYPE_F32, rows * cols, 11, path, sizeof path, &f);
-    unsigned char *fd[1] = {data};
-    const sl_dtype dts[2] = {SL_DTYPE_BF16, SL_DTYPE_F16};
+    const struct {
+        sl_dtype src, dst;
+    } pairs[] = {{SL_DTYPE_F32, SL_DTYPE_BF16}, {SL_DTYPE_F32, SL_DTYPE_F16}, {SL_DTYPE_BF16, SL_DTYPE_F32}};
     sl_cuda_set_runtime(SL_FAKE_CUDART);
     setenv("FAKE_CUDA_GPUS", "2", 1);
-    for (int t = 0; t < 2; t++) {
-        sl_plan *p = tp_new(2, dts[t], 1);
+    for (size_t t = 0; t < sizeof pairs / sizeof pairs[0]; t++) {
+        const sl_dtype sdt = pairs[t].src;
+        const uint64_t es = sl_dtype_bits(sdt) / 8;
+        char path[600];
+        sl_load_file f;
+        unsigned char *data = float_file("big.bin", sdt, rows * cols, 11, path, sizeof path, &f);
+        unsigned char *fd[1] = {data};
+        sl_plan *p = tp_new(2, pairs[t].dst, 1);
         int64_t w = tp_param(p, 0, "whole", rows, cols);
-        tp_copy(p, 0, w, SL_DTYPE_F32, 0, 0, 0, 0, 0, 1, rows * cols);
+        tp_copy(p, 0, w, sdt, 0, 0, 0, 0, 0, 1, rows * cols);
         int64_t c = tp_param(p, 1, "columns", rows, cols / 2);
-        tp_copy(p, 1, c, SL_DTYPE_F32, 0, cols / 2 * 4, cols * 4, 0, cols / 2, rows, cols / 2);
+        tp_copy(p, 1, c, sdt, 0, cols / 2 * es, cols * es, 0, cols / 2, rows, cols / 2);
         for (int cuda = 0; cuda < 2; cuda++) {
             sl_load_opts o;
             sl_load_opts_init(&o);
@@ -465,16 +481,17 @@ static void test_convert_threads(void)
             sl_model *m = NULL;
             int skip = 0;
             sl_status st = run_load(&f, 1, p, &o, engines[0], &m, &skip);
-            EXPECT(st == SL_OK, "f32 -> %s on %s: %s", sl_dtype_name(dts[t]), o.device, sl_model_errmsg(m));
-            EXPECT(st != SL_OK || !compare_model(m, p, fd), "f32 -> %s on %s: contents",
-                   sl_dtype_name(dts[t]), o.device);
+            EXPECT(st == SL_OK, "%s -> %s on %s: %s", sl_dtype_name(sdt), sl_dtype_name(pairs[t].dst),
+                   o.device, sl_model_errmsg(m));
+            EXPECT(st != SL_OK || !compare_model(m, p, fd), "%s -> %s on %s: contents",
+                   sl_dtype_name(sdt), sl_dtype_name(pairs[t].dst), o.device);
             sl_model_free(m);
         }
         tp_free(p);
+        free(data);
+        unlink(path);
     }
     unsetenv("FAKE_CUDA_GPUS");
-    free(data);
-    unlink(path);
 }
 
 /* Conversions on the GPU (opts.cuda_convert): a bf16 tensor into f32 on the stand-in, whole and

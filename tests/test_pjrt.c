@@ -343,6 +343,43 @@ static void test_second_mesh(void)
     expect_clean("second mesh");
 }
 
+/* A CPU plugin that refuses the mesh's device count (here: takes at most 4) makes clients of its
+ * default count (4): mesh devices 0-3 share one, 4-7 another, each on PJRT device d % 4 of it, so
+ * no two mesh devices share a PJRT device, with 2 clients for a mesh of 8 (there was one per mesh
+ * device: 8 full runtimes). The bytes are the cpu backend's. */
+static void test_refused_count(void)
+{
+    const run r = {"refused count", 8, 1, SL_LAYOUT_TP, -1, 0, 0};
+    fk_set("cpu_max", 4);
+    fk_set("reset", 0);
+    check_run(&r);
+    EXPECT(fk_get("clients_made") == 2, "a mesh of 8 on clients of 4: %lld clients made",
+           fk_get("clients_made"));
+    sl_plan *p = plan_of(&r);
+    sl_load_opts lo = opts_of(&r, "pjrt");
+    sl_model *m = NULL;
+    EXPECT(sl_load(g_ck, p, &lo, &m) == SL_OK, "load: %s", sl_model_errmsg(m));
+    for (int32_t d = 0; m && d < 8; d++) {
+        PJRT_Client *c = sl_model_pjrt_client(m, d);
+        EXPECT(c && client_devices(c) == 4, "device %d: a client of %zu devices", d, client_devices(c));
+        EXPECT(c == sl_model_pjrt_client(m, d / 4 * 4), "device %d: its group's client", d);
+        EXPECT(d < 4 || c != sl_model_pjrt_client(m, 0), "device %d: not the first group's client", d);
+    }
+    sl_model_free(m);
+    /* past 16 clients of 4 (a mesh of 65): refused at the first client, in one line */
+    const run big = {"mesh of 65", 65, 1, SL_LAYOUT_SPMD, -1, 0, 0};
+    sl_plan *pb = plan_of(&big);
+    sl_load_opts lb = opts_of(&big, "pjrt");
+    EXPECT(sl_load(g_ck, pb, &lb, &m) == SL_E_DEVICE &&
+               strstr(sl_model_errmsg(m), "a mesh of 65 devices on the CPU plugin, which makes 4"),
+           "a mesh of 65: %s", sl_model_errmsg(m));
+    sl_model_free(m);
+    sl_plan_free(pb);
+    sl_plan_free(p);
+    fk_set("cpu_max", 64);
+    expect_clean("refused count");
+}
+
 /* A client the caller made: the buffers go there, and it outlives the model. */
 static void test_given_client(void)
 {
@@ -837,6 +874,7 @@ int main(void)
     test_checksums();
     test_buffers();
     test_second_mesh();
+    test_refused_count();
     test_given_client();
     test_versions();
     test_stats();

@@ -9,6 +9,8 @@
 
 #include "load/read_step.h"
 
+#include "common/sl_bytes.h"
+
 #define MIB ((uint64_t)1 << 20)
 
 static uint64_t page_down(uint64_t o)
@@ -223,9 +225,37 @@ static void test_split_refused(void)
     split_close(&sf);
 }
 
+/* The ring of conversion pieces: sl_rd_ring_budget's share (a sixteenth of the budget, up to 4
+ * MiB: 1 MiB pieces, 256 Ki f32 elements, which sl_convert_rows keeps on one thread) unless enough
+ * helper threads convert; then pieces of 2 * CONVERT_PAR_MIN elements of the widest converted
+ * dtype, whole rows of which fill more than CONVERT_PAR_MIN, up to a quarter of the budget. */
+static void test_ring_for_helpers(void)
+{
+    const uint64_t budget = 64 * MIB, f32_piece = 2 * CONVERT_PAR_MIN * 4;
+    EXPECT(sl_rd_ring_budget(budget) / 4 / 4 < CONVERT_PAR_MIN, "the plain ring's f32 pieces are "
+           "split already; this test no longer says anything");
+    EXPECT(sl_rd_ring_for_helpers(budget, 4, 7) == 4 * f32_piece, "7 helpers, f32: %llu",
+           (unsigned long long)sl_rd_ring_for_helpers(budget, 4, 7));
+    EXPECT(sl_rd_ring_for_helpers(budget, 2, 7) == 4 * f32_piece / 2, "7 helpers, 16-bit: %llu",
+           (unsigned long long)sl_rd_ring_for_helpers(budget, 2, 7));
+    EXPECT(sl_rd_ring_for_helpers(16 * MIB, 4, 7) == 4 * MIB, "a quarter of 16 MiB: %llu",
+           (unsigned long long)sl_rd_ring_for_helpers(16 * MIB, 4, 7));
+    for (uint64_t b = MIB; b <= 1024 * MIB; b *= 4) {
+        EXPECT(sl_rd_ring_for_helpers(b, 4, 1) == sl_rd_ring_budget(b), "1 helper (2 CPUs), "
+               "budget %llu: the plain ring", (unsigned long long)b);
+        EXPECT(sl_rd_ring_for_helpers(b, 0, 7) == sl_rd_ring_budget(b), "nothing converted, "
+               "budget %llu: the plain ring", (unsigned long long)b);
+        EXPECT(sl_rd_ring_for_helpers(b, 4, 7) >= sl_rd_ring_budget(b) &&
+                   sl_rd_ring_for_helpers(b, 4, 7) <= sl_max_u64(b / 4, sl_rd_ring_budget(b)),
+               "budget %llu: ring %llu", (unsigned long long)b,
+               (unsigned long long)sl_rd_ring_for_helpers(b, 4, 7));
+    }
+}
+
 int main(void)
 {
     tu_load_begin("read_step");
+    test_ring_for_helpers();
     test_split();
     test_split_refused();
     return tu_load_end();

@@ -60,7 +60,8 @@ typedef struct cuda_dev {
     char staging_mem[160];         /* how the staging reached the GPU: "page-locked" or "plain (why)" */
     cudaEvent_t marks[SL_DEVICE_MAX_MARKS]; /* created on first use; NULL: never marked */
     /* conversions on the GPU (opts.cuda_convert): the 16-bit bytes go to scratch, a kernel writes
-     * the f32 values where they belong; scratch lives from the first conversion to the unpin */
+     * the f32 values where they belong; scratch lives from the first converts() (the engine asks
+     * while it sizes its staging) to the unpin */
     int convert_opt;               /* opts.cuda_convert */
     int convert_state;             /* 0: not tried yet, 1: ready, -1: the host converts (why) */
     cudaKernel_t k_bf16, k_f16;

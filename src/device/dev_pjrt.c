@@ -5,9 +5,10 @@
  * assembled, streamed) are described in dev_pjrt.h; the transfers are in dev_pjrt_xfer.c.
  *
  * Open loads and checks the plugin; layout() (before alloc) gets the client every mesh device of
- * the process shares (made with cpu_device_count = the mesh size on the CPU plugin), picks PJRT
- * device (mesh index % addressable devices) and takes the parameters; alloc() makes the buffers of
- * empty parameters. The async part: writes from the pinned staging block may still be read by
+ * the process shares (made with cpu_device_count = the mesh size on the CPU plugin; where the
+ * plugin refuses that count, each run of its default count of mesh devices shares one:
+ * pj_client_acquire), picks PJRT device (mesh index % addressable devices) and takes the
+ * parameters; alloc() makes the buffers of empty parameters. The async part: writes from the pinned staging block may still be read by
  * the plugin after they return (their events are pending); mark() files the pending events under
  * a tag, wait_mark() and fence() wait for them, so the engine refills a slot only after the
  * plugin is done with it. Host memory of the backend itself: the assembly blocks, within the
@@ -310,7 +311,7 @@ static sl_status pjrt_layout(void *ctx, const sl_device_layout *l, sl_err *err)
     pjrt_dev *d = ctx;
     SL_CHECK(!d->laid_out, err, SL_E_INVALID_ARG, "%s: layout given twice", d->ctx);
     const int32_t mesh = l->n_mesh > d->index ? l->n_mesh : d->index + 1;
-    SL_TRY(pj_client_acquire(d->api, d->given, mesh, &d->client, err));
+    SL_TRY(pj_client_acquire(d->api, d->given, mesh, d->index, &d->client, err));
     d->device = d->client->devices[(size_t)d->index % d->client->n_devices];
     d->streaming = pj_api_has_streaming(d->api);
     d->raw = pj_api_has_raw_read(d->api);

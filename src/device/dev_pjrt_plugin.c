@@ -398,12 +398,27 @@ static int pj_client_fits(const pj_client *c, int32_t cpu_devices)
     return strcmp(c->platform, "cpu") != 0 || cpu_devices <= 0 || c->n_devices >= (size_t)cpu_devices;
 }
 
+/* Whether an owned client serves mesh device `index` of a mesh of cpu_devices: one that fits
+ * the mesh serves every index; a CPU client of fewer devices (the plugin refused the count) serves
+ * the n_devices consecutive mesh indices of its group, index / n_devices, each on its device
+ * index % n_devices: the device a client per mesh device would have given it, and no two mesh
+ * devices on one PJRT device (as one client of n_devices would wrap them), with a client per
+ * n_devices mesh devices instead of one per mesh device. */
+static int pj_client_serves(const pj_client *c, int32_t cpu_devices, int32_t index)
+{
+    if (pj_client_fits(c, cpu_devices))
+        return 1;
+    return c->group >= 0 && index >= 0 && (size_t)index / c->n_devices == (size_t)c->group;
+}
+
 /* Caller holds g_pj.lock. */
-static pj_client *pj_client_find(const PJRT_Api *api, PJRT_Client *given, int32_t cpu_devices)
+static pj_client *pj_client_find(const PJRT_Api *api, PJRT_Client *given, int32_t cpu_devices,
+                                 int32_t index)
 {
     for (int i = 0; i < PJ_MAX_CLIENTS; i++) {
         pj_client *c = g_pj.clients[i];
-        if (c && c->api == api && (given ? c->client == given : c->owned && pj_client_fits(c, cpu_devices)))
+        if (c && c->api == api &&
+            (given ? c->client == given : c->owned && pj_client_serves(c, cpu_devices, index)))
             return c;
     }
     return NULL;
@@ -411,7 +426,7 @@ static pj_client *pj_client_find(const PJRT_Api *api, PJRT_Client *given, int32_
 
 /* Caller holds g_pj.lock. A new entry for `given` or a new client; registered on success. */
 static sl_status pj_client_new(const PJRT_Api *api, PJRT_Client *given, int32_t cpu_devices,
-                               pj_client **out, sl_err *err)
+                               int32_t index, pj_client **out, sl_err *err)
 {
     int slot = -1;
     for (int i = 0; i < PJ_MAX_CLIENTS && slot < 0; i++)
@@ -424,18 +439,22 @@ static sl_status pj_client_new(const PJRT_Api *api, PJRT_Client *given, int32_t 
     c->api = api;
     c->client = given;
     c->owned = !given;
+    c->group = -1;
     sl_err refused = {0};
     sl_status st = given ? SL_OK : pj_client_create(api, cpu_devices, &c->client, &refused, err);
     if (st == SL_OK)
         st = pj_client_describe(c, err);
     /* A CPU client of fewer devices than the mesh (the plugin refused the count, or knows no such
-     * option) never fits: each mesh device makes a client of its own, which serves up to
-     * PJ_MAX_CLIENTS of them; past that the last ones failed with "more than 16 PJRT clients in
-     * use", after making and destroying 16. Said at the first. */
-    if (st == SL_OK && c->owned && !pj_client_fits(c, cpu_devices) && cpu_devices > PJ_MAX_CLIENTS)
+     * option) serves the mesh indices of its group (pj_client_serves): a mesh needs one per
+     * n_devices of its devices, up to PJ_MAX_CLIENTS; past that the last ones would fail with
+     * "more than 16 PJRT clients in use", after making and destroying 16. Said at the first. */
+    const int short_cpu = st == SL_OK && c->owned && !pj_client_fits(c, cpu_devices);
+    if (short_cpu && (size_t)cpu_devices > PJ_MAX_CLIENTS * c->n_devices)
         st = sl_err_set(err, SL_E_DEVICE, "device 'pjrt': a mesh of %d devices on the CPU plugin, which "
                         "makes %zu%s%s", (int)cpu_devices, c->n_devices, refused.msg ? "; " : "",
                         refused.msg ? refused.msg : "");
+    if (short_cpu && st == SL_OK)
+        c->group = index / (int32_t)c->n_devices;
     sl_err_clear(&refused);
     if (st != SL_OK) {
         if (c->owned && c->client)
@@ -450,15 +469,15 @@ static sl_status pj_client_new(const PJRT_Api *api, PJRT_Client *given, int32_t 
 }
 
 sl_status pj_client_acquire(const PJRT_Api *api, PJRT_Client *given, int32_t cpu_devices,
-                            pj_client **out, sl_err *err)
+                            int32_t index, pj_client **out, sl_err *err)
 {
     pthread_mutex_lock(&g_pj.lock);
-    pj_client *c = pj_client_find(api, given, cpu_devices);
+    pj_client *c = pj_client_find(api, given, cpu_devices, index);
     sl_status st = SL_OK;
     if (c)
         c->refs++;
     else
-        st = pj_client_new(api, given, cpu_devices, &c, err);
+        st = pj_client_new(api, given, cpu_devices, index, &c, err);
     pthread_mutex_unlock(&g_pj.lock);
     *out = st == SL_OK ? c : NULL;
     return st;

@@ -101,17 +101,21 @@ typedef struct pj_client {
     int refs;
     PJRT_Device *const *devices;        /* addressable devices, owned by the client */
     size_t n_devices;
+    int32_t group;                      /* a CPU client smaller than its mesh: the mesh indices
+                                           [group * n_devices, + n_devices) it serves; else -1 */
     char platform[32];                  /* "cpu", "cuda", "tpu", ... */
     pj_dma dma[PJ_MAX_DMA];             /* under the process lock */
 } pj_client;
 
-/* The client of api: `given` when not NULL, else the live client made for api (a CPU one only if
- * it has cpu_devices devices: it was made with the count of the mesh that asked first), else a new one
- * made with the options of the first plugin kind that accepts them: CPU (cpu_device_count =
- * cpu_devices), CUDA (preallocate false, allocator "bfc"), none (TPU and others); a plugin
- * refuses the keys it does not know with INVALID_ARGUMENT. Each acquire takes one reference. */
+/* The client of api for mesh device `index` of a mesh of cpu_devices: `given` when not NULL, else
+ * the live client made for api (a CPU one only if it has cpu_devices devices: it was made with the
+ * count of the mesh that asked first; or, where the plugin refused that count and made fewer, n,
+ * the one serving index / n: each n mesh devices share one), else a new one made with the options
+ * of the first plugin kind that accepts them: CPU (cpu_device_count = cpu_devices), CUDA
+ * (preallocate false, allocator "bfc"), none (TPU and others); a plugin refuses the keys it does
+ * not know with INVALID_ARGUMENT. Each acquire takes one reference. */
 sl_status pj_client_acquire(const PJRT_Api *api, PJRT_Client *given, int32_t cpu_devices,
-                            pj_client **out, sl_err *err);
+                            int32_t index, pj_client **out, sl_err *err);
 void pj_client_release(pj_client *c);
 
 /* Host memory handed to the client's runtime for DMA (on CUDA: cudaHostRegister), so that

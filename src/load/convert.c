@@ -197,14 +197,6 @@ void sl_convert(void *dst, sl_dtype dst_dt, const void *src, sl_dtype src_dt, si
 
 /* ---- several threads ------------------------------------------------------------------------ */
 
-/* Below this many elements a job stays on the calling thread. Measured on 2 cores, where helpers
- * share the CPUs with the kernel's read workers: at 256 Ki, the cuda ring's 1 MiB f32 pieces were
- * split and a bf16 -> f32 load on the timed stand-in went from 0.57 to 0.66 s; at 512 Ki they stay
- * whole (0.56 s) while 16-bit pieces, whose conversions are the slow ones, are split. */
-#ifndef CONVERT_PAR_MIN   /* bench/gpu_check.sh builds a variant with another, to measure it */
-#define CONVERT_PAR_MIN ((size_t)512 << 10)
-#endif
-
 typedef struct convert_job {
     unsigned char *dst;
     const unsigned char *src;

@@ -31,6 +31,15 @@ const char *sl_load_file_etag(const sl_load_file *f);
 
 typedef struct sl_model_dev sl_model_dev;
 
+/* --verify's manifest (opts.manifest_path): its text, read once per load (sl_load_job_plan) for
+ * the side files' check there and the files' digests and blocks in the read engine, which would
+ * otherwise each read it. */
+typedef struct sl_load_manifest {
+    const char *path;        /* NULL: no manifest */
+    char *text;              /* NUL-terminated; owned by the job */
+    size_t len;
+} sl_load_manifest;
+
 /* Opens and allocates mesh devices [first, first + count) of p as m->devs[0..count), setting
  * m->n_devices and m->first_device; what it opened is closed through the devices' ops. */
 typedef sl_status (*sl_open_devices_fn)(void *user, sl_model *m, const sl_plan *p, int32_t first,
@@ -55,6 +64,7 @@ typedef struct sl_load_job {
     sl_load_file *own_files;
     const sl_checkpoint *ck;        /* sl_load_job_files': its side files are checked against
                                        the manifest (rd_manifest_check_side) */
+    sl_load_manifest manifest;      /* read by sl_load_job_plan with opts.verify */
 } sl_load_job;
 
 /* An empty job with options o (NULL: the defaults). */
@@ -139,10 +149,11 @@ sl_status sl_load_dist_devices(const sl_checkpoint *ck, const sl_plan *p, const 
                                const sl_dist_opts *d, sl_open_devices_fn open, void *user,
                                sl_model **out);
 
-/* Reads the plan's COPY operations once from the files and scatters them into devs. */
+/* Reads the plan's COPY operations once from the files and scatters them into devs. man: the
+ * manifest o->verify checks against (NULL or man->path NULL: none). */
 sl_status sl_load_read(const sl_load_file *files, int64_t n_files, const sl_plan *p,
-                       const sl_model_dev *devs, const sl_load_opts *o, sl_load_stats *stats,
-                       sl_err *err);
+                       const sl_model_dev *devs, const sl_load_opts *o, const sl_load_manifest *man,
+                       sl_load_stats *stats, sl_err *err);
 
 /* Writes the plan's ZERO operations (padding) into devs[d] for every device d, or those local[d]
  * flags (local NULL: all). With `written` 0 the devices' memory holds nothing yet, so a device

@@ -219,17 +219,33 @@ static void dest_name(const dest_block *b, char *out, size_t len)
         snprintf(out, len, "device %d's buffer (dest)", b->device);
 }
 
-/* The caller's blocks of these devices, each checked against the next by address: two that
- * share memory (one tensor under two names, overlapping views) would each get the other's bytes
- * over part of theirs, and the load would succeed with wrong weights. */
-static sl_status check_dest_overlap(const sl_plan *p, int32_t first, int32_t count,
+/* The plan's devices among [first, first + count) that write the caller's memory (dest,
+ * param_dest), the only ones both checks below look at: *sel (count + 1 entries, freed by the
+ * caller) holds their plan indices, *n how many. */
+static sl_status select_dest_devices(const sl_plan *p, int32_t first, int32_t count,
+                                     const sl_load_opts *o, int32_t **sel, int32_t *n, sl_err *err)
+{
+    *n = 0;
+    *sel = calloc((size_t)count + 1, sizeof **sel);
+    if (!*sel)
+        return sl_err_set(err, SL_E_NOMEM, "out of memory");
+    for (int32_t d = first; d < first + count; d++)
+        if (has_param_dest(o, p->devices[d].index) || sl_device_dest(o, p->devices[d].index))
+            (*sel)[(*n)++] = d;
+    return SL_OK;
+}
+
+/* The caller's blocks of the selected devices, each checked against the next by address: two
+ * that share memory (one tensor under two names, overlapping views) would each get the other's
+ * bytes over part of theirs, and the load would succeed with wrong weights. */
+static sl_status check_dest_overlap(const sl_plan *p, const int32_t *sel, int32_t n_sel,
                                     const sl_load_opts *o, sl_err *err)
 {
     size_t n = 0, cap = 0;
     dest_block *v = NULL;
     sl_status st = SL_OK;
-    for (int32_t i = 0; i < count && st == SL_OK; i++) {
-        const sl_plan_device *pd = &p->devices[first + i];
+    for (int32_t i = 0; i < n_sel && st == SL_OK; i++) {
+        const sl_plan_device *pd = &p->devices[sel[i]];
         void *const *ptr = has_param_dest(o, pd->index) ? o->param_dest[pd->index] : NULL;
         void *whole = sl_device_dest(o, pd->index);
         for (int64_t k = 0; k < (ptr ? pd->n_params : (whole ? 1 : 0)) && st == SL_OK; k++) {
@@ -263,24 +279,20 @@ static sl_status check_dest_overlap(const sl_plan *p, int32_t first, int32_t cou
     return st;
 }
 
-/* The caller's host memory a device writes (dest, param_dest), checked writable: a tensor over a
+/* The caller's host memory the selected devices write, checked writable: a tensor over a
  * read-only mapping (torch.from_numpy of a read-only memmap) would kill the process at the first
  * byte copied into it. Memory of other devices (a GPU's) is left to their backends. */
-static sl_status check_dest_writable(const sl_model *m, const sl_plan *p, int32_t first,
-                                     const sl_load_opts *o, sl_err *err)
+static sl_status check_dest_writable(const sl_model *m, const sl_plan *p, const int32_t *sel,
+                                     int32_t n_sel, sl_err *err)
 {
     sl_vm_maps vm = {0};
-    int listed = 0;
-    sl_status st = SL_OK;
-    for (int32_t i = 0; i < m->n_devices && st == SL_OK; i++) {
-        const sl_plan_device *pd = &p->devices[first + i];
-        if (!has_param_dest(o, pd->index) && !sl_device_dest(o, pd->index))
-            continue;
-        if (!listed++ && (st = sl_vm_maps_read(&vm, err)) != SL_OK)
-            break;
+    sl_status st = n_sel > 0 ? sl_vm_maps_read(&vm, err) : SL_OK;
+    for (int32_t i = 0; i < n_sel && st == SL_OK; i++) {
+        const sl_plan_device *pd = &p->devices[sel[i]];
+        const sl_device *dev = &m->devs[sel[i] - m->first_device].dev;
         for (int64_t k = 0; k < pd->n_params && st == SL_OK; k++) {
             const sl_plan_param_t *q = &pd->params[k];
-            const void *h = q->nbytes ? sl_device_host_at(&m->devs[i].dev, q->offset, q->nbytes) : NULL;
+            const void *h = q->nbytes ? sl_device_host_at(dev, q->offset, q->nbytes) : NULL;
             if (!h || sl_vm_writable(&vm, h, q->nbytes))
                 continue;
             char nb[SL_TEXT_NAME];
@@ -297,15 +309,22 @@ static sl_status check_dest_writable(const sl_model *m, const sl_plan *p, int32_
 static sl_status open_devices(sl_model *m, const sl_plan *p, int32_t first, int32_t count,
                               const sl_load_opts *o)
 {
-    SL_TRY(check_dest_overlap(p, first, count, o, &m->err));
-    m->devs = calloc((size_t)count + 1, sizeof *m->devs);
-    if (!m->devs)
-        return sl_err_set(&m->err, SL_E_NOMEM, "out of memory");
-    m->n_devices = count;
-    m->first_device = first;
-    for (int32_t i = 0; i < count; i++)
-        SL_TRY(open_device(&m->devs[i], p, first + i, o, &m->err));
-    return check_dest_writable(m, p, first, o, &m->err);
+    int32_t *sel = NULL, n_sel = 0;
+    sl_status st = select_dest_devices(p, first, count, o, &sel, &n_sel, &m->err);
+    if (st == SL_OK)
+        st = check_dest_overlap(p, sel, n_sel, o, &m->err);
+    if (st == SL_OK && !(m->devs = calloc((size_t)count + 1, sizeof *m->devs)))
+        st = sl_err_set(&m->err, SL_E_NOMEM, "out of memory");
+    if (st == SL_OK) {
+        m->n_devices = count;
+        m->first_device = first;
+    }
+    for (int32_t i = 0; i < count && st == SL_OK; i++)
+        st = open_device(&m->devs[i], p, first + i, o, &m->err);
+    if (st == SL_OK)
+        st = check_dest_writable(m, p, sel, n_sel, &m->err);
+    free(sel);
+    return st;
 }
 
 /* Timed apart from the reads: for cuda it includes the runtime's and the context's start-up, a

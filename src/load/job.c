@@ -11,6 +11,7 @@
 #include "plan/plan_data.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 void sl_load_job_init(sl_load_job *j, const sl_load_opts *o)
 {
@@ -54,6 +55,28 @@ void sl_load_job_use_files(sl_load_job *j, const sl_load_file *files, int64_t n_
         j->checkpoint_bytes += files[i].size;
 }
 
+/* --verify's manifest, read once: its side files checked here (a checkpoint's), its digests and
+ * blocks read from the same text by the read engine. A job planned again with the same manifest
+ * (sl_reshard checks its job before it touches OUTDIR, then runs it) keeps what it read. */
+static sl_status job_read_manifest(sl_load_job *j, sl_err *err)
+{
+    sl_load_manifest *m = &j->manifest;
+    if (m->text && j->opts.verify && j->opts.manifest_path && !strcmp(m->path, j->opts.manifest_path))
+        return SL_OK;
+    free(m->text);
+    *m = (sl_load_manifest){0};
+    if (!j->opts.verify || !j->opts.manifest_path)
+        return SL_OK;
+    SL_TRY(rd_manifest_load(j->opts.manifest_path, &m->text, &m->len, err));
+    m->path = j->opts.manifest_path;
+    const sl_status st = j->ck ? rd_manifest_check_side(j->ck, m->path, m->text, m->len, err) : SL_OK;
+    if (st != SL_OK) {   /* kept only once checked: a job planned again checks again */
+        free(m->text);
+        *m = (sl_load_manifest){0};
+    }
+    return st;
+}
+
 sl_status sl_load_job_plan(sl_load_job *j, const sl_plan *p, sl_err *err)
 {
     j->plan = p;
@@ -71,8 +94,7 @@ sl_status sl_load_job_plan(sl_load_job *j, const sl_plan *p, sl_err *err)
     SL_CHECK(!j->opts.gpus || j->opts.n_gpus <= p->n_devices, err, SL_E_INVALID_ARG,
              "--gpus lists %d GPUs for a mesh of %d devices (one per mesh device)",
              (int)j->opts.n_gpus, (int)p->n_devices);
-    if (j->opts.verify && j->opts.manifest_path && j->ck)
-        SL_TRY(rd_manifest_check_side(j->ck, j->opts.manifest_path, err));
+    SL_TRY(job_read_manifest(j, err));
     return sl_load_check_plan(p, j->files, j->n_files, j->opts.dummy, err);
 }
 
@@ -131,12 +153,15 @@ sl_status sl_load_job_fill(const sl_load_job *j, const sl_model_dev *devs, sl_lo
                            sl_err *err)
 {
     return j->opts.dummy ? sl_load_dummy(j->view, devs, &j->opts, stats, err)
-                         : sl_load_read(j->files, j->n_files, j->view, devs, &j->opts, stats, err);
+                         : sl_load_read(j->files, j->n_files, j->view, devs, &j->opts, &j->manifest,
+                                        stats, err);
 }
 
 void sl_load_job_free(sl_load_job *j)
 {
     free(j->own_files);
+    free(j->manifest.text);
+    j->manifest = (sl_load_manifest){0};
     if (j->view)
         free(j->view->devices);
     free(j->view);

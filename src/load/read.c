@@ -15,11 +15,11 @@ static sl_status rd_run(rd_ctx *x)
 }
 
 sl_status sl_load_read(const sl_load_file *files, int64_t n_files, const sl_plan *p,
-                       const sl_model_dev *devs, const sl_load_opts *o, sl_load_stats *stats,
-                       sl_err *err)
+                       const sl_model_dev *devs, const sl_load_opts *o, const sl_load_manifest *man,
+                       sl_load_stats *stats, sl_err *err)
 {
     const rd_config c = {.files = files, .n_files = n_files, .p = p, .devs = devs, .o = o,
-                         .err = err, .direct_reads = 1, .size_for_devices = 1, .slot_marks = 1,
+                         .manifest = man, .err = err, .direct_reads = 1, .size_for_devices = 1, .slot_marks = 1,
                          .verify = o->verify, .pack = 1};
     rd_ctx x;
     sl_status st = rd_setup(&x, &c);

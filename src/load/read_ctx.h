@@ -37,7 +37,7 @@
 #define RD_BOUNCE ((size_t)256 << 10)      /* conversion buffer, synchronous copies (no marks) */
 #define RD_RING 4u                          /* pieces of the conversion ring in flight (cuda) */
 #define RD_RING_MIN ((uint64_t)64 << 10)    /* the ring: a sixteenth of the budget, within these */
-#ifndef RD_RING_MAX       /* bench/gpu_check.sh builds a variant with another, to measure it */
+#ifndef RD_RING_MAX       /* definable at build time, to measure another */
 #define RD_RING_MAX ((uint64_t)4 << 20)
 #endif
 
@@ -196,6 +196,7 @@ typedef struct rd_config {
     const sl_model_dev *devs;     /* p->n_devices entries; only local ones are used */
     const unsigned char *local;   /* p->n_devices flags; NULL: all */
     const sl_load_opts *o;
+    const sl_load_manifest *manifest;   /* what verify checks against; NULL: none */
     sl_err *err;
     /* whole load: large exclusive operations go straight into host devices (read_chunks.h);
      * stepwise: never, since other ranks may need any chunk's bytes */
@@ -254,6 +255,9 @@ sl_status rd_scatter_chunk(rd_ctx *x, const rd_chunk *c, const unsigned char *da
 /* 1 when some local device that is not host memory receives converted elements; with
  * narrow_too, also narrow strided rows that SL_GATHER_ROWS asks to gather. */
 int rd_staged_work(const rd_ctx *x, int narrow_too);
+/* Helper threads a load's conversions get (0: none, the loading thread converts alone); the
+ * ring is sized for them (read_staging.c) before rd_start_pool starts them. */
+unsigned rd_pool_helpers(const rd_ctx *x);
 void rd_start_pool(rd_ctx *x);
 
 /* ---- pipeline (read_pipeline.c) -------------------------------------------------------------- */

@@ -354,7 +354,7 @@ static void rd_side_line(rd_side *sd, const char *line, size_t len)
     const char *name = NULL;
     size_t nlen = 0;
     if (!rd_sha_fields(line, len, want, &name, &nlen))
-        return;   /* not a sha256sum line: rd_manifest_read says so */
+        return;   /* not a sha256sum line: rd_manifest_parse says so */
     rd_last_part(&name, &nlen);
     for (int i = 0; i < RD_SIDE_N; i++) {
         if (nlen != strlen(side[i]) || memcmp(name, side[i], nlen) != 0)
@@ -397,21 +397,15 @@ static sl_status rd_side_check(const sl_checkpoint *ck, const char *manifest, co
                       hex, sd->hex[i][0], sd->n[i] > 1 ? " (or another of its lines)" : "");
 }
 
-sl_status rd_manifest_check_side(const sl_checkpoint *ck, const char *path, sl_err *err)
+sl_status rd_manifest_check_side(const sl_checkpoint *ck, const char *path, const char *text,
+                                 size_t len, sl_err *err)
 {
-    char *text = NULL;
-    size_t len = 0;
-    SL_TRY(sl_file_read_all(path, RD_MANIFEST_MAX, SL_E_INVALID_ARG, err, &text, &len));
     rd_side *sd = calloc(1, sizeof *sd);
-    if (!sd) {
-        free(text);
-        return sl_err_set(err, SL_E_NOMEM, "out of memory");
-    }
+    SL_CHECK(sd, err, SL_E_NOMEM, "out of memory");
     const char *at = text, *line = NULL;
     size_t l = 0;
     while (rd_next_line(&at, text + len, &line, &l))
         rd_side_line(sd, line, l);
-    free(text);
     sl_status st = SL_OK;
     for (int i = 0; i < RD_SIDE_N && st == SL_OK; i++)
         if (sd->n[i] > 0)
@@ -420,12 +414,7 @@ sl_status rd_manifest_check_side(const sl_checkpoint *ck, const char *path, sl_e
     return st;
 }
 
-sl_status rd_manifest_read(rd_vfile *files, int64_t n, const char *path, sl_err *err)
+sl_status rd_manifest_load(const char *path, char **text, size_t *len, sl_err *err)
 {
-    char *text = NULL;
-    size_t len = 0;
-    SL_TRY(sl_file_read_all(path, RD_MANIFEST_MAX, SL_E_INVALID_ARG, err, &text, &len));
-    const sl_status st = rd_manifest_parse(files, n, path, text, len, err);
-    free(text);
-    return st;
+    return sl_file_read_all(path, RD_MANIFEST_MAX, SL_E_INVALID_ARG, err, text, len);
 }

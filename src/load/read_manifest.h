@@ -12,7 +12,7 @@
 /* The JSON files of a folder that sl_write_manifest lists after its data files. */
 #define RD_SIDE_FILES {"config.json", "model.safetensors.index.json"}
 
-/* One checkpoint file as --verify sees it: what it must be (the manifest's, rd_manifest_read, or
+/* One checkpoint file as --verify sees it: what it must be (the manifest's, rd_manifest_parse, or
  * another digest source, read_verify.c) and the state of its hashing (read_verify.c). */
 typedef struct rd_vfile {
     const char *path;
@@ -28,21 +28,25 @@ typedef struct rd_vfile {
     uint64_t checked;    /* bytes hashed and found equal (under rd_verify.mu while threads run) */
 } rd_vfile;
 
-/* Reads the manifest at path into v[0..n), whose path and size are set: want and source from
- * sha256sum lines, block, header_end, blocks and n_blocks from block records (files matched by
- * their last path component, records of other files skipped). A malformed line is
- * SL_E_INVALID_ARG naming its number; a record whose size is not the file's SL_E_INTEGRITY (the
- * manifest is stale). */
-sl_status rd_manifest_read(rd_vfile *v, int64_t n, const char *path, sl_err *err);
-/* rd_manifest_read on the manifest's text [text, text + len) (no NUL needed), named path in
- * messages (fuzz/fuzz_manifest.c). The caller frees each v[i].blocks, also on failure. */
+/* The manifest's text, read once per load (sl_load_job_plan) for both of its uses below: *text
+ * is NUL-terminated, the caller frees it. Unreadable, not a regular file or over RD_MANIFEST_MAX:
+ * SL_E_INVALID_ARG naming path. */
+sl_status rd_manifest_load(const char *path, char **text, size_t *len, sl_err *err);
+/* Reads the manifest's text [text, text + len) (no NUL needed; path names it in messages) into
+ * v[0..n), whose path and size are set: want and source from sha256sum lines, block, header_end,
+ * blocks and n_blocks from block records (files matched by their last path component, records of
+ * other files skipped). A malformed line is SL_E_INVALID_ARG naming its number; a record whose
+ * size is not the file's SL_E_INTEGRITY (the manifest is stale). The caller frees each
+ * v[i].blocks, also on failure. */
 sl_status rd_manifest_parse(rd_vfile *v, int64_t n, const char *path, const char *text, size_t len,
                             sl_err *err);
-/* The folder's JSON files the manifest names (config.json, model.safetensors.index.json:
- * RD_SIDE_FILES), against their SHA-256 there: the config decides the layout a load gives a
- * folder's parts, which their own blocks do not cover. One that differs, or is gone, is
- * SL_E_INTEGRITY naming it; a manifest naming none (written before they were listed) checks none. */
-sl_status rd_manifest_check_side(const sl_checkpoint *ck, const char *path, sl_err *err);
+/* The folder's JSON files the manifest (its text, as rd_manifest_parse's) names (config.json,
+ * model.safetensors.index.json: RD_SIDE_FILES), against their SHA-256 there: the config decides
+ * the layout a load gives a folder's parts, which their own blocks do not cover. One that
+ * differs, or is gone, is SL_E_INTEGRITY naming it; a manifest naming none (written before they
+ * were listed) checks none. */
+sl_status rd_manifest_check_side(const sl_checkpoint *ck, const char *path, const char *text,
+                                 size_t len, sl_err *err);
 /* The last path component of path. */
 const char *rd_base(const char *path);
 

@@ -280,12 +280,18 @@ int rd_staged_work(const rd_ctx *x, int narrow_too)
  * threads too: up to 7, fewer on smaller hosts, started only when some local device receives
  * converted elements. Converting is the one CPU-bound step of a load: single-threaded, f32 ->
  * bf16 runs at ~2.7 G elements/s here (bench_convert), below the page cache and a PCIe 5 link. */
-void rd_start_pool(rd_ctx *x)
+unsigned rd_pool_helpers(const rd_ctx *x)
 {
     int converts = 0;
     for (int64_t i = 0; i < x->ops.n && !converts; i++)
         converts = x->ops.v[i].op->src_dtype != x->ops.v[i].ddt && rd_local(x, x->ops.v[i].dev);
     const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    if (converts && cpus > 1)
-        x->pool = sl_pool_new((unsigned)(cpus > 8 ? 7 : cpus - 1));
+    return converts && cpus > 1 ? (unsigned)(cpus > 8 ? 7 : cpus - 1) : 0;
+}
+
+void rd_start_pool(rd_ctx *x)
+{
+    const unsigned helpers = rd_pool_helpers(x);
+    if (helpers)
+        x->pool = sl_pool_new(helpers);
 }

@@ -178,7 +178,7 @@ sl_status rd_setup(rd_ctx *x, const rd_config *c)
     SL_TRY(rd_files_init(&x->files, c->files, c->n_files, x->err));
     SL_TRY(rd_ops_build(x->p, c->n_files, &x->ops, x->err));
     if (c->verify) {
-        SL_TRY(rd_verify_new(c->files, c->n_files, x->o->manifest_path, &x->verify, x->err));
+        SL_TRY(rd_verify_new(c->files, c->n_files, c->manifest, &x->verify, x->err));
         if (!rd_verify_by_blocks(x->verify))   /* every file, whole, is read: unused ones too */
             memset(x->ops.used, 1, (size_t)c->n_files);
     }

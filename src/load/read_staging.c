@@ -2,6 +2,7 @@
  * size, the number and size of the staging slots, the conversion ring for devices that copy
  * asynchronously, and the staging block itself (populated once, page-locked for such devices).
  * docs/engine.md "Fixed staging" and "Slots follow CPUs". */
+#include "load/convert.h"
 #include "load/read_ctx.h"
 #include "load/read_step.h"
 
@@ -83,6 +84,54 @@ void rd_plan_ring(rd_ctx *x, uint64_t max_bytes)
     x->bounce_bytes = max_bytes / unit * unit;
 }
 
+/* 1 when the host converts op r's elements for its device: the device does not convert them
+ * itself (sl_device_converts: cuda's kernels, opts.cuda_convert), or its destination rows lie
+ * apart, which rows gathered unconverted cannot serve (read_scatter.c's rd_gather_rows). Asking
+ * the device sets its conversions up now rather than at the first chunk. */
+static int rd_host_converts(const rd_ctx *x, const rd_op *r)
+{
+    const sl_op *op = r->op;
+    if (op->src_dtype == r->ddt)
+        return 0;
+    if (op->rows > 1 && op->dst_stride != op->row_elems * r->dsize)
+        return 1;
+    return !sl_device_converts(&x->devs[r->dev].dev, op->dst_offset, r->ddt, op->src_dtype);
+}
+
+/* The widest element that the host converts for a local device that is not host memory (a ring
+ * piece holds converted elements), in bytes; 0 when there is none. */
+static uint64_t rd_staged_width(const rd_ctx *x)
+{
+    uint64_t w = 0;
+    for (int64_t i = 0; i < x->ops.n; i++) {
+        const rd_op *r = &x->ops.v[i];
+        if (!r->host_dst && rd_local(x, r->dev) && rd_host_converts(x, r))
+            w = sl_max_u64(w, r->dsize);
+    }
+    return w;
+}
+
+/* Helper threads from which the ring grows for them (sl_rd_ring_for_helpers). On 2 cores (one
+ * helper, sharing the CPUs with the kernel's read workers) the grown ring's split pieces made a
+ * bf16 -> f32 load of tinyllama-1.1b on the timed stand-in (FAKE_CUDA_GBPS=64) slower: 0.278 ->
+ * 0.434 s, medians of 10 interleaved runs. */
+#ifndef RD_RING_POOL_HELPERS   /* bench/gpu_check.sh builds a variant without the growth */
+#define RD_RING_POOL_HELPERS 3u
+#endif
+
+/* sl_convert_rows splits a job from CONVERT_PAR_MIN elements, and whole rows gathered into a
+ * piece fill more than half of it: pieces of 2 * CONVERT_PAR_MIN elements are always split. With
+ * sl_rd_ring_budget's 4 MiB, a 1 MiB piece holds 256 Ki f32 elements, so a bf16 -> f32 load onto
+ * GPUs converted every piece on one thread (5.5 GB/s on the H200, against 44 unconverted). */
+uint64_t sl_rd_ring_for_helpers(uint64_t staging, uint64_t width, unsigned helpers)
+{
+    const uint64_t ring = sl_rd_ring_budget(staging);
+    if (!width || helpers < RD_RING_POOL_HELPERS)
+        return ring;
+    const uint64_t want = (uint64_t)RD_RING * 2 * CONVERT_PAR_MIN * width;
+    return sl_max_u64(ring, sl_min_u64(want, staging / 4));
+}
+
 /* Devices that are not host memory (cuda) take every byte through staging, and from the page
  * cache each slot's read is one CPU copy: the number of slots in flight, not their size, sets the
  * pace. Unless a request size was asked for, such loads cut the budget into about as many slots
@@ -99,7 +148,7 @@ void rd_size_for_devices(rd_ctx *x)
     if (!staged)
         return;
     uint64_t budget = rd_staging_budget(x);
-    rd_plan_ring(x, sl_rd_ring_budget(budget));
+    rd_plan_ring(x, sl_rd_ring_for_helpers(budget, rd_staged_width(x), rd_pool_helpers(x)));
     if (!x->ring && rd_staged_work(x, 0))   /* the synchronous conversion buffer: a quarter */
         x->bounce_bytes = sl_max_u64(RD_ALIGN, sl_min_u64(RD_BOUNCE, budget / 4 / RD_ALIGN * RD_ALIGN));
     budget = budget > x->bounce_bytes ? budget - x->bounce_bytes : 0;

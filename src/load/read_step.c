@@ -23,7 +23,8 @@ sl_status sl_rd_open(const sl_rd_setup *s, sl_rd **out)
         return sl_err_set(s->err, SL_E_NOMEM, "out of memory");
     r->pending[0] = r->pending[1] = -1;
     const rd_config c = {.files = s->files, .n_files = s->n_files, .p = s->p, .devs = s->devs,
-                         .local = s->local, .o = s->o, .err = s->err, .ring_bytes = s->ring_bytes,
+                         .local = s->local, .o = s->o, .manifest = s->manifest, .err = s->err,
+                         .ring_bytes = s->ring_bytes,
                          .slot_bytes = s->slot_bytes, .n_slots = 2,
                          .extra_slots = s->extra_slots, .verify = s->o->verify, .split = 1};
     SL_TRY(rd_setup(&r->x, &c));

@@ -1,6 +1,6 @@
 /* read_step.h - the read-once engine (read_ctx.h) taken apart, for loads that do not run its
  * whole pipeline in one process (src/mpi/: several ranks share one chunk list). Defined in
- * read_step.c (sl_rd_ring_budget: read_staging.c).
+ * read_step.c (sl_rd_ring_budget, sl_rd_ring_for_helpers: read_staging.c).
  *
  * sl_rd_open builds the same chunk list as sl_load_read, from every device's COPY operations, so
  * every process that opens the same plan with the same options gets the same chunks. Reads go
@@ -30,6 +30,7 @@ typedef struct sl_rd_setup {
     const sl_load_opts *o;
     uint64_t slot_bytes;          /* most bytes the staging slot may take; 0: from o */
     unsigned extra_slots;         /* slots for the caller after the read slots (sl_rd_extra) */
+    const sl_load_manifest *manifest;   /* what o->verify checks against (the job's); NULL: none */
     uint64_t ring_bytes;          /* most bytes for the ring of conversion pieces (page-locked with
                                      the slots; used only when local devices copy asynchronously
                                      and elements are converted); 0: none */
@@ -39,6 +40,11 @@ typedef struct sl_rd_setup {
 /* The part of a staging budget that a load keeps for the ring of conversion pieces: a sixteenth,
  * 64 KiB to 4 MiB, at most a quarter. */
 uint64_t sl_rd_ring_budget(uint64_t staging);
+/* The ring's part when the host converts elements of up to width bytes (0: none) with helpers
+ * helper threads (read_scatter.c's pool): with enough of them, pieces large enough that the
+ * helpers share each full piece's conversion, up to a quarter of the budget; else
+ * sl_rd_ring_budget's. */
+uint64_t sl_rd_ring_for_helpers(uint64_t staging, uint64_t width, unsigned helpers);
 
 /* The least slot_bytes: one 4 KiB read with its O_DIRECT alignment and tail. */
 #define SL_RD_MIN_SLOT ((uint64_t)16 << 10)

@@ -156,9 +156,10 @@ static sl_status rd_store_digests(rd_verify *v, const sl_load_file *files, sl_er
     return st;
 }
 
-sl_status rd_verify_new(const sl_load_file *files, int64_t n, const char *manifest, rd_verify **out,
-                        sl_err *err)
+sl_status rd_verify_new(const sl_load_file *files, int64_t n, const sl_load_manifest *man,
+                        rd_verify **out, sl_err *err)
 {
+    const char *manifest = man ? man->path : NULL;
     *out = NULL;
     rd_verify *v = calloc(1, sizeof *v);
     if (v)
@@ -172,7 +173,7 @@ sl_status rd_verify_new(const sl_load_file *files, int64_t n, const char *manife
         v->v[i].path = files[i].path;
         v->v[i].size = files[i].size;
     }
-    sl_status st = manifest ? rd_manifest_read(v->v, n, manifest, err) : SL_OK;
+    sl_status st = manifest ? rd_manifest_parse(v->v, n, manifest, man->text, man->len, err) : SL_OK;
     if (st == SL_OK)
         st = rd_store_digests(v, files, err);
     if (st == SL_OK)

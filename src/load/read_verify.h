@@ -58,9 +58,9 @@ uint64_t rd_block_hash(const void *data, size_t n);
 /* What each of the n files must be: its blocks when the manifest has blocks for every file, else
  * its SHA-256 (SL_E_INVALID_ARG, naming the file, when none is known; SL_E_UNSUPPORTED without
  * SHA-256 in the build). A manifest whose size for a file is not the file's is SL_E_INTEGRITY
- * (stale). manifest: the manifest's path, or NULL. */
-sl_status rd_verify_new(const sl_load_file *files, int64_t n, const char *manifest, rd_verify **out,
-                        sl_err *err);
+ * (stale). manifest: the manifest read (NULL or its path NULL: none). */
+sl_status rd_verify_new(const sl_load_file *files, int64_t n, const sl_load_manifest *manifest,
+                        rd_verify **out, sl_err *err);
 /* 1: by blocks (block manifest); 0: whole files by SHA-256. */
 int rd_verify_by_blocks(const rd_verify *v);
 /* By blocks: file f's block size, and the end of its header (always read). */

@@ -389,7 +389,8 @@ static sl_status dist_coop_setup(dist_ctx *c)
     /* The receive slots live in the engine's staging block, so that devices that copy
      * asynchronously (cuda) copy received pieces from page-locked memory too. */
     const sl_rd_setup s = {.files = c->job->files, .n_files = c->job->n_files, .p = c->job->plan,
-                           .devs = c->all, .local = c->local, .o = o, .slot_bytes = budget,
+                           .devs = c->all, .local = c->local, .o = o,
+                           .manifest = &c->job->manifest, .slot_bytes = budget,
                            .extra_slots = (unsigned)(c->size - 1), .ring_bytes = ring, .err = err};
     SL_TRY(sl_rd_open(&s, &c->rd));
     c->slot = sl_rd_slot_bytes(c->rd);
