@@ -5,7 +5,8 @@
 # to a request whose SigV4 scope names another region). The open is done once more in the region S3
 # named, with a warning saying so, and loads the same bytes as the local folder; --s3-region with
 # the right region asks once. A bucket that S3 places elsewhere again after the retry fails in one
-# line naming that region and the options that set it: no third try.
+# line naming that region and the options that set it: no third try; so is a HEAD's 301 (no body,
+# the header only) after the open.
 # Usage: cli_s3_region.sh path/to/shardload
 set -u
 SL=${1:?usage: cli_s3_region.sh SHARDLOAD}
@@ -51,4 +52,14 @@ rc=$?
 one_line_error $rc "$T/err" "s3://ck/model.safetensors.index.json: the bucket is in region 'ap-south-1', not 'eu-west-1' (HTTP 301, PermanentRedirect, x-amz-bucket-region): give its region (--s3-region ap-south-1, Python's s3_region='ap-south-1', \$AWS_REGION, sl_load_opts.s3_region) (opened again in region 'eu-west-1', which S3 named when asked in 'us-east-1')" ||
     fail "moved bucket: rc $rc: $(cat "$T/err")"
 [ "$(wc -l <"$T/log" | tr -d ' ')" = 2 ] || fail "moved bucket: not two requests: $(cat "$T/log")"
+stop_servers
+SERVERS=()
+
+# after the open nothing is asked again: --verify's HEAD (the store's SHA-256), answered 301 with
+# the header and no body, as S3 answers a HEAD, is the one line naming the region from the header
+start_http "$W" --bucket-region eu-west-1 --region-head-only --log "$T/log"
+timeout 60 "$SL" load s3://ck/ --s3-endpoint "$HTTP" --tp 2 --verify >/dev/null 2>"$T/err"
+rc=$?
+one_line_error $rc "$T/err" "s3://ck/model-0000[1-6]-of-00006.safetensors: the bucket is in region 'eu-west-1', not 'us-east-1' (HTTP 301, x-amz-bucket-region): give its region (--s3-region eu-west-1, Python's s3_region='eu-west-1', \$AWS_REGION, sl_load_opts.s3_region)$" ||
+    fail "HEAD: rc $rc: $(cat "$T/err")"
 finish

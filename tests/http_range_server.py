@@ -7,7 +7,8 @@ If-Match (412 when it no longer matches) and 404s. Paths are percent-decoded. No
 Usage: http_range_server.py ROOT PORTFILE [--log FILE] [--deny SUBSTRING] [--no-if-match]
                            [--long-etag] [--weak-etag] [--no-validators] [--require-query Q]
                            [--content-encoding VALUE] [--redirect URL]
-                           [--bucket-region REGION[,REGION...] [--region-answer 301|400|400-body]]
+                           [--bucket-region REGION[,REGION...] [--region-answer 301|400|400-body]
+                            [--region-head-only]]
                            [--tls CERT KEY --tls-log FILE]
 Binds 127.0.0.1 on a free port and writes the port to PORTFILE once it accepts connections.
 --log appends one line per GET: "<path> <status> <body bytes> <first byte asked for, or ->". --deny answers 403 (with an S3-like
@@ -29,7 +30,8 @@ header and no body); --region-answer 400 answers 400 AuthorizationHeaderMalforme
 body naming <Region>REGION</Region> and the header beside it; 400-body the same without the
 header. A request signed for REGION is served as usual. With several regions the bucket moves:
 each wrong-region answer names the next one (a client that asks again in the region named is
-told of another), the last staying.
+told of another), the last staying. --region-head-only answers so to HEADs only (the GETs of a
+load are served: a HEAD after the open meets the bucket elsewhere).
 --tls serves https with the PEM certificate (chain) CERT and its key KEY, the handshake on the
 connection's own thread (a client that rejects the certificate stops no one else); --tls-log
 appends "ok" or "failed <reason>" per handshake, so a test can count a client's attempts.
@@ -62,6 +64,7 @@ ENCODING = None
 REDIRECT = None
 BUCKET_REGION = None   # the regions of --bucket-region; the first is the bucket's until it moves
 REGION_ANSWER = "301"
+REGION_HEAD_ONLY = False
 
 
 def etag_of(st):
@@ -130,7 +133,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         rel = urllib.parse.unquote(rel.lstrip("/"), errors="surrogateescape")
         if REDIRECT:
             return self._send(302, b"", [("Location", REDIRECT)])
-        if BUCKET_REGION and self._signed_region() != BUCKET_REGION[0]:
+        if BUCKET_REGION and self._signed_region() != BUCKET_REGION[0] and \
+                (self.command == "HEAD" or not REGION_HEAD_ONLY):
             return self._wrong_region(rel)
         if QUERY is not None and query != QUERY:
             return self._send(403, b"<Error><Code>AuthenticationFailed</Code></Error>")
@@ -220,7 +224,7 @@ def _values(args, name, n=1):
 
 def main():
     global ROOT, LOG, DENY, IF_MATCH, TLS, TLS_LOG, LONG_ETAG, WEAK_ETAG, VALIDATORS, QUERY, ENCODING, REDIRECT
-    global BUCKET_REGION, REGION_ANSWER
+    global BUCKET_REGION, REGION_ANSWER, REGION_HEAD_ONLY
     args = sys.argv[1:]
     tls = _values(args, "--tls", 2)
     if tls:
@@ -238,6 +242,7 @@ def main():
     regions = (_values(args, "--bucket-region") or [None])[0]
     BUCKET_REGION = regions.split(",") if regions else None
     REGION_ANSWER = (_values(args, "--region-answer") or ["301"])[0]
+    REGION_HEAD_ONLY = _flag(args, "--region-head-only")
     DENY = (_values(args, "--deny") or [None])[0]
     LOG = (_values(args, "--log") or [None])[0]
     ROOT, portfile = args
