@@ -6,7 +6,7 @@
 # named, with a warning saying so, and loads the same bytes as the local folder; --s3-region with
 # the right region asks once. A bucket that S3 places elsewhere again after the retry fails in one
 # line naming that region and the options that set it: no third try; so is a HEAD's 301 (no body,
-# the header only) after the open.
+# the header only) after the open, and an IllegalLocationConstraintException, which names none.
 # Usage: cli_s3_region.sh path/to/shardload
 set -u
 SL=${1:?usage: cli_s3_region.sh SHARDLOAD}
@@ -52,6 +52,18 @@ rc=$?
 one_line_error $rc "$T/err" "s3://ck/model.safetensors.index.json: the bucket is in region 'ap-south-1', not 'eu-west-1' (HTTP 301, PermanentRedirect, x-amz-bucket-region): give its region (--s3-region ap-south-1, Python's s3_region='ap-south-1', \$AWS_REGION, sl_load_opts.s3_region) (opened again in region 'eu-west-1', which S3 named when asked in 'us-east-1')" ||
     fail "moved bucket: rc $rc: $(cat "$T/err")"
 [ "$(wc -l <"$T/log" | tr -d ' ')" = 2 ] || fail "moved bucket: not two requests: $(cat "$T/log")"
+stop_servers
+SERVERS=()
+
+# a wrong-region answer that names no region (400 IllegalLocationConstraintException): nothing to
+# open again in, one request, and the line says to give the region
+rm -f "$T/log"
+start_http "$W" --bucket-region af-south-1 --region-answer 400-none --log "$T/log"
+timeout 60 "$SL" load s3://ck/ --s3-endpoint "$HTTP" --tp 2 >/dev/null 2>"$T/err"
+rc=$?
+one_line_error $rc "$T/err" "s3://ck/model.safetensors.index.json: the bucket is not in region 'us-east-1' (HTTP 400, IllegalLocationConstraintException; S3 named no region): give its region (--s3-region REGION, Python's s3_region=, \$AWS_REGION, sl_load_opts.s3_region)$" ||
+    fail "no region named: rc $rc: $(cat "$T/err")"
+[ "$(wc -l <"$T/log" | tr -d ' ')" = 1 ] || fail "no region named: not one request: $(cat "$T/log")"
 stop_servers
 SERVERS=()
 

@@ -7,7 +7,7 @@ If-Match (412 when it no longer matches) and 404s. Paths are percent-decoded. No
 Usage: http_range_server.py ROOT PORTFILE [--log FILE] [--deny SUBSTRING] [--no-if-match]
                            [--long-etag] [--weak-etag] [--no-validators] [--require-query Q]
                            [--content-encoding VALUE] [--redirect URL]
-                           [--bucket-region REGION[,REGION...] [--region-answer 301|400|400-body]
+                           [--bucket-region REGION[,REGION...] [--region-answer 301|400|400-body|400-none]
                             [--region-head-only]]
                            [--tls CERT KEY --tls-log FILE]
 Binds 127.0.0.1 on a free port and writes the port to PORTFILE once it accepts connections.
@@ -28,7 +28,8 @@ unsigned request names none, so is answered so too): 301 PermanentRedirect with 
 naming the regional <Endpoint> and the header x-amz-bucket-region: REGION (a HEAD's 301 has the
 header and no body); --region-answer 400 answers 400 AuthorizationHeaderMalformed instead, its
 body naming <Region>REGION</Region> and the header beside it; 400-body the same without the
-header. A request signed for REGION is served as usual. With several regions the bucket moves:
+header; 400-none answers 400 IllegalLocationConstraintException, which names no region (as S3 does
+for regions opened since 2019). A request signed for REGION is served as usual. With several regions the bucket moves:
 each wrong-region answer names the next one (a client that asks again in the region named is
 told of another), the last staying. --region-head-only answers so to HEADs only (the GETs of a
 load are served: a HEAD after the open meets the bucket elsewhere).
@@ -110,6 +111,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if len(BUCKET_REGION) > 1:
                 del BUCKET_REGION[0]
         hdr = [("Content-Type", "application/xml")]
+        if REGION_ANSWER == "400-none":
+            body = ("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>IllegalLocationConstraintException"
+                    "</Code><Message>The %s location constraint is incompatible for the region specific endpoint "
+                    "this request was sent to.</Message>%s</Error>" % (region, rid))
+            return self._send(400, body.encode(), hdr)
         if REGION_ANSWER != "400-body":
             hdr.append(("x-amz-bucket-region", region))
         if REGION_ANSWER == "301":
