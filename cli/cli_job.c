@@ -51,7 +51,7 @@ void cli_sig_add(cli_sig *s, const char *name, const char *fmt, ...)
         snprintf(line, sizeof line, "%s=%.*s... (xxh3 %016llx)\n", name, SIG_VALUE_SHOWN - 8, v,
                  (unsigned long long)sl_xxh3(v, n));
     else
-        snprintf(line, sizeof line, "%s=%s\n", name, v);
+        snprintf(line, sizeof line, "%s=%.*s\n", name, SIG_VALUE_SHOWN, v);
     const size_t k = strlen(line);
     if (s->len + k < CLI_SIG_BYTES) {
         memcpy(s->text + s->len, line, k + 1);
@@ -144,9 +144,9 @@ static void describe(const char *all, int size, const char *name, char *msg, siz
         for (int q = r; q < size; q++)
             if (!seen[q] && sig_same(all, r, q, name))
                 in[q] = seen[q] = 1;
-        if (++groups > SIG_GROUPS) {
+        if (++groups > SIG_GROUPS) {   /* (no need to sort the rest: O(groups x ranks)) */
             more = 1;
-            continue;
+            break;
         }
         const char *v = NULL;
         size_t vl = 0;
@@ -182,21 +182,26 @@ static int first_difference(const char *all, int size, int r, char *name, size_t
     return 0;
 }
 
-/* Rank 0: SL_OK when every rank's signature equals its own, else the message. Fields only
- * another rank has are found from that rank's side. */
+/* Rank 0: SL_OK when every rank's signature equals its own, byte for byte, else the message. The
+ * field named is the first of rank 0's on which some rank differs, else (a rank with a field rank
+ * 0 lacks) the first such of the first rank that differs. */
 static sl_status job_compare(const char *all, int size, char *msg, size_t n)
 {
     char name[64];
+    int odd = 0;
     if (strlen(all) != (size_t)size * CLI_SIG_BYTES) {
         snprintf(msg, n, "rank 0: the ranks' commands did not arrive whole");
         return SL_E_INVALID_ARG;
     }
-    for (int r = 0; r < size; r++)
-        if (first_difference(all, size, r, name, sizeof name)) {
-            describe(all, size, name, msg, n);
-            return SL_E_INVALID_ARG;
-        }
-    return SL_OK;
+    for (int r = 1; r < size && !odd; r++)
+        odd = memcmp(all, all + (size_t)r * CLI_SIG_BYTES, CLI_SIG_BYTES) != 0 ? r : 0;
+    if (!odd)
+        return SL_OK;
+    if (first_difference(all, size, 0, name, sizeof name) || first_difference(all, size, odd, name, sizeof name))
+        describe(all, size, name, msg, n);
+    else   /* the same fields and values in another order: not made by this program */
+        snprintf(msg, n, "ranks 0 and %d run different commands", odd);
+    return SL_E_INVALID_ARG;
 }
 
 /* ---- the collective ----------------------------------------------------------------------- */
