@@ -258,6 +258,10 @@ for cmd in "plan $T/ck3 --tp 3:plan on rank 1" "reshard $T/ck3 $T/rs-mixed --tp 
         fail "rank 1 runs ${cmd%%:*}: $(cat "$T/err")"
 done
 [ -e "$T/rs-mixed/config.json" ] && fail "a reshard rank among load ranks wrote its output"
+# another checkpoint on one rank: named as each rank gave it
+one_cmd "load $CK --tp 3 --dist cooperative"
+grep -q "^shardload: error: ranks differ in the checkpoint: $T/ck3 on ranks 0, 2; $CK on rank 1 (every rank" "$T/err" &&
+    [ "$(grep -c '^shardload: error:' "$T/err")" -eq 1 ] || fail "rank 1 loads another checkpoint: $(cat "$T/err")"
 # commands that use no MPI still run on every rank (each its own output), once the ranks agree
 out=$("${MPIRUN[@]}" -np 2 "$SL" plan "$CK" --tp 2 2>"$T/err") && [ "$(echo "$out" | grep -c '^total bytes')" -eq 2 ] ||
     fail "plan on every rank: $out $(cat "$T/err")"
