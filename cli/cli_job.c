@@ -34,24 +34,32 @@ void cli_sig_init(cli_sig *s, const char *command)
 }
 
 /* One line "name=value": a value's line breaks and control bytes become '?' (a line each), and a
- * long one is cut, followed by the XXH3 of all of it. A signature that would overflow keeps what
- * fits: every rank cuts at the same field. */
+ * long one is cut, followed by the XXH3 of all of it (a path of any length). A signature that
+ * would overflow keeps what fits: every rank cuts at the same field. */
 void cli_sig_add(cli_sig *s, const char *name, const char *fmt, ...)
 {
-    char v[1024], line[256];
-    va_list ap;
+    char line[256];
+    va_list ap, again;
     va_start(ap, fmt);
-    vsnprintf(v, sizeof v, fmt, ap);
+    va_copy(again, ap);
+    const int len = vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
-    const size_t n = strlen(v);
+    char *v = len >= 0 ? malloc((size_t)len + 1) : NULL;
+    if (v)
+        vsnprintf(v, (size_t)len + 1, fmt, again);
+    va_end(again);
+    const size_t n = v ? strlen(v) : 0;
     for (size_t i = 0; i < n; i++)
         if ((unsigned char)v[i] < 0x20 || v[i] == 0x7f)
             v[i] = '?';
-    if (n > SIG_VALUE_SHOWN)
+    if (!v)
+        snprintf(line, sizeof line, "%s=(out of memory)\n", name);
+    else if (n > SIG_VALUE_SHOWN)
         snprintf(line, sizeof line, "%s=%.*s... (xxh3 %016llx)\n", name, SIG_VALUE_SHOWN - 8, v,
                  (unsigned long long)sl_xxh3(v, n));
     else
         snprintf(line, sizeof line, "%s=%.*s\n", name, SIG_VALUE_SHOWN, v);
+    free(v);
     const size_t k = strlen(line);
     if (s->len + k < CLI_SIG_BYTES) {
         memcpy(s->text + s->len, line, k + 1);
