@@ -55,12 +55,27 @@ uint64_t cli_peak_rss_bytes(void);
 
 /* 1 when started by an MPI launcher (mpirun sets OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK). */
 int cli_dist_launched(void);
-/* `load` over MPI (cli_dist.c): every rank runs it; rank 0 prints. Returns the exit code. */
-int cli_load_dist(const char *path, const sl_plan_opts *po, const sl_load_opts *lo,
-                  const sl_dist_opts *d, int checksums, int json);
-/* `reshard` over MPI (cli_dist.c): rank r writes its devices' files; rank 0 prints. */
-int cli_reshard_dist(const char *path, const char *outdir, const sl_plan_opts *po,
-                     const sl_load_opts *lo, const sl_dist_opts *d, uint64_t max_part);
+
+/* An MPI job's first collective (cli_job.c, docs/mpi.md): a signature of what each rank runs. */
+#define CLI_SIG_BYTES 2048
+typedef struct cli_sig {
+    char text[CLI_SIG_BYTES];   /* "name=value\n" lines, the command first */
+    size_t len;
+} cli_sig;
+void cli_sig_init(cli_sig *s, const char *command);
+void cli_sig_add(cli_sig *s, const char *name, const char *fmt, ...) CLI_PRINTF(3, 4);
+/* main: under an MPI launcher (in a build with MPI), joins the job before any command runs, so
+ * that every rank, whatever it runs, can take part in the comparison. */
+void cli_job_start(void);
+/* Collective over the job that cli_job_start joined (or that sl_dist_init started): every rank's
+ * signature against the others', once per process, before any other collective. CLI_EXIT_OK when
+ * they are all equal (or there is one process); else CLI_EXIT_FAIL on every rank, rank 0 having
+ * printed one line naming the first field that differs, its values and their ranks. */
+int cli_job_agree(const cli_sig *s);
+/* main, after the command: a rank that joined and ended before comparing (its help, a usage error,
+ * a command that uses no MPI fails or finishes first) compares "COMMAND (ended with exit RC ...)",
+ * so the others fail instead of waiting for it; then MPI is finalized. Returns the exit code. */
+int cli_job_end(const char *command, int rc);
 
 /* The options `load` and `reshard` share, parsed by cli_opts_parse (cli_opts.c). */
 typedef struct cli_opts {
@@ -76,7 +91,19 @@ typedef struct cli_opts {
     int32_t devices[1024];       /* --devices (load): lo.devices points here */
     const char *pos[2];          /* positional arguments */
     int n_pos;
+    const char *ckpt_arg;        /* pos[0] as given, before an hf:// name is resolved */
 } cli_opts;
+
+/* The fields of a `load` or `reshard` that every rank of an MPI job must share (cli_job.c). */
+void cli_sig_opts(cli_sig *s, const cli_opts *a);
+
+/* `load` over MPI (cli_dist.c): every rank runs it; rank 0 prints. sig (the command and the
+ * arguments every rank must share) is compared first (cli_job_agree). Returns the exit code. */
+int cli_load_dist(const cli_sig *sig, const char *path, const sl_plan_opts *po, const sl_load_opts *lo,
+                  const sl_dist_opts *d, int checksums, int json);
+/* `reshard` over MPI (cli_dist.c): rank r writes its devices' files; rank 0 prints. */
+int cli_reshard_dist(const cli_sig *sig, const char *path, const char *outdir, const sl_plan_opts *po,
+                     const sl_load_opts *lo, const sl_dist_opts *d, uint64_t max_part);
 
 /* Whether a.cmd runs over MPI: --dist or --devices-per-rank given, or started by an MPI launcher in
  * a build with MPI (so that a plain run is unchanged). Under MPI, --config - is refused (only rank

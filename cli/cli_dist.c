@@ -292,44 +292,31 @@ static int dist_report(const sl_plan *p, const sl_model *m, const sl_dist_opts *
     return rc;
 }
 
-/* The report's options (--checksums, --json) of every rank against rank 0's: each rank renders
- * its own devices and rank 0 prints them, so ranks that differ gave a report that mixed text into
- * JSON, or left some devices' checksums out, and exited 0. Collective: every rank calls it. */
-static sl_status dist_same_report(int checksums, int json, sl_status st, char *msg, size_t len)
+/* MPI, and the ranks' commands compared before anything is opened (cli_job.c): the job's first
+ * collective. Returns an exit code; MPI is finalized when it is not CLI_EXIT_OK. */
+static int dist_join(const cli_sig *sig)
 {
-    char mine[8], *all = NULL;
-    snprintf(mine, sizeof mine, "%d%d;", checksums != 0, json != 0);
-    sl_status gs = sl_dist_gather_text(mine, &all);
-    if (st == SL_OK && gs != SL_OK) {
-        st = gs;
-        snprintf(msg, len, "rank 0: out of memory comparing the ranks' options");
-    }
-    for (int32_t r = 1; st == SL_OK && all && r < sl_dist_size(); r++) {
-        const char *at = all + 3 * (size_t)r;
-        if (strlen(all) >= 3 * (size_t)r + 3 && (at[0] != mine[0] || at[1] != mine[1])) {
-            st = SL_E_INVALID_ARG;
-            snprintf(msg, len, "rank %d asks for%s%s, rank 0 for%s%s: every rank renders its own devices "
-                     "into rank 0's report, so give them the same --checksums and --json", (int)r,
-                     at[0] == '1' ? " --checksums" : " no --checksums", at[1] == '1' ? " --json" : " text",
-                     checksums ? " --checksums" : " no --checksums", json ? " --json" : " text");
-        }
-    }
-    free(all);
-    return sl_dist_agree(st, msg, msg, len);
+    if (sl_dist_init() != SL_OK)
+        return cli_fail("--dist needs MPI, and this shardload was built without it (SL_WITH_MPI)");
+    const int rc = cli_job_agree(sig);
+    if (rc != CLI_EXIT_OK)
+        sl_dist_finalize();
+    return rc;
 }
 
-int cli_load_dist(const char *path, const sl_plan_opts *po, const sl_load_opts *lo,
+int cli_load_dist(const cli_sig *sig, const char *path, const sl_plan_opts *po, const sl_load_opts *lo,
                   const sl_dist_opts *d, int checksums, int json)
 {
     char msg[1024] = "";
     sl_checkpoint *ck = NULL;
     sl_plan *p = NULL;
     sl_model *m = NULL;
-    if (sl_dist_init() != SL_OK)
-        return cli_fail("--dist needs MPI, and this shardload was built without it (SL_WITH_MPI)");
+    const int joined = dist_join(sig);   /* the sig holds --checksums and --json: each rank renders
+                                           its own devices into rank 0's report */
+    if (joined != CLI_EXIT_OK)
+        return joined;
     sl_status st = dist_open(path, po, lo, &ck, &p, msg, sizeof msg);
     st = sl_dist_agree(st, msg, msg, sizeof msg);
-    st = dist_same_report(checksums, json, st, msg, sizeof msg);
     if (st == SL_OK && (st = sl_load_dist(lo->dummy ? NULL : ck, p, lo, d, &m)) != SL_OK)
         snprintf(msg, sizeof msg, "%s", m ? sl_model_errmsg(m) : "out of memory");
     const int rc = st != SL_OK ? dist_exit(st, msg) : dist_report(p, m, d, checksums, json);
@@ -340,14 +327,15 @@ int cli_load_dist(const char *path, const sl_plan_opts *po, const sl_load_opts *
     return rc;
 }
 
-int cli_reshard_dist(const char *path, const char *outdir, const sl_plan_opts *po,
+int cli_reshard_dist(const cli_sig *job, const char *path, const char *outdir, const sl_plan_opts *po,
                      const sl_load_opts *lo, const sl_dist_opts *d, uint64_t max_part)
 {
     char msg[1024] = "";
     sl_checkpoint *ck = NULL;
     sl_plan *p = NULL;
-    if (sl_dist_init() != SL_OK)
-        return cli_fail("--dist needs MPI, and this shardload was built without it (SL_WITH_MPI)");
+    const int joined = dist_join(job);
+    if (joined != CLI_EXIT_OK)
+        return joined;
     sl_status st = dist_open(path, po, lo, &ck, &p, msg, sizeof msg);
     st = sl_dist_agree(st, msg, msg, sizeof msg);
     cli_signals_catch();   /* mpirun passes SIGINT/SIGTERM on to the ranks: each cleans up */

@@ -323,8 +323,16 @@ int cli_load(int argc, char **argv)
     char pb[CLI_PATH_MAX];
     if (a.n_pos && (rc = cli_ckpt_path(a.pos[0], pb, sizeof pb, &a.pos[0])) != CLI_EXIT_OK)
         return rc;
-    if (cli_dist_wanted(&a, &rc))
-        return rc != CLI_EXIT_OK ? rc : cli_load_dist(a.n_pos ? a.pos[0] : NULL, &a.po, &a.lo, &a.dist, a.checksums, a.json);
+    if (cli_dist_wanted(&a, &rc)) {
+        if (rc != CLI_EXIT_OK)
+            return rc;
+        cli_sig sig;
+        cli_sig_init(&sig, "load");
+        cli_sig_opts(&sig, &a);
+        cli_sig_add(&sig, "--checksums", "%s", a.checksums ? "on" : "off");
+        cli_sig_add(&sig, "--json", "%s", a.json ? "on" : "off");
+        return cli_load_dist(&sig, a.n_pos ? a.pos[0] : NULL, &a.po, &a.lo, &a.dist, a.checksums, a.json);
+    }
     sl_checkpoint *ck = NULL;
     sl_plan *p = NULL;
     sl_model *m = NULL;

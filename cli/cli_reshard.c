@@ -99,7 +99,12 @@ int cli_reshard(int argc, char **argv)
         if (a.write_manifest)
             return cli_usage_error("reshard", "--write-manifest is for one process (run "
                                    "`shardload reshard` without MPI, or sha256sum afterwards)");
-        return cli_reshard_dist(a.pos[0], a.pos[1], &a.po, &a.lo, &a.dist, a.max_part);
+        cli_sig sig;
+        cli_sig_init(&sig, "reshard");
+        cli_sig_opts(&sig, &a);
+        cli_sig_add(&sig, "OUTDIR", "%s", a.pos[1]);
+        cli_sig_add(&sig, "--max-part-size", "%llu", (unsigned long long)a.max_part);
+        return cli_reshard_dist(&sig, a.pos[0], a.pos[1], &a.po, &a.lo, &a.dist, a.max_part);
     }
     return reshard_run(a.pos[0], a.pos[1], &a);
 }

@@ -65,9 +65,28 @@ static int main_close_stdout(int rc)
     return cli_fail("cannot write the output to stdout: %s", strerror(err));
 }
 
+/* `load` and `reshard` run over MPI under a launcher and compare the ranks' commands with their
+ * arguments once those are parsed (cli_dist.c). Every other command, and a rank that ends before
+ * comparing (its help, a usage error), compares what it runs here, so that no rank leaves the job
+ * while the others wait for it in a collective (cli_job.c). */
+static int main_uses_mpi(int argc, char **argv)
+{
+    return argc >= 2 && (!strcmp(argv[1], "load") || !strcmp(argv[1], "reshard"));
+}
+
 int main(int argc, char **argv)
 {
     /* The library reads no environment; the CLI keeps the knob it documents (load --help). */
     sl_cuda_set_runtime(getenv("SL_CUDART"));
-    return main_close_stdout(main_dispatch(argc, argv));
+    const char *command = argc >= 2 ? argv[1] : "(none)";
+    cli_job_start();
+    int rc = CLI_EXIT_OK;
+    if (!main_uses_mpi(argc, argv)) {
+        cli_sig sig;
+        cli_sig_init(&sig, command);
+        rc = cli_job_agree(&sig);
+    }
+    if (rc == CLI_EXIT_OK)
+        rc = main_dispatch(argc, argv);
+    return main_close_stdout(cli_job_end(command, rc));
 }

@@ -68,6 +68,12 @@ static void check_body(const sl_http_resp *r, const uint8_t *body, size_t n)
     check_text(code, sizeof code);
     if (strspn(code, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") != strlen(code))
         abort();
+    /* a region goes into a host name and a signature: nothing but what a region holds */
+    char region[32];
+    sl_http_s3_region(text, region, sizeof region);
+    if ((region[0] && !sl_http_region_ok(region)) || (r->bucket_region[0] && !sl_http_region_ok(r->bucket_region)) ||
+        strspn(region, "abcdefghijklmnopqrstuvwxyz0123456789-") != strlen(region))
+        abort();
     for (int pass = 0; pass < 2; pass++) {
         if (!sl_http_whole_sha256(r, pass ? NULL : r->etag, hex)) {
             if (hex[0])

@@ -203,15 +203,17 @@ for same in "cooperative --request 16" "independent --staging 32"; do
     [ "$(grep -c '^rank-exit 0$' "$T/err")" -eq 2 ] || fail "rank 1 with ${same#* } (${same%% *}) refused: $(cat "$T/err")"
 done
 # two checkpoints of the same shapes and sizes (another seed: a fine-tune of the same model), one
-# per rank: the ranks' byte samples differ, so neither loads a mix of the two
+# per rank at the same path (each rank's ./ck, from another folder): the ranks' byte samples
+# differ, so neither loads a mix of the two
 "$SL" synth --config "$T/tiny.json" "$T/ck2" --max-shard-size 600KB --seed 99 >/dev/null || fail "synth --seed"
+mkdir -p "$T/host0" "$T/host1" && ln -sfn "$CK" "$T/host0/ck" && ln -sfn "$T/ck2" "$T/host1/ck"
 for dist in cooperative independent; do
-    "${MPIRUN[@]}" -np 2 bash -c 'c=$1; [ "$OMPI_COMM_WORLD_RANK" = 1 ] && c=$2; "$0" load "$c" --tp 2 --dist "$3"; echo "rank-exit $?" >&2' \
-        "$SL" "$CK" "$T/ck2" $dist >"$T/out" 2>"$T/err"
+    "${MPIRUN[@]}" -np 2 bash -c 'cd "$1/host$OMPI_COMM_WORLD_RANK" && "$0" load ck --tp 2 --dist "$2"; echo "rank-exit $?" >&2' \
+        "$(cd "$(dirname "$SL")" && pwd)/$(basename "$SL")" "$T" $dist >"$T/out" 2>"$T/err"
     [ "$(grep -c '^rank-exit 1$' "$T/err")" -eq 2 ] && grep -q "differ from another rank's" "$T/err" \
         || fail "two checkpoints of one shape ($dist): $(cat "$T/err")"
 done
-for odd in "--staging 200K" "--dist independent" "--tp 4 --devices-per-rank 2" "--manifest $T/mck/SHA256SUMS"; do
+for odd in "--staging 200K" "--manifest $T/mck/SHA256SUMS"; do
     one_rank "$T/mck" cooperative "$odd"
     [ $? -ne 124 ] || { fail "rank 1 with $odd: mpirun timed out"; continue; }
     [ "$(grep -c '^rank-exit 1$' "$T/err")" -eq 2 ] && [ "$(grep -c '^shardload: error:' "$T/err")" -eq 1 ] &&
@@ -226,17 +228,55 @@ for dist in cooperative independent; do
     "${MPIRUN[@]}" -np 2 bash -c 'x=; [ "$OMPI_COMM_WORLD_RANK" = 1 ] && x=2,0; VLLM_PP_LAYER_PARTITION=$x "$0" load "$1" --pp 2 --dist "$2"; echo "rank-exit $?" >&2' \
         "$SL" "$CK" $dist >"$T/out" 2>"$T/err"
     [ "$(grep -c '^rank-exit 1$' "$T/err")" -eq 2 ] && [ "$(grep -c '^shardload: error:' "$T/err")" -eq 1 ] &&
-        grep -q "differ from another rank's" "$T/err" || fail "rank 1 with another split ($dist): $(cat "$T/err")"
+        grep -q "^shardload: error: ranks differ in --pp-partition: (vLLM's default) on rank 0; 2,0 on rank 1 (" "$T/err" ||
+        fail "rank 1 with another split ($dist): $(cat "$T/err")"
 done
-# the report's options: each rank renders its own devices into rank 0's report, so ranks given
-# other --checksums or --json are refused (the report mixed a rank's text into JSON, or left its
-# devices' checksums out, and the job exited 0)
-for odd in "--checksums --json" "--json"; do
-    one_rank "$CK" cooperative "$odd"
+# what the command line says the ranks must share is compared first, in the job's first
+# collective (cli_job.c): the field that differs, each value and its ranks. The report's options
+# among them: each rank renders its own devices into rank 0's report (a rank given other
+# --checksums or --json mixed its text into JSON, or left its devices' checksums out, exit 0)
+for odd in "--dist independent:--dist: cooperative on rank 0; independent on rank 1" \
+           "--tp 4 --devices-per-rank 2:--tp: 2 on rank 0; 4 on rank 1" \
+           "--checksums --json:--checksums: off on rank 0; on on rank 1" \
+           "--json:--json: off on rank 0; on on rank 1"; do
+    one_rank "$T/mck" cooperative "${odd%%:*}"
+    [ $? -ne 124 ] || { fail "rank 1 with ${odd%%:*}: mpirun timed out"; continue; }
     [ "$(grep -c '^rank-exit 1$' "$T/err")" -eq 2 ] && [ "$(grep -c '^shardload: error:' "$T/err")" -eq 1 ] &&
-        grep -q "rank 1 asks for .*, rank 0 for no --checksums text: every rank renders its own devices" "$T/err" ||
-        fail "rank 1 with $odd: $(cat "$T/err")"
+        grep -q "^shardload: error: ranks differ in ${odd#*:} (every rank of the job runs the same command" "$T/err" ||
+        fail "rank 1 with ${odd%%:*}: $(cat "$T/err")"
 done
+# ranks running different commands: every rank fails at once with one line naming the commands
+# and their ranks. Each case hung in Open MPI before (timeout 124): a `plan` rank exited 0 without
+# joining the job, so the `load` ranks waited in MPI_Init for ever; `load` and `reshard` met in
+# different collectives; a rank that printed its help left like the `plan` one.
+one_cmd() { # "rank 1's command line" (word-split), then the expected rest of the error line
+    "${MPIRUN[@]}" -np 3 bash -c 'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then "$0" $3; else "$0" load "$1" --tp 3 --dist "$2"; fi; echo "rank-exit $?" >&2' \
+        "$SL" "$T/ck3" cooperative "$1" >"$T/out" 2>"$T/err"
+}
+tiny_config "$T/tiny3.json" 3   # 12 heads of 32 over 3 KV heads, vocabulary padded to 1152: a mesh of 3
+sed -i 's/"hidden_size":256/"hidden_size":384/; s/"num_attention_heads":8/"num_attention_heads":12/; s/"vocab_size":1001/"vocab_size":1100/; s/"intermediate_size":512/"intermediate_size":768/' "$T/tiny3.json"
+"$SL" synth --config "$T/tiny3.json" "$T/ck3" --max-shard-size 600KB >/dev/null && "$SL" plan "$T/ck3" --tp 3 >/dev/null ||
+    fail "ck3 does not plan at --tp 3"
+for cmd in "plan $T/ck3 --tp 3:plan on rank 1" "reshard $T/ck3 $T/rs-mixed --tp 3:reshard on rank 1" \
+           "inspect $T/ck3:inspect on rank 1" "load --help:load (ended with exit 0 before the job began) on rank 1" \
+           "load $T/ck3 --tp 3 --bogus:load (ended with exit 2 before the job began) on rank 1"; do
+    start=$(date +%s)
+    one_cmd "${cmd%%:*}"
+    rc=$?
+    [ $rc -ne 124 ] || { fail "rank 1 runs ${cmd%%:*}: mpirun timed out"; continue; }
+    [ $(($(date +%s) - start)) -lt 30 ] || fail "rank 1 runs ${cmd%%:*}: took $(($(date +%s) - start)) s"
+    grep -q "^shardload: error: ranks differ in the command: load on ranks 0, 2; ${cmd#*:} (every rank" "$T/err" &&
+        [ "$(grep -c '^shardload: error:' "$T/err")" -eq 1 ] && ! grep -q '^rank-exit 0$' "$T/err" ||
+        fail "rank 1 runs ${cmd%%:*}: $(cat "$T/err")"
+done
+[ -e "$T/rs-mixed/config.json" ] && fail "a reshard rank among load ranks wrote its output"
+# another checkpoint on one rank: named as each rank gave it
+one_cmd "load $CK --tp 3 --dist cooperative"
+grep -q "^shardload: error: ranks differ in the checkpoint: $T/ck3 on ranks 0, 2; $CK on rank 1 (every rank" "$T/err" &&
+    [ "$(grep -c '^shardload: error:' "$T/err")" -eq 1 ] || fail "rank 1 loads another checkpoint: $(cat "$T/err")"
+# commands that use no MPI still run on every rank (each its own output), once the ranks agree
+out=$("${MPIRUN[@]}" -np 2 "$SL" plan "$CK" --tp 2 2>"$T/err") && [ "$(echo "$out" | grep -c '^total bytes')" -eq 2 ] ||
+    fail "plan on every rank: $out $(cat "$T/err")"
 # dummy weights planned from a checkpoint's tensors, as one process plans them (every rank
 # failed: "a plan needs a checkpoint")
 for dist in cooperative independent; do

@@ -7,6 +7,8 @@ If-Match (412 when it no longer matches) and 404s. Paths are percent-decoded. No
 Usage: http_range_server.py ROOT PORTFILE [--log FILE] [--deny SUBSTRING] [--no-if-match]
                            [--long-etag] [--weak-etag] [--no-validators] [--require-query Q]
                            [--content-encoding VALUE] [--redirect URL]
+                           [--bucket-region REGION[,REGION...] [--region-answer 301|400|400-body|400-none]
+                            [--region-head-only]]
                            [--tls CERT KEY --tls-log FILE]
 Binds 127.0.0.1 on a free port and writes the port to PORTFILE once it accepts connections.
 --log appends one line per GET: "<path> <status> <body bytes> <first byte asked for, or ->". --deny answers 403 (with an S3-like
@@ -20,6 +22,17 @@ not Q (a SAS token's signature, say). --content-encoding gzip answers every rang
 gzipped and Content-Encoding: gzip, asked for or not (a misconfigured proxy or CDN); another value
 (aws-chunked, as some S3-compatible stores keep from an upload) is only sent as the header, beside
 the raw bytes. --redirect answers every request with a 302 to URL.
+--bucket-region answers like S3 does to a request for a bucket in another region (REGION) than
+the one the request was signed for (the region of its SigV4 Authorization's credential scope; an
+unsigned request names none, so is answered so too): 301 PermanentRedirect with an XML <Error>
+naming the regional <Endpoint> and the header x-amz-bucket-region: REGION (a HEAD's 301 has the
+header and no body); --region-answer 400 answers 400 AuthorizationHeaderMalformed instead, its
+body naming <Region>REGION</Region> and the header beside it; 400-body the same without the
+header; 400-none answers 400 IllegalLocationConstraintException, which names no region (as S3 does
+for regions opened since 2019). A request signed for REGION is served as usual. With several regions the bucket moves:
+each wrong-region answer names the next one (a client that asks again in the region named is
+told of another), the last staying. --region-head-only answers so to HEADs only (the GETs of a
+load are served: a HEAD after the open meets the bucket elsewhere).
 --tls serves https with the PEM certificate (chain) CERT and its key KEY, the handshake on the
 connection's own thread (a client that rejects the certificate stops no one else); --tls-log
 appends "ok" or "failed <reason>" per handshake, so a test can count a client's attempts.
@@ -50,6 +63,9 @@ VALIDATORS = True
 QUERY = None
 ENCODING = None
 REDIRECT = None
+BUCKET_REGION = None   # the regions of --bucket-region; the first is the bucket's until it moves
+REGION_ANSWER = "301"
+REGION_HEAD_ONLY = False
 
 
 def etag_of(st):
@@ -82,6 +98,37 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
+    def _signed_region(self):
+        """The region of the SigV4 credential scope (Credential=KEY/DATE/REGION/s3/aws4_request)."""
+        m = re.search(r"Credential=[^/,]*/[^/,]*/([^/,]*)/", self.headers.get("Authorization") or "")
+        return m.group(1) if m else None
+
+    def _wrong_region(self, rel):
+        """S3's answer to a request sent to, or signed for, another region than the bucket's."""
+        bucket, asked, rid = rel.split("/")[0], self._signed_region() or "none", "<RequestId>0</RequestId>"
+        with LOG_LOCK:
+            region = BUCKET_REGION[0]
+            if len(BUCKET_REGION) > 1:
+                del BUCKET_REGION[0]
+        hdr = [("Content-Type", "application/xml")]
+        if REGION_ANSWER == "400-none":
+            body = ("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>IllegalLocationConstraintException"
+                    "</Code><Message>The %s location constraint is incompatible for the region specific endpoint "
+                    "this request was sent to.</Message>%s</Error>" % (region, rid))
+            return self._send(400, body.encode(), hdr)
+        if REGION_ANSWER != "400-body":
+            hdr.append(("x-amz-bucket-region", region))
+        if REGION_ANSWER == "301":
+            body = ("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>PermanentRedirect</Code>"
+                    "<Message>The bucket you are attempting to access must be addressed using the specified "
+                    "endpoint. Please send all future requests to this endpoint.</Message><Endpoint>%s.s3.%s."
+                    "amazonaws.com</Endpoint><Bucket>%s</Bucket>%s</Error>" % (bucket, region, bucket, rid))
+            return self._send(301, body.encode(), hdr)
+        body = ("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>AuthorizationHeaderMalformed</Code>"
+                "<Message>The authorization header is malformed; the region '%s' is wrong; expecting '%s'"
+                "</Message><Region>%s</Region>%s</Error>" % (asked, region, region, rid))
+        return self._send(400, body.encode(), hdr)
+
     def do_HEAD(self):
         self.do_GET()
 
@@ -92,6 +139,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         rel = urllib.parse.unquote(rel.lstrip("/"), errors="surrogateescape")
         if REDIRECT:
             return self._send(302, b"", [("Location", REDIRECT)])
+        if BUCKET_REGION and self._signed_region() != BUCKET_REGION[0] and \
+                (self.command == "HEAD" or not REGION_HEAD_ONLY):
+            return self._wrong_region(rel)
         if QUERY is not None and query != QUERY:
             return self._send(403, b"<Error><Code>AuthenticationFailed</Code></Error>")
         if DENY and DENY in rel:
@@ -180,6 +230,7 @@ def _values(args, name, n=1):
 
 def main():
     global ROOT, LOG, DENY, IF_MATCH, TLS, TLS_LOG, LONG_ETAG, WEAK_ETAG, VALIDATORS, QUERY, ENCODING, REDIRECT
+    global BUCKET_REGION, REGION_ANSWER, REGION_HEAD_ONLY
     args = sys.argv[1:]
     tls = _values(args, "--tls", 2)
     if tls:
@@ -194,6 +245,10 @@ def main():
     QUERY = (_values(args, "--require-query") or [None])[0]
     ENCODING = (_values(args, "--content-encoding") or [None])[0]
     REDIRECT = (_values(args, "--redirect") or [None])[0]
+    regions = (_values(args, "--bucket-region") or [None])[0]
+    BUCKET_REGION = regions.split(",") if regions else None
+    REGION_ANSWER = (_values(args, "--region-answer") or ["301"])[0]
+    REGION_HEAD_ONLY = _flag(args, "--region-head-only")
     DENY = (_values(args, "--deny") or [None])[0]
     LOG = (_values(args, "--log") or [None])[0]
     ROOT, portfile = args

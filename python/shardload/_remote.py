@@ -58,9 +58,9 @@ def _settings(profile: str | None) -> dict[str, str | None]:
 
 
 def open_opts(raw: bytes, s3_endpoint: str | None = None, s3_profile: str | None = None,
-              ca_bundle: str | None = None) -> N.LoadOpts:
-    """The options for sl_checkpoint_open_opts: the S3 settings for an s3:// URL (s3_endpoint
-    and s3_profile as the CLI's --s3-endpoint and --s3-profile), defaults otherwise, and the CA
+              ca_bundle: str | None = None, s3_region: str | None = None) -> N.LoadOpts:
+    """The options for sl_checkpoint_open_opts: the S3 settings for an s3:// URL (s3_endpoint,
+    s3_region and s3_profile as the CLI's --s3-endpoint, --s3-region and --s3-profile), defaults otherwise, and the CA
     bundle for https (ca_bundle as the CLI's --ca-bundle, else from the environment). The strings
     are kept on the returned structure (its _keep) for as long as it lives."""
     o = N.LoadOpts()
@@ -70,6 +70,8 @@ def open_opts(raw: bytes, s3_endpoint: str | None = None, s3_profile: str | None
     s: dict[str, str | None] = _settings(s3_profile) if s3 else {}
     if s3 and s3_endpoint:
         s["s3_endpoint"] = s3_endpoint
+    if s3 and s3_region:
+        s["s3_region"] = s3_region
     s["ca_bundle"] = ca_bundle or (s3 and _env("AWS_CA_BUNDLE")) or _env("CURL_CA_BUNDLE")
     for field, value in s.items():
         if value:

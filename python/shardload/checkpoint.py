@@ -58,13 +58,15 @@ class Checkpoint:
 
     Holds the C handle until close() (or garbage collection); plan() and load() reuse it.
     path may be an http(s):// or s3:// URL (docs/remote.md): S3 settings come from the AWS
-    environment and files, or s3_endpoint=, s3_profile= and ca_bundle= (the CLI's
-    --s3-endpoint, --s3-profile and --ca-bundle). load(), plan(), reshard() and shardload.jax
+    environment and files, or s3_endpoint=, s3_region=, s3_profile= and ca_bundle= (the CLI's
+    --s3-endpoint, --s3-region, --s3-profile and --ca-bundle). A bucket in another region than the
+    one asked is opened once more in the region S3 names, with a warning (Checkpoint.warnings). load(), plan(), reshard() and shardload.jax
     take an open Checkpoint in place of a path, with the settings it was opened with.
     """
 
     def __init__(self, path: Any, *, s3_endpoint: str | None = None,
-                 s3_profile: str | None = None, ca_bundle: Any = None) -> None:
+                 s3_profile: str | None = None, ca_bundle: Any = None,
+                 s3_region: str | None = None) -> None:
         self._h = ctypes.c_void_p()
         self._config: bytes | None = None   # a remote checkpoint's config.json, once fetched
         self._fetch_lock = threading.Lock()   # plans from several threads fetch config.json once
@@ -72,7 +74,7 @@ class Checkpoint:
         self.remote = _remote.is_url(raw)
         if self.remote:
             bundle = os.fsdecode(N.fspath(ca_bundle)) if ca_bundle is not None else None
-            opts = _remote.open_opts(raw, s3_endpoint, s3_profile, bundle)
+            opts = _remote.open_opts(raw, s3_endpoint, s3_profile, bundle, s3_region)
             st = N.lib.sl_checkpoint_open_opts(raw, ctypes.byref(opts), ctypes.byref(self._h))
         else:
             st = N.lib.sl_checkpoint_open(raw, ctypes.byref(self._h))
@@ -213,10 +215,13 @@ class Checkpoint:
 
 
 def open(path: Any, *, s3_endpoint: str | None = None,  # noqa: A001 - the API's name
-         s3_profile: str | None = None, ca_bundle: Any = None) -> Checkpoint:
+         s3_profile: str | None = None, ca_bundle: Any = None,
+         s3_region: str | None = None) -> Checkpoint:
     """Opens and validates a checkpoint (a .safetensors file, a directory, or an http(s):// or
-    s3:// URL: docs/remote.md; ca_bundle: a PEM file of the CAs to trust for https)."""
-    return Checkpoint(path, s3_endpoint=s3_endpoint, s3_profile=s3_profile, ca_bundle=ca_bundle)
+    s3:// URL: docs/remote.md; ca_bundle: a PEM file of the CAs to trust for https; s3_region: the
+    bucket's region, as --s3-region)."""
+    return Checkpoint(path, s3_endpoint=s3_endpoint, s3_profile=s3_profile, ca_bundle=ca_bundle,
+                      s3_region=s3_region)
 
 
 @contextmanager

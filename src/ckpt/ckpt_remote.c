@@ -276,9 +276,37 @@ static sl_status ck_open_remote(sl_checkpoint *ck, const char *url, const sl_loa
     int oom = 0;
     char *folder = index_folder_url(url, &oom);   /* the index given for its folder */
     SL_CHECK(!oom, &ck->err, SL_E_NOMEM, "out of memory");
+    ck->remote_cfg->note_region = 1;   /* the open is the cfg's only user (http.h) */
     const sl_status st = ck_open_remote_at(ck, folder ? folder : url);
+    ck->remote_cfg->note_region = 0;
     free(folder);
     return st;
+}
+
+/* An S3 open that failed because the bucket is in another region than the one asked, S3 having
+ * named it (http_xfer.c records it), is done once more, from the start, in that region, as boto3
+ * and the AWS CLI redirect: the same credentials signed for the region S3 named, and on AWS its
+ * regional host (nothing else of the answer is used: no Location, no endpoint). Once: a second
+ * failure is the answer, whatever it names. The retry is a warning of the new checkpoint (the
+ * CLI prints it; Python's Checkpoint.warnings), which says how to skip the first round trip. */
+static sl_status ck_open_in_named_region(sl_checkpoint **ckp, const char *path, const sl_load_opts *o)
+{
+    sl_checkpoint *first = *ckp, *again = calloc(1, sizeof(*again));
+    SL_CHECK(again, &first->err, SL_E_NOMEM, "out of memory");
+    char named[sizeof first->remote_cfg->bucket_region], asked[64];
+    snprintf(named, sizeof named, "%s", first->remote_cfg->bucket_region);
+    snprintf(asked, sizeof asked, "%s", first->remote_cfg->region);
+    sl_load_opts in_named = o ? *o : (sl_load_opts){0};   /* zero fields: the defaults */
+    in_named.s3_region = named;
+    sl_checkpoint_close(first);
+    *ckp = again;
+    const sl_status st = ck_open_remote(again, path, &in_named);
+    if (st != SL_OK)   /* (sl_err_set formats before it frees the old message) */
+        return sl_err_set(&again->err, st, "%s (opened again in region '%s', which S3 named when asked in "
+                          "'%s')", sl_err_msg(&again->err), named, asked);
+    ck_warn(again, "%s: the bucket is in region '%s', not '%s': opened in '%s', as S3 named it (--s3-region %s "
+            "saves a round trip)", again->dir, named, asked, named, named);
+    return SL_OK;
 }
 
 sl_status sl_checkpoint_open_opts(const char *path, const sl_load_opts *o, sl_checkpoint **out)
@@ -292,7 +320,10 @@ sl_status sl_checkpoint_open_opts(const char *path, const sl_load_opts *o, sl_ch
         return SL_E_NOMEM;
     if (!out)
         return sl_err_set(&ck->err, SL_E_INVALID_ARG, "sl_checkpoint_open_opts: NULL argument");
-    return ck_open_remote(ck, path, o);
+    const sl_status st = ck_open_remote(ck, path, o);
+    if (st == SL_OK || !ck->remote_cfg || !ck->remote_cfg->bucket_region[0])
+        return st;
+    return ck_open_in_named_region(out, path, o);
 }
 
 /* The file `name` next to a remote checkpoint, whole, with its settings and kept-alive connection. */

@@ -55,6 +55,10 @@ typedef struct sl_http_cfg {
     void *conn;             /* the blocking GETs' curl handle, kept for keep-alive (http_get.c) */
     pthread_mutex_t conn_lock;   /* one blocking GET on conn at a time: sl_checkpoint_read and
                                     _fetch may be called from several threads (Python's) */
+    int note_region;        /* set while the checkpoint opens, when only the opener's thread
+                               uses the cfg: an answer that the bucket is in another region
+                               records the region S3 named in bucket_region (ckpt_remote.c) */
+    char bucket_region[32];
 } sl_http_cfg;
 
 /* One remote file. name is what messages show (s3://bucket/key, or the http URL without a user or

@@ -160,7 +160,11 @@ void sl_http_resp_header(sl_http_resp *r, const char *line, size_t n)
         copy_value(r->sum_type, sizeof r->sum_type, v, vl);
     else if (header_is(line, n, "retry-after", &v, &vl))
         r->retry_after_s = parse_retry_after(v, vl);
-    else if (header_is(line, n, "content-encoding", &v, &vl)) {
+    else if (header_is(line, n, "x-amz-bucket-region", &v, &vl)) {
+        copy_value(r->bucket_region, sizeof r->bucket_region, v, vl);
+        if (!sl_http_region_ok(r->bucket_region))
+            r->bucket_region[0] = '\0';
+    } else if (header_is(line, n, "content-encoding", &v, &vl)) {
         r->encoded = compressed(v, vl);
         copy_value(r->encoding, sizeof r->encoding, v, vl);
     }
@@ -168,20 +172,50 @@ void sl_http_resp_header(sl_http_resp *r, const char *line, size_t n)
 
 /* ---- error bodies ----------------------------------------------------------------------------- */
 
-void sl_http_s3_code(const char *body, char *code, size_t n)
+/* The text of <tag>...</tag> in body into out[0, n): "" when absent, too long, or holding a byte
+ * that is not a letter, a digit, '.', '_' or '-'. */
+static void s3_element(const char *body, const char *tag, char *out, size_t n)
 {
-    const char *a = strstr(body, "<Code>");
-    const char *b = a ? strstr(a + 6, "</Code>") : NULL;
-    code[0] = '\0';
-    if (!a || !b || (size_t)(b - a - 6) >= n)
+    char open[32], close[32];
+    snprintf(open, sizeof open, "<%s>", tag);
+    snprintf(close, sizeof close, "</%s>", tag);
+    const char *a = strstr(body, open);
+    const char *b = a ? strstr(a + strlen(open), close) : NULL;
+    out[0] = '\0';
+    if (!a || !b)
         return;
-    a += 6;
+    a += strlen(open);
+    if ((size_t)(b - a) >= n)
+        return;
     for (const char *p = a; p < b; p++)   /* AccessDenied, NoSuchKey, SlowDown ... */
         if (!((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') ||
               *p == '.' || *p == '_' || *p == '-'))
             return;
-    memcpy(code, a, (size_t)(b - a));
-    code[b - a] = '\0';
+    memcpy(out, a, (size_t)(b - a));
+    out[b - a] = '\0';
+}
+
+void sl_http_s3_code(const char *body, char *code, size_t n)
+{
+    s3_element(body, "Code", code, n);
+}
+
+void sl_http_s3_region(const char *body, char *region, size_t n)
+{
+    s3_element(body, "Region", region, n);
+    if (!sl_http_region_ok(region))
+        region[0] = '\0';
+}
+
+int sl_http_region_ok(const char *s)
+{
+    const size_t n = strlen(s);
+    if (n < 1 || n > 31)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '-'))
+            return 0;
+    return 1;
 }
 
 /* ---- the store's checksum --------------------------------------------------------------------- */

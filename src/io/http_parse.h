@@ -29,6 +29,8 @@ typedef struct sl_http_resp {
     int encoded;               /* a Content-Encoding that names a compression: the body is not the
                                   object's bytes (nothing asks for one: a misconfigured proxy) */
     char encoding[32];         /* its value, for the message ("" when unprintable or long) */
+    char bucket_region[32];    /* x-amz-bucket-region: where S3 says the bucket lives ("" when
+                                  absent, or not lowercase letters, digits and '-') */
 } sl_http_resp;
 
 /* Nothing received: every field 0 or "". */
@@ -40,6 +42,14 @@ void sl_http_resp_header(sl_http_resp *r, const char *line, size_t n);
 /* The text of S3's <Code>...</Code> in an error body (NUL-terminated) into code[0, n): "" when
  * there is none, it does not fit, or it has a byte that is not a letter or a digit. */
 void sl_http_s3_code(const char *body, char *code, size_t n);
+/* The same for S3's <Region>...</Region> (an AuthorizationHeaderMalformed body names the bucket's
+ * region there), with the rule of sl_http_resp.bucket_region: "" unless lowercase letters, digits
+ * and '-'. */
+void sl_http_s3_region(const char *body, char *region, size_t n);
+/* 1 when s is a region S3 may name: 1 to 31 lowercase letters, digits and '-' (us-east-1,
+ * us-gov-west-1, cn-north-1). What a server names goes into a host name and a signature, so
+ * nothing else is taken from it. */
+int sl_http_region_ok(const char *s);
 /* 1 and the store's SHA-256 of the whole object in hex (lowercase, NUL-terminated), from a HEAD's
  * x-amz-checksum-sha256 (base64 of 32 bytes) and x-amz-checksum-type; 0 when it has none that
  * covers the whole object: absent, another type, a multipart upload's composite "...-N", or an

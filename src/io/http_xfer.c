@@ -517,12 +517,58 @@ static int xf_lag_restart(sl_http_xfer *x)
     return XF_RETRY;
 }
 
+/* S3's answers to a request sent to, or signed for, another region than its bucket's: 301
+ * PermanentRedirect (a HEAD's has no body), 400 AuthorizationHeaderMalformed ("the region
+ * 'us-east-1' is wrong; expecting 'eu-west-1'"), and 400 IllegalLocationConstraintException (regions
+ * opened since 2019, which name none). Redirects are not followed for S3 (the signature covers
+ * the host): the fix is the region, which the message names with the options that set it. */
+static int wrong_region(const sl_http_xfer *x, long code)
+{
+    return x->obj->s3 && (code == 301 || (code == 400 && (!strcmp(x->s3_code, "AuthorizationHeaderMalformed") ||
+                                                          !strcmp(x->s3_code, "IllegalLocationConstraintException"))));
+}
+
+/* The region S3 named into out (its x-amz-bucket-region header, else the body's <Region>) and
+ * where it said so; "" when it named none. */
+static const char *named_region(const sl_http_xfer *x, char *out, size_t n)
+{
+    snprintf(out, n, "%s", x->resp.bucket_region);
+    if (out[0])
+        return "x-amz-bucket-region";
+    sl_http_s3_region(x->body, out, n);
+    return "<Region>";
+}
+
+static int xf_region_fail(sl_http_xfer *x, long code, const char *extra, sl_err *err)
+{
+    sl_http_cfg *c = x->obj->cfg;
+    const char *asked = c ? c->region : "us-east-1";
+    char named[32];
+    const char *where = named_region(x, named, sizeof named);
+    if (!named[0])
+        sl_err_set(err, SL_E_IO, "%s: the bucket is not in region '%s' (HTTP %ld%s; S3 named no region): give "
+                   "its region (--s3-region REGION, Python's s3_region=, $AWS_REGION, sl_load_opts.s3_region)",
+                   x->obj->name, asked, code, extra);
+    else if (!strcmp(named, asked))
+        sl_err_set(err, SL_E_IO, "%s: HTTP %ld%s, though S3 names the region asked, '%s': check the S3 endpoint "
+                   "and addressing", x->obj->name, code, extra, named);
+    else
+        sl_err_set(err, SL_E_IO, "%s: the bucket is in region '%s', not '%s' (HTTP %ld%s, %s): give its region "
+                   "(--s3-region %s, Python's s3_region='%s', $AWS_REGION, sl_load_opts.s3_region)",
+                   x->obj->name, named, asked, code, extra, where, named, named);
+    if (named[0] && strcmp(named, asked) != 0 && c && c->note_region && !c->bucket_region[0])
+        snprintf(c->bucket_region, sizeof c->bucket_region, "%s", named);
+    return XF_FAIL;
+}
+
 static int xf_http_fail(sl_http_xfer *x, long code, sl_err *err)
 {
     s3_error_code(x);
     char extra[96] = "";
     if (x->s3_code[0])
         snprintf(extra, sizeof extra, ", %s", x->s3_code);
+    if (wrong_region(x, code))
+        return xf_region_fail(x, code, extra, err);
     if (code == 404)
         sl_err_set(err, SL_E_NOT_FOUND, "%s: not found (HTTP 404%s)", x->obj->name, extra);
     else if (code == 401 || code == 403)

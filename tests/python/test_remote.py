@@ -382,3 +382,44 @@ def test_s3_verify_by_the_store(moto: tuple[str, str, str], tiny_ckpt: Path, tmp
     assert _sums(m) == _sums(shardload.load(tiny_ckpt, tp=2))
     with pytest.raises(shardload.Error, match="s3://models/tiny/model-.*: --verify knows no SHA-256"):
         shardload.load("s3://models/tiny/", tp=2, verify=True)
+
+
+def _region_server(root: Path, regions: str) -> tuple[str, subprocess.Popen[bytes]]:
+    """tests/http_range_server.py answering as S3 does for a bucket in `regions` (docs/remote.md)."""
+    port = root / "region.port"
+    port.unlink(missing_ok=True)
+    p = subprocess.Popen([sys.executable, str(TESTS / "http_range_server.py"), str(root), str(port),
+                          "--bucket-region", regions])
+    _wait(port, p)
+    return f"http://127.0.0.1:{port.read_text()}", p
+
+
+def test_s3_bucket_in_another_region(tiny_ckpt: Path, tmp_path: Path,  # noqa: F811
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """S3's 301 PermanentRedirect naming the bucket's region: the open is done again in that region
+    (a warning says so) and loads the local bytes; s3_region= asks in it at once; a bucket S3 places
+    elsewhere after the retry raises naming the region and s3_region=."""
+    if not _remote_works():
+        pytest.skip("built without libcurl")
+    shutil.copytree(tiny_ckpt, tmp_path / "ck")
+    _s3_env(monkeypatch, "http://127.0.0.1:1", "AKIDTEST", "secrettest", tmp_path / "credentials")
+    url, p = _region_server(tmp_path, "eu-west-1")
+    try:
+        with shardload.open("s3://ck/", s3_endpoint=url) as ck:
+            assert any("the bucket is in region 'eu-west-1', not 'us-east-1': opened in 'eu-west-1'" in w
+                       for w in ck.warnings), ck.warnings
+            assert _sums(shardload.load(ck, tp=2)) == _sums(shardload.load(tiny_ckpt, tp=2))
+        with shardload.open("s3://ck/", s3_endpoint=url, s3_region="eu-west-1") as ck:
+            assert ck.warnings == []
+    finally:
+        p.terminate()
+        p.wait()
+    url, p = _region_server(tmp_path, "eu-west-1,ap-south-1")
+    try:
+        with pytest.raises(shardload.Error, match=r"the bucket is in region 'ap-south-1', not 'eu-west-1' "
+                           r"\(HTTP 301, PermanentRedirect, x-amz-bucket-region\): give its region "
+                           r"\(--s3-region ap-south-1, Python's s3_region='ap-south-1'"):
+            shardload.open("s3://ck/", s3_endpoint=url)
+    finally:
+        p.terminate()
+        p.wait()
