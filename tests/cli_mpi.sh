@@ -226,7 +226,8 @@ for dist in cooperative independent; do
     "${MPIRUN[@]}" -np 2 bash -c 'x=; [ "$OMPI_COMM_WORLD_RANK" = 1 ] && x=2,0; VLLM_PP_LAYER_PARTITION=$x "$0" load "$1" --pp 2 --dist "$2"; echo "rank-exit $?" >&2' \
         "$SL" "$CK" $dist >"$T/out" 2>"$T/err"
     [ "$(grep -c '^rank-exit 1$' "$T/err")" -eq 2 ] && [ "$(grep -c '^shardload: error:' "$T/err")" -eq 1 ] &&
-        grep -q "differ from another rank's" "$T/err" || fail "rank 1 with another split ($dist): $(cat "$T/err")"
+        grep -q "the mesh and its pipeline split, the checkpoint) differ from another rank's" "$T/err" ||
+        fail "rank 1 with another split ($dist): $(cat "$T/err")"
 done
 # the report's options: each rank renders its own devices into rank 0's report, so ranks given
 # other --checksums or --json are refused (the report mixed a rank's text into JSON, or left its
