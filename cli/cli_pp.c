@@ -2,8 +2,9 @@
  * vLLM's own variable VLLM_PP_LAYER_PARTITION, so that a vLLM user who sets it gets the shards
  * vLLM makes. The library reads no environment: the CLI maps the variable onto
  * sl_plan_opts.pp_partition, as it maps SL_IO_ENGINE and the AWS variables. The list is checked
- * here as text (what vLLM's int() refuses, and a negative entry, which vLLM lets through); its
- * length against --pp and its sum against the config's layers are the library's to check. */
+ * here as text, each entry as vLLM's int() reads it (and a negative entry, which vLLM lets
+ * through, refused); its length against --pp and its sum against the config's layers are the
+ * library's to check. */
 #include "cli.h"
 
 #include <ctype.h>
@@ -33,28 +34,59 @@ static int pp_error(const char *cmd, const char *what, const char *v, const char
                            item ? " '" : "", item ? cli_text(item, ib, sizeof ib) : "", item ? "'" : "");
 }
 
-/* One entry of n bytes at p, spaces around it allowed (vLLM's int() strips them): a count of
- * layers. */
+/* The whitespace Python's int() strips around its text, in ASCII: str.isspace's. */
+static int pp_space(char ch)
+{
+    return ch == ' ' || (ch >= '\t' && ch <= '\r') || (ch >= '\x1c' && ch <= '\x1f');
+}
+
+/* n bytes at p read as Python's int() reads a base-10 literal, which is how vLLM reads each entry
+ * of VLLM_PP_LAYER_PARTITION: a sign, digits with single underscores between them ("1_0"), leading
+ * zeros. ASCII only (int() also takes other scripts' digits). *neg: a '-' before a number past 0
+ * ("-0" is 0, as int() has it). -1 when it is no such number or exceeds INT32_MAX. */
+static int pp_number(const char *p, size_t n, int64_t *out, int *neg)
+{
+    size_t i = 0;
+    int64_t x = 0;
+    const int minus = n > 0 && p[0] == '-';
+    i += n > 0 && (p[0] == '-' || p[0] == '+');
+    if (i == n)
+        return -1;
+    for (; i < n; i++) {
+        const int between = i > 0 && i + 1 < n && isdigit((unsigned char)p[i - 1]) &&
+                            isdigit((unsigned char)p[i + 1]);
+        if (p[i] == '_' && between)
+            continue;
+        if (!isdigit((unsigned char)p[i]))
+            return -1;
+        x = x * 10 + (p[i] - '0');
+        if (x > INT32_MAX)
+            return -1;
+    }
+    *out = x;
+    *neg = minus && x > 0;
+    return 0;
+}
+
+/* One entry of n bytes at p, whitespace around it allowed: a count of layers. */
 static int pp_entry(const char *cmd, const char *what, const char *v, const char *p, size_t n,
                     int32_t *out)
 {
-    while (n > 0 && (*p == ' ' || *p == '\t'))
+    while (n > 0 && pp_space(*p))
         p++, n--;
-    while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\t'))
+    while (n > 0 && pp_space(p[n - 1]))
         n--;
-    char num[32];
+    char num[64];
     int64_t x = 0;
+    int neg = 0;
     if (n == 0)
         return pp_error(cmd, what, v, "an empty entry: give one count of layers per pipeline "
                         "stage, separated by commas (10,12,10)", NULL);
-    if (n >= sizeof num)
-        return pp_error(cmd, what, v, "an entry is not a count of layers", NULL);
-    memcpy(num, p, n);
-    num[n] = '\0';
-    if (num[0] == '-' && isdigit((unsigned char)num[1]))
-        return pp_error(cmd, what, v, "a stage holds 0 or more layers, not", num);
-    if (cli_parse_int(num, 0, INT32_MAX, &x) != 0)
+    snprintf(num, sizeof num, "%.*s", (int)(n < sizeof num ? n : sizeof num - 1), p);
+    if (pp_number(p, n, &x, &neg) != 0)
         return pp_error(cmd, what, v, "not a count of layers:", num);
+    if (neg)
+        return pp_error(cmd, what, v, "a stage holds 0 or more layers, not", num);
     *out = (int32_t)x;
     return CLI_EXIT_OK;
 }

@@ -55,6 +55,16 @@ VLLM_PP_LAYER_PARTITION=3,0,2 "$SL" plan --config "$T/cfg.json" --tp 2 --layout 
 "$SL" plan --config "$T/cfg.json" --pp 3 --pp-partition " 3, 0 ,2" --json | split >"$T/out" ||
     fail "spaces around entries"
 expect_eq "spaces around entries (vLLM's int() takes them)" "$(cat "$T/out")" "[3, 0, 2]"
+# every entry vLLM's int() takes: a sign, "-0", underscores between digits, leading zeros, any
+# ASCII whitespace (a variable read from a file keeps its newline)
+for v in "+3,+0,2" "3,-0,2" "0_3,0,0_0_2" "003,0,2" $'3,0,2\n' $'3\r,\v0\f,2'; do
+    "$SL" plan --config "$T/cfg.json" --pp 3 --pp-partition "$v" --json 2>"$T/err" | split >"$T/out" ||
+        fail "--pp-partition $(printf %q "$v"): $(cat "$T/err")"
+    expect_eq "--pp-partition $(printf %q "$v")" "$(cat "$T/out")" "[3, 0, 2]"
+done
+VLLM_PP_LAYER_PARTITION=$'3,0,2\n' "$SL" plan --config "$T/cfg.json" --tp 2 --pp 3 --json >"$T/p_nl.json" ||
+    fail "VLLM_PP_LAYER_PARTITION with a newline"
+cmp -s "$T/p.json" "$T/p_nl.json" || fail "VLLM_PP_LAYER_PARTITION='3,0,2\n' planned otherwise than 3,0,2"
 "$SL" plan --config "$T/cfg.json" --pp 3 --pp-partition 3,0,2 >"$T/out" || fail "plan text"
 grep -qx "layers per stage: 3,0,2 (\[0, 3) \[3, 3) \[3, 5))" "$T/out" || fail "plan text: $(sed -n 3p "$T/out")"
 # pp above the layers: only a partition can say where they go
@@ -79,6 +89,9 @@ usage "count" "shardload plan: --pp-partition '3,2' has 2 entries but --pp is 3:
 usage "non-numeric" "--pp-partition '3,x,2': not a count of layers: 'x'" "${P[@]}" --pp-partition 3,x,2
 usage "float" "--pp-partition '3,0.5,2': not a count of layers: '0.5'" "${P[@]}" --pp-partition 3,0.5,2
 usage "negative" "--pp-partition '4,-1,2': a stage holds 0 or more layers, not '-1'" "${P[@]}" --pp-partition 4,-1,2
+for v in "_3,0,2" "3_,0,2" "3,0,2__0" "3,+-0,2" "3,- 0,2" "3,+,2" "3,0x0,2"; do   # int() refuses them too
+    usage "--pp-partition $v" "--pp-partition '$v': not a count of layers" "${P[@]}" --pp-partition "$v"
+done
 usage "empty entry" "--pp-partition '3,,2': an empty entry" "${P[@]}" --pp-partition 3,,2
 usage "trailing comma (vLLM refuses it too)" "an empty entry" "${P[@]}" --pp-partition 1,2,2,
 usage "layout spmd" "--pp-partition applies to layout tp only" \

@@ -253,11 +253,26 @@ FP8_MORE = {
             "num_bits": 8, "type": "float", "strategy": "block", "block_structure": [128, 128]},
             input_activations={"num_bits": 8, "type": "float", "strategy": "group", "group_size": 128,
                                "dynamic": True})}}),
+    # quantization_config listing a module in some layers only: vLLM's Fp8Config asks each layer's
+    # module (is_layer_skipped), so those layers keep the model dtype and the others are FP8.
+    # Qwen3-MoE: layer 0's router, layer 1's q, k and v, and layer 1's experts (every module of
+    # every expert named); Llama per-channel with the first and last layers listed whole
+    ("qwen3_moe-partial", "qwen3_moe"): dict(FP8_ARCHS["qwen3_moe"], quantization_config=dict(
+        FP8_QUANT, modules_to_not_convert=["model.layers.0.mlp.gate"] +
+        ["model.layers.1.self_attn.%s_proj" % x for x in "qkv"] +
+        ["model.layers.1.mlp.experts.%d.%s_proj" % (e, x) for e in range(4) for x in ("gate", "up", "down")])),
+    ("llama-fbgemm-partial", "llama"): dict(ARCHS["llama"], quantization_config={
+        "quant_method": "fbgemm_fp8", "activation_scale_ub": 1200.0,
+        "modules_to_not_convert": ["lm_head"] + ["model.layers.%d.%s" % (l, m) for l in (0, ARCHS["llama"]["num_hidden_layers"] - 1)
+                                                 for m in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                                                           "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj",
+                                                           "mlp.down_proj")]}),
 }
 FP8_MORE_SCALE_DT = {"llama-pt": "F32", "mixtral-ct": "BF16", "qwen2-fbgemm": "F32",
                      "qwen3_moe-ct": "BF16", "deepseek_v3-fbgemm": "BF16", "deepseek_v2-pt": "F32",
                      "deepseek_v3-ctblock": "F32", "qwen3_moe-router": "BF16",
-                     "qwen3_moe-router-pt": "F32"}
+                     "qwen3_moe-router-pt": "F32", "qwen3_moe-partial": "BF16",
+                     "llama-fbgemm-partial": "F32"}
 
 
 def fp8_scheme(q):

@@ -538,7 +538,8 @@ static void ignored_experts(void)
         expect_plan_of(ckdir, cfg, 1, lists[i], SL_OK, "");
     }
     /* 12 layers, layer 1's block alone: "model.layers.1.mlp.experts" is in neither layer 10's nor
-     * 11's names, so 1 of 12, which is refused (one dtype for a rule's layers) */
+     * 11's names, so layer 1's experts alone keep the model dtype, as vLLM asks is_layer_skipped of
+     * each layer's FusedMoE prefix */
     char path[300];
     snprintf(path, sizeof path, "%s/q3-12.json", dir);
     tu_write_text(path, "{\"architectures\":[\"Qwen3MoeForCausalLM\"],\"hidden_size\":128,"
@@ -549,9 +550,100 @@ static void ignored_experts(void)
                         "[\"model.layers.1.mlp.experts.0.up_proj\"]}}");
     sl_plan *p = NULL;
     const sl_status st = build(NULL, path, 1, 0, SL_LAYOUT_TP, &p);
-    tu_expect_plan_error("one layer's experts", st, p, SL_E_UNSUPPORTED, "rule 'model.layers.{i}.mlp.experts."
-                         "{e}.gate_proj.weight': quantization_config ignores 1 of its 12 MoE blocks (an "
-                         "entry naming one expert or the block keeps the layer's whole block unquantized");
+    EXPECT(st == SL_OK && is(p, 0, "model.layers.1.mlp.experts.w13_weight", SL_DTYPE_BF16, 2, 256, 128) &&
+               !tu_param(p, 0, "model.layers.1.mlp.experts.w13_weight_scale") &&
+               is(p, 0, "model.layers.10.mlp.experts.w13_weight", SL_DTYPE_F8_E4M3, 2, 256, 128) &&
+               tu_param(p, 0, "model.layers.10.mlp.experts.w13_weight_scale") &&
+               is(p, 0, "model.layers.1.self_attn.qkv_proj.weight", SL_DTYPE_F8_E4M3, 256, 128, 0),
+           "one layer's experts: %s", sl_plan_errmsg(p));
+    sl_plan_free(p);
+    snprintf(ckdir, sizeof ckdir, "%s/q3-12-ck", dir);
+    EXPECT(sl_synth(path, NULL, ckdir, -1, 3, 1, err, sizeof err) == SL_OK, "synth: %s", err);
+    expect_plan_of(ckdir, path, 1, "one layer's experts", SL_OK, "");
+}
+
+/* A module quantization_config lists in some layers only keeps the model dtype there, without a
+ * scale, and is FP8 elsewhere: vLLM's Fp8Config asks is_layer_skipped of each layer's module.
+ * helper-2 found it refused ("ignores 1 of its 2 modules"). Qwen3-MoE's router in one layer,
+ * and DeepSeek's o_proj and layer 0's (dense) gate_up_proj; synth writes them so and a load of
+ * its checkpoint plans. */
+static void ignored_some_layers(void)
+{
+    char path[300], ckdir[300], err[512];
+    snprintf(path, sizeof path, "%s/q3-router.json", dir);
+    tu_write_text(path, "{\"architectures\":[\"Qwen3MoeForCausalLM\"],\"hidden_size\":256,"
+                        "\"intermediate_size\":256,\"num_attention_heads\":4,\"num_key_value_heads\":2,"
+                        "\"head_dim\":128,\"num_hidden_layers\":3,\"vocab_size\":256,\"num_experts\":2,"
+                        "\"moe_intermediate_size\":256,\"torch_dtype\":\"bfloat16\",\"quantization_config\":"
+                        "{\"quant_method\":\"fp8\",\"weight_block_size\":[128,128],"
+                        "\"modules_to_not_convert\":[\"model.layers.1.mlp.gate\"]}}");
+    sl_plan *p = NULL;
+    sl_status st = build(NULL, path, 2, 0, SL_LAYOUT_TP, &p);
+    EXPECT(st == SL_OK && is(p, 1, "model.layers.1.mlp.gate.weight", SL_DTYPE_BF16, 2, 256, 0) &&
+               !tu_param(p, 1, "model.layers.1.mlp.gate.weight_scale_inv") &&
+               is(p, 1, "model.layers.0.mlp.gate.weight", SL_DTYPE_F8_E4M3, 2, 256, 0) &&
+               is(p, 1, "model.layers.2.mlp.gate.weight", SL_DTYPE_F8_E4M3, 2, 256, 0) &&
+               is(p, 1, "model.layers.2.mlp.gate.weight_scale_inv", SL_DTYPE_F32, 1, 2, 0),
+           "router of layer 1 listed: %s", sl_plan_errmsg(p));
+    sl_plan_free(p);
+    snprintf(ckdir, sizeof ckdir, "%s/q3-router-ck", dir);
+    EXPECT(sl_synth(path, NULL, ckdir, -1, 3, 1, err, sizeof err) == SL_OK, "synth: %s", err);
+    expect_plan_of(ckdir, path, 1, "router of layer 1 listed", SL_OK, "");
+    st = build(NULL, small_ds("ign-some.json", "{\"quant_method\":\"fp8\",\"weight_block_size\":[128,128],"
+                                               "\"ignored_layers\":[\"model.layers.0.self_attn.o_proj\","
+                                               "\"model.layers.0.mlp.gate_proj\",\"model.layers.0.mlp.up_proj\"]}"),
+               2, 0, SL_LAYOUT_TP, &p);
+    EXPECT(st == SL_OK && is(p, 0, "model.layers.0.self_attn.o_proj.weight", SL_DTYPE_BF16, 256, 128, 0) &&
+               !tu_param(p, 0, "model.layers.0.self_attn.o_proj.weight_scale_inv") &&
+               is(p, 0, "model.layers.1.self_attn.o_proj.weight", SL_DTYPE_F8_E4M3, 256, 128, 0) &&
+               tu_param(p, 0, "model.layers.1.self_attn.o_proj.weight_scale_inv") &&
+               is(p, 0, "model.layers.0.mlp.gate_up_proj.weight", SL_DTYPE_BF16, 512, 256, 0) &&
+               !tu_param(p, 0, "model.layers.0.mlp.gate_up_proj.weight_scale_inv") &&
+               tu_param(p, 0, "model.layers.1.mlp.shared_experts.gate_up_proj.weight_scale_inv"),
+           "o_proj and gate_up_proj of layer 0 listed: %s", sl_plan_errmsg(p));
+    sl_plan_free(p);
+}
+
+/* Layers of one kind share their tensors' places (arch_tensors.c); each layer listing another set
+ * of modules is a kind of its own, and past 64 kinds the config is refused, not planned slowly:
+ * 70 MoE layers listing 70 subsets of 7 modules. */
+static void ignored_too_many_kinds(void)
+{
+    /* the 7 modules, two of them fused pairs listed whole */
+    static const char *const mods[7][2] = {{"self_attn.q_a_proj", "self_attn.kv_a_proj_with_mqa"},
+                                           {"self_attn.q_b_proj", NULL}, {"self_attn.kv_b_proj", NULL},
+                                           {"self_attn.o_proj", NULL},
+                                           {"mlp.shared_experts.gate_proj", "mlp.shared_experts.up_proj"},
+                                           {"mlp.shared_experts.down_proj", NULL}, {"mlp.experts", NULL}};
+    size_t cap = 1 << 16, n = 0;
+    char *text = malloc(cap), path[300];
+    EXPECT(text != NULL, "out of memory");
+    if (!text)
+        return;
+    n += (size_t)snprintf(text + n, cap - n, "{\"architectures\":[\"DeepseekV3ForCausalLM\"],"
+                          "\"hidden_size\":256,\"intermediate_size\":512,\"num_attention_heads\":4,"
+                          "\"num_hidden_layers\":70,\"vocab_size\":256,\"q_lora_rank\":256,\"kv_lora_rank\":128,"
+                          "\"qk_nope_head_dim\":64,\"qk_rope_head_dim\":64,\"v_head_dim\":64,"
+                          "\"n_routed_experts\":4,\"moe_intermediate_size\":256,\"n_shared_experts\":1,"
+                          "\"first_k_dense_replace\":0,\"torch_dtype\":\"bfloat16\",\"quantization_config\":"
+                          "{\"quant_method\":\"fp8\",\"weight_block_size\":[128,128],\"ignored_layers\":[\"x\"");
+    for (int l = 0; l < 70; l++) {
+        for (int b = 0; b < 7; b++) {
+            if (!(l >> b & 1))
+                continue;
+            for (int k = 0; k < 2 && mods[b][k]; k++)
+                n += (size_t)snprintf(text + n, cap - n, ",\"model.layers.%d.%s\"", l, mods[b][k]);
+        }
+    }
+    snprintf(text + n, cap - n, "]}}");
+    snprintf(path, sizeof path, "%s/kinds.json", dir);
+    tu_write_text(path, text);
+    free(text);
+    sl_plan *p = NULL;
+    const sl_status st = build(NULL, path, 1, 0, SL_LAYOUT_TP, &p);
+    tu_expect_plan_error("70 kinds of layer", st, p, SL_E_UNSUPPORTED, "quantization_config's ignored "
+                         "modules make more than 64 kinds of layer (by which of their modules are FP8; "
+                         "layer 64 is one more): not supported");
     sl_plan_free(p);
 }
 
@@ -619,8 +711,10 @@ static void config_errors(void)
          "[\"model.layers.0.self_attn.q_a_proj\",\"model.layers.1.self_attn.q_a_proj\"]}",
          "Detected some but not all shards of model.layers.{i}.self_attn.fused_qkv_a_proj.weight are "
          "quantized", SL_E_UNSUPPORTED},
+        /* one layer's slot of a fused layer: vLLM's is_layer_skipped refuses it at that layer */
         {"{\"quant_method\":\"fp8\",\"weight_block_size\":[128,128],\"ignored_layers\":"
-         "[\"model.layers.0.self_attn.o_proj\"]}", "ignores 1 of its 2 modules", SL_E_UNSUPPORTED},
+         "[\"model.layers.1.self_attn.kv_a_proj_with_mqa\"]}", "Detected some but not all shards of "
+         "model.layers.{i}.self_attn.fused_qkv_a_proj.weight are quantized", SL_E_UNSUPPORTED},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         st = build(NULL, small_ds("bad.json", cases[i].quant), 2, 0, SL_LAYOUT_TP, &p);
@@ -651,6 +745,8 @@ static void config_errors(void)
                tu_param(p, 0, "model.layers.0.mlp.gate_up_proj.weight_scale_inv"),
            "ignored dense down_proj: %s", sl_plan_errmsg(p));
     sl_plan_free(p);
+    ignored_some_layers();
+    ignored_too_many_kinds();
     ignored_experts();
 }
 

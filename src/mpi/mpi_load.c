@@ -315,7 +315,8 @@ static sl_status dist_compare(dist_ctx *c, uint64_t h, sl_status st, const char 
 static sl_status dist_same(dist_ctx *c, const sl_plan *p, const sl_dist_opts *d, sl_status st)
 {
     return dist_compare(c, st == SL_OK ? dist_digest(c, p, d) : 0, st,
-                        "options, plan or files (--dist, --dtype, the mesh, the checkpoint)");
+                        "options, plan or files (--dist, --dtype, the mesh and its pipeline split, "
+                        "the checkpoint)");
 }
 
 /* Cooperative: the ranks cut the same chunks into the same slots (--staging, --request,

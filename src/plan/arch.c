@@ -244,7 +244,16 @@ static sl_status rule_parse(sl_err *err, sl_arch *m, const json_t *r, sl_rule *o
 
 /* ---- groups: rules that fill one tp parameter ------------------------------------------------- */
 
-static sl_status group_check_pair(sl_err *err, const sl_rule *a, const sl_rule *b)
+/* Whether slots a and b are at the same layers: a fused module is FP8 at a layer in all its
+ * slots or in none (arch_quant.c's at_layer). */
+static int same_layers(const sl_arch *m, const sl_rule *a, const sl_rule *b)
+{
+    if (!a->at_layer || !b->at_layer)
+        return a->at_layer == b->at_layer;
+    return memcmp(a->at_layer, b->at_layer, (size_t)m->cfg.L) == 0;
+}
+
+static sl_status group_check_pair(sl_err *err, const sl_arch *m, const sl_rule *a, const sl_rule *b)
 {
     SL_CHECK(a->shard == b->shard && (a->shard == SL_SHARD_QKV || a->shard == SL_SHARD_MERGED ||
                                       a->shard == SL_SHARD_CONCAT),
@@ -256,19 +265,36 @@ static sl_status group_check_pair(sl_err *err, const sl_rule *a, const sl_rule *
              "or row length", a->tensor, b->tensor, a->param);
     SL_CHECK(a->slot != b->slot, err, SL_E_CONFIG, "rules '%s' and '%s' take the same slot of '%s'",
              a->tensor, b->tensor, a->param);
-    SL_CHECK(a->dtype == b->dtype, err, SL_E_UNSUPPORTED, "Detected some but not all shards of %s "
-             "are quantized. All shards of fused layers to have the same precision.", a->param);
+    SL_CHECK(a->dtype == b->dtype && same_layers(m, a, b), err, SL_E_UNSUPPORTED, "Detected some "
+             "but not all shards of %s are quantized. All shards of fused layers to have the same "
+             "precision.", a->param);
     SL_CHECK(a->expert == b->expert && a->layers == b->layers, err, SL_E_CONFIG,
              "rules '%s' and '%s' fill param '%s' but differ in {e} or \"layers\"", a->tensor,
              b->tensor, a->param);
     return SL_OK;
 }
 
+/* The group key of a model-dtype twin's param (arch_quant.c): no pattern holds a \x01. */
+static const char *twin_key(sl_arena *a, const char *param)
+{
+    const size_t n = strlen(param);
+    char *k = sl_arena_alloc(a, n + 2);
+    if (k) {
+        memcpy(k, param, n);
+        k[n] = '\x01';
+        k[n + 1] = '\0';
+    }
+    return k;
+}
+
 /* Rule ri into the group of its param (by_param: param -> group), a new one for a new param. */
 static sl_status group_add(sl_err *err, sl_arch *m, int32_t ri, sl_strmap *by_param)
 {
     sl_rule *r = &m->rules[ri];
-    const int64_t g = sl_strmap_add(by_param, r->param, m->n_groups);
+    /* a model-dtype twin fills the same parameter at other layers, in a group of its own */
+    const char *key = r->quant_twin ? twin_key(&m->arena, r->param) : r->param;
+    SL_CHECK(key != NULL, err, SL_E_NOMEM, "out of memory");
+    const int64_t g = sl_strmap_add(by_param, key, m->n_groups);
     SL_CHECK(g != -2, err, SL_E_NOMEM, "out of memory");
     if (g < 0) {
         m->groups[m->n_groups].n_rules = 1;
@@ -281,7 +307,7 @@ static sl_status group_add(sl_err *err, sl_arch *m, int32_t ri, sl_strmap *by_pa
              "optional tensor (\"otherwise\") cannot be a slot of param '%s'", r->tensor, r->param);
     SL_CHECK(gr->n_rules < SL_GROUP_MAX_SLOTS, err, SL_E_CONFIG, "param '%s' has too many slots", r->param);
     for (int32_t k = 0; k < gr->n_rules; k++)
-        SL_TRY(group_check_pair(err, &m->rules[gr->rules[k]], r));
+        SL_TRY(group_check_pair(err, m, &m->rules[gr->rules[k]], r));
     gr->rules[gr->n_rules++] = ri;
     r->group = (int32_t)g;
     return SL_OK;
@@ -341,8 +367,8 @@ static sl_status rules_parse_maps(sl_err *err, sl_arch *m, const json_t *root, s
              "rule table has no \"rules\" list");
     SL_CHECK(json_array_size(rules) < 4096, err, SL_E_CONFIG, "rule table has too many rules");
     m->n_rules = (int32_t)json_array_size(rules);
-    /* room for a weight scale and an input scale per rule (arch_quant.c) */
-    const int32_t cap = 3 * m->n_rules;
+    /* room for a weight scale, an input scale and a model-dtype twin per rule (arch_quant.c) */
+    const int32_t cap = 4 * m->n_rules;
     m->rules = sl_arena_alloc(&m->arena, (size_t)cap * sizeof(*m->rules));
     m->groups = sl_arena_alloc(&m->arena, (size_t)cap * sizeof(*m->groups));
     SL_CHECK(m->rules && m->groups, err, SL_E_NOMEM, "out of memory");

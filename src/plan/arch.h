@@ -67,8 +67,12 @@ typedef struct sl_rule {
     sl_layers layers;         /* per-layer rules: which layers have the tensor */
     int expert;               /* the name has {e}: one tensor per routed expert, stacked into a
                                  parameter [El, ...] in layout tp */
-    int64_t kind_ord[2];      /* per-layer rules: offset of the rule's first tensor among a dense
-                                 (0) / MoE (1) layer's tensors; -1 when absent there */
+    const uint8_t *at_layer;  /* per-layer rules: NULL, or the layers that have this form of the
+                                 tensor (at_layer[l] != 0): a rule quantization_config ignores in
+                                 some layers only is two, its FP8 form and its model-dtype
+                                 twin, as vLLM quantizes each layer's module as listed
+                                 (arch_quant.c) */
+    int quant_twin;           /* that model-dtype twin: its own parameter group */
     int32_t dtype;            /* the parameter's sl_dtype: -1 the plan's; F8_E4M3 for an FP8
                                  weight; F32 for its scale */
     int32_t scale_of;         /* a scale rule (arch_quant.c): the rule of its weight; else -1 */
@@ -124,10 +128,17 @@ typedef struct sl_arch {
     int64_t n_tensors;
     int32_t n_first, n_layer, n_last;   /* rules per placement */
     /* Layers: layer_moe[l] is 1 for an MoE layer; a layer's tensors are
-     * tensors[layer_start[l], layer_start[l + 1]) (L + 1 entries). */
+     * tensors[layer_start[l], layer_start[l + 1]) (L + 1 entries). Layers of one kind
+     * (layer_kind[l], n_kinds of them) have the same rules: dense and MoE layers, each split
+     * further where a rule has at_layer; kind_ord[rule * n_kinds + k] is the offset of a per-layer
+     * rule's first tensor among a kind-k layer's tensors (an expert rule takes E places), -1 when
+     * absent there. */
     uint8_t *layer_moe;
     int64_t *layer_start;
     int64_t n_moe_layers;
+    uint8_t *layer_kind;
+    int32_t n_kinds;
+    int64_t *kind_ord;
     int has_moe;                  /* the table has a "moe" entry */
     int tp_at_most_experts;       /* "moe": T > E is an error (vLLM's Qwen2-MoE and Qwen3-MoE) */
     int64_t skip_extra_layers;    /* "skip_extra_layers": checkpoint layers [L, L + this) are

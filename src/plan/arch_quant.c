@@ -450,6 +450,49 @@ static sl_status add_scale(sl_err *err, sl_arch *m, int32_t wi, sl_scale_kind ki
     return SL_OK;
 }
 
+/* ign[l] = 1 where quantization_config lists per-layer rule ri's module (for an {e} rule, its
+ * layer's MoE block), at the layers that have the rule. */
+static sl_status ignored_layers(sl_err *err, const sl_arch *m, int32_t ri, uint8_t *ign)
+{
+    const sl_rule *r = &m->rules[ri];
+    if (r->expert)
+        return block_skips(err, m, ri, ign);
+    sl_arena tmp = {0};
+    for (int64_t l = 0; l < m->cfg.L; l++) {
+        char *name = (char *)(uintptr_t)sl_arch_name_format(&tmp, r->tensor, l, 0);
+        if (!name) {
+            sl_arena_free(&tmp);
+            return sl_err_set(err, SL_E_NOMEM, "out of memory");
+        }
+        name[strlen(name) - 7] = '\0';   /* the module: without ".weight" */
+        ign[l] = (uint8_t)ignored_name(m, name);
+        sl_arena_free(&tmp);
+    }
+    return SL_OK;
+}
+
+/* Rule ri, which quantization_config lists in some of its layers only: vLLM's Fp8Config asks
+ * is_layer_skipped of each layer's module, so those layers keep the model dtype and the others
+ * are FP8. ri becomes the FP8 form at the other layers; a twin in the model dtype, its own
+ * parameter group (arch.c), takes the listed ones. */
+static sl_status quant_split(sl_err *err, sl_arch *m, int32_t ri, int32_t cap)
+{
+    const size_t L = (size_t)m->cfg.L;
+    uint8_t *ign = sl_arena_alloc(&m->arena, 2 * L), *fp8 = ign ? ign + L : NULL;
+    SL_CHECK(ign != NULL, err, SL_E_NOMEM, "out of memory");
+    memset(ign, 0, L);
+    SL_TRY(ignored_layers(err, m, ri, ign));
+    for (size_t l = 0; l < L; l++)
+        fp8[l] = !ign[l];
+    SL_CHECK(m->n_rules < cap, err, SL_E_CONFIG, "rule table has too many rules");
+    sl_rule *twin = &m->rules[m->n_rules++];
+    *twin = m->rules[ri];
+    twin->at_layer = ign;
+    twin->quant_twin = 1;
+    m->rules[ri].at_layer = fp8;
+    return SL_OK;
+}
+
 sl_status sl_arch_quant_rules(sl_err *err, sl_arch *m, int32_t cap)
 {
     if (!m->quant.on)
@@ -457,18 +500,15 @@ sl_status sl_arch_quant_rules(sl_err *err, sl_arch *m, int32_t cap)
     const int32_t n = m->n_rules;
     int64_t named = 0;
     for (int32_t i = 0; i < n; i++) {
-        sl_rule *r = &m->rules[i];
-        if (!quantizable(r))
+        if (!quantizable(&m->rules[i]))
             continue;
         int64_t hit = 0, all = 0;
         SL_TRY(ignored_count(err, m, i, &named, &hit, &all));
-        SL_CHECK(hit == 0 || hit == all, err, SL_E_UNSUPPORTED, "rule '%s': quantization_config "
-                 "ignores %lld of its %lld %s; a rule quantized in some layers only is not supported "
-                 "yet", r->tensor, (long long)hit, (long long)all, r->expert ? "MoE blocks (an entry "
-                 "naming one expert or the block keeps the layer's whole block unquantized, as in "
-                 "vLLM)" : "modules");
-        if (hit > 0)
+        if (hit == all && hit > 0)
             continue;   /* kept in the model dtype */
+        if (hit > 0)
+            SL_TRY(quant_split(err, m, i, cap));
+        sl_rule *r = &m->rules[i];
         /* CompressedTensorsW8A8Fp8MoEMethod's check: no per-channel weights with static inputs */
         SL_CHECK(!r->expert || m->quant.scheme != SL_QUANT_CHANNEL || !m->quant.input_static, err,
                  SL_E_UNSUPPORTED, "parameter '%s': For FP8 Fused MoE layer, we require either per "

@@ -56,7 +56,7 @@ int64_t sl_arch_tensor_index(const sl_arch *m, int32_t rule, int64_t layer, int6
     switch (r->place) {
     case SL_PLACE_FIRST: return r->ord;
     case SL_PLACE_LAYER: {
-        const int64_t k = r->kind_ord[m->layer_moe[layer]];
+        const int64_t k = m->kind_ord[(int64_t)rule * m->n_kinds + m->layer_kind[layer]];
         return k < 0 ? -1 : m->layer_start[layer] + k + (r->expert ? e : 0);
     }
     case SL_PLACE_LAST: return m->layer_start[m->cfg.L] + r->ord;
@@ -67,44 +67,104 @@ int64_t sl_arch_tensor_index(const sl_arch *m, int32_t rule, int64_t layer, int6
 int sl_arch_rule_at(const sl_arch *m, int32_t rule, int64_t layer)
 {
     const sl_rule *r = &m->rules[rule];   /* what layers_index sets kind_ord from, so valid before it */
-    return r->place != SL_PLACE_LAYER || r->layers == SL_LAYERS_ALL || (int)r->layers == m->layer_moe[layer] + 1;
+    if (r->place != SL_PLACE_LAYER)
+        return 1;
+    return (r->layers == SL_LAYERS_ALL || (int)r->layers == m->layer_moe[layer] + 1) &&
+           (r->at_layer == NULL || r->at_layer[layer]);
 }
 
 int sl_arch_rule_used(const sl_arch *m, int32_t rule)
 {
-    const sl_rule *r = &m->rules[rule];
-    if (r->place != SL_PLACE_LAYER)
+    if (m->rules[rule].place != SL_PLACE_LAYER)
         return 1;
-    const int64_t dense = m->cfg.L - m->n_moe_layers;
-    return (r->kind_ord[0] >= 0 && dense > 0) || (r->kind_ord[1] >= 0 && m->n_moe_layers > 0);
+    for (int32_t k = 0; k < m->n_kinds; k++) {   /* each kind has a layer */
+        if (m->kind_ord[(int64_t)rule * m->n_kinds + k] >= 0)
+            return 1;
+    }
+    return 0;
 }
 
-/* Per-layer rules: where each rule's tensors sit among a dense and an MoE layer's tensors (an
- * expert rule takes E places), and where each layer's tensors start. */
+/* Rules whose presence at a layer is more than its dense/MoE kind: those with at_layer. */
+static int32_t *masked_rules(const sl_arch *m, int32_t *n)
+{
+    int32_t *out = malloc((size_t)m->n_rules * sizeof(*out) + 1);
+    *n = 0;
+    for (int32_t ri = 0; out && ri < m->n_rules; ri++) {
+        if (m->rules[ri].place == SL_PLACE_LAYER && m->rules[ri].at_layer)
+            out[(*n)++] = ri;
+    }
+    return out;
+}
+
+/* Whether layers a and b have the same rules: the same kind (dense or MoE), and each rule with
+ * at_layer there at both or neither. */
+static int layers_alike(const sl_arch *m, const int32_t *masked, int32_t n, int64_t a, int64_t b)
+{
+    if (m->layer_moe[a] != m->layer_moe[b])
+        return 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (sl_arch_rule_at(m, masked[i], a) != sl_arch_rule_at(m, masked[i], b))
+            return 0;
+    }
+    return 1;
+}
+
+enum { KINDS_MAX = 64 };   /* dense and MoE layers, each with a few quantization_config exceptions */
+
+/* layer_kind[l] for each layer and the kinds' first layers (rep), *n_kinds of them. */
+static sl_status layers_kinds(sl_err *err, sl_arch *m, int64_t *rep)
+{
+    int32_t n_masked = 0;
+    int32_t *masked = masked_rules(m, &n_masked);
+    m->layer_kind = sl_arena_alloc(&m->arena, (size_t)m->cfg.L + 1);
+    sl_status st = masked && m->layer_kind ? SL_OK : sl_err_set(err, SL_E_NOMEM, "out of memory");
+    m->n_kinds = 0;
+    for (int64_t l = 0; st == SL_OK && l < m->cfg.L; l++) {
+        int32_t k = 0;
+        while (k < m->n_kinds && !layers_alike(m, masked, n_masked, rep[k], l))
+            k++;
+        if (k == m->n_kinds && k == KINDS_MAX) {
+            st = sl_err_set(err, SL_E_UNSUPPORTED, "quantization_config's ignored modules make "
+                            "more than %d kinds of layer (by which of their modules are FP8; "
+                            "layer %lld is one more): not supported", KINDS_MAX, (long long)l);
+            break;
+        }
+        if (k == m->n_kinds)
+            rep[m->n_kinds++] = l;
+        m->layer_kind[l] = (uint8_t)k;
+    }
+    free(masked);
+    return st;
+}
+
+/* Per-layer rules: where each rule's tensors sit among each kind of layer's tensors (an expert
+ * rule takes E places), and where each layer's tensors start. */
 static sl_status layers_index(sl_err *err, sl_arch *m)
 {
-    int64_t per_kind[2] = {0, 0};
-    for (int kind = 0; kind < 2; kind++) {
+    int64_t rep[KINDS_MAX], per_kind[KINDS_MAX] = {0};
+    SL_TRY(layers_kinds(err, m, rep));
+    m->kind_ord = sl_arena_alloc(&m->arena, ((size_t)m->n_rules * (size_t)m->n_kinds + 1) * sizeof(int64_t));
+    SL_CHECK(m->kind_ord != NULL, err, SL_E_NOMEM, "out of memory");
+    for (int32_t k = 0; k < m->n_kinds; k++) {
         for (int32_t ri = 0; ri < m->n_rules; ri++) {
-            sl_rule *r = &m->rules[ri];
-            const int in = r->place == SL_PLACE_LAYER &&
-                           (r->layers == SL_LAYERS_ALL || (int)r->layers == kind + 1);
-            r->kind_ord[kind] = in ? per_kind[kind] : -1;
-            per_kind[kind] += in ? (r->expert ? m->cfg.E : 1) : 0;
+            const sl_rule *r = &m->rules[ri];
+            const int in = r->place == SL_PLACE_LAYER && sl_arch_rule_at(m, ri, rep[k]);
+            m->kind_ord[(int64_t)ri * m->n_kinds + k] = in ? per_kind[k] : -1;
+            per_kind[k] += in ? (r->expert ? m->cfg.E : 1) : 0;
         }
     }
     m->layer_start = sl_arena_alloc(&m->arena, (size_t)(m->cfg.L + 1) * sizeof(int64_t));
     SL_CHECK(m->layer_start != NULL, err, SL_E_NOMEM, "out of memory");
     m->layer_start[0] = m->n_first;
-    /* per_kind[k] <= 3 * 4096 rules * 65536 experts and L <= 100,000: the sums stay far below
+    /* per_kind[k] <= 4 * 4096 rules * 65536 experts and L <= 100,000: the sums stay far below
      * 2^63, and the bound is checked as they grow */
     for (int64_t l = 0; l < m->cfg.L; l++) {
-        m->layer_start[l + 1] = m->layer_start[l] + per_kind[m->layer_moe[l]];
+        const int32_t k = m->layer_kind[l];
+        m->layer_start[l + 1] = m->layer_start[l] + per_kind[k];
         SL_CHECK(m->layer_start[l + 1] + m->n_last <= SL_MAX_TENSORS, err, SL_E_CONFIG,
                  "the config implies more than %d tensors (num_hidden_layers %lld, %lld experts, "
-                 "%lld tensors in a dense layer and %lld in an MoE layer): no real model has this "
-                 "many", SL_MAX_TENSORS, (long long)m->cfg.L, (long long)m->cfg.E,
-                 (long long)per_kind[0], (long long)per_kind[1]);
+                 "%lld tensors in layer %lld): no real model has this many", SL_MAX_TENSORS,
+                 (long long)m->cfg.L, (long long)m->cfg.E, (long long)per_kind[k], (long long)l);
     }
     return SL_OK;
 }
