@@ -214,7 +214,7 @@ def main():
     cuda_warm = [(k[0], v["out"]["gbps_after_setup"]) for k, v in best.items()
                  if k[1] == "warm" and k[0].startswith("cuda_tp1")]
     top = max(cuda_warm, key=lambda x: x[1]) if cuda_warm else (None, None)
-    ring = next((r["convert_ring"] for r in rows if "convert_ring" in r), [])
+    ring: list[dict[str, Any]] = next((r["convert_ring"] for r in rows if "convert_ring" in r), [])
     ring_desc = " / ".join(f"{p['piece_ki']} Ki elements on {p['threads']} thread(s)" for p in ring) or "(not run)"
     ring_vals = " / ".join(fmt(p["geps"]) for p in ring) or "n/a"
     conv = [v for v in (g('cuda_tp1_to_f32'), g('cuda_tp1_to_f32_again')) if v is not None]

@@ -4,10 +4,11 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from operator import index
-from typing import Any, Protocol, Union
+from typing import Any, Protocol, SupportsIndex, Union
 
 import numpy as np
 
@@ -31,7 +32,7 @@ ConfigSource = Union[str, bytes, os.PathLike[str], os.PathLike[bytes], Mapping[s
 
 # What pp_partition= takes: the layers of each pipeline stage, as a sequence of ints or as
 # vLLM's VLLM_PP_LAYER_PARTITION writes them ("10,12,10").
-PPPartition = Union[Sequence[int], str]
+PPPartition = Union[Iterable[SupportsIndex], str]
 
 
 def _json_value(v: Any) -> Any:
@@ -154,13 +155,17 @@ def _pp_partition(v: PPPartition | None) -> list[int] | None:
         except ValueError:
             raise ValueError(f"pp_partition {v!r}: not a comma-separated list of layer counts "
                              "(vLLM's VLLM_PP_LAYER_PARTITION form, 10,12,10)") from None
-    if isinstance(v, (bytes, Mapping)) or not isinstance(v, Sequence):
+    if isinstance(v, (bytes, Mapping, AbstractSet)) or not isinstance(v, Iterable):
         raise TypeError(f"pp_partition must be a sequence of ints or a string like '10,12,10', "
                         f"got {type(v).__name__}")
     out = []
-    for x in v:
-        if isinstance(x, bool) or not isinstance(x, int):
-            raise TypeError(f"pp_partition entries must be ints, got {type(x).__name__} ({x!r})")
+    for x in v:   # any integer type (NumPy's too: a partition worked out with NumPy), no bool
+        try:
+            if isinstance(x, (bool, np.bool_)):
+                raise TypeError
+            x = index(x)
+        except TypeError:
+            raise TypeError(f"pp_partition entries must be ints, got {type(x).__name__} ({x!r})") from None
         if abs(x) > _INT32_MAX:   # ctypes would wrap it into another count
             raise ValueError(f"pp_partition entry {x} is not a count of layers")
         out.append(x)

@@ -108,7 +108,11 @@ def test_refusals() -> None:
         shardload.plan(config=cfg, pp=3, pp_partition="10,x,22")
     with pytest.raises(ValueError, match="not a comma-separated list"):
         shardload.plan(config=cfg, pp=3, pp_partition="10,12,10,")   # vLLM refuses it too
-    for bad in ([10.0, 12, 10], [True, 12, 19], b"10,12,10", 32, {"a": 1}):
+    # any integer type, NumPy's too, in any ordered collection: a split worked out with NumPy
+    assert shardload.plan(config=cfg, pp=3, pp_partition=np.array([10, 12, 10])).pp_partition == (10, 12, 10)
+    assert shardload.plan(config=cfg, pp=3, pp_partition=[np.int64(10), np.int32(12), 10]).pp_partition == (10, 12, 10)
+    for bad in ([10.0, 12, 10], [True, 12, 19], [np.True_, 12, 19], [np.float64(10), 12, 10],
+                b"10,12,10", 32, {"a": 1}, {10, 12}):
         with pytest.raises(TypeError, match="pp_partition"):
             shardload.plan(config=cfg, pp=3, pp_partition=bad)   # type: ignore[arg-type]
     with pytest.raises(ValueError, match="not a count of layers"):
