@@ -34,8 +34,8 @@ void cli_sig_init(cli_sig *s, const char *command)
 }
 
 /* One line "name=value": a value's line breaks and control bytes become '?' (a line each), and a
- * long one is cut, followed by the XXH3 of all of it (a path of any length). A signature that
- * would overflow keeps what fits: every rank cuts at the same field. */
+ * long one is cut; either is followed by the XXH3 of all of it as given (a path of any length). A
+ * signature that would overflow keeps what fits: every rank cuts at the same field. */
 void cli_sig_add(cli_sig *s, const char *name, const char *fmt, ...)
 {
     char line[256];
@@ -49,14 +49,22 @@ void cli_sig_add(cli_sig *s, const char *name, const char *fmt, ...)
         vsnprintf(v, (size_t)len + 1, fmt, again);
     va_end(again);
     const size_t n = v ? strlen(v) : 0;
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)v[i] < 0x20 || v[i] == 0x7f)
+    /* hashed as given: two values that differ only in the bytes '?' stands for (OUTDIRs "o\x01"
+     * and "o\x02") must not compare equal */
+    const unsigned long long h = v ? (unsigned long long)sl_xxh3(v, n) : 0;
+    int shown_other = 0;
+    for (size_t i = 0; i < n; i++) {
+        if ((unsigned char)v[i] < 0x20 || v[i] == 0x7f) {
             v[i] = '?';
+            shown_other = 1;
+        }
+    }
     if (!v)
         snprintf(line, sizeof line, "%s=(out of memory)\n", name);
     else if (n > SIG_VALUE_SHOWN)
-        snprintf(line, sizeof line, "%s=%.*s... (xxh3 %016llx)\n", name, SIG_VALUE_SHOWN - 8, v,
-                 (unsigned long long)sl_xxh3(v, n));
+        snprintf(line, sizeof line, "%s=%.*s... (xxh3 %016llx)\n", name, SIG_VALUE_SHOWN - 8, v, h);
+    else if (shown_other)
+        snprintf(line, sizeof line, "%s=%.*s (xxh3 %016llx)\n", name, SIG_VALUE_SHOWN, v, h);
     else
         snprintf(line, sizeof line, "%s=%.*s\n", name, SIG_VALUE_SHOWN, v);
     free(v);
