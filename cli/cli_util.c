@@ -4,6 +4,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,38 @@ void cli_put_text(FILE *f, const char *s)
     }
 }
 
+/* s with control bytes as \xNN into out (4 * strlen(s) + 1 bytes at least); returns its end. */
+static char *cli_escape_into(char *out, const char *s)
+{
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (cli_control(*p))
+            out += sprintf(out, "\\x%02x", *p);
+        else
+            *out++ = (char)*p;
+    }
+    *out = '\0';
+    return out;
+}
+
+/* prefix, the text with control bytes escaped, suffix, in one write: stderr is unbuffered, so a
+ * byte at a time (cli_put_text) was a write() each, and under mpirun another rank's output landed
+ * inside rank 0's one error line (the launcher forwards what each read of a rank's pipe returns). */
+static void cli_put_line(const char *prefix, const char *text, const char *suffix)
+{
+    const size_t lp = strlen(prefix), lt = strlen(text), ls = strlen(suffix);
+    char *line = lt <= (SIZE_MAX - lp - ls - 1) / 4 ? malloc(lp + 4 * lt + ls + 1) : NULL;
+    if (!line) {   /* out of memory: the same bytes, in pieces */
+        fputs(prefix, stderr);
+        cli_put_text(stderr, text);
+        fputs(suffix, stderr);
+        return;
+    }
+    memcpy(line, prefix, lp);
+    strcpy(cli_escape_into(line + lp, text), suffix);
+    fputs(line, stderr);
+    free(line);
+}
+
 /* prefix, the formatted message with control bytes escaped (argv and library messages alike),
  * suffix. */
 static void cli_vmessage(const char *prefix, const char *suffix, const char *fmt, va_list ap)
@@ -49,14 +82,9 @@ static void cli_vmessage(const char *prefix, const char *suffix, const char *fmt
     const int n = vsnprintf(NULL, 0, fmt, ap2);
     va_end(ap2);
     char *msg = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    fputs(prefix, stderr);
-    if (msg) {
+    if (msg)
         vsnprintf(msg, (size_t)n + 1, fmt, ap);
-        cli_put_text(stderr, msg);
-    } else {
-        fputs("out of memory", stderr);
-    }
-    fputs(suffix, stderr);
+    cli_put_line(prefix, msg ? msg : "out of memory", suffix);
     free(msg);
 }
 
@@ -72,9 +100,8 @@ int cli_fail(const char *fmt, ...)
 void cli_warnings(const sl_checkpoint *ck)
 {
     for (int64_t i = 0; i < sl_checkpoint_warning_count(ck); i++) {
-        fputs("shardload: warning: ", stderr);
-        cli_put_text(stderr, sl_checkpoint_warning(ck, i));
-        fputc('\n', stderr);
+        const char *w = sl_checkpoint_warning(ck, i);
+        cli_put_line("shardload: warning: ", w ? w : "?", "\n");
     }
 }
 

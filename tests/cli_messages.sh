@@ -65,5 +65,16 @@ printable "usage error" "$T/err"
 "$SL" $'\e[31mcmd' >/dev/null 2>"$T/err"
 printable "unknown command" "$T/err"
 
+# an error is one write() of its line, a usage error one of its two: stderr is unbuffered, and a
+# line written a byte at a time (a write each) was cut by another rank's output under mpirun
+if command -v strace >/dev/null && strace -qq -e trace=write -o "$T/trace" true 2>/dev/null; then
+    strace -qq -e trace=write -o "$T/trace" "$SL" load "$T/no"$'\x01'"such" --tp 2 >/dev/null 2>&1
+    [ "$(grep -c '^write(2, ' "$T/trace")" = 1 ] || fail "error line: not one write: $(head -5 "$T/trace")"
+    strace -qq -e trace=write -o "$T/trace" "$SL" load --bogus$'\x02' >/dev/null 2>&1
+    [ "$(grep -c '^write(2, ' "$T/trace")" = 1 ] || fail "usage error: not one write: $(head -5 "$T/trace")"
+else
+    echo "cli_messages: no working strace: the writes of an error line not counted" >&2
+fi
+
 finish
 echo "cli_messages: all passed"
