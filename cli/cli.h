@@ -91,7 +91,6 @@ typedef struct cli_opts {
     int32_t devices[1024];       /* --devices (load): lo.devices points here */
     const char *pos[2];          /* positional arguments */
     int n_pos;
-    const char *ckpt_arg;        /* pos[0] as given, before an hf:// name is resolved */
 } cli_opts;
 
 /* The fields of a `load` or `reshard` that every rank of an MPI job must share (cli_job.c). */

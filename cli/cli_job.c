@@ -94,17 +94,15 @@ static void sig_partition(cli_sig *s, const sl_plan_opts *po)
     free(text);
 }
 
-/* What the ranks of a `load` or `reshard` must share: the checkpoint as given (an hf:// name,
- * before each host resolves it in its own cache), the config and rules, the mesh, dtype, weights
- * and how the ranks split the work. Not what each host may set for itself: --staging, --request,
- * --io, --device, --gpus, the remote options (the cooperative rounds are compared later, where
- * they matter: docs/mpi.md). */
+/* What the ranks of a `load` or `reshard` must share: the mesh, dtype, weights and how the ranks
+ * split the work. Not what each host may set for itself: --staging, --request, --io, --device,
+ * --gpus, the remote options (the cooperative rounds are compared later, where they matter:
+ * docs/mpi.md), nor the paths of the checkpoint, --config and --rules: a host's copy may live
+ * elsewhere than another's (node-local disks), and what they hold is compared once opened (the
+ * plan and the files' sizes and sampled bytes, mpi_load.c). */
 void cli_sig_opts(cli_sig *s, const cli_opts *a)
 {
     const sl_plan_opts *po = &a->po;
-    cli_sig_add(s, "checkpoint", "%s", a->ckpt_arg ? a->ckpt_arg : "(none)");
-    cli_sig_add(s, "--config", "%s", po->config_path ? po->config_path : "(the checkpoint's)");
-    cli_sig_add(s, "--rules", "%s", po->rules_path ? po->rules_path : "(built in)");
     cli_sig_add(s, "--layout", "%s", po->layout == SL_LAYOUT_SPMD ? "spmd" : "tp");
     cli_sig_add(s, "--tp", "%d", (int)po->tp);
     cli_sig_add(s, "--pp", "%d", (int)po->pp);

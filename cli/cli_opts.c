@@ -277,7 +277,6 @@ int cli_opts_parse(cli_opts *o, const char *cmd, int argc, char **argv, const ch
         if (rc != CLI_EXIT_OK)
             return rc;
     }
-    o->ckpt_arg = o->n_pos ? o->pos[0] : NULL;
     if (o->po.layout == SL_LAYOUT_SPMD && o->po.pp != 1)
         return cli_usage_error(cmd, "--pp applies to layout tp only");
     if ((rc = cli_pp_partition_finish(cmd, &o->po)) != CLI_EXIT_OK)
