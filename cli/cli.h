@@ -22,6 +22,8 @@ enum { CLI_EXIT_OK = 0, CLI_EXIT_FAIL = 1, CLI_EXIT_USAGE = 2 };
 #define CLI_TEXT_NAME 160
 const char *cli_text(const char *s, char *buf, size_t len);
 void cli_put_text(FILE *f, const char *s);
+/* prefix, s with control bytes escaped, suffix, on stderr in one write (one line under mpirun). */
+void cli_put_line(const char *prefix, const char *s, const char *suffix);
 
 /* Prints "shardload: error: <msg>" on stderr (control bytes escaped) and returns CLI_EXIT_FAIL. */
 int cli_fail(const char *fmt, ...) CLI_PRINTF(1, 2);

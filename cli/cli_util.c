@@ -55,7 +55,7 @@ static char *cli_escape_into(char *out, const char *s)
 /* prefix, the text with control bytes escaped, suffix, in one write: stderr is unbuffered, so a
  * byte at a time (cli_put_text) was a write() each, and under mpirun another rank's output landed
  * inside rank 0's one error line (the launcher forwards what each read of a rank's pipe returns). */
-static void cli_put_line(const char *prefix, const char *text, const char *suffix)
+void cli_put_line(const char *prefix, const char *text, const char *suffix)
 {
     const size_t lp = strlen(prefix), lt = strlen(text), ls = strlen(suffix);
     char *line = lt <= (SIZE_MAX - lp - ls - 1) / 4 ? malloc(lp + 4 * lt + ls + 1) : NULL;

@@ -42,9 +42,7 @@ static int main_dispatch(int argc, char **argv)
         if (!strcmp(argv[1], cli_commands[i].name))
             return cli_commands[i].run(argc - 1, argv + 1);
     }
-    fputs("shardload: unknown command '", stderr);
-    cli_put_text(stderr, argv[1]);
-    fputs("'\n", stderr);
+    cli_put_line("shardload: unknown command '", argv[1], "'\n");
     main_help(stderr);
     return CLI_EXIT_USAGE;
 }

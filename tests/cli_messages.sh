@@ -72,6 +72,9 @@ if command -v strace >/dev/null && strace -qq -e trace=write -o "$T/trace" true 
     [ "$(grep -c '^write(2, ' "$T/trace")" = 1 ] || fail "error line: not one write: $(head -5 "$T/trace")"
     strace -qq -e trace=write -o "$T/trace" "$SL" load --bogus$'\x02' >/dev/null 2>&1
     [ "$(grep -c '^write(2, ' "$T/trace")" = 1 ] || fail "usage error: not one write: $(head -5 "$T/trace")"
+    strace -qq -s 256 -e trace=write -o "$T/trace" "$SL" bogus$'\x03' >/dev/null 2>&1   # its line, then the help
+    grep -m1 '^write(2, ' "$T/trace" | grep -q "unknown command 'bogus.*'\\\\n\", " ||
+        fail "unknown command: its line not one write: $(head -3 "$T/trace")"
 else
     echo "cli_messages: no working strace: the writes of an error line not counted" >&2
 fi
