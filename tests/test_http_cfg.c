@@ -66,6 +66,9 @@ int main(void)
     url_of("s3://abcdefghij0123456789abcdefghij0123456789abcdefghij0123456789abc/k", &o,
            "https://abcdefghij0123456789abcdefghij0123456789abcdefghij0123456789abc.s3.eu-west-3.amazonaws.com/k",
            "s3://abcdefghij0123456789abcdefghij0123456789abcdefghij0123456789abc/k");
+    o.s3_region = "cn-north-1";   /* AWS China: amazonaws.com.cn */
+    url_of("s3://models/k", &o, "https://models.s3.cn-north-1.amazonaws.com.cn/k", "s3://models/k");
+    o.s3_region = "eu-west-3";
     o.s3_addressing = 1;
     url_of("s3://models/k", &o, "https://s3.eu-west-3.amazonaws.com/models/k", "s3://models/k");
     o.s3_addressing = 0;

@@ -237,7 +237,9 @@ static sl_status s3_url(sl_http_obj *o, const sl_http_cfg *c, const char *rest, 
     if (c->endpoint) {
         split_endpoint(c->endpoint, scheme, sizeof scheme, &host);
     } else {
-        snprintf(aws_host, sizeof aws_host, "s3.%s.amazonaws.com", c->region);
+        /* the China regions are a partition of their own, under another domain */
+        snprintf(aws_host, sizeof aws_host, "s3.%s.amazonaws.com%s", c->region,
+                 strncmp(c->region, "cn-", 3) == 0 ? ".cn" : "");
         host = aws_host;
     }
     SL_CHECK(c->addressing != 2 || bucket_is_dns(rest, bl, 1), err, SL_E_INVALID_ARG,

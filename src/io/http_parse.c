@@ -61,9 +61,9 @@ static int header_is(const char *line, size_t n, const char *name, const char **
     return 1;
 }
 
-/* The value into dst[0, n), cut to fit; "" when it has a control byte (or a NUL). */
-/* A value too long for its field is dropped like one with a control byte, not cut: a cut ETag
- * sent back in If-Match would make every later GET a 412 ("object changed"). */
+/* The value into dst[0, n); "" when it has a control byte (or a NUL) or does not fit: a value too
+ * long for its field is dropped, not cut, as a cut ETag sent back in If-Match would make every
+ * later GET a 412 ("object changed"). */
 static void copy_value(char *dst, size_t n, const char *v, size_t vl)
 {
     dst[0] = '\0';
