@@ -7,7 +7,7 @@ If-Match (412 when it no longer matches) and 404s. Paths are percent-decoded. No
 Usage: http_range_server.py ROOT PORTFILE [--log FILE] [--deny SUBSTRING] [--no-if-match]
                            [--long-etag] [--weak-etag] [--no-validators] [--require-query Q]
                            [--content-encoding VALUE] [--redirect URL]
-                           [--bucket-region REGION[,REGION...] [--region-answer 301|400|400-body|400-none]
+                           [--bucket-region REGION[,REGION...] [--region-answer 301|307|400|400-body|400-none]
                             [--region-head-only]]
                            [--tls CERT KEY --tls-log FILE]
 Binds 127.0.0.1 on a free port and writes the port to PORTFILE once it accepts connections.
@@ -26,7 +26,10 @@ the raw bytes. --redirect answers every request with a 302 to URL.
 the one the request was signed for (the region of its SigV4 Authorization's credential scope; an
 unsigned request names none, so is answered so too): 301 PermanentRedirect with an XML <Error>
 naming the regional <Endpoint> and the header x-amz-bucket-region: REGION (a HEAD's 301 has the
-header and no body); --region-answer 400 answers 400 AuthorizationHeaderMalformed instead, its
+header and no body); --region-answer 307 answers 307 TemporaryRedirect with the header, a Location
+(this server's /trap/ path: a client that follows it shows in the log) and an <Endpoint>, as S3
+answers on the global endpoint for a new bucket whose name has not reached every region yet; 400
+answers 400 AuthorizationHeaderMalformed instead, its
 body naming <Region>REGION</Region> and the header beside it; 400-body the same without the
 header; 400-none answers 400 IllegalLocationConstraintException, which names no region (as S3 does
 for regions opened since 2019). A request signed for REGION is served as usual. With several regions the bucket moves:
@@ -118,6 +121,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self._send(400, body.encode(), hdr)
         if REGION_ANSWER != "400-body":
             hdr.append(("x-amz-bucket-region", region))
+        if REGION_ANSWER == "307":
+            # a new bucket's name not yet known everywhere: S3's Location names the regional host;
+            # here it is this server's /trap/ path, which no client may follow (the log shows it)
+            host, port = self.server.server_address[:2]
+            hdr.append(("Location", "http://%s:%d/trap/%s" % (host, port, rel)))
+            body = ("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>TemporaryRedirect</Code>"
+                    "<Message>Please re-send this request to the specified temporary endpoint. Continue to use "
+                    "the original request endpoint for future requests.</Message><Endpoint>%s.s3.%s."
+                    "amazonaws.com</Endpoint><Bucket>%s</Bucket>%s</Error>" % (bucket, region, bucket, rid))
+            return self._send(307, body.encode(), hdr)
         if REGION_ANSWER == "301":
             body = ("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>PermanentRedirect</Code>"
                     "<Message>The bucket you are attempting to access must be addressed using the specified "

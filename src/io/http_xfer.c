@@ -518,14 +518,19 @@ static int xf_lag_restart(sl_http_xfer *x)
 }
 
 /* S3's answers to a request sent to, or signed for, another region than its bucket's: 301
- * PermanentRedirect (a HEAD's has no body), 400 AuthorizationHeaderMalformed ("the region
- * 'us-east-1' is wrong; expecting 'eu-west-1'"), and 400 IllegalLocationConstraintException (regions
- * opened since 2019, which name none). Redirects are not followed for S3 (the signature covers
- * the host): the fix is the region, which the message names with the options that set it. */
+ * PermanentRedirect (a HEAD's has no body), 307 TemporaryRedirect (a new bucket asked on the
+ * global endpoint before its name reached every region; 302 too, which botocore counts with them),
+ * 400 AuthorizationHeaderMalformed ("the region 'us-east-1' is wrong; expecting 'eu-west-1'"), and
+ * 400 IllegalLocationConstraintException (regions opened since 2019, which name none). Redirects
+ * are not followed for S3: the signature covers the host, and a Location is any host the answer
+ * names, where the credentials would go. The fix is the region, which the message names with the
+ * options that set it (and the open asks in once, ckpt_remote.c), as botocore's S3 redirector
+ * takes the region and never the Location. */
 static int wrong_region(const sl_http_xfer *x, long code)
 {
-    return x->obj->s3 && (code == 301 || (code == 400 && (!strcmp(x->s3_code, "AuthorizationHeaderMalformed") ||
-                                                          !strcmp(x->s3_code, "IllegalLocationConstraintException"))));
+    return x->obj->s3 && (code == 301 || code == 302 || code == 307 ||
+                          (code == 400 && (!strcmp(x->s3_code, "AuthorizationHeaderMalformed") ||
+                                           !strcmp(x->s3_code, "IllegalLocationConstraintException"))));
 }
 
 /* The region S3 named into out (its x-amz-bucket-region header, else the body's <Region>) and
