@@ -8,7 +8,7 @@ Usage: http_range_server.py ROOT PORTFILE [--log FILE] [--deny SUBSTRING] [--no-
                            [--long-etag] [--weak-etag] [--no-validators] [--require-query Q]
                            [--content-encoding VALUE] [--redirect URL]
                            [--bucket-region REGION[,REGION...] [--region-answer 301|307|400|400-body|400-none]
-                            [--region-head-only]]
+                            [--region-head-only] [--no-head-bucket-region]]
                            [--tls CERT KEY --tls-log FILE]
 Binds 127.0.0.1 on a free port and writes the port to PORTFILE once it accepts connections.
 --log appends one line per GET: "<path> <status> <body bytes> <first byte asked for, or ->". --deny answers 403 (with an S3-like
@@ -35,7 +35,10 @@ header; 400-none answers 400 IllegalLocationConstraintException, which names no 
 for regions opened since 2019). A request signed for REGION is served as usual. With several regions the bucket moves:
 each wrong-region answer names the next one (a client that asks again in the region named is
 told of another), the last staying. --region-head-only answers so to HEADs only (the GETs of a
-load are served: a HEAD after the open meets the bucket elsewhere).
+load are served: a HEAD after the open meets the bucket elsewhere). With --bucket-region a HEAD of
+the bucket (HeadBucket) is answered with x-amz-bucket-region naming it, at any status, as S3 does
+(200 signed for its region, else 301, or 400 with 400-none); --no-head-bucket-region answers it 400
+without the header.
 --tls serves https with the PEM certificate (chain) CERT and its key KEY, the handshake on the
 connection's own thread (a client that rejects the certificate stops no one else); --tls-log
 appends "ok" or "failed <reason>" per handshake, so a test can count a client's attempts.
@@ -69,6 +72,7 @@ REDIRECT = None
 BUCKET_REGION = None   # the regions of --bucket-region; the first is the bucket's until it moves
 REGION_ANSWER = "301"
 REGION_HEAD_ONLY = False
+NO_HEAD_BUCKET_REGION = False
 
 
 def etag_of(st):
@@ -142,6 +146,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 "</Message><Region>%s</Region>%s</Error>" % (asked, region, region, rid))
         return self._send(400, body.encode(), hdr)
 
+    def _head_bucket(self):
+        """HeadBucket: x-amz-bucket-region whatever the status (200 in the bucket's region, else a
+        301, or a 400 for an opt-in region's bucket, without a body, as S3 answers a HEAD); none
+        and 400 with --no-head-bucket-region."""
+        region = BUCKET_REGION[0]
+        if NO_HEAD_BUCKET_REGION:
+            return self._send(400)
+        if self._signed_region() == region:
+            return self._send(200, b"", [("x-amz-bucket-region", region)])
+        return self._send(400 if REGION_ANSWER == "400-none" else 301, b"", [("x-amz-bucket-region", region)])
+
     def do_HEAD(self):
         self.do_GET()
 
@@ -152,6 +167,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         rel = urllib.parse.unquote(rel.lstrip("/"), errors="surrogateescape")
         if REDIRECT:
             return self._send(302, b"", [("Location", REDIRECT)])
+        if BUCKET_REGION and self.command == "HEAD" and "/" not in rel.rstrip("/"):
+            return self._head_bucket()
         if BUCKET_REGION and self._signed_region() != BUCKET_REGION[0] and \
                 (self.command == "HEAD" or not REGION_HEAD_ONLY):
             return self._wrong_region(rel)
@@ -243,7 +260,7 @@ def _values(args, name, n=1):
 
 def main():
     global ROOT, LOG, DENY, IF_MATCH, TLS, TLS_LOG, LONG_ETAG, WEAK_ETAG, VALIDATORS, QUERY, ENCODING, REDIRECT
-    global BUCKET_REGION, REGION_ANSWER, REGION_HEAD_ONLY
+    global BUCKET_REGION, REGION_ANSWER, REGION_HEAD_ONLY, NO_HEAD_BUCKET_REGION
     args = sys.argv[1:]
     tls = _values(args, "--tls", 2)
     if tls:
@@ -262,6 +279,7 @@ def main():
     BUCKET_REGION = regions.split(",") if regions else None
     REGION_ANSWER = (_values(args, "--region-answer") or ["301"])[0]
     REGION_HEAD_ONLY = _flag(args, "--region-head-only")
+    NO_HEAD_BUCKET_REGION = _flag(args, "--no-head-bucket-region")
     DENY = (_values(args, "--deny") or [None])[0]
     LOG = (_values(args, "--log") or [None])[0]
     ROOT, portfile = args

@@ -429,7 +429,7 @@ sl_status xf_prepare(sl_http_xfer *x, CURL *h, sl_err *err)
         curl_easy_setopt(h, CURLOPT_RANGE, NULL);
     }
     /* S3 returns an object's checksum only when asked, and only to a request of the whole object */
-    if (x->head)
+    if (x->head && !x->probe)
         SL_TRY(add_header(x, "x-amz-checksum-mode: ENABLED", err));
     /* an object replaced between attempts answers 412 rather than other bytes; If-Match compares
      * strongly (RFC 9110 13.1.1), so a weak ETag ("W/...") would never match: such a tag is only
@@ -563,6 +563,11 @@ static int xf_region_fail(sl_http_xfer *x, long code, const char *extra, sl_err 
                    x->obj->name, named, asked, code, extra, where, named, named);
     if (named[0] && strcmp(named, asked) != 0 && c && c->note_region && !c->bucket_region[0])
         snprintf(c->bucket_region, sizeof c->bucket_region, "%s", named);
+    /* a redirect or a location constraint that names no region: the open may ask S3 with a
+     * HeadBucket (ckpt_remote.c), as botocore does; an AuthorizationHeaderMalformed without one is
+     * not taken for a wrong region by botocore (the header is malformed in another way) */
+    if (!named[0] && c && c->note_region && strcmp(x->s3_code, "AuthorizationHeaderMalformed") != 0)
+        c->region_unnamed = 1;
     return XF_FAIL;
 }
 
@@ -630,6 +635,8 @@ int xf_finish(sl_http_xfer *x, CURLcode rc, sl_err *err)
         sl_err_set(err, x->fail_st, "%s", x->fail_msg);
         return XF_FAIL;
     }
+    if (x->probe && rc == CURLE_OK)
+        return XF_DONE;   /* S3 names the bucket's region to a HeadBucket refused too (301, 400, 403) */
     if (x->head && rc == CURLE_OK && code >= 200 && code < 300)
         return xf_head_done(x, err);
     if (tls_failure(rc))
