@@ -87,6 +87,18 @@ one_line_error $rc "$T/err" "s3://ck/model.safetensors.index.json: the bucket is
 stop_servers
 SERVERS=()
 
+# an AuthorizationHeaderMalformed that names no region is a malformed header, not a wrong region
+# (botocore redirects it neither): one request, no HeadBucket, S3's code, no region claimed
+rm -f "$T/log"
+start_http "$W" --bucket-region af-south-1 --region-answer 400-malformed --log "$T/log"
+timeout 60 "$SL" load s3://ck/ --s3-endpoint "$HTTP" --tp 2 >/dev/null 2>"$T/err"
+rc=$?
+one_line_error $rc "$T/err" "s3://ck/model.safetensors.index.json: HTTP 400, AuthorizationHeaderMalformed$" ||
+    fail "malformed header: rc $rc: $(cat "$T/err")"
+[ "$(wc -l <"$T/log" | tr -d ' ')" = 1 ] || fail "malformed header: not one request: $(cat "$T/log")"
+stop_servers
+SERVERS=()
+
 # after the open nothing is asked again: --verify's HEAD (the store's SHA-256), answered 301 with
 # the header and no body, as S3 answers a HEAD, is the one line naming the region from the header
 start_http "$W" --bucket-region eu-west-1 --region-head-only --log "$T/log"

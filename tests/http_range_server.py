@@ -7,7 +7,7 @@ If-Match (412 when it no longer matches) and 404s. Paths are percent-decoded. No
 Usage: http_range_server.py ROOT PORTFILE [--log FILE] [--deny SUBSTRING] [--no-if-match]
                            [--long-etag] [--weak-etag] [--no-validators] [--require-query Q]
                            [--content-encoding VALUE] [--redirect URL]
-                           [--bucket-region REGION[,REGION...] [--region-answer 301|307|400|400-body|400-none]
+                           [--bucket-region REGION[,REGION...] [--region-answer 301|307|400|400-body|400-none|400-malformed]
                             [--region-head-only] [--no-head-bucket-region]]
                            [--tls CERT KEY --tls-log FILE]
 Binds 127.0.0.1 on a free port and writes the port to PORTFILE once it accepts connections.
@@ -32,7 +32,8 @@ answers on the global endpoint for a new bucket whose name has not reached every
 answers 400 AuthorizationHeaderMalformed instead, its
 body naming <Region>REGION</Region> and the header beside it; 400-body the same without the
 header; 400-none answers 400 IllegalLocationConstraintException, which names no region (as S3 does
-for regions opened since 2019). A request signed for REGION is served as usual. With several regions the bucket moves:
+for regions opened since 2019); 400-malformed answers 400 AuthorizationHeaderMalformed naming no
+region (a malformed credential scope, not a region). A request signed for REGION is served as usual. With several regions the bucket moves:
 each wrong-region answer names the next one (a client that asks again in the region named is
 told of another), the last staying. --region-head-only answers so to HEADs only (the GETs of a
 load are served: a HEAD after the open meets the bucket elsewhere). With --bucket-region a HEAD of
@@ -122,6 +123,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
             body = ("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>IllegalLocationConstraintException"
                     "</Code><Message>The %s location constraint is incompatible for the region specific endpoint "
                     "this request was sent to.</Message>%s</Error>" % (region, rid))
+            return self._send(400, body.encode(), hdr)
+        if REGION_ANSWER == "400-malformed":
+            body = ("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>AuthorizationHeaderMalformed</Code>"
+                    "<Message>The authorization header is malformed; the Credential is mal-formed; expecting "
+                    "\"&lt;YOUR-AKID&gt;/YYYYMMDD/REGION/SERVICE/aws4_request\".</Message>%s</Error>" % rid)
             return self._send(400, body.encode(), hdr)
         if REGION_ANSWER != "400-body":
             hdr.append(("x-amz-bucket-region", region))
