@@ -6,7 +6,10 @@
 # named, with a warning saying so, and loads the same bytes as the local folder; --s3-region with
 # the right region asks once. A bucket that S3 places elsewhere again after the retry fails in one
 # line naming that region and the options that set it: no third try; so is a HEAD's 301 (no body,
-# the header only) after the open, and an IllegalLocationConstraintException, which names none.
+# the header only) after the open. An IllegalLocationConstraintException, which names none, is
+# followed by one HeadBucket, whose x-amz-bucket-region is the region to open in once more.
+# A 307 TemporaryRedirect (a new bucket on the global endpoint) is handled as a 301, as botocore
+# does: the region from its header, never its Location.
 # Usage: cli_s3_region.sh path/to/shardload
 set -u
 SL=${1:?usage: cli_s3_region.sh SHARDLOAD}
@@ -32,6 +35,7 @@ region_case() {
         "$T/err" || fail "$answer: no warning of the retry: $(cat "$T/err")"
     [ "$(awk '$2 != 200 && $2 != 206 { print $2 }' "$T/log" | tr '\n' ' ')" = "${answer%-body} " ] ||
         fail "$answer: not one wrong-region answer: $(cat "$T/log")"
+    ! grep -q "^/trap/" "$T/log" || fail "$answer: the Location was followed: $(cat "$T/log")"
     rm -f "$T/log"
     got=$("${L[@]}" --s3-region eu-west-1 2>"$T/err" | sums)
     [ "$got" = "$want" ] || fail "$answer --s3-region: $(cat "$T/err")"
@@ -41,6 +45,7 @@ region_case() {
     SERVERS=()
 }
 region_case 301
+region_case 307   # TemporaryRedirect: re-signed for the region named, its Location never followed
 region_case 400
 region_case 400-body
 
@@ -55,15 +60,42 @@ one_line_error $rc "$T/err" "s3://ck/model.safetensors.index.json: the bucket is
 stop_servers
 SERVERS=()
 
-# a wrong-region answer that names no region (400 IllegalLocationConstraintException): nothing to
-# open again in, one request, and the line says to give the region
+# a wrong-region answer that names no region (400 IllegalLocationConstraintException): S3 is
+# asked once with a HeadBucket (its x-amz-bucket-region, here on a 400 as for an opt-in region's
+# bucket), and the open is done once more in the region it names, as botocore does
 rm -f "$T/log"
 start_http "$W" --bucket-region af-south-1 --region-answer 400-none --log "$T/log"
+got=$(timeout 60 "$SL" load s3://ck/ --s3-endpoint "$HTTP" --tp 2 --checksums --json 2>"$T/err" | sums)
+[ "$got" = "$want" ] || fail "no region named, HeadBucket: not the local bytes: $(cat "$T/err")"
+grep -q "^shardload: warning: s3://ck: the bucket is in region 'af-south-1', not 'us-east-1': opened in 'af-south-1', as S3 named it to a HeadBucket (--s3-region af-south-1 saves a round trip)$" \
+    "$T/err" || fail "no region named, HeadBucket: no warning of the retry: $(cat "$T/err")"
+[ "$(awk '$2 != 200 && $2 != 206 { print $1, $2 }' "$T/log" | tr '\n' ' ')" = \
+    "/ck/model.safetensors.index.json 400 /ck/ 400 " ] ||
+    fail "no region named, HeadBucket: not one answer and one HeadBucket: $(cat "$T/log")"
+stop_servers
+SERVERS=()
+
+# ... and a HeadBucket that names none either: two requests, and the line says to give the region
+rm -f "$T/log"
+start_http "$W" --bucket-region af-south-1 --region-answer 400-none --no-head-bucket-region --log "$T/log"
 timeout 60 "$SL" load s3://ck/ --s3-endpoint "$HTTP" --tp 2 >/dev/null 2>"$T/err"
 rc=$?
 one_line_error $rc "$T/err" "s3://ck/model.safetensors.index.json: the bucket is not in region 'us-east-1' (HTTP 400, IllegalLocationConstraintException; S3 named no region): give its region (--s3-region REGION, Python's s3_region=, \$AWS_REGION, sl_load_opts.s3_region)$" ||
     fail "no region named: rc $rc: $(cat "$T/err")"
-[ "$(wc -l <"$T/log" | tr -d ' ')" = 1 ] || fail "no region named: not one request: $(cat "$T/log")"
+[ "$(cut -d' ' -f1,2 "$T/log" | tr '\n' ' ')" = "/ck/model.safetensors.index.json 400 /ck/ 400 " ] ||
+    fail "no region named: not one request and one HeadBucket: $(cat "$T/log")"
+stop_servers
+SERVERS=()
+
+# an AuthorizationHeaderMalformed that names no region is a malformed header, not a wrong region
+# (botocore redirects it neither): one request, no HeadBucket, S3's code, no region claimed
+rm -f "$T/log"
+start_http "$W" --bucket-region af-south-1 --region-answer 400-malformed --log "$T/log"
+timeout 60 "$SL" load s3://ck/ --s3-endpoint "$HTTP" --tp 2 >/dev/null 2>"$T/err"
+rc=$?
+one_line_error $rc "$T/err" "s3://ck/model.safetensors.index.json: HTTP 400, AuthorizationHeaderMalformed$" ||
+    fail "malformed header: rc $rc: $(cat "$T/err")"
+[ "$(wc -l <"$T/log" | tr -d ' ')" = 1 ] || fail "malformed header: not one request: $(cat "$T/log")"
 stop_servers
 SERVERS=()
 

@@ -7,8 +7,8 @@ If-Match (412 when it no longer matches) and 404s. Paths are percent-decoded. No
 Usage: http_range_server.py ROOT PORTFILE [--log FILE] [--deny SUBSTRING] [--no-if-match]
                            [--long-etag] [--weak-etag] [--no-validators] [--require-query Q]
                            [--content-encoding VALUE] [--redirect URL]
-                           [--bucket-region REGION[,REGION...] [--region-answer 301|400|400-body|400-none]
-                            [--region-head-only]]
+                           [--bucket-region REGION[,REGION...] [--region-answer 301|307|400|400-body|400-none|400-malformed]
+                            [--region-head-only] [--no-head-bucket-region]]
                            [--tls CERT KEY --tls-log FILE]
 Binds 127.0.0.1 on a free port and writes the port to PORTFILE once it accepts connections.
 --log appends one line per GET: "<path> <status> <body bytes> <first byte asked for, or ->". --deny answers 403 (with an S3-like
@@ -26,13 +26,20 @@ the raw bytes. --redirect answers every request with a 302 to URL.
 the one the request was signed for (the region of its SigV4 Authorization's credential scope; an
 unsigned request names none, so is answered so too): 301 PermanentRedirect with an XML <Error>
 naming the regional <Endpoint> and the header x-amz-bucket-region: REGION (a HEAD's 301 has the
-header and no body); --region-answer 400 answers 400 AuthorizationHeaderMalformed instead, its
+header and no body); --region-answer 307 answers 307 TemporaryRedirect with the header, a Location
+(this server's /trap/ path: a client that follows it shows in the log) and an <Endpoint>, as S3
+answers on the global endpoint for a new bucket whose name has not reached every region yet; 400
+answers 400 AuthorizationHeaderMalformed instead, its
 body naming <Region>REGION</Region> and the header beside it; 400-body the same without the
 header; 400-none answers 400 IllegalLocationConstraintException, which names no region (as S3 does
-for regions opened since 2019). A request signed for REGION is served as usual. With several regions the bucket moves:
+for regions opened since 2019); 400-malformed answers 400 AuthorizationHeaderMalformed naming no
+region (a malformed credential scope, not a region). A request signed for REGION is served as usual. With several regions the bucket moves:
 each wrong-region answer names the next one (a client that asks again in the region named is
 told of another), the last staying. --region-head-only answers so to HEADs only (the GETs of a
-load are served: a HEAD after the open meets the bucket elsewhere).
+load are served: a HEAD after the open meets the bucket elsewhere). With --bucket-region a HEAD of
+the bucket (HeadBucket) is answered with x-amz-bucket-region naming it, at any status, as S3 does
+(200 signed for its region, else 301, or 400 with 400-none); --no-head-bucket-region answers it 400
+without the header.
 --tls serves https with the PEM certificate (chain) CERT and its key KEY, the handshake on the
 connection's own thread (a client that rejects the certificate stops no one else); --tls-log
 appends "ok" or "failed <reason>" per handshake, so a test can count a client's attempts.
@@ -66,6 +73,7 @@ REDIRECT = None
 BUCKET_REGION = None   # the regions of --bucket-region; the first is the bucket's until it moves
 REGION_ANSWER = "301"
 REGION_HEAD_ONLY = False
+NO_HEAD_BUCKET_REGION = False
 
 
 def etag_of(st):
@@ -116,8 +124,23 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     "</Code><Message>The %s location constraint is incompatible for the region specific endpoint "
                     "this request was sent to.</Message>%s</Error>" % (region, rid))
             return self._send(400, body.encode(), hdr)
+        if REGION_ANSWER == "400-malformed":
+            body = ("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>AuthorizationHeaderMalformed</Code>"
+                    "<Message>The authorization header is malformed; the Credential is mal-formed; expecting "
+                    "\"&lt;YOUR-AKID&gt;/YYYYMMDD/REGION/SERVICE/aws4_request\".</Message>%s</Error>" % rid)
+            return self._send(400, body.encode(), hdr)
         if REGION_ANSWER != "400-body":
             hdr.append(("x-amz-bucket-region", region))
+        if REGION_ANSWER == "307":
+            # a new bucket's name not yet known everywhere: S3's Location names the regional host;
+            # here it is this server's /trap/ path, which no client may follow (the log shows it)
+            host, port = self.server.server_address[:2]
+            hdr.append(("Location", "http://%s:%d/trap/%s" % (host, port, rel)))
+            body = ("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>TemporaryRedirect</Code>"
+                    "<Message>Please re-send this request to the specified temporary endpoint. Continue to use "
+                    "the original request endpoint for future requests.</Message><Endpoint>%s.s3.%s."
+                    "amazonaws.com</Endpoint><Bucket>%s</Bucket>%s</Error>" % (bucket, region, bucket, rid))
+            return self._send(307, body.encode(), hdr)
         if REGION_ANSWER == "301":
             body = ("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>PermanentRedirect</Code>"
                     "<Message>The bucket you are attempting to access must be addressed using the specified "
@@ -129,6 +152,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 "</Message><Region>%s</Region>%s</Error>" % (asked, region, region, rid))
         return self._send(400, body.encode(), hdr)
 
+    def _head_bucket(self):
+        """HeadBucket: x-amz-bucket-region whatever the status (200 in the bucket's region, else a
+        301, or a 400 for an opt-in region's bucket, without a body, as S3 answers a HEAD); none
+        and 400 with --no-head-bucket-region."""
+        region = BUCKET_REGION[0]
+        if NO_HEAD_BUCKET_REGION:
+            return self._send(400)
+        if self._signed_region() == region:
+            return self._send(200, b"", [("x-amz-bucket-region", region)])
+        return self._send(400 if REGION_ANSWER == "400-none" else 301, b"", [("x-amz-bucket-region", region)])
+
     def do_HEAD(self):
         self.do_GET()
 
@@ -139,6 +173,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         rel = urllib.parse.unquote(rel.lstrip("/"), errors="surrogateescape")
         if REDIRECT:
             return self._send(302, b"", [("Location", REDIRECT)])
+        if BUCKET_REGION and self.command == "HEAD" and "/" not in rel.rstrip("/"):
+            return self._head_bucket()
         if BUCKET_REGION and self._signed_region() != BUCKET_REGION[0] and \
                 (self.command == "HEAD" or not REGION_HEAD_ONLY):
             return self._wrong_region(rel)
@@ -230,7 +266,7 @@ def _values(args, name, n=1):
 
 def main():
     global ROOT, LOG, DENY, IF_MATCH, TLS, TLS_LOG, LONG_ETAG, WEAK_ETAG, VALIDATORS, QUERY, ENCODING, REDIRECT
-    global BUCKET_REGION, REGION_ANSWER, REGION_HEAD_ONLY
+    global BUCKET_REGION, REGION_ANSWER, REGION_HEAD_ONLY, NO_HEAD_BUCKET_REGION
     args = sys.argv[1:]
     tls = _values(args, "--tls", 2)
     if tls:
@@ -249,6 +285,7 @@ def main():
     BUCKET_REGION = regions.split(",") if regions else None
     REGION_ANSWER = (_values(args, "--region-answer") or ["301"])[0]
     REGION_HEAD_ONLY = _flag(args, "--region-head-only")
+    NO_HEAD_BUCKET_REGION = _flag(args, "--no-head-bucket-region")
     DENY = (_values(args, "--deny") or [None])[0]
     LOG = (_values(args, "--log") or [None])[0]
     ROOT, portfile = args

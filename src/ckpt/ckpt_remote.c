@@ -298,15 +298,30 @@ static sl_status ck_open_in_named_region(sl_checkpoint **ckp, const char *path, 
     snprintf(asked, sizeof asked, "%s", first->remote_cfg->region);
     sl_load_opts in_named = o ? *o : (sl_load_opts){0};   /* zero fields: the defaults */
     in_named.s3_region = named;
+    const char *how = first->remote_cfg->region_unnamed ? " to a HeadBucket" : "";
     sl_checkpoint_close(first);
     *ckp = again;
     const sl_status st = ck_open_remote(again, path, &in_named);
     if (st != SL_OK)   /* (sl_err_set formats before it frees the old message) */
-        return sl_err_set(&again->err, st, "%s (opened again in region '%s', which S3 named when asked in "
-                          "'%s')", sl_err_msg(&again->err), named, asked);
-    ck_warn(again, "%s: the bucket is in region '%s', not '%s': opened in '%s', as S3 named it (--s3-region %s "
-            "saves a round trip)", again->dir, named, asked, named, named);
+        return sl_err_set(&again->err, st, "%s (opened again in region '%s', which S3 named%s when asked in "
+                          "'%s')", sl_err_msg(&again->err), named, how, asked);
+    ck_warn(again, "%s: the bucket is in region '%s', not '%s': opened in '%s', as S3 named it%s (--s3-region %s "
+            "saves a round trip)", again->dir, named, asked, named, how, named);
     return SL_OK;
+}
+
+/* S3 said the bucket is in another region without naming it (a 301 or 307 without the header, an
+ * IllegalLocationConstraintException): S3 is asked where, once, with a HeadBucket signed as the
+ * failed request was, as botocore's redirector does. Only S3's own header is taken, and only a
+ * region other than the one asked; a HeadBucket that fails or names none leaves the open's error
+ * as it was. */
+static void ck_ask_bucket_region(sl_http_cfg *c, const char *path)
+{
+    sl_err e = {0};
+    char named[sizeof c->bucket_region];
+    if (sl_http_bucket_region(c, path, named, sizeof named, &e) == SL_OK && named[0] && strcmp(named, c->region))
+        snprintf(c->bucket_region, sizeof c->bucket_region, "%s", named);
+    sl_err_clear(&e);
 }
 
 sl_status sl_checkpoint_open_opts(const char *path, const sl_load_opts *o, sl_checkpoint **out)
@@ -321,7 +336,11 @@ sl_status sl_checkpoint_open_opts(const char *path, const sl_load_opts *o, sl_ch
     if (!out)
         return sl_err_set(&ck->err, SL_E_INVALID_ARG, "sl_checkpoint_open_opts: NULL argument");
     const sl_status st = ck_open_remote(ck, path, o);
-    if (st == SL_OK || !ck->remote_cfg || !ck->remote_cfg->bucket_region[0])
+    if (st == SL_OK || !ck->remote_cfg)
+        return st;
+    if (!ck->remote_cfg->bucket_region[0] && ck->remote_cfg->region_unnamed)
+        ck_ask_bucket_region(ck->remote_cfg, path);
+    if (!ck->remote_cfg->bucket_region[0])
         return st;
     return ck_open_in_named_region(out, path, o);
 }

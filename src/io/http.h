@@ -59,6 +59,8 @@ typedef struct sl_http_cfg {
                                uses the cfg: an answer that the bucket is in another region
                                records the region S3 named in bucket_region (ckpt_remote.c) */
     char bucket_region[32];
+    int region_unnamed;     /* with note_region: S3 answered that the bucket is in another region
+                               without naming it (a HeadBucket may, sl_http_bucket_region) */
 } sl_http_cfg;
 
 /* One remote file. name is what messages show (s3://bucket/key, or the http URL without a user or
@@ -137,6 +139,11 @@ sl_status sl_http_stored_sha256(const sl_http_obj *const *objs, size_t n, char (
  * SL_E_NOT_FOUND when the server answers 404 (the caller decides what a missing index means). */
 sl_status sl_http_get_all(sl_http_cfg *c, const char *name, size_t max, char **buf, size_t *len,
                           sl_err *err);
+/* The region S3 names for the bucket of the s3:// URL url, asked with a HeadBucket (a HEAD of the
+ * bucket, signed as every request of c) whatever its status: S3 sends x-amz-bucket-region with a
+ * 301, 400 or 403 too. region is "" when the answer names none (or url is no s3:// URL); the
+ * request's own failure (no connection) is its error. */
+sl_status sl_http_bucket_region(sl_http_cfg *c, const char *url, char *region, size_t n, sl_err *err);
 /* The *.safetensors objects directly under the S3 prefix `dir` (s3://bucket/prefix/), sorted, as
  * names relative to it (free each and the array). SL_E_UNSUPPORTED for http(s) URLs. Messages
  * name `name` (dir without credentials). */

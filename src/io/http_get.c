@@ -105,6 +105,42 @@ sl_status sl_http_get_all(sl_http_cfg *c, const char *name, size_t max, char **b
     return st;
 }
 
+/* ---- S3 HeadBucket ---- */
+
+/* "s3://bucket/" of an s3:// URL, malloc'd; NULL when out of memory. */
+static char *bucket_url(const char *url)
+{
+    const size_t bl = strcspn(url + 5, "/");
+    char *b = malloc(bl + 7);
+    if (b)
+        snprintf(b, bl + 7, "s3://%.*s/", (int)bl, url + 5);
+    return b;
+}
+
+sl_status sl_http_bucket_region(sl_http_cfg *c, const char *url, char *region, size_t n, sl_err *err)
+{
+    if (n)
+        region[0] = '\0';
+    if (strncasecmp(url, "s3://", 5) != 0)
+        return SL_OK;
+    char *name = bucket_url(url);
+    SL_CHECK(name, err, SL_E_NOMEM, "out of memory");
+    sl_http_obj bucket;
+    sl_status st = sl_http_obj_init(&bucket, c, name, err);
+    free(name);
+    if (st == SL_OK) {
+        sl_http_xfer x;
+        xf_init(&x, &bucket, &c->tune, 0, 0, NULL);
+        x.head = x.probe = 1;
+        st = run(&x, err);
+        xf_release(&x);
+        if (st == SL_OK)
+            snprintf(region, n, "%s", x.resp.bucket_region);   /* checked as a region (http_parse.c) */
+    }
+    sl_http_obj_free(&bucket);
+    return st;
+}
+
 /* ---- S3 ListObjectsV2 ---- */
 
 static int cmp_str(const void *a, const void *b)

@@ -43,6 +43,14 @@ sl_status sl_http_get_all(sl_http_cfg *c, const char *name, size_t max, char **b
     return sl_err_set(err, SL_E_UNSUPPORTED, "%s: " SL_NO_CURL, name);
 }
 
+sl_status sl_http_bucket_region(sl_http_cfg *c, const char *url, char *region, size_t n, sl_err *err)
+{
+    (void)c;
+    if (n)
+        region[0] = '\0';
+    return sl_err_set(err, SL_E_UNSUPPORTED, "%s: " SL_NO_CURL, url);
+}
+
 sl_status sl_http_list(sl_http_cfg *c, const char *dir, const char *name, char ***names, size_t *n,
                        sl_err *err)
 {

@@ -429,7 +429,7 @@ sl_status xf_prepare(sl_http_xfer *x, CURL *h, sl_err *err)
         curl_easy_setopt(h, CURLOPT_RANGE, NULL);
     }
     /* S3 returns an object's checksum only when asked, and only to a request of the whole object */
-    if (x->head)
+    if (x->head && !x->probe)
         SL_TRY(add_header(x, "x-amz-checksum-mode: ENABLED", err));
     /* an object replaced between attempts answers 412 rather than other bytes; If-Match compares
      * strongly (RFC 9110 13.1.1), so a weak ETag ("W/...") would never match: such a tag is only
@@ -517,17 +517,6 @@ static int xf_lag_restart(sl_http_xfer *x)
     return XF_RETRY;
 }
 
-/* S3's answers to a request sent to, or signed for, another region than its bucket's: 301
- * PermanentRedirect (a HEAD's has no body), 400 AuthorizationHeaderMalformed ("the region
- * 'us-east-1' is wrong; expecting 'eu-west-1'"), and 400 IllegalLocationConstraintException (regions
- * opened since 2019, which name none). Redirects are not followed for S3 (the signature covers
- * the host): the fix is the region, which the message names with the options that set it. */
-static int wrong_region(const sl_http_xfer *x, long code)
-{
-    return x->obj->s3 && (code == 301 || (code == 400 && (!strcmp(x->s3_code, "AuthorizationHeaderMalformed") ||
-                                                          !strcmp(x->s3_code, "IllegalLocationConstraintException"))));
-}
-
 /* The region S3 named into out (its x-amz-bucket-region header, else the body's <Region>) and
  * where it said so; "" when it named none. */
 static const char *named_region(const sl_http_xfer *x, char *out, size_t n)
@@ -537,6 +526,29 @@ static const char *named_region(const sl_http_xfer *x, char *out, size_t n)
         return "x-amz-bucket-region";
     sl_http_s3_region(x->body, out, n);
     return "<Region>";
+}
+
+/* S3's answers to a request sent to, or signed for, another region than its bucket's: 301
+ * PermanentRedirect (a HEAD's has no body), 307 TemporaryRedirect (a new bucket asked on the
+ * global endpoint before its name reached every region; 302 too, which botocore counts with them),
+ * 400 AuthorizationHeaderMalformed naming the region ("the region 'us-east-1' is wrong; expecting
+ * 'eu-west-1'"; without one the header is malformed in another way, a credential's scope, and
+ * botocore does not take it for a region either), and 400 IllegalLocationConstraintException
+ * (regions opened since 2019, which name none). Redirects are not followed for S3: the signature
+ * covers the host, and a Location is any host the answer names, where the credentials would go.
+ * The fix is the region, which the message names with the options that set it (and the open asks
+ * in once, ckpt_remote.c), as botocore's S3 redirector takes the region and never the Location. */
+static int wrong_region(const sl_http_xfer *x, long code)
+{
+    char named[32];
+    if (!x->obj->s3 || (code != 301 && code != 302 && code != 307 && code != 400))
+        return 0;
+    if (code != 400 || !strcmp(x->s3_code, "IllegalLocationConstraintException"))
+        return 1;
+    if (strcmp(x->s3_code, "AuthorizationHeaderMalformed") != 0)
+        return 0;
+    named_region(x, named, sizeof named);
+    return named[0] != '\0';
 }
 
 static int xf_region_fail(sl_http_xfer *x, long code, const char *extra, sl_err *err)
@@ -558,6 +570,10 @@ static int xf_region_fail(sl_http_xfer *x, long code, const char *extra, sl_err 
                    x->obj->name, named, asked, code, extra, where, named, named);
     if (named[0] && strcmp(named, asked) != 0 && c && c->note_region && !c->bucket_region[0])
         snprintf(c->bucket_region, sizeof c->bucket_region, "%s", named);
+    /* a redirect or a location constraint that names no region: the open may ask S3 with a
+     * HeadBucket (ckpt_remote.c), as botocore does */
+    if (!named[0] && c && c->note_region)
+        c->region_unnamed = 1;
     return XF_FAIL;
 }
 
@@ -625,6 +641,8 @@ int xf_finish(sl_http_xfer *x, CURLcode rc, sl_err *err)
         sl_err_set(err, x->fail_st, "%s", x->fail_msg);
         return XF_FAIL;
     }
+    if (x->probe && rc == CURLE_OK)
+        return XF_DONE;   /* S3 names the bucket's region to a HeadBucket refused too (301, 400, 403) */
     if (x->head && rc == CURLE_OK && code >= 200 && code < 300)
         return xf_head_done(x, err);
     if (tls_failure(rc))

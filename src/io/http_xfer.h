@@ -34,6 +34,8 @@ typedef struct sl_http_xfer {
     size_t got;                /* bytes received and checked */
     int whole;                 /* no Range: the whole object, at most max bytes */
     int head;                  /* a HEAD for the store's checksum (len 0): its headers only */
+    int probe;                 /* with head: a HeadBucket, done at any status (its x-amz-bucket-region
+                                  is all that is read) */
     size_t max, cap;
     const sl_http_tune *tune;
     /* retry state */

@@ -384,12 +384,12 @@ def test_s3_verify_by_the_store(moto: tuple[str, str, str], tiny_ckpt: Path, tmp
         shardload.load("s3://models/tiny/", tp=2, verify=True)
 
 
-def _region_server(root: Path, regions: str) -> tuple[str, subprocess.Popen[bytes]]:
+def _region_server(root: Path, regions: str, *extra: str) -> tuple[str, subprocess.Popen[bytes]]:
     """tests/http_range_server.py answering as S3 does for a bucket in `regions` (docs/remote.md)."""
     port = root / "region.port"
     port.unlink(missing_ok=True)
     p = subprocess.Popen([sys.executable, str(TESTS / "http_range_server.py"), str(root), str(port),
-                          "--bucket-region", regions])
+                          "--bucket-region", regions, *extra])
     _wait(port, p)
     return f"http://127.0.0.1:{port.read_text()}", p
 
@@ -420,6 +420,28 @@ def test_s3_bucket_in_another_region(tiny_ckpt: Path, tmp_path: Path,  # noqa: F
                            r"\(HTTP 301, PermanentRedirect, x-amz-bucket-region\): give its region "
                            r"\(--s3-region ap-south-1, Python's s3_region='ap-south-1'"):
             shardload.open("s3://ck/", s3_endpoint=url)
+    finally:
+        p.terminate()
+        p.wait()
+
+
+@pytest.mark.parametrize("answer, how", [("307", ""), ("400-none", " to a HeadBucket")])
+def test_s3_bucket_redirect_or_unnamed_region(tiny_ckpt: Path, tmp_path: Path,  # noqa: F811
+                                              monkeypatch: pytest.MonkeyPatch, answer: str, how: str) -> None:
+    """A 307 TemporaryRedirect (a new bucket on the global endpoint) and a 400
+    IllegalLocationConstraintException, which names no region (then S3 is asked with a HeadBucket),
+    are opened once more in the region S3 names, with a warning, as botocore redirects them."""
+    if not _remote_works():
+        pytest.skip("built without libcurl")
+    shutil.copytree(tiny_ckpt, tmp_path / "ck")
+    _s3_env(monkeypatch, "http://127.0.0.1:1", "AKIDTEST", "secrettest", tmp_path / "credentials")
+    url, p = _region_server(tmp_path, "af-south-1", "--region-answer", answer)
+    try:
+        with shardload.open("s3://ck/", s3_endpoint=url) as ck:
+            want = (f"the bucket is in region 'af-south-1', not 'us-east-1': opened in 'af-south-1', "
+                    f"as S3 named it{how} (")
+            assert any(want in w for w in ck.warnings), ck.warnings
+            assert _sums(shardload.load(ck, tp=2)) == _sums(shardload.load(tiny_ckpt, tp=2))
     finally:
         p.terminate()
         p.wait()
