@@ -86,6 +86,19 @@ one_line_error $rc "$T/err" "s3://ck/model.safetensors.index.json: the bucket is
     fail "no region named: not one request and one HeadBucket: $(cat "$T/log")"
 stop_servers
 SERVERS=()
+# ... the HeadBucket is tried once: it only improves an error in hand (one the host leaves
+# unanswered was asked again up to --remote-retries times, each waiting out the timeout: 6 x 30 s
+# by default). The server logs each HeadBucket when it answers, 1.5 s late.
+rm -f "$T/log"
+start_http "$W" --bucket-region af-south-1 --region-answer 400-none --no-head-bucket-region --head-bucket-stall 1.5 --log "$T/log"
+timeout 60 "$SL" load s3://ck/ --s3-endpoint "$HTTP" --tp 2 --remote-timeout-ms 500 --remote-backoff-ms 10 >/dev/null 2>"$T/err"
+rc=$?
+one_line_error $rc "$T/err" "s3://ck/model.safetensors.index.json: the bucket is not in region 'us-east-1' (HTTP 400, IllegalLocationConstraintException; S3 named no region): give its region" ||
+    fail "HeadBucket unanswered: rc $rc: $(cat "$T/err")"
+sleep 2
+[ "$(grep -c '^/ck/ ' "$T/log")" = 1 ] || fail "HeadBucket unanswered: not asked once: $(cat "$T/log")"
+stop_servers
+SERVERS=()
 
 # an AuthorizationHeaderMalformed that names no region is a malformed header, not a wrong region
 # (botocore redirects it neither): one request, no HeadBucket, S3's code, no region claimed

@@ -8,7 +8,8 @@ Usage: http_range_server.py ROOT PORTFILE [--log FILE] [--deny SUBSTRING] [--no-
                            [--long-etag] [--weak-etag] [--no-validators] [--require-query Q]
                            [--content-encoding VALUE] [--redirect URL]
                            [--bucket-region REGION[,REGION...] [--region-answer 301|307|400|400-body|400-none|400-malformed]
-                            [--region-head-only] [--no-head-bucket-region]]
+                            [--region-head-only] [--no-head-bucket-region] [--head-bucket-status CODE]
+                            [--head-bucket-stall SECONDS]]
                            [--tls CERT KEY --tls-log FILE]
 Binds 127.0.0.1 on a free port and writes the port to PORTFILE once it accepts connections.
 --log appends one line per GET: "<path> <status> <body bytes> <first byte asked for, or ->". --deny answers 403 (with an S3-like
@@ -39,7 +40,8 @@ told of another), the last staying. --region-head-only answers so to HEADs only 
 load are served: a HEAD after the open meets the bucket elsewhere). With --bucket-region a HEAD of
 the bucket (HeadBucket) is answered with x-amz-bucket-region naming it, at any status, as S3 does
 (200 signed for its region, else 301, or 400 with 400-none); --no-head-bucket-region answers it 400
-without the header.
+without the header (--head-bucket-status CODE: that status instead), and --head-bucket-stall SECONDS
+waits that long before answering it.
 --tls serves https with the PEM certificate (chain) CERT and its key KEY, the handshake on the
 connection's own thread (a client that rejects the certificate stops no one else); --tls-log
 appends "ok" or "failed <reason>" per handshake, so a test can count a client's attempts.
@@ -53,6 +55,7 @@ import socketserver
 import ssl
 import sys
 import threading
+import time
 import urllib.parse
 
 ROOT = ""
@@ -74,6 +77,8 @@ BUCKET_REGION = None   # the regions of --bucket-region; the first is the bucket
 REGION_ANSWER = "301"
 REGION_HEAD_ONLY = False
 NO_HEAD_BUCKET_REGION = False
+HEAD_BUCKET_STATUS = 400
+HEAD_BUCKET_STALL = 0.0
 
 
 def etag_of(st):
@@ -157,8 +162,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
         301, or a 400 for an opt-in region's bucket, without a body, as S3 answers a HEAD); none
         and 400 with --no-head-bucket-region."""
         region = BUCKET_REGION[0]
+        if HEAD_BUCKET_STALL:
+            time.sleep(HEAD_BUCKET_STALL)
         if NO_HEAD_BUCKET_REGION:
-            return self._send(400)
+            return self._send(HEAD_BUCKET_STATUS)
         if self._signed_region() == region:
             return self._send(200, b"", [("x-amz-bucket-region", region)])
         return self._send(400 if REGION_ANSWER == "400-none" else 301, b"", [("x-amz-bucket-region", region)])
@@ -266,7 +273,7 @@ def _values(args, name, n=1):
 
 def main():
     global ROOT, LOG, DENY, IF_MATCH, TLS, TLS_LOG, LONG_ETAG, WEAK_ETAG, VALIDATORS, QUERY, ENCODING, REDIRECT
-    global BUCKET_REGION, REGION_ANSWER, REGION_HEAD_ONLY, NO_HEAD_BUCKET_REGION
+    global BUCKET_REGION, REGION_ANSWER, REGION_HEAD_ONLY, NO_HEAD_BUCKET_REGION, HEAD_BUCKET_STATUS, HEAD_BUCKET_STALL
     args = sys.argv[1:]
     tls = _values(args, "--tls", 2)
     if tls:
@@ -286,6 +293,8 @@ def main():
     REGION_ANSWER = (_values(args, "--region-answer") or ["301"])[0]
     REGION_HEAD_ONLY = _flag(args, "--region-head-only")
     NO_HEAD_BUCKET_REGION = _flag(args, "--no-head-bucket-region")
+    HEAD_BUCKET_STATUS = int((_values(args, "--head-bucket-status") or ["400"])[0])
+    HEAD_BUCKET_STALL = float((_values(args, "--head-bucket-stall") or ["0"])[0])
     DENY = (_values(args, "--deny") or [None])[0]
     LOG = (_values(args, "--log") or [None])[0]
     ROOT, portfile = args

@@ -315,13 +315,19 @@ static sl_status ck_open_in_named_region(sl_checkpoint **ckp, const char *path, 
  * failed request was, as botocore's redirector does. Only S3's own header is taken, and only a
  * region other than the one asked; a HeadBucket that fails or names none leaves the open's error
  * as it was. */
-static void ck_ask_bucket_region(sl_http_cfg *c, const char *path)
+/* A failed probe leaves the open's own error standing, but a cancel is the caller's answer. */
+static sl_status ck_ask_bucket_region(sl_checkpoint *ck, const char *path)
 {
+    sl_http_cfg *c = ck->remote_cfg;
     sl_err e = {0};
     char named[sizeof c->bucket_region];
-    if (sl_http_bucket_region(c, path, named, sizeof named, &e) == SL_OK && named[0] && strcmp(named, c->region))
+    const sl_status st = sl_http_bucket_region(c, path, named, sizeof named, &e);
+    if (st == SL_OK && named[0] && strcmp(named, c->region))
         snprintf(c->bucket_region, sizeof c->bucket_region, "%s", named);
+    if (st == SL_E_CANCELLED)
+        sl_err_copy(&ck->err, &e);
     sl_err_clear(&e);
+    return st == SL_E_CANCELLED ? st : SL_OK;
 }
 
 sl_status sl_checkpoint_open_opts(const char *path, const sl_load_opts *o, sl_checkpoint **out)
@@ -338,8 +344,9 @@ sl_status sl_checkpoint_open_opts(const char *path, const sl_load_opts *o, sl_ch
     const sl_status st = ck_open_remote(ck, path, o);
     if (st == SL_OK || !ck->remote_cfg)
         return st;
-    if (!ck->remote_cfg->bucket_region[0] && ck->remote_cfg->region_unnamed)
-        ck_ask_bucket_region(ck->remote_cfg, path);
+    if (!ck->remote_cfg->bucket_region[0] && ck->remote_cfg->region_unnamed &&
+        ck_ask_bucket_region(ck, path) == SL_E_CANCELLED)
+        return SL_E_CANCELLED;
     if (!ck->remote_cfg->bucket_region[0])
         return st;
     return ck_open_in_named_region(out, path, o);

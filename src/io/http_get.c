@@ -129,8 +129,12 @@ sl_status sl_http_bucket_region(sl_http_cfg *c, const char *url, char *region, s
     sl_status st = sl_http_obj_init(&bucket, c, name, err);
     free(name);
     if (st == SL_OK) {
+        /* one try: the probe only improves an error already in hand, which retries would delay
+         * by the timeout times the tries (30 s x 6) where the bucket's host does not answer */
+        sl_http_tune once = c->tune;
+        once.retries = 0;
         sl_http_xfer x;
-        xf_init(&x, &bucket, &c->tune, 0, 0, NULL);
+        xf_init(&x, &bucket, &once, 0, 0, NULL);
         x.head = x.probe = 1;
         st = run(&x, err);
         xf_release(&x);

@@ -445,3 +445,29 @@ def test_s3_bucket_redirect_or_unnamed_region(tiny_ckpt: Path, tmp_path: Path,  
     finally:
         p.terminate()
         p.wait()
+
+
+def test_cancel_while_asking_the_bucket_region(tiny_ckpt: Path, tmp_path: Path,  # noqa: F811
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """shardload.cancel() while the open asks S3 for the bucket's region (a HeadBucket the server
+    answers late) raises CancelledError at once; it was swallowed, and the open raised the wrong
+    region error after the server's answer."""
+    if not _remote_works():
+        pytest.skip("built without libcurl")
+    shutil.copytree(tiny_ckpt, tmp_path / "ck")
+    _s3_env(monkeypatch, "http://127.0.0.1:1", "AKIDTEST", "secrettest", tmp_path / "credentials")
+    url, p = _region_server(tmp_path, "af-south-1", "--region-answer", "400-none", "--head-bucket-stall", "8")
+    timer = threading.Timer(0.5, shardload.cancel)
+    start = time.monotonic()
+    timer.start()
+    try:
+        with pytest.raises(shardload.CancelledError):
+            shardload.open("s3://ck/", s3_endpoint=url)
+        took = time.monotonic() - start
+    finally:
+        timer.cancel()
+        timer.join()
+        shardload.clear_cancel()
+        p.terminate()
+        p.wait()
+    assert took < 4, f"stopped {took:.1f} s after the open began, the cancel came at 0.5 s"
