@@ -42,6 +42,12 @@ static inline uint64_t sl_align_up(uint64_t v, uint64_t a)
     return (v + a - 1) / a * a;
 }
 
+/* a / b rounded up, without the overflow of (a + b - 1) / b; b > 0. */
+static inline uint64_t sl_cdiv_u64(uint64_t a, uint64_t b)
+{
+    return a / b + (a % b != 0);
+}
+
 static inline uint64_t sl_min_u64(uint64_t a, uint64_t b)
 {
     return a < b ? a : b;

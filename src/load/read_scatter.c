@@ -12,11 +12,6 @@
 
 #include "common/sl_bytes.h"
 
-static uint64_t ceil_div(uint64_t a, uint64_t b)
-{
-    return a / b + (a % b != 0);
-}
-
 /* ---- the ring ------------------------------------------------------------------------------- */
 
 /* The ring (asynchronous devices): piece k is filled, copied asynchronously and marked (tag
@@ -237,8 +232,8 @@ static sl_status rd_scatter_op(rd_ctx *x, const rd_op *r, uint64_t a, uint64_t b
             k += rows2d - 1;
             continue;
         }
-        const uint64_t j0 = rs >= a ? 0 : ceil_div(a - rs, es);
-        const uint64_t j1 = sl_min_u64(op->row_elems, ceil_div(b - rs, es));
+        const uint64_t j0 = rs >= a ? 0 : sl_cdiv_u64(a - rs, es);
+        const uint64_t j1 = sl_min_u64(op->row_elems, sl_cdiv_u64(b - rs, es));
         if (j0 < j1)
             SL_TRY(rd_put(x, r, op->dst_offset + k * op->dst_stride + j0 * r->dsize,
                           data + (rs + j0 * es - a), j1 - j0));

@@ -5,6 +5,8 @@
 #include "plan/plan_ctx.h"
 #include "plan/arch_config.h"
 
+#include "common/sl_bytes.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -163,11 +165,6 @@ static sl_status check_fp8_expert(sl_plan *p, const plan_ctx *c, const sl_rule *
  * or two slots write the same rows and they hold the slot read last, an order the checkpoint's
  * files decide: both refused. */
 
-static uint64_t cdiv(uint64_t a, uint64_t b)
-{
-    return a / b + (a % b != 0);
-}
-
 /* The highest source block a rank reads slot r from: its rank, a replicated k or v slot's kv-head
  * block (T > K), 0 for a layer that is not split. */
 static uint64_t slot_source_max(const plan_ctx *c, const sl_rule *r, int split)
@@ -190,8 +187,8 @@ static int slots_whole(const plan_ctx *c, const sl_rule_group *g, int split)
 /* Every rank's nb scale rows of slot r come from within the checkpoint's cdiv(rows, bn). */
 static sl_status check_straddle_source(plan_ctx *c, const sl_rule *r, int split)
 {
-    const uint64_t bn = c->m->quant.bn, s = slot_rows(c, r, split), n = cdiv(s, bn);
-    const uint64_t idx = slot_source_max(c, r, split), have = cdiv(r->shape[0], bn);
+    const uint64_t bn = c->m->quant.bn, s = slot_rows(c, r, split), n = sl_cdiv_u64(s, bn);
+    const uint64_t idx = slot_source_max(c, r, split), have = sl_cdiv_u64(r->shape[0], bn);
     SL_CHECK(n == 0 || idx < have / n, &c->p->err, SL_E_DIVISIBILITY, "parameter '%s': its slot "
              "'%s' holds %llu rows a rank, not a multiple of weight quantization block_n = %llu, so "
              "vLLM's Fp8Config skips its block check; its loader then reads the last rank's %llu scale "
@@ -210,26 +207,27 @@ static sl_status check_fp8_straddle(plan_ctx *c, const sl_rule_group *g, int spl
     size_t len = 0;
     for (int32_t k = 0; k < g->n_rules; k++) {
         const sl_rule *r = &c->m->rules[g->rules[k]];
-        const uint64_t s = slot_rows(c, r, split), at = cdiv(S, bn) + cdiv(s, bn);
+        const uint64_t s = slot_rows(c, r, split), at = sl_cdiv_u64(S, bn) + sl_cdiv_u64(s, bn);
         SL_TRY(check_straddle_source(c, r, split));
         end = end > at ? end : at;   /* the end of the rows vLLM writes it at */
         S += s;
-        nb += cdiv(s, bn);
+        nb += sl_cdiv_u64(s, bn);
         if (len < sizeof sizes)
             len += (size_t)snprintf(sizes + len, sizeof sizes - len, "%s%llu", k ? " + " : "",
                                     (unsigned long long)s);
     }
     const sl_rule *r0 = &c->m->rules[g->rules[0]];
-    SL_CHECK(nb == cdiv(S, bn), &c->p->err, SL_E_DIVISIBILITY, "parameter '%s': its slots hold %s "
+    const uint64_t rows = sl_cdiv_u64(S, bn);
+    SL_CHECK(nb == rows, &c->p->err, SL_E_DIVISIBILITY, "parameter '%s': its slots hold %s "
              "rows a rank, not all multiples of weight quantization block_n = %llu, so vLLM's Fp8Config "
              "skips its block check; its loader then puts slot j's cdiv(rows, %llu) scale rows at row "
              "cdiv(offset, %llu), %llu rows in all where the parameter has cdiv(%llu, %llu) = %llu: %s",
              r0->param, sizes, (unsigned long long)bn, (unsigned long long)bn, (unsigned long long)bn,
              (unsigned long long)nb, (unsigned long long)S, (unsigned long long)bn,
-             (unsigned long long)cdiv(S, bn),
-             end > cdiv(S, bn) ? "a row past the end fails its load"
-                               : "two slots write the same rows, which then hold whichever the "
-                                 "checkpoint's files give last, so shardload cannot know them");
+             (unsigned long long)rows,
+             end > rows ? "a row past the end fails its load"
+                        : "two slots write the same rows, which then hold whichever the "
+                          "checkpoint's files give last, so shardload cannot know them");
     return SL_OK;
 }
 
