@@ -284,7 +284,7 @@ static sl_status ck_open_remote(sl_checkpoint *ck, const char *url, const sl_loa
 }
 
 /* An S3 open that failed because the bucket is in another region than the one asked, S3 having
- * named it (http_xfer.c records it), is done once more, from the start, in that region, as boto3
+ * named it (http_fail.c records it), is done once more, from the start, in that region, as boto3
  * and the AWS CLI redirect: the same credentials signed for the region S3 named, and on AWS its
  * regional host (nothing else of the answer is used: no Location, no endpoint). Once: a second
  * failure is the answer, whatever it names. The retry is a warning of the new checkpoint (the

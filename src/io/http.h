@@ -6,6 +6,7 @@
  *                 path-style or virtual-host), names for messages (never with credentials)
  *   http_xfer.c   one ranged GET on a curl handle: set-up, response checks (206 and Content-Range,
  *                 ETag, Last-Modified, size), what a failure means (retry, changed, fatal), backoff
+ *   http_fail.c   what an HTTP status that ends a GET means, S3's wrong-region answers among them
  *   http_get.c    the blocking GETs of the checkpoint open, S3 ListObjectsV2
  *   http_parse.c  what the servers send back (headers, S3 error codes, listing pages), parsed
  *                 without a connection: built with or without libcurl, fuzzed
