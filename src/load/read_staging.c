@@ -139,7 +139,8 @@ uint64_t sl_rd_ring_for_helpers(uint64_t staging, uint64_t width, unsigned helpe
  * When elements are converted on the way and the devices copy asynchronously, a sixteenth of the
  * budget (64 KiB to 4 MiB, at most a quarter) becomes the conversion ring: large pieces, because
  * each is one copy call (on the timed stand-in, 1 MiB pieces made a bf16 -> f32 load 2.5x faster
- * than 64 KiB ones). merge_gap stays. */
+ * than 64 KiB ones); where the host converts with RD_RING_POOL_HELPERS helper threads or more, a
+ * ring of pieces they share (sl_rd_ring_for_helpers, up to a quarter). merge_gap stays. */
 void rd_size_for_devices(rd_ctx *x)
 {
     int staged = 0;
