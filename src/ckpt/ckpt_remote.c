@@ -314,8 +314,7 @@ static sl_status ck_open_in_named_region(sl_checkpoint **ckp, const char *path, 
  * IllegalLocationConstraintException): S3 is asked where, once, with a HeadBucket signed as the
  * failed request was, as botocore's redirector does. Only S3's own header is taken, and only a
  * region other than the one asked; a HeadBucket that fails or names none leaves the open's error
- * as it was. */
-/* A failed probe leaves the open's own error standing, but a cancel is the caller's answer. */
+ * as it was, but a cancel during it is the caller's answer: SL_E_CANCELLED, in ck's error. */
 static sl_status ck_ask_bucket_region(sl_checkpoint *ck, const char *path)
 {
     sl_http_cfg *c = ck->remote_cfg;
