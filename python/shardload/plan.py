@@ -366,7 +366,8 @@ def plan(path: Any = None, *, config: ConfigSource | None = None, tp: int = 1, p
     config.json's path, a mapping of its keys, or a transformers config (its to_dict()).
     pp_partition: the layers of each pipeline stage (10, 12, 10), or vLLM's
     VLLM_PP_LAYER_PARTITION text ("10,12,10"); the package reads no such variable itself:
-    pass pp_partition=os.environ.get("VLLM_PP_LAYER_PARTITION") to follow it."""
+    pass pp_partition=os.environ.get("VLLM_PP_LAYER_PARTITION") or None to follow it (vLLM,
+    like the CLI, takes an empty value for unset; "" here is no list of counts)."""
     if path is None:
         return Plan(None, config=config, tp=tp, pp=pp, ep=ep, layout=layout, dtype=dtype,
                     rules=rules, pp_partition=pp_partition)
