@@ -5,6 +5,7 @@
 
 #include "shardload.h"
 
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -24,6 +25,8 @@ const char *cli_text(const char *s, char *buf, size_t len);
 void cli_put_text(FILE *f, const char *s);
 /* prefix, s with control bytes escaped, suffix, on stderr in one write (one line under mpirun). */
 void cli_put_line(const char *prefix, const char *s, const char *suffix);
+/* fmt formatted whole, malloc'd (the caller frees it); NULL when out of memory. ap is used up. */
+char *cli_vformat(const char *fmt, va_list ap) CLI_PRINTF(1, 0);
 
 /* Prints "shardload: error: <msg>" on stderr (control bytes escaped) and returns CLI_EXIT_FAIL. */
 int cli_fail(const char *fmt, ...) CLI_PRINTF(1, 2);

@@ -39,15 +39,10 @@ void cli_sig_init(cli_sig *s, const char *command)
 void cli_sig_add(cli_sig *s, const char *name, const char *fmt, ...)
 {
     char line[256];
-    va_list ap, again;
+    va_list ap;
     va_start(ap, fmt);
-    va_copy(again, ap);
-    const int len = vsnprintf(NULL, 0, fmt, ap);
+    char *v = cli_vformat(fmt, ap);
     va_end(ap);
-    char *v = len >= 0 ? malloc((size_t)len + 1) : NULL;
-    if (v)
-        vsnprintf(v, (size_t)len + 1, fmt, again);
-    va_end(again);
     const size_t n = v ? strlen(v) : 0;
     /* hashed as given: two values that differ only in the bytes '?' stands for (OUTDIRs "o\x01"
      * and "o\x02") must not compare equal */

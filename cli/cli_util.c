@@ -71,19 +71,25 @@ void cli_put_line(const char *prefix, const char *text, const char *suffix)
     free(line);
 }
 
+char *cli_vformat(const char *fmt, va_list ap)
+{
+    va_list again;
+    va_copy(again, ap);
+    const int n = vsnprintf(NULL, 0, fmt, again);
+    va_end(again);
+    char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (s)
+        vsnprintf(s, (size_t)n + 1, fmt, ap);
+    return s;
+}
+
 /* prefix, the formatted message with control bytes escaped (argv and library messages alike),
  * suffix. */
 static void cli_vmessage(const char *prefix, const char *suffix, const char *fmt, va_list ap)
     CLI_PRINTF(3, 0);
 static void cli_vmessage(const char *prefix, const char *suffix, const char *fmt, va_list ap)
 {
-    va_list ap2;
-    va_copy(ap2, ap);
-    const int n = vsnprintf(NULL, 0, fmt, ap2);
-    va_end(ap2);
-    char *msg = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (msg)
-        vsnprintf(msg, (size_t)n + 1, fmt, ap);
+    char *msg = cli_vformat(fmt, ap);
     cli_put_line(prefix, msg ? msg : "out of memory", suffix);
     free(msg);
 }
