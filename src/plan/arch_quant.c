@@ -343,6 +343,22 @@ static sl_status block_count(sl_err *err, const sl_arch *m, int32_t ri, int64_t 
     return st;
 }
 
+/* Whether quantization_config lists rule r's module at layer l (its tensor's name there without
+ * ".weight"; quantizable() saw the suffix) into *ign. */
+static sl_status module_ignored(sl_err *err, const sl_arch *m, const sl_rule *r, int64_t l, int *ign)
+{
+    sl_arena tmp = {0};
+    char *name = (char *)(uintptr_t)sl_arch_name_format(&tmp, r->tensor, l, 0);
+    if (!name) {
+        sl_arena_free(&tmp);
+        return sl_err_set(err, SL_E_NOMEM, "out of memory");
+    }
+    name[strlen(name) - 7] = '\0';
+    *ign = ignored_name(m, name);
+    sl_arena_free(&tmp);
+    return SL_OK;
+}
+
 /* How many of rule ri's modules (the tensor name without ".weight", at each layer that has it;
  * for an {e} rule its MoE blocks, one a layer) the config lists, out of how many. *named counts
  * the tensors of the rules so far, so past SL_MAX_TENSORS the config is refused before they are
@@ -366,21 +382,13 @@ static sl_status ignored_count(sl_err *err, sl_arch *m, int32_t ri, int64_t *nam
              (long long)m->cfg.L, (long long)m->cfg.E);
     if (r->expert)
         return block_count(err, m, ri, hit, all);
-    sl_arena tmp = {0};
     for (int64_t l = 0; l < nl; l++) {
+        int ign = 0;
         if (!sl_arch_rule_at(m, ri, l))
             continue;
-        for (int64_t e = 0; e < ne; e++) {
-            char *name = (char *)(uintptr_t)sl_arch_name_format(&tmp, r->tensor, l, e);
-            if (!name) {
-                sl_arena_free(&tmp);
-                return sl_err_set(err, SL_E_NOMEM, "out of memory");
-            }
-            name[strlen(name) - 7] = '\0';   /* the module: without ".weight" */
-            *hit += ignored_name(m, name);
-            (*all)++;
-        }
-        sl_arena_free(&tmp);
+        SL_TRY(module_ignored(err, m, r, l, &ign));
+        *hit += ign;
+        (*all)++;
     }
     return SL_OK;
 }
@@ -457,16 +465,10 @@ static sl_status ignored_layers(sl_err *err, const sl_arch *m, int32_t ri, uint8
     const sl_rule *r = &m->rules[ri];
     if (r->expert)
         return block_skips(err, m, ri, ign);
-    sl_arena tmp = {0};
     for (int64_t l = 0; l < m->cfg.L; l++) {
-        char *name = (char *)(uintptr_t)sl_arch_name_format(&tmp, r->tensor, l, 0);
-        if (!name) {
-            sl_arena_free(&tmp);
-            return sl_err_set(err, SL_E_NOMEM, "out of memory");
-        }
-        name[strlen(name) - 7] = '\0';   /* the module: without ".weight" */
-        ign[l] = (uint8_t)ignored_name(m, name);
-        sl_arena_free(&tmp);
+        int listed = 0;
+        SL_TRY(module_ignored(err, m, r, l, &listed));
+        ign[l] = (uint8_t)listed;
     }
     return SL_OK;
 }
