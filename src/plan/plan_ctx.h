@@ -60,8 +60,8 @@ sl_status sl_plan_check_partition(sl_plan *p, const sl_plan_opts *o);
 /* plan_mesh.c: vocab size padded to a multiple of 64 (vLLM's VocabParallelEmbedding). */
 uint64_t sl_plan_vocab_padded(uint64_t v);
 /* plan_tmpl.c: each pipeline stage's first layer, c->p->stage_start[0..pp] (vLLM
- * get_pp_indices): from partition (pp entries, checked by sl_plan_check_mesh) when not NULL, else
- * vLLM's default split. */
+ * get_pp_indices): from partition (pp entries, none negative: sl_plan_check_partition; summing to
+ * L: sl_plan_check_mesh) when not NULL, else vLLM's default split. */
 sl_status sl_plan_stages_split(plan_ctx *c, const int32_t *partition);
 /* plan_tmpl.c: c->tmpl, the parameter templates and their names. */
 sl_status sl_plan_tmpl_build(plan_ctx *c);
