@@ -443,7 +443,9 @@ typedef struct sl_load_opts {
      * libcurl reads its proxy variables (http_proxy, https_proxy, ALL_PROXY, NO_PROXY), as curl
      * and the AWS tools do (docs/remote.md). */
     const char *s3_endpoint;      /* S3-compatible endpoint, "http://127.0.0.1:9000"; NULL: AWS */
-    const char *s3_region;        /* SigV4 region; NULL or "": us-east-1 */
+    const char *s3_region;        /* SigV4 region; NULL or "": us-east-1. A bucket S3 says is in
+                                     another region is opened once more in the one it names, with
+                                     a checkpoint warning (docs/remote.md) */
     const char *s3_access_key;
     const char *s3_secret_key;
     const char *s3_session_token; /* temporary credentials; NULL: none */
