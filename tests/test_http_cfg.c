@@ -153,6 +153,8 @@ int main(void)
     o.s3_secret_key = "sec";
     o.s3_region = "us:east";
     cfg_fails(&o, "S3 region: byte 2 (0x3a) is not allowed (a region is letters, digits");
+    o.s3_region = "a123456789b123456789c123456789d123456789e123456789f123456789g123";   /* 64 */
+    cfg_fails(&o, "S3 region: 64 bytes, more than the 63 a region name (a DNS label) can have");
     o.s3_region = "eu-west_3.x";
     o.s3_session_token = "IQoJb3JpZ2luX2VjE/+=";
     sl_http_cfg ok;

@@ -88,9 +88,15 @@ static sl_status setting_check(const char *what, const char *v, int region, sl_e
     return SL_OK;   /* empty ones were dropped (dup_opt): the defaults apply */
 }
 
+/* Longer than any region, and an AWS host name made of one would be cut (s3_url's buffer). */
+#define REGION_MAX 63
+
 static sl_status settings_check(const sl_http_cfg *c, sl_err *err)
 {
     SL_TRY(setting_check("S3 region", c->region, 1, err));
+    SL_CHECK(strlen(c->region) <= REGION_MAX, err, SL_E_INVALID_ARG,
+             "S3 region: %zu bytes, more than the %d a region name (a DNS label) can have",
+             strlen(c->region), REGION_MAX);
     SL_TRY(setting_check("S3 access key", c->access_key, 0, err));
     SL_TRY(setting_check("S3 secret key", c->secret_key, 0, err));
     return setting_check("S3 session token", c->session_token, 0, err);
