@@ -177,8 +177,11 @@ sl_status rd_setup(rd_ctx *x, const rd_config *c)
     SL_TRY(rd_size(x, c));
     SL_TRY(rd_files_init(&x->files, c->files, c->n_files, x->err));
     SL_TRY(rd_ops_build(x->p, c->n_files, &x->ops, x->err));
-    /* the job read the manifest (sl_load_job_plan): without it verify would check none */
-    assert(!c->verify || !c->o->manifest_path || (c->manifest && c->manifest->path));
+    /* the job read the manifest (sl_load_job_plan): without it verify would check none, and an
+     * assert would vanish from release builds, where that would pass unseen */
+    SL_CHECK(!c->verify || !c->o->manifest_path || (c->manifest && c->manifest->path), x->err,
+             SL_E_INVALID_ARG, "%s: verify with a manifest, but the job's manifest was not read",
+             c->o->manifest_path);
     if (c->verify) {
         SL_TRY(rd_verify_new(c->files, c->n_files, c->manifest, &x->verify, x->err));
         if (!rd_verify_by_blocks(x->verify))   /* every file, whole, is read: unused ones too */
