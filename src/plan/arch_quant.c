@@ -327,22 +327,6 @@ static sl_status block_skips(sl_err *err, const sl_arch *m, int32_t ri, uint8_t 
     return SL_OK;
 }
 
-/* How many of {e} rule ri's MoE layers have their block ignored (*hit), out of how many (*all). */
-static sl_status block_count(sl_err *err, const sl_arch *m, int32_t ri, int64_t *hit, int64_t *all)
-{
-    uint8_t *skip = calloc((size_t)m->cfg.L, 1);
-    SL_CHECK(skip != NULL, err, SL_E_NOMEM, "out of memory");
-    const sl_status st = block_skips(err, m, ri, skip);
-    for (int64_t l = 0; st == SL_OK && l < m->cfg.L; l++) {
-        if (sl_arch_rule_at(m, ri, l)) {
-            *hit += skip[l];
-            (*all)++;
-        }
-    }
-    free(skip);
-    return st;
-}
-
 /* Whether quantization_config lists rule r's module at layer l (its tensor's name there without
  * ".weight"; quantizable() saw the suffix) into *ign. */
 static sl_status module_ignored(sl_err *err, const sl_arch *m, const sl_rule *r, int64_t l, int *ign)
@@ -359,13 +343,34 @@ static sl_status module_ignored(sl_err *err, const sl_arch *m, const sl_rule *r,
     return SL_OK;
 }
 
-/* How many of rule ri's modules (the tensor name without ".weight", at each layer that has it;
- * for an {e} rule its MoE blocks, one a layer) the config lists, out of how many. *named counts
+/* ign[l] = 1 where quantization_config lists rule ri's module (the tensor name without
+ * ".weight"; for an {e} rule its layer's MoE block) at a layer l that has the rule, else 0; one
+ * entry, l = 0, for a rule that is not per-layer. */
+static sl_status ignored_layers(sl_err *err, const sl_arch *m, int32_t ri, uint8_t *ign)
+{
+    const sl_rule *r = &m->rules[ri];
+    const int64_t nl = r->place == SL_PLACE_LAYER ? m->cfg.L : 1;
+    if (r->expert) {   /* block_skips marks the listed layers only */
+        for (int64_t l = 0; l < nl; l++)
+            ign[l] = 0;
+        return block_skips(err, m, ri, ign);
+    }
+    for (int64_t l = 0; l < nl; l++) {
+        int listed = 0;
+        if (sl_arch_rule_at(m, ri, l))
+            SL_TRY(module_ignored(err, m, r, l, &listed));
+        ign[l] = (uint8_t)listed;
+    }
+    return SL_OK;
+}
+
+/* How many of rule ri's modules (at each layer that has it; for an {e} rule its MoE blocks, one a
+ * layer) the config lists, out of how many, and which (ign, as ignored_layers). *named counts
  * the tensors of the rules so far, so past SL_MAX_TENSORS the config is refused before they are
  * named (65,536 experts at 1,000 layers took 120 s here, at 100,000 layers it would take hours,
  * before the tensor bound of sl_arch_tensors_build refused it). */
-static sl_status ignored_count(sl_err *err, sl_arch *m, int32_t ri, int64_t *named, int64_t *hit,
-                               int64_t *all)
+static sl_status ignored_count(sl_err *err, sl_arch *m, int32_t ri, int64_t *named, uint8_t *ign,
+                               int64_t *hit, int64_t *all)
 {
     const sl_rule *r = &m->rules[ri];
     *hit = *all = 0;
@@ -380,15 +385,12 @@ static sl_status ignored_count(sl_err *err, sl_arch *m, int32_t ri, int64_t *nam
     SL_CHECK(*named <= SL_MAX_TENSORS, err, SL_E_CONFIG, "the config implies more than %d tensors "
              "(num_hidden_layers %lld, %lld experts): no real model has this many", SL_MAX_TENSORS,
              (long long)m->cfg.L, (long long)m->cfg.E);
-    if (r->expert)
-        return block_count(err, m, ri, hit, all);
+    SL_TRY(ignored_layers(err, m, ri, ign));
     for (int64_t l = 0; l < nl; l++) {
-        int ign = 0;
-        if (!sl_arch_rule_at(m, ri, l))
-            continue;
-        SL_TRY(module_ignored(err, m, r, l, &ign));
-        *hit += ign;
-        (*all)++;
+        if (sl_arch_rule_at(m, ri, l)) {
+            *hit += ign[l];
+            (*all)++;
+        }
     }
     return SL_OK;
 }
@@ -458,32 +460,16 @@ static sl_status add_scale(sl_err *err, sl_arch *m, int32_t wi, sl_scale_kind ki
     return SL_OK;
 }
 
-/* ign[l] = 1 where quantization_config lists per-layer rule ri's module (for an {e} rule, its
- * layer's MoE block), at the layers that have the rule. */
-static sl_status ignored_layers(sl_err *err, const sl_arch *m, int32_t ri, uint8_t *ign)
-{
-    const sl_rule *r = &m->rules[ri];
-    if (r->expert)
-        return block_skips(err, m, ri, ign);
-    for (int64_t l = 0; l < m->cfg.L; l++) {
-        int listed = 0;
-        SL_TRY(module_ignored(err, m, r, l, &listed));
-        ign[l] = (uint8_t)listed;
-    }
-    return SL_OK;
-}
-
 /* Rule ri, which quantization_config lists in some of its layers only: vLLM's Fp8Config asks
  * is_layer_skipped of each layer's module, so those layers keep the model dtype and the others
  * are FP8. ri becomes the FP8 form at the other layers; a twin in the model dtype, its own
- * parameter group (arch.c), takes the listed ones. */
-static sl_status quant_split(sl_err *err, sl_arch *m, int32_t ri, int32_t cap)
+ * parameter group (arch.c), takes the listed ones (listed: ignored_layers'). */
+static sl_status quant_split(sl_err *err, sl_arch *m, int32_t ri, const uint8_t *listed, int32_t cap)
 {
     const size_t L = (size_t)m->cfg.L;
     uint8_t *ign = sl_arena_alloc(&m->arena, 2 * L), *fp8 = ign ? ign + L : NULL;
     SL_CHECK(ign != NULL, err, SL_E_NOMEM, "out of memory");
-    memset(ign, 0, L);
-    SL_TRY(ignored_layers(err, m, ri, ign));
+    memcpy(ign, listed, L);
     for (size_t l = 0; l < L; l++)
         fp8[l] = !ign[l];
     SL_CHECK(m->n_rules < cap, err, SL_E_CONFIG, "rule table has too many rules");
@@ -495,32 +481,44 @@ static sl_status quant_split(sl_err *err, sl_arch *m, int32_t ri, int32_t cap)
     return SL_OK;
 }
 
+/* Rule i made FP8 (with its scales), kept in the model dtype where the config lists it at every
+ * layer, or split where it lists it at some (ign: scratch of L bytes). */
+static sl_status quant_rule(sl_err *err, sl_arch *m, int32_t i, int64_t *named, uint8_t *ign,
+                            int32_t cap)
+{
+    int64_t hit = 0, all = 0;
+    SL_TRY(ignored_count(err, m, i, named, ign, &hit, &all));
+    if (hit == all && hit > 0)
+        return SL_OK;   /* kept in the model dtype */
+    if (hit > 0)
+        SL_TRY(quant_split(err, m, i, ign, cap));
+    sl_rule *r = &m->rules[i];
+    /* CompressedTensorsW8A8Fp8MoEMethod's check: no per-channel weights with static inputs */
+    SL_CHECK(!r->expert || m->quant.scheme != SL_QUANT_CHANNEL || !m->quant.input_static, err,
+             SL_E_UNSUPPORTED, "parameter '%s': For FP8 Fused MoE layer, we require either per "
+             "tensor or channelwise, dynamic per token quantization.", r->param);
+    r->dtype = SL_DTYPE_F8_E4M3;
+    SL_TRY(add_scale(err, m, i, weight_scale_kind(m), cap));
+    if (m->quant.input_static)
+        SL_TRY(add_scale(err, m, i, SL_SCALE_INPUT, cap));
+    return SL_OK;
+}
+
 sl_status sl_arch_quant_rules(sl_err *err, sl_arch *m, int32_t cap)
 {
     if (!m->quant.on)
         return SL_OK;
     const int32_t n = m->n_rules;
     int64_t named = 0;
-    for (int32_t i = 0; i < n; i++) {
-        if (!quantizable(&m->rules[i]))
-            continue;
-        int64_t hit = 0, all = 0;
-        SL_TRY(ignored_count(err, m, i, &named, &hit, &all));
-        if (hit == all && hit > 0)
-            continue;   /* kept in the model dtype */
-        if (hit > 0)
-            SL_TRY(quant_split(err, m, i, cap));
-        sl_rule *r = &m->rules[i];
-        /* CompressedTensorsW8A8Fp8MoEMethod's check: no per-channel weights with static inputs */
-        SL_CHECK(!r->expert || m->quant.scheme != SL_QUANT_CHANNEL || !m->quant.input_static, err,
-                 SL_E_UNSUPPORTED, "parameter '%s': For FP8 Fused MoE layer, we require either per "
-                 "tensor or channelwise, dynamic per token quantization.", r->param);
-        r->dtype = SL_DTYPE_F8_E4M3;
-        SL_TRY(add_scale(err, m, i, weight_scale_kind(m), cap));
-        if (m->quant.input_static)
-            SL_TRY(add_scale(err, m, i, SL_SCALE_INPUT, cap));
+    uint8_t *ign = malloc((size_t)m->cfg.L + 1);
+    SL_CHECK(ign != NULL, err, SL_E_NOMEM, "out of memory");
+    sl_status st = SL_OK;
+    for (int32_t i = 0; i < n && st == SL_OK; i++) {
+        if (quantizable(&m->rules[i]))
+            st = quant_rule(err, m, i, &named, ign, cap);
     }
-    return SL_OK;
+    free(ign);
+    return st;
 }
 
 int sl_arch_scale_scalar(const sl_rule *r)
