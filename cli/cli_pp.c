@@ -3,8 +3,8 @@
  * vLLM makes. The library reads no environment: the CLI maps the variable onto
  * sl_plan_opts.pp_partition, as it maps SL_IO_ENGINE and the AWS variables. The list is checked
  * here as text, each entry as vLLM's int() reads it (and a negative entry, which vLLM lets
- * through, refused); its length against --pp and its sum against the config's layers are the
- * library's to check. */
+ * through, refused), and its length against --pp, which names where the list came from (the
+ * library checks that too); its sum against the config's layers is the library's to check. */
 #include "cli.h"
 
 #include <ctype.h>

@@ -402,8 +402,9 @@ typedef struct sl_load_opts {
     /* Optional, per-parameter destinations: param_dest[d][i] is memory the caller owns for
      * parameter i of mesh device d, at least sl_plan_param(p, d, i).nbytes bytes (host memory for
      * cpu, a CUDA device address on the device's GPU for cuda), so that an engine with its own
-     * allocator gets each weight in its own tensor and no second copy exists. A NULL param_dest[d] (or d >= n_param_dest) is allocated as usual; within
-     * a table every parameter with bytes needs a pointer, and dest[d] must not also be given.
+     * allocator gets each weight in its own tensor and no second copy exists. A NULL
+     * param_dest[d] (or d >= n_param_dest) is allocated as usual; within a table every parameter
+     * with bytes needs a pointer, and dest[d] must not also be given.
      * No two blocks (nor a block and a dest) of the devices loaded may overlap, and host memory
      * must be writable (not a read-only mapping). Checked before any byte is read. Under MPI,
      * indexed by global device. */

@@ -8,10 +8,10 @@
  * the process shares (made with cpu_device_count = the mesh size on the CPU plugin; where the
  * plugin refuses that count, each run of its default count of mesh devices shares one:
  * pj_client_acquire), picks PJRT device (mesh index % addressable devices) and takes the
- * parameters; alloc() makes the buffers of empty parameters. The async part: writes from the pinned staging block may still be read by
- * the plugin after they return (their events are pending); mark() files the pending events under
- * a tag, wait_mark() and fence() wait for them, so the engine refills a slot only after the
- * plugin is done with it. Host memory of the backend itself: the assembly blocks, within the
+ * parameters; alloc() makes the buffers of empty parameters. The async part: writes from the
+ * pinned staging block may still be read by the plugin after they return (their events are
+ * pending); mark() files the pending events under a tag, wait_mark() and fence() wait for them,
+ * so the engine refills a slot only after the plugin is done with it. Host memory of the backend itself: the assembly blocks, within the
  * bound `cap` (a share of the staging budget), and during read-back a copy of one parameter where
  * the plugin cannot copy part of a buffer (CopyRawToHost). */
 #include "device/dev_pjrt.h"
